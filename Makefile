@@ -1,0 +1,35 @@
+# Two commands on a fresh machine:  `make demo`  and  `make test`.
+# Both create a virtualenv in .venv and install asymo into it (editable) first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.asymo-installed
+
+.PHONY: demo test build install clean
+
+$(STAMP): pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h csrc/*.py)
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# torch is optional: the tests that compare against it are skipped when it is absent.
+$(VENV)/.torch-tried: $(STAMP)
+	-$(PY) -m pip install --quiet torch==2.13.0
+	touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/asymo info
+	$(VENV)/bin/asymo emulate --core 1 --speed 0.5 -- $(VENV)/bin/asymo info
+
+test: $(STAMP) $(VENV)/.torch-tried
+	$(PY) -m pytest -q
+
+# In-place build for development with the system Python (no virtualenv).
+build:
+	$(PYTHON) csrc/build_native.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info asymo/_native*.so asymo/_native.c asymo/*.o csrc/*.o

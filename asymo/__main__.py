@@ -1,0 +1,5 @@
+import sys
+
+from asymo.cli import main
+
+sys.exit(main())
