@@ -7,6 +7,5 @@
 #include <stddef.h>
 
 #include "cpu_features.h"
-#include "pool.h"
 
 #endif
