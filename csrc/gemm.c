@@ -193,36 +193,24 @@ int asymo_gemm_kernel_tile(int isa, int dtype, int *mr, int *nr)
  * Packing (templated on the element type)
  * ---------------------------------------------------------------------------------------- */
 #define DEFINE_PACK(T, SUFFIX)                                                                 \
-    /* rows [i0, i1) x k-range [p0, p0 + kb) of A into mr-row micro-panels, zero padded. */   \
+    /* rows [i0, i1) x k-range [p0, p0 + kb) of A as a row-major block (row stride kb), zero \
+     * rows up to a multiple of mr so edge tiles run the full kernel. */                      \
     static void pack_a_##SUFFIX(T *dst, const T *a, int64_t rsa, int64_t csa, int64_t i0,    \
                                 int64_t i1, int64_t p0, int64_t kb, int mr)                   \
     {                                                                                          \
-        for (int64_t ib = i0; ib < i1; ib += mr) {                                             \
-            const int64_t rows = min64(mr, i1 - ib);                                           \
-            const T *src = a + ib * rsa + p0 * csa;                                            \
-            if (rows == mr && rsa == 1) {                                                      \
-                for (int64_t p = 0; p < kb; p++)                                               \
-                    memcpy(dst + p * mr, src + p * csa, sizeof(T) * (size_t)mr);               \
-            } else if (csa == 1) {                                                             \
-                for (int64_t ii = 0; ii < rows; ii++) {                                        \
-                    const T *row = src + ii * rsa;                                             \
-                    for (int64_t p = 0; p < kb; p++)                                           \
-                        dst[p * mr + ii] = row[p];                                             \
-                }                                                                              \
-                for (int64_t ii = rows; ii < mr; ii++)                                         \
-                    for (int64_t p = 0; p < kb; p++)                                           \
-                        dst[p * mr + ii] = 0;                                                  \
-            } else {                                                                           \
-                for (int64_t p = 0; p < kb; p++) {                                             \
-                    int64_t ii = 0;                                                            \
-                    for (; ii < rows; ii++)                                                    \
-                        dst[p * mr + ii] = src[ii * rsa + p * csa];                            \
-                    for (; ii < mr; ii++)                                                      \
-                        dst[p * mr + ii] = 0;                                                  \
-                }                                                                              \
-            }                                                                                  \
-            dst += kb * mr;                                                                    \
+        const int64_t rows = i1 - i0, padded = cdiv(rows, mr) * mr;                            \
+        const T *src = a + i0 * rsa + p0 * csa;                                                \
+        if (csa == 1) {                                                                        \
+            for (int64_t ii = 0; ii < rows; ii++)                                              \
+                memcpy(dst + ii * kb, src + ii * rsa, sizeof(T) * (size_t)kb);                 \
+        } else {                                                                               \
+            /* transposing copy: walk A down its columns (contiguous when rsa == 1) */         \
+            for (int64_t p = 0; p < kb; p++)                                                   \
+                for (int64_t ii = 0; ii < rows; ii++)                                          \
+                    dst[ii * kb + p] = src[ii * rsa + p * csa];                                \
         }                                                                                      \
+        if (padded > rows)                                                                     \
+            memset(dst + rows * kb, 0, sizeof(T) * (size_t)((padded - rows) * kb));            \
     }                                                                                          \
     /* columns [j0, j0 + cols) x k-range [p0, p0 + kb) of B as one nr-wide sliver. */         \
     static void pack_b_##SUFFIX(T *dst, const T *b, int64_t rsb, int64_t csb, int64_t j0,    \
@@ -471,9 +459,9 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
             const int64_t rows = min64(mr, i1 - ii);
             char *cp = o->c + (ii * o->rsc + jj * o->csc) * es;
             if (rows == mr && cols == nr && o->csc == 1) {
-                J->kern->ukr(kb, ap, bs, cp, o->rsc, accumulate);
+                J->kern->ukr(kb, ap, kb, bs, cp, o->rsc, accumulate);
             } else {
-                J->kern->ukr(kb, ap, bs, tile, nr, 0);
+                J->kern->ukr(kb, ap, kb, bs, tile, nr, 0);
                 J->ops->merge(cp, o->rsc, o->csc, tile, nr, rows, cols, accumulate);
             }
             ap += (size_t)(kb * mr) * es;

@@ -5,10 +5,12 @@
 
 #include <stdint.h>
 
-/* c[0:mr, 0:nr] (row stride rsc, unit column stride) = or += the product of a packed A
- * micro-panel (k steps of mr values) and a packed B sliver (k steps of nr values). */
-typedef void (*asymo_ukr_fn)(int64_t k, const void *a, const void *b, void *c, int64_t rsc,
-                             int accumulate);
+/* c[0:mr, 0:nr] (row stride rsc, unit column stride) = or += the product of an mr x k block
+ * of packed A (row i at a + i * lda) and a packed B sliver (k steps of nr contiguous values).
+ * A rows stay rows in the packed block, so packing row-major A is a plain copy; the kernel
+ * broadcasts a[i * lda + p] straight from the mr row streams. */
+typedef void (*asymo_ukr_fn)(int64_t k, const void *a, int64_t lda, const void *b, void *c,
+                             int64_t rsc, int accumulate);
 
 /* Skinny product, no packing: out[l, s] = sum_p mat[l, p] * vec[p, s] for l in [l0, l1),
  * s < ns (ns <= ASYMO_SKINNY_MAX); strides in elements. `mat_csp == 1` selects the dot form,

@@ -8,8 +8,8 @@
 #define PORT_NR_F64 4
 
 #define DEFINE_PORTABLE_UKR(T, SUFFIX, NR)                                                    \
-    static void ukr_portable_##SUFFIX(int64_t k, const void *a_, const void *b_, void *c_,   \
-                                      int64_t rsc, int accumulate)                            \
+    static void ukr_portable_##SUFFIX(int64_t k, const void *a_, int64_t lda, const void *b_, \
+                                      void *c_, int64_t rsc, int accumulate)                  \
     {                                                                                         \
         const T *a = (const T *)a_;                                                          \
         const T *b = (const T *)b_;                                                          \
@@ -18,8 +18,8 @@
         for (int64_t p = 0; p < k; p++) {                                                     \
             for (int i = 0; i < PORT_MR; i++)                                                 \
                 for (int j = 0; j < NR; j++)                                                  \
-                    ab[i][j] += a[i] * b[j];                                                  \
-            a += PORT_MR;                                                                     \
+                    ab[i][j] += a[i * lda] * b[j];                                            \
+            a += 1;                                                                           \
             b += NR;                                                                          \
         }                                                                                     \
         for (int i = 0; i < PORT_MR; i++)                                                     \
