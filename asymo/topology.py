@@ -406,10 +406,10 @@ def _from_hybrid(d):
         if freqs is not None:
             scores, basis = by_kind(freqs[0], statistics.median), freqs[1]
     if scores is None:
-        scores, basis = [1.0] * len(kinds), "unknown"
+        scores, basis = [1.0] * len(kinds), "unknown" if len(kinds) > 1 else "equal"
         if len(kinds) > 1:
             d.warn("Intel hybrid CPU: neither cpu_capacity nor cpufreq tells how fast each "
-                   "core type is; all get capacity 1.0 (run `asymo calibrate` to measure)")
+                   "core type is; all get capacity 1.0 until calibration measures them")
     groups = [_Group(cpus, score, kind=pmu) for (pmu, cpus), score in zip(kinds, scores)]
     return groups, basis
 
@@ -516,7 +516,9 @@ def _name_clusters(groups, capacities):
 def _build(d, groups, source, basis, policies):
     """A Topology from raw groups: capacities normalised, fastest first, details filled."""
     top = max(g.score for g in groups)
-    order = sorted(groups, key=lambda g: (-g.score, g.cpus[0]))
+    # Ties (capacity unknown on a hybrid, RK3588's A76 pairs): core type, then cpu id.
+    rank = {pmu: i for i, pmu in enumerate(HYBRID_PMUS)}
+    order = sorted(groups, key=lambda g: (-g.score, rank.get(g.kind, 0), g.cpus[0]))
     capacities = [g.score / top for g in order]
     names = _name_clusters(order, capacities)
     clusters = tuple(Cluster(name=name, cpus=g.cpus, capacity=cap,

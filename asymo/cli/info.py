@@ -86,12 +86,11 @@ def _policy(c):
 _BASIS = {
     "override": "given by the override",
     "cpu_capacity": "kernel cpu_capacity",
-    "base_frequency": "ratio of base frequencies (estimate; `asymo calibrate` measures)",
-    "nominal_freq": "ratio of ACPI CPPC nominal frequencies (estimate; `asymo calibrate` "
-                    "measures)",
-    "max_frequency": "ratio of maximum frequencies (estimate; `asymo calibrate` measures)",
+    "base_frequency": "ratio of base frequencies, an estimate",
+    "nominal_freq": "ratio of ACPI CPPC nominal frequencies, an estimate",
+    "max_frequency": "ratio of maximum frequencies, an estimate",
     "equal": "all cores alike",
-    "unknown": "unknown, set to 1.0 (`asymo calibrate` measures)",
+    "unknown": "unknown, all set to 1.0",
 }
 
 
