@@ -529,22 +529,36 @@ _GARBAGE = st.sampled_from(["", "\n", "garbage\n", "-7\n", "3-1\n", "1,,2\n", "0
                             b"\xff\xfe\xfd", "nan\n", "999999999999999999999999 x\n", None])
 
 
+@pytest.fixture(scope="module")
+def fuzz_trees(tmp_path_factory):
+    base = tmp_path_factory.mktemp("fuzz")
+    return {name: copy_fixture(name, base) for name in ("kirin970", "rk3588", "i7_12700h")}
+
+
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_random_corruption_never_crashes(tmp_path_factory, data):
-    name = data.draw(st.sampled_from(["kirin970", "rk3588", "i7_12700h"]))
-    root = copy_fixture(name, tmp_path_factory.mktemp("fuzz"))
+def test_random_corruption_never_crashes(fuzz_trees, data):
+    name = data.draw(st.sampled_from(sorted(fuzz_trees)))
+    root = fuzz_trees[name]
     files = sorted(os.path.relpath(os.path.join(d, f), root)
                    for d, _, fs in os.walk(root) for f in fs)
     ncpus = len(_sysfs.parse_cpulist(open(os.path.join(root, CPU, "online")).read()))
-    for rel in data.draw(st.lists(st.sampled_from(files), min_size=1, max_size=6,
-                                  unique=True)):
-        bad = data.draw(_GARBAGE)
-        rm(root, rel) if bad is None else put(root, rel, bad)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", topo.TopologyWarning)
-        t = topo.detect(root)
+    chosen = data.draw(st.lists(st.sampled_from(files), min_size=1, max_size=6, unique=True))
+    saved = {}
+    for rel in chosen:
+        with open(os.path.join(root, rel), "rb") as f:
+            saved[rel] = f.read()
+    try:
+        for rel in chosen:
+            bad = data.draw(_GARBAGE)
+            rm(root, rel) if bad is None else put(root, rel, bad)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", topo.TopologyWarning)
+            t = topo.detect(root)
+    finally:
+        for rel, content in saved.items():
+            put(root, rel, content)
     assert sorted(t.cpus) == list(range(ncpus))
     assert t.clusters[0].capacity == 1.0
     assert all(0 < c.capacity <= 1 for c in t.clusters)
