@@ -4,8 +4,10 @@ Every hardware fact asymo uses comes through this module so that every code path
 tested on a machine that lacks the hardware: ``detect`` takes a ``sysfs_root`` and an explicit
 ``override``.
 
-A *cluster* is a set of identical cores that share one frequency domain: one measured rate and
-one frequency decision describe all of them. Clusters are ordered fastest first and each
+A *cluster* is a set of identical cores: one measured rate describes all of them. Where cpufreq
+groups cpus into frequency domains of several cpus, a cluster never spans two domains, so one
+frequency decision also describes it (RK3588's two A76 pairs are two clusters); one policy
+per cpu (intel_pstate, amd-pstate) leaves identical cores in one cluster. Clusters are ordered fastest first and each
 carries a ``capacity`` relative to the fastest (1.0).
 
 Sources ``detect`` consults, the first that answers wins:
@@ -328,7 +330,8 @@ class _Detection:
         try:
             return self.policies()
         except SysfsError as exc:
-            self.warn(f"cpufreq: {exc}; frequencies are left unknown")
+            if not any(str(exc) in w for w in self.warnings):  # said once is enough
+                self.warn(f"cpufreq: {exc}; frequencies are left unknown")
             return None
 
     def freq_scores(self, cpus):
@@ -345,7 +348,7 @@ class _Detection:
         owner = {cpu: p for p in policies for cpu in p.cpus}
         uncovered = [cpu for cpu in cpus if cpu not in owner]
         if uncovered:
-            raise SysfsError(f"cpufreq: cpu{uncovered[0]} belongs to no policy")
+            raise SysfsError(f"cpu{uncovered[0]} belongs to no cpufreq policy")
         if all(owner[cpu].base_khz for cpu in cpus):
             return {cpu: owner[cpu].base_khz for cpu in cpus}, "base_frequency"
         nominal = {cpu: self.reader.nominal_freq_khz(cpu) for cpu in cpus}
@@ -527,15 +530,15 @@ def _build(d, groups, source, basis, policies):
     return Topology(clusters=clusters, source=source, capacity_basis=basis)
 
 
-def _usable_cpus(d_reader, allowed, root, warn):
+def _usable_cpus(reader, allowed, root, warn):
     """Cpus to describe: online ones, and on the live system only those in the affinity mask."""
     try:
-        online = d_reader.online_cpus()
+        online = reader.online_cpus()
     except SysfsError as exc:
         warn(f"{exc}; using the cpuN directories")
         online = None
     if online is None:
-        online = d_reader.cpu_dirs()
+        online = reader.cpu_dirs()
     if allowed is None:
         if not online:
             raise TopologyError(f"{root}: describes no cpu (no devices/system/cpu/online, no "

@@ -453,7 +453,7 @@ def test_cpufreq_not_covering_every_cpu_is_partial(tmp_path):
     rm(root, f"{CPU}/cpufreq/policy4")
     for cpu in range(8):
         rm(root, f"{CPU}/cpu{cpu}/cpu_capacity")
-    t = detect_warns("cpu4 belongs to no policy", root)
+    t = detect_warns("cpu4 belongs to no cpufreq policy", root)
     assert t.source == "single" and t.ncpus == 8
     assert t.clusters[0].cpufreq_policy.endswith("policy0")  # the part that exists
 

@@ -89,7 +89,7 @@ _BASIS = {
     "base_frequency": "ratio of base frequencies, an estimate",
     "nominal_freq": "ratio of ACPI CPPC nominal frequencies, an estimate",
     "max_frequency": "ratio of maximum frequencies, an estimate",
-    "equal": "all cores alike",
+    "equal": "all cores treated alike",
     "unknown": "unknown, all set to 1.0",
 }
 
