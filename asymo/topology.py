@@ -7,8 +7,8 @@ tested on a machine that lacks the hardware: ``detect`` takes a ``sysfs_root`` a
 A *cluster* is a set of identical cores: one measured rate describes all of them. Where cpufreq
 groups cpus into frequency domains of several cpus, a cluster never spans two domains, so one
 frequency decision also describes it (RK3588's two A76 pairs are two clusters); one policy
-per cpu (intel_pstate, amd-pstate) leaves identical cores in one cluster. Clusters are ordered fastest first and each
-carries a ``capacity`` relative to the fastest (1.0).
+per cpu (intel_pstate, amd-pstate) leaves identical cores in one cluster. Clusters are ordered
+fastest first and each carries a ``capacity`` relative to the fastest (1.0).
 
 Sources ``detect`` consults, the first that answers wins:
 
