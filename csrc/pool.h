@@ -37,6 +37,10 @@ typedef struct {
     int64_t tasks_stolen;    /* tasks run that were queued for another worker */
     int64_t stolen_from_cluster[8]; /* stolen tasks, by the victim's cluster index */
     int64_t busy_ns;         /* time spent inside task functions */
+    /* fields added after the first contract */
+    int64_t steals;          /* successful steal operations (each moves a range of tasks) */
+    int64_t tasks_inline;    /* tasks of nested jobs this worker ran inline */
+    int64_t sleeps;          /* times the worker went to sleep (futex wait) when idle */
 } asymo_worker_stats;
 
 /* Create a pool of `nworkers` workers; worker i is pinned to cpus[i] (or unpinned if
@@ -66,6 +70,28 @@ int asymo_pool_current_cluster(void);
 
 int asymo_pool_stats(const asymo_pool *pool, asymo_worker_stats *out, int n);
 void asymo_pool_reset_stats(asymo_pool *pool);
+
+/* ---- additions to the first contract ---- */
+
+/* Job flags for asymo_pool_run_flags. CLUSTER_LOCAL: no task leaves its cluster, even where
+ * the policy would let a faster cluster steal it (pipeline stages pinned to one cluster). */
+enum { ASYMO_RUN_CLUSTER_LOCAL = 1 };
+int asymo_pool_run_flags(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks,
+                         const int64_t *cluster_counts, unsigned flags);
+
+/* How long an idle worker spins looking for work before it sleeps (microseconds). */
+int asymo_pool_set_spin_us(asymo_pool *pool, int spin_us);
+int asymo_pool_get_spin_us(const asymo_pool *pool);
+
+/* The pool whose worker is calling, or NULL. */
+const asymo_pool *asymo_pool_current(void);
+
+/* Diagnostic tasks for tests, benchmarks and self-checks. */
+void asymo_task_noop(int64_t task, void *ctx);
+/* Atomically increments ((int32_t *)ctx)[task]. */
+void asymo_task_count(int64_t task, void *ctx);
+/* Runs *(const int64_t *)ctx dependent floating-point multiply-adds (2 FLOPs each). */
+void asymo_task_spin(int64_t task, void *ctx);
 /* CDEF END */
 
 #endif
