@@ -57,7 +57,10 @@ POLICIES = {
     "shared": lib.ASYMO_POLICY_SHARED,
     "steal": lib.ASYMO_POLICY_STEAL,
 }
-_POLICY_NAMES = {v: k for k, v in POLICIES.items()}
+#: per-worker queue implementation name -> C constant (None: env ASYMO_POOL_QUEUE, else the
+#: one measured faster on this kind of machine, see bench/pool_queues.py)
+QUEUES = {"mutex": lib.ASYMO_QUEUE_MUTEX, "chaselev": lib.ASYMO_QUEUE_CHASELEV}
+_QUEUE_NAMES = {v: k for k, v in QUEUES.items()}
 MAX_CLUSTERS = 8  # asymo_worker_stats.stolen_from_cluster has 8 entries
 POLICY_ENV_VAR = "ASYMO_POOL_POLICY"
 
@@ -180,6 +183,9 @@ class Pool:
     spin_us : int, optional
         How long an idle worker looks for work before it sleeps (default 200 us, or env
         ``ASYMO_POOL_SPIN_US``).
+    queue : {"mutex", "chaselev"} or None
+        Per-worker queue implementation; None uses env ``ASYMO_POOL_QUEUE`` or the default
+        (the faster one measured by ``bench/pool_queues.py``). For benchmarking.
 
     Notes
     -----
@@ -188,7 +194,7 @@ class Pool:
     `close`, to stop its threads; pools are also closed at interpreter exit.
     """
 
-    def __init__(self, topology=None, policy="asymo", *, spin_us=None):
+    def __init__(self, topology=None, policy="asymo", *, spin_us=None, queue=None):
         if topology is None:
             topology = detect()
         elif isinstance(topology, str):
@@ -198,6 +204,8 @@ class Pool:
                             f"not {type(topology).__name__}")
         if not isinstance(policy, str) or policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; expected one of {sorted(POLICIES)}")
+        if queue is not None and queue not in QUEUES:
+            raise ValueError(f"unknown queue {queue!r}; expected one of {sorted(QUEUES)}")
         if topology.nclusters > MAX_CLUSTERS:
             raise ValueError(f"topology has {topology.nclusters} clusters; the pool supports "
                              f"at most {MAX_CLUSTERS}")
@@ -211,9 +219,9 @@ class Pool:
         self._cpus = tuple(cpus)
         self._worker_cluster = tuple(clusters)
         err = ffi.new("int *")
-        handle = lib.asymo_pool_create(len(cpus), ffi.new("int[]", cpus),
-                                       ffi.new("int[]", clusters), topology.nclusters,
-                                       POLICIES[policy], err)
+        handle = lib.asymo_pool_create_ex(
+            len(cpus), ffi.new("int[]", cpus), ffi.new("int[]", clusters), topology.nclusters,
+            POLICIES[policy], lib.ASYMO_QUEUE_DEFAULT if queue is None else QUEUES[queue], err)
         if handle == ffi.NULL:
             _raise_for(err[0], "asymo.Pool could not be created")
         self._handle = handle
@@ -244,6 +252,11 @@ class Pool:
     def policy(self):
         """The scheduling policy name."""
         return self._policy
+
+    @property
+    def queue(self):
+        """The per-worker queue implementation ("mutex" or "chaselev")."""
+        return _QUEUE_NAMES[lib.asymo_pool_queue(self._handle)]
 
     @property
     def nworkers(self):

@@ -49,6 +49,9 @@
 /* The submitter polls its job this long before sleeping: long enough for a tiny job on hot
  * workers, short enough not to steal a core from a worker on a machine with few cores. */
 #define SUBMIT_SPIN_NS 10000
+/* The queue kind used unless env ASYMO_POOL_QUEUE or asymo_pool_create_ex says otherwise;
+ * chosen by measurement (bench/pool_queues.py). */
+#define DEFAULT_QUEUE ASYMO_QUEUE_MUTEX
 
 /* ------------------------------------------------------------------------------------------ */
 /* small helpers */
@@ -112,7 +115,8 @@ typedef struct job {
 typedef struct {
     job_t *job;
     int64_t lo, hi;
-    int origin; /* -1: queued here by the submitter; c >= 0: stolen from a cluster-c worker */
+    int origin;     /* -1: queued here by the submitter; c >= 0: stolen from a cluster-c worker */
+    unsigned flags; /* the job's flags, copied so thieves never dereference `job` to decide */
 } range_t;
 
 /* A short mutex-protected deque of ranges (ring buffer). `pending` mirrors the number of
@@ -124,13 +128,33 @@ typedef struct {
     _Atomic int64_t pending;
 } rqueue_t;
 
+/* A Chase-Lev work-stealing deque (Le, Pop, Cohen, Zappa Nardelli, PPoPP 2013) of ranges:
+ * the owner pushes and takes at the bottom without locks, thieves take the top with one CAS.
+ * Slots hold ranges by value (read field by field with relaxed atomics; a thief's copy is only
+ * used when its CAS on `top` succeeds). Arrays are grown by the owner; retired arrays are
+ * kept until the pool is destroyed because a thief may still be reading one. */
+typedef struct cl_array {
+    int64_t size; /* power of two */
+    struct cl_array *retired;
+    range_t buf[];
+} cl_array_t;
+
+typedef struct {
+    _Atomic int64_t top __attribute__((aligned(CACHELINE)));
+    _Atomic int64_t bottom __attribute__((aligned(CACHELINE)));
+    cl_array_t *_Atomic array;
+} cldeque_t;
+
 typedef struct worker {
     struct asymo_pool *pool;
     pthread_t thread;
     int index, cpu, cluster;
     int thread_started;
     _Atomic int pinned;
+    /* QUEUE_MUTEX: q is the worker's queue. QUEUE_CHASELEV: q is the inbox submitters fill
+     * (the owner moves its ranges into d, thieves may take from both). */
     rqueue_t q;
+    cldeque_t d;
     /* scheduling state private to the worker */
     const job_t *chunk_job;
     int64_t chunk;
@@ -142,7 +166,7 @@ typedef struct worker {
 } __attribute__((aligned(CACHELINE))) worker_t;
 
 struct asymo_pool {
-    int nworkers, nclusters, policy;
+    int nworkers, nclusters, policy, queue;
     worker_t *workers;
     int *cluster_workers[MAX_CLUSTERS]; /* worker indices of each cluster, ascending */
     int cluster_nw[MAX_CLUSTERS];
@@ -351,7 +375,7 @@ static int rq_steal_back(rqueue_t *q, int thief_cluster, int victim_cluster, ran
         int64_t n = r->hi - r->lo;
         if (n == 0)
             continue;
-        if ((r->job->flags & ASYMO_RUN_CLUSTER_LOCAL) && thief_cluster != victim_cluster)
+        if ((r->flags & ASYMO_RUN_CLUSTER_LOCAL) && thief_cluster != victim_cluster)
             continue;
         int64_t k = (n + 1) / 2;
         *out = *r;
@@ -365,6 +389,140 @@ static int rq_steal_back(rqueue_t *q, int thief_cluster, int victim_cluster, ran
     }
     pthread_mutex_unlock(&q->lock);
     return 0;
+}
+
+/* Take the whole first non-empty range. */
+static int rq_take_front(rqueue_t *q, range_t *out)
+{
+    if (atomic_load_explicit(&q->pending, memory_order_acquire) == 0)
+        return 0;
+    pthread_mutex_lock(&q->lock);
+    while (q->count > 0) {
+        range_t *r = rq_at(q, 0);
+        q->head = (q->head + 1) % q->cap;
+        q->count--;
+        if (r->hi > r->lo) {
+            *out = *r;
+            atomic_fetch_sub(&q->pending, r->hi - r->lo);
+            pthread_mutex_unlock(&q->lock);
+            return 1;
+        }
+    }
+    pthread_mutex_unlock(&q->lock);
+    return 0;
+}
+
+static inline void slot_store(range_t *s, const range_t *r)
+{
+    __atomic_store_n(&s->job, r->job, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->lo, r->lo, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->hi, r->hi, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->origin, r->origin, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->flags, r->flags, __ATOMIC_RELAXED);
+}
+
+static inline void slot_load(range_t *s, range_t *r)
+{
+    r->job = __atomic_load_n(&s->job, __ATOMIC_RELAXED);
+    r->lo = __atomic_load_n(&s->lo, __ATOMIC_RELAXED);
+    r->hi = __atomic_load_n(&s->hi, __ATOMIC_RELAXED);
+    r->origin = __atomic_load_n(&s->origin, __ATOMIC_RELAXED);
+    r->flags = __atomic_load_n(&s->flags, __ATOMIC_RELAXED);
+}
+
+static int cl_init(cldeque_t *d)
+{
+    cl_array_t *a = malloc(sizeof(cl_array_t) + 64 * sizeof(range_t));
+    if (!a)
+        return -1;
+    a->size = 64;
+    a->retired = NULL;
+    atomic_store(&d->top, 0);
+    atomic_store(&d->bottom, 0);
+    atomic_store(&d->array, a);
+    return 0;
+}
+
+static void cl_free(cldeque_t *d)
+{
+    cl_array_t *a = atomic_load(&d->array);
+    while (a) {
+        cl_array_t *next = a->retired;
+        free(a);
+        a = next;
+    }
+    atomic_store(&d->array, NULL);
+}
+
+static inline int64_t cl_size(cldeque_t *d)
+{
+    int64_t n = atomic_load_explicit(&d->bottom, memory_order_relaxed) -
+                atomic_load_explicit(&d->top, memory_order_relaxed);
+    return n > 0 ? n : 0;
+}
+
+/* Owner only. */
+static int cl_push(cldeque_t *d, const range_t *r)
+{
+    int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed);
+    int64_t t = atomic_load_explicit(&d->top, memory_order_acquire);
+    cl_array_t *a = atomic_load_explicit(&d->array, memory_order_relaxed);
+    if (b - t > a->size - 1) {
+        cl_array_t *na = malloc(sizeof(cl_array_t) + 2 * a->size * sizeof(range_t));
+        if (!na)
+            return -1;
+        na->size = 2 * a->size;
+        na->retired = a;
+        for (int64_t i = t; i < b; i++) {
+            range_t tmp;
+            slot_load(&a->buf[i & (a->size - 1)], &tmp);
+            slot_store(&na->buf[i & (na->size - 1)], &tmp);
+        }
+        atomic_store_explicit(&d->array, na, memory_order_release);
+        a = na;
+    }
+    slot_store(&a->buf[b & (a->size - 1)], r);
+    atomic_store_explicit(&d->bottom, b + 1, memory_order_release);
+    return 0;
+}
+
+/* Owner only. */
+static int cl_take(cldeque_t *d, range_t *out)
+{
+    int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed) - 1;
+    cl_array_t *a = atomic_load_explicit(&d->array, memory_order_relaxed);
+    atomic_store_explicit(&d->bottom, b, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    int64_t t = atomic_load_explicit(&d->top, memory_order_relaxed);
+    if (t > b) {
+        atomic_store_explicit(&d->bottom, b + 1, memory_order_relaxed);
+        return 0;
+    }
+    slot_load(&a->buf[b & (a->size - 1)], out);
+    if (t == b) { /* last entry: race the thieves for it */
+        int won = atomic_compare_exchange_strong_explicit(&d->top, &t, t + 1,
+                                                          memory_order_seq_cst,
+                                                          memory_order_relaxed);
+        atomic_store_explicit(&d->bottom, b + 1, memory_order_relaxed);
+        return won;
+    }
+    return 1;
+}
+
+/* Any thread. */
+static int cl_steal(cldeque_t *d, int thief_cluster, int victim_cluster, range_t *out)
+{
+    int64_t t = atomic_load_explicit(&d->top, memory_order_acquire);
+    atomic_thread_fence(memory_order_seq_cst);
+    int64_t b = atomic_load_explicit(&d->bottom, memory_order_acquire);
+    if (t >= b)
+        return 0;
+    cl_array_t *a = atomic_load_explicit(&d->array, memory_order_acquire);
+    slot_load(&a->buf[t & (a->size - 1)], out);
+    if ((out->flags & ASYMO_RUN_CLUSTER_LOCAL) && thief_cluster != victim_cluster)
+        return 0;
+    return atomic_compare_exchange_strong_explicit(&d->top, &t, t + 1, memory_order_seq_cst,
+                                                   memory_order_relaxed);
 }
 
 static void rq_clear(rqueue_t *q)
@@ -415,9 +573,76 @@ static void run_range(worker_t *w, const range_t *r)
     job_finish_tasks(j, k);
 }
 
+/* ---- the worker queue: one interface over both queue kinds ---- */
+
+/* Queued work at w, for choosing victims and shortest queues without locks: tasks for the
+ * mutex queue; inbox tasks plus deque entries for the Chase-Lev queue. */
+static inline int64_t wq_pending(const worker_t *w)
+{
+    int64_t n = atomic_load_explicit(&((worker_t *)w)->q.pending, memory_order_relaxed);
+    if (w->pool->queue == ASYMO_QUEUE_CHASELEV)
+        n += cl_size(&((worker_t *)w)->d);
+    return n;
+}
+
+/* Chase-Lev owner: queue a range as pieces halving towards the bottom (the front task is
+ * taken first, thieves take the largest, oldest piece: the back half). */
+static void cl_push_pieces(worker_t *w, range_t r)
+{
+    while (r.hi - r.lo > 1) {
+        range_t piece = r;
+        piece.lo = r.hi - (r.hi - r.lo) / 2;
+        if (cl_push(&w->d, &piece) != 0)
+            run_range(w, &piece); /* no memory to grow the deque: run it now */
+        r.hi = piece.lo;
+    }
+    if (cl_push(&w->d, &r) != 0)
+        run_range(w, &r);
+}
+
+/* Owner: queue a range it stole at the front of its own queue. */
+static void wq_push_own(worker_t *w, const range_t *r)
+{
+    if (w->pool->queue == ASYMO_QUEUE_CHASELEV) {
+        cl_push_pieces(w, *r);
+    } else if (rq_push_front(&w->q, r) != 0) {
+        run_range(w, r); /* no memory to grow the queue: run it now */
+    }
+}
+
+/* Owner: the next chunk to run. */
 static int pop_own(worker_t *w, range_t *r)
 {
-    return rq_pop_front(&w->q, &w->chunk_job, &w->chunk, r);
+    if (w->pool->queue != ASYMO_QUEUE_CHASELEV)
+        return rq_pop_front(&w->q, &w->chunk_job, &w->chunk, r);
+    for (;;) {
+        if (cl_take(&w->d, r))
+            break;
+        range_t in; /* deque empty: move the next range submitted to the inbox */
+        if (!rq_take_front(&w->q, &in))
+            return 0;
+        cl_push_pieces(w, in);
+    }
+    if (r->job != w->chunk_job) {
+        w->chunk_job = r->job;
+        w->chunk = 1;
+    }
+    if (r->hi - r->lo > w->chunk) {
+        range_t rest = *r;
+        rest.lo = r->lo + w->chunk;
+        r->hi = rest.lo;
+        cl_push_pieces(w, rest);
+    }
+    return 1;
+}
+
+/* Thief w takes work queued at v. */
+static int wq_steal(worker_t *w, worker_t *v, range_t *r)
+{
+    if (w->pool->queue == ASYMO_QUEUE_CHASELEV &&
+        cl_steal(&v->d, w->cluster, v->cluster, r))
+        return 1;
+    return rq_steal_back(&v->q, w->cluster, v->cluster, r);
 }
 
 static inline int worker_active(const asymo_pool *p, const worker_t *w)
@@ -428,14 +653,11 @@ static inline int worker_active(const asymo_pool *p, const worker_t *w)
 static int steal_from(asymo_pool *p, worker_t *w, worker_t *v)
 {
     range_t r;
-    if (!rq_steal_back(&v->q, w->cluster, v->cluster, &r))
+    if (!wq_steal(w, v, &r))
         return 0;
     r.origin = v->cluster;
-    if (rq_push_front(&w->q, &r) != 0) {
-        /* out of memory: run the stolen range right here rather than lose it */
-        run_range(w, &r);
-    }
     counter_add(&w->steals, 1);
+    wq_push_own(w, &r);
     return 1;
 }
 
@@ -448,7 +670,7 @@ static worker_t *longest_queue(asymo_pool *p, int c, const worker_t *w)
         worker_t *v = &p->workers[p->cluster_workers[c][i]];
         if (v == w)
             continue;
-        int64_t len = atomic_load_explicit(&v->q.pending, memory_order_relaxed);
+        int64_t len = wq_pending(v);
         if (len > best_len) {
             best_len = len;
             best = v;
@@ -478,7 +700,7 @@ static int try_steal(asymo_pool *p, worker_t *w)
     case ASYMO_POLICY_STEAL:
         for (int i = 1; i < p->nworkers; i++) {
             worker_t *v = &p->workers[(w->index + i) % p->nworkers];
-            if (atomic_load_explicit(&v->q.pending, memory_order_relaxed) > 0 &&
+            if (wq_pending(v) > 0 &&
                 steal_from(p, w, v))
                 return 1;
         }
@@ -544,7 +766,7 @@ static int find_and_run(asymo_pool *p, worker_t *w)
  * only looked for while spinning. */
 static int must_stay_awake(asymo_pool *p, worker_t *w)
 {
-    return atomic_load(&w->q.pending) > 0 ||
+    return wq_pending(w) > 0 ||
            (__atomic_load_n(&p->shared_head, __ATOMIC_ACQUIRE) != NULL && worker_active(p, w)) ||
            atomic_load(&p->stop);
 }
@@ -695,6 +917,8 @@ static void pool_reset_after_fork(asymo_pool *p)
         worker_t *w = &p->workers[i];
         mutex_init_adaptive(&w->q.lock);
         rq_clear(&w->q);
+        atomic_store(&w->d.top, 0);
+        atomic_store(&w->d.bottom, 0);
         w->thread_started = 0;
         atomic_store(&w->pinned, 0);
         zero_counters(w);
@@ -704,13 +928,33 @@ static void pool_reset_after_fork(asymo_pool *p)
 /* ------------------------------------------------------------------------------------------ */
 /* public API */
 
+static int default_queue(void)
+{
+    const char *env = getenv("ASYMO_POOL_QUEUE");
+    if (env && strcmp(env, "mutex") == 0)
+        return ASYMO_QUEUE_MUTEX;
+    if (env && strcmp(env, "chaselev") == 0)
+        return ASYMO_QUEUE_CHASELEV;
+    return DEFAULT_QUEUE;
+}
+
 asymo_pool *asymo_pool_create(int nworkers, const int *cpus, const int *worker_cluster,
                               int nclusters, int policy, int *err)
 {
+    return asymo_pool_create_ex(nworkers, cpus, worker_cluster, nclusters, policy,
+                                ASYMO_QUEUE_DEFAULT, err);
+}
+
+asymo_pool *asymo_pool_create_ex(int nworkers, const int *cpus, const int *worker_cluster,
+                                 int nclusters, int policy, int queue, int *err)
+{
     int e = ASYMO_EINVAL;
     asymo_pool *p = NULL;
+    if (queue == ASYMO_QUEUE_DEFAULT)
+        queue = default_queue();
     if (nworkers < 1 || nworkers > MAX_WORKERS || !cpus || !worker_cluster || nclusters < 1 ||
-        nclusters > MAX_CLUSTERS || policy < ASYMO_POLICY_ASYMO || policy > ASYMO_POLICY_STEAL)
+        nclusters > MAX_CLUSTERS || policy < ASYMO_POLICY_ASYMO || policy > ASYMO_POLICY_STEAL ||
+        (queue != ASYMO_QUEUE_MUTEX && queue != ASYMO_QUEUE_CHASELEV))
         goto fail;
     int per_cluster[MAX_CLUSTERS] = {0};
     for (int i = 0; i < nworkers; i++) {
@@ -729,6 +973,7 @@ asymo_pool *asymo_pool_create(int nworkers, const int *cpus, const int *worker_c
     p->nworkers = nworkers;
     p->nclusters = nclusters;
     p->policy = policy;
+    p->queue = queue;
     atomic_store(&p->limit, nworkers);
     atomic_store(&p->spin_us, DEFAULT_SPIN_US);
     const char *env = getenv("ASYMO_POOL_SPIN_US");
@@ -763,11 +1008,17 @@ asymo_pool *asymo_pool_create(int nworkers, const int *cpus, const int *worker_c
         p->cluster_workers[w->cluster][p->cluster_nw[w->cluster]++] = i;
         if (rq_init(&w->q) != 0)
             break;
+        if (cl_init(&w->d) != 0) {
+            rq_free(&w->q);
+            break;
+        }
         queues_ok++;
     }
     if (queues_ok < nworkers) {
-        for (int i = 0; i < queues_ok; i++)
+        for (int i = 0; i < queues_ok; i++) {
             rq_free(&p->workers[i].q);
+            cl_free(&p->workers[i].d);
+        }
         goto fail_free;
     }
     pthread_once(&atfork_once, register_atfork);
@@ -777,8 +1028,10 @@ asymo_pool *asymo_pool_create(int nworkers, const int *cpus, const int *worker_c
     pthread_mutex_unlock(&p->life_lock);
     if (e != ASYMO_OK) {
         registry_remove(p);
-        for (int i = 0; i < nworkers; i++)
+        for (int i = 0; i < nworkers; i++) {
             rq_free(&p->workers[i].q);
+            cl_free(&p->workers[i].d);
+        }
         goto fail_free;
     }
     if (err)
@@ -811,8 +1064,10 @@ void asymo_pool_destroy(asymo_pool *pool)
         stop_threads(pool);
     atomic_store(&pool->threads_alive, 0);
     pthread_mutex_unlock(&pool->life_lock);
-    for (int i = 0; i < pool->nworkers; i++)
+    for (int i = 0; i < pool->nworkers; i++) {
         rq_free(&pool->workers[i].q);
+        cl_free(&pool->workers[i].d);
+    }
     for (int c = 0; c < MAX_CLUSTERS; c++)
         free(pool->cluster_workers[c]);
     pthread_mutex_destroy(&pool->shared_lock);
@@ -827,6 +1082,7 @@ void asymo_pool_destroy(asymo_pool *pool)
 int asymo_pool_nworkers(const asymo_pool *pool) { return pool ? pool->nworkers : ASYMO_EINVAL; }
 int asymo_pool_nclusters(const asymo_pool *pool) { return pool ? pool->nclusters : ASYMO_EINVAL; }
 int asymo_pool_policy(const asymo_pool *pool) { return pool ? pool->policy : ASYMO_EINVAL; }
+int asymo_pool_queue(const asymo_pool *pool) { return pool ? pool->queue : ASYMO_EINVAL; }
 
 int asymo_pool_set_limit(asymo_pool *pool, int max_workers)
 {
@@ -869,7 +1125,7 @@ const asymo_pool *asymo_pool_current(void) { return tls_pool; }
  * the submitting thread runs the range itself, so no task is ever lost. */
 static void queue_or_run(asymo_pool *p, int w, job_t *j, int64_t lo, int64_t hi)
 {
-    range_t r = {j, lo, hi, -1};
+    range_t r = {j, lo, hi, -1, j->flags};
     if (rq_push_back(&p->workers[w].q, &r) == 0)
         return;
     for (int64_t t = lo; t < hi; t++)
@@ -892,7 +1148,7 @@ static int queue_shortest_first(asymo_pool *p, job_t *j, const int *idx, int nw,
         return ASYMO_ENOMEM;
     }
     for (int i = 0; i < nw; i++) {
-        L[i] = atomic_load_explicit(&p->workers[idx[i]].q.pending, memory_order_relaxed);
+        L[i] = wq_pending(&p->workers[idx[i]]);
         order[i] = i;
         give[i] = 0;
     }
