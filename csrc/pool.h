@@ -79,6 +79,16 @@ enum { ASYMO_RUN_CLUSTER_LOCAL = 1 };
 int asymo_pool_run_flags(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks,
                          const int64_t *cluster_counts, unsigned flags);
 
+/* Per-worker queue implementations (measured against each other by bench/pool_queues.py). */
+enum {
+    ASYMO_QUEUE_DEFAULT = -1, /* env ASYMO_POOL_QUEUE ("mutex" / "chaselev"), else the faster */
+    ASYMO_QUEUE_MUTEX = 0,    /* short mutex-protected deque of task ranges */
+    ASYMO_QUEUE_CHASELEV = 1  /* lock-free Chase-Lev deque of ranges, plus a submit inbox */
+};
+asymo_pool *asymo_pool_create_ex(int nworkers, const int *cpus, const int *worker_cluster,
+                                 int nclusters, int policy, int queue, int *err);
+int asymo_pool_queue(const asymo_pool *pool);
+
 /* How long an idle worker spins looking for work before it sleeps (microseconds). */
 int asymo_pool_set_spin_us(asymo_pool *pool, int spin_us);
 int asymo_pool_get_spin_us(const asymo_pool *pool);
