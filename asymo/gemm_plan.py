@@ -412,19 +412,22 @@ def _context(pool, topology):
 
 
 def _split_units(units, pool, split, weights):
+    if split is not None:
+        if isinstance(split, (str, bytes)) or not hasattr(split, "__len__"):
+            raise TypeError(f"split must be a sequence of weights (one per cluster), not "
+                            f"{type(split).__name__}")
+        try:
+            split = [float(x) for x in split]
+        except (TypeError, ValueError):
+            raise TypeError(f"split entries must be numbers, got {split!r}") from None
+        if len(split) != len(weights):
+            raise ValueError(f"split has {len(split)} entries but there are {len(weights)} "
+                             f"clusters")
+        if any(not math.isfinite(w) or w < 0 for w in split) or sum(split) <= 0:
+            raise ValueError(f"split ratio {split} must be finite, >= 0, with a positive entry")
     if pool is not None and hasattr(pool, "split_counts"):
         return list(pool.split_counts(units, split))
-    if split is None:
-        return _largest_remainder(units, weights)
-    split = list(split)
-    if len(split) != len(weights):
-        raise ValueError(f"split has {len(split)} entries but there are {len(weights)} "
-                         f"clusters")
-    if all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in split):
-        if sum(split) != units or min(split) < 0:
-            raise ValueError(f"split counts {split} must be >= 0 and sum to {units}")
-        return split
-    return _largest_remainder(units, [float(x) for x in split])
+    return _largest_remainder(units, weights if split is None else split)
 
 
 def _ranges(size, unit, pool, split, weights):
@@ -454,10 +457,9 @@ def plan_gemm(M, K, N, dtype="float32", pool=None, *, nbatch=1, split=None, bloc
         ``pool.split_counts``). None: the topology from ``topology`` or ``topology.detect()``.
     nbatch : int
         Products in the batch; small products of a batch are given whole to tasks.
-    split : sequence of float or int, optional
-        Processor-level split: a ratio per cluster (default: capacity x active workers), or
-        exact counts of split units (mr rows, nr columns, or 16 elements for "mv").
-        ``(1, 0)`` runs on the first cluster only.
+    split : sequence of float, optional
+        Processor-level split: a weight per cluster (default: capacity x active workers, as
+        ``pool.split_counts``). ``(1, 0)`` runs on the first cluster only.
     blocks : (mc, nc, kc) or a sequence of them per cluster, optional
         Overrides the block sizes.
     isa : str, optional
