@@ -78,17 +78,18 @@ def _find_cluster(P, t, t0_slot, nt_slot):
 def _tile(kb, mr, nr, ap, aoff, bp, boff, acc):
     """acc[mr x nr] = A rows (ap[aoff + i*kb + p]) @ B sliver (bp[boff + p*nr + j]).
 
-    The trip counts are run-time values on purpose: with constants LLVM unrolls the j loop
-    completely and then fails to vectorize it."""
-    for i in range(mr * nr):
-        acc[i] = 0
+    The inner loop indexes slices with the bare loop counter: Numba wraps negative indices,
+    and only an index LLVM can prove non-negative lets the loop vectorize. The trip counts
+    are run-time values on purpose: with constants LLVM unrolls the loop completely and then
+    does not vectorize it."""
+    acc[:] = 0
     for p in range(kb):
-        bb = boff + p * nr
+        brow = bp[boff + p * nr:boff + p * nr + nr]
         for i in range(mr):
             av = ap[aoff + i * kb + p]
-            base = i * nr
+            arow = acc[i * nr:i * nr + nr]
             for j in range(nr):
-                acc[base + j] += av * bp[bb + j]
+                arow[j] += av * brow[j]
 
 
 def _make_kernels(ptr, dtype):

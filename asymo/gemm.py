@@ -31,6 +31,7 @@ BACKENDS = ("c", "numba")
 BACKEND_ENV_VAR = "ASYMO_GEMM_BACKEND"
 
 _COMPUTED = (np.dtype(np.float32), np.dtype(np.float64))
+_CODES = {np.dtype(np.float32): lib.ASYMO_DTYPE_F32, np.dtype(np.float64): lib.ASYMO_DTYPE_F64}
 
 _ERRORS = {
     lib.ASYMO_EINVAL: "invalid argument",
@@ -38,31 +39,53 @@ _ERRORS = {
 }
 
 
+#: default backend: env ASYMO_GEMM_BACKEND, read once at import
+_default_backend = os.environ.get(BACKEND_ENV_VAR) or "c"
+
+
 def _check_backend(backend):
     if backend is None:
-        backend = os.environ.get(BACKEND_ENV_VAR) or "c"
+        backend = _default_backend
+        if backend in BACKENDS:
+            return backend
         source = f"env {BACKEND_ENV_VAR}"
+    elif backend in BACKENDS:
+        return backend
     else:
         source = "backend"
-    if backend not in BACKENDS:
-        raise ValueError(f"{source}={backend!r} is not a GEMM backend; expected one of "
-                         f"{list(BACKENDS)}")
-    return backend
+    raise ValueError(f"{source}={backend!r} is not a GEMM backend; expected one of "
+                     f"{list(BACKENDS)}")
+
+
+_get_pool = None
 
 
 def _resolve_pool(pool):
     """The pool to run on: the given one, else the process-wide default."""
+    global _get_pool
     if pool is not None:
         if not hasattr(pool, "_handle") or not hasattr(pool, "topology"):
             raise TypeError(f"pool must be an asymo.Pool, not {type(pool).__name__}")
         if getattr(pool, "closed", False):
             raise ValueError("pool is closed")
         return pool
-    try:
-        from asymo.pool import get_pool
-    except ImportError:  # the pool is not part of this build: run in the calling thread
-        return None
-    return get_pool()
+    if _get_pool is None:
+        from asymo.pool import get_pool as _get_pool
+    return _get_pool()
+
+
+def _wptr(x):
+    """``void *`` to element [0, ..., 0] of a writeable x."""
+    if x.flags.c_contiguous:
+        return ffi.from_buffer(x, require_writable=True)
+    return ffi.cast("void *", x.__array_interface__["data"][0])
+
+
+def _ptr(x):
+    """``void *`` to element [0, ..., 0] of x (buffer protocol when contiguous: fast)."""
+    if x.flags.c_contiguous:
+        return ffi.from_buffer(x)
+    return ffi.cast("void *", x.__array_interface__["data"][0])
 
 
 def _foreign(x):
@@ -81,24 +104,29 @@ def _shape_error(a, b, detail):
 
 def _result_geometry(a, b):
     """(batch shape, M, K, N, result shape), raising ValueError naming the shapes."""
-    if a.ndim == 0 or b.ndim == 0:
-        which = "a" if a.ndim == 0 else "b"
+    na, nb = a.ndim, b.ndim
+    if na == 0 or nb == 0:
+        which = "a" if na == 0 else "b"
         raise _shape_error(a, b, f"{which} is a scalar; matmul needs at least 1 dimension "
                                  "per operand (use * to multiply by a scalar)")
-    M = 1 if a.ndim == 1 else a.shape[-2]
-    K = a.shape[-1]
-    Kb = b.shape[0] if b.ndim == 1 else b.shape[-2]
-    N = 1 if b.ndim == 1 else b.shape[-1]
+    sa, sb = a.shape, b.shape
+    M = 1 if na == 1 else sa[-2]
+    K = sa[-1]
+    Kb = sb[0] if nb == 1 else sb[-2]
+    N = 1 if nb == 1 else sb[-1]
     if K != Kb:
         raise _shape_error(a, b, f"the last dimension of a ({K}) must equal the "
-                                 f"{'first' if b.ndim == 1 else 'second-to-last'} dimension "
+                                 f"{'first' if nb == 1 else 'second-to-last'} dimension "
                                  f"of b ({Kb})")
-    try:
-        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    except ValueError:
-        raise _shape_error(a, b, f"the batch dimensions {tuple(a.shape[:-2])} and "
-                                 f"{tuple(b.shape[:-2])} do not broadcast") from None
-    result = batch + ((M,) if a.ndim > 1 else ()) + ((N,) if b.ndim > 1 else ())
+    if na <= 2 and nb <= 2:
+        batch = ()
+    else:
+        try:
+            batch = np.broadcast_shapes(sa[:-2], sb[:-2])
+        except ValueError:
+            raise _shape_error(a, b, f"the batch dimensions {tuple(sa[:-2])} and "
+                                     f"{tuple(sb[:-2])} do not broadcast") from None
+    result = batch + ((M,) if na > 1 else ()) + ((N,) if nb > 1 else ())
     return batch, M, K, N, result
 
 
@@ -120,7 +148,7 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
         (an ``out`` of another dtype is filled by `numpy.matmul` with its casting rules).
         ``out`` may overlap the operands (the result goes through a temporary then).
     backend : {"c", "numba"}, optional
-        Kernel implementation; default env ``ASYMO_GEMM_BACKEND`` or ``"c"``.
+        Kernel implementation; default ``"c"`` (or env ``ASYMO_GEMM_BACKEND`` at import).
     pool : asymo.Pool, optional
         Pool to run on; default ``asymo.get_pool()``.
 
@@ -141,10 +169,21 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     array types go to `numpy.matmul` and return exactly its result.
     """
     backend = _check_backend(backend)
-    if _foreign(a) or _foreign(b) or (out is not None and type(out) is not np.ndarray):
+    if (out is None and backend == "c" and type(a) is np.ndarray and type(b) is np.ndarray
+            and a.ndim == 2 and 0 < b.ndim <= 2):
+        res = _matmul_2d(a, b, pool)
+        if res is not None:
+            return res
+    if type(a) is not np.ndarray:
+        if _foreign(a):
+            return np.matmul(a, b, out=out)
+        a = np.asarray(a)
+    if type(b) is not np.ndarray:
+        if _foreign(b):
+            return np.matmul(a, b, out=out)
+        b = np.asarray(b)
+    if out is not None and type(out) is not np.ndarray:
         return np.matmul(a, b, out=out)
-    a = np.asarray(a)
-    b = np.asarray(b)
     batch, M, K, N, rshape = _result_geometry(a, b)
     dt = a.dtype
     if (dt != b.dtype or dt not in _COMPUTED or not dt.isnative
@@ -157,11 +196,12 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     # views with the promoted dimensions restored: a2 (..., M, K), b2 (..., K, N), c2 (..., M, N)
     a2 = a[np.newaxis, :] if a.ndim == 1 else a
     b2 = b[:, np.newaxis] if b.ndim == 1 else b
-    c2 = res
     if a.ndim == 1:
-        c2 = np.expand_dims(c2, -2 if b.ndim > 1 else -1)
-    if b.ndim == 1:
-        c2 = np.expand_dims(c2, -1)
+        c2 = res[..., np.newaxis, :] if b.ndim > 1 else res[..., np.newaxis, np.newaxis]
+    elif b.ndim == 1:
+        c2 = res[..., np.newaxis]
+    else:
+        c2 = res
     nbatch = math.prod(batch)
     if nbatch == 0 or M == 0 or N == 0:
         return res[()] if scalar else res
@@ -183,6 +223,42 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     return res[()] if scalar else res
 
 
+def _matmul_2d(a, b, pool):
+    """The common case on a short path: 2-D @ 2-D or 2-D @ 1-D, float32/float64, no out.
+
+    Returns None when anything is unusual (the general path then handles it)."""
+    dt = a.dtype
+    code = _CODES.get(dt)
+    if code is None or b.dtype != dt:
+        return None
+    M, K = a.shape
+    if b.ndim == 2:
+        Kb, N = b.shape
+        rsb, csb = b.strides
+        rshape = (M, N)
+    else:
+        Kb, N = b.shape[0], 1
+        rsb, csb = b.strides[0], 0
+        rshape = (M,)
+    if K != Kb or M == 0 or N == 0 or K == 0:
+        return None
+    rsa, csa = a.strides
+    es = dt.itemsize
+    if ((rsa | csa | rsb | csb) % es  # itemsize is a power of two
+            or not (a.flags.aligned and b.flags.aligned)):
+        return None
+    c = np.empty(rshape, dt)
+    pool = _resolve_pool(pool)
+    plan = _plans.cached_plan(M, K, N, dt, pool)
+    handle = ffi.NULL if pool is None or plan.serial else pool._handle
+    rc = lib.asymo_gemm_2d(handle, plan.cdata(), code, M, K, N, _ptr(a), rsa // es, csa // es,
+                           _ptr(b), rsb // es, csb // es, ffi.from_buffer(c), N, 1)
+    if rc != lib.ASYMO_OK:
+        raise RuntimeError(f"asymo GEMM failed ({_ERRORS.get(rc, rc)}) for shape "
+                           f"(M, K, N) = ({M}, {K}, {N}), plan {plan}")
+    return c
+
+
 def _merged_rows(x, shape):
     """Row stride if x broadcast to ``shape`` (..., rows, cols) is one strided run of rows
     (the batch dimensions fold into the row dimension without a copy), else None."""
@@ -197,8 +273,11 @@ def _merged_rows(x, shape):
 
 
 def _run(a2, b2, c2, batch, M, K, N, backend, pool):
-    nbatch = math.prod(batch)
     nb = len(batch)
+    if nb == 0:
+        _call(a2, b2, c2, None, M, K, N, 1, backend, pool)
+        return
+    nbatch = math.prod(batch)
     b_batched = any(n != 1 and s != 0
                     for n, s in zip(np.broadcast_to(b2, batch + (K, N)).shape[:nb],
                                     np.broadcast_to(b2, batch + (K, N)).strides[:nb]))
@@ -243,12 +322,23 @@ def _run(a2, b2, c2, batch, M, K, N, backend, pool):
 def _call(a, b, c, offsets, M, K, N, nbatch, backend, pool, plan=None):
     """Run one (possibly batched) product; a, b, c are the 2-D views of item 0."""
     if plan is None:
-        plan = _plans.plan_gemm(M, K, N, a.dtype, pool, nbatch=nbatch)
+        plan = (_plans.cached_plan(M, K, N, a.dtype, pool) if nbatch == 1
+                else _plans.plan_gemm(M, K, N, a.dtype, pool, nbatch=nbatch))
     if backend == "numba":
         from asymo import _gemm_numba
         _gemm_numba.run(a, b, c, offsets, nbatch, plan, pool)
         return
     es = a.itemsize
+    handle = pool._handle if pool is not None and not plan.serial else ffi.NULL
+    if offsets is None:
+        rc = lib.asymo_gemm_2d(
+            handle, plan.cdata(), _CODES[a.dtype], M, K, N, _ptr(a), a.strides[0] // es,
+            a.strides[1] // es, _ptr(b), b.strides[0] // es, b.strides[1] // es, _wptr(c),
+            c.strides[0] // es, c.strides[1] // es)
+        if rc != lib.ASYMO_OK:
+            raise RuntimeError(f"asymo GEMM failed ({_ERRORS.get(rc, rc)}) for shape "
+                               f"(M, K, N) = ({M}, {K}, {N}), plan {plan}")
+        return
     g = ffi.new("asymo_gemm_args *")
     g.dtype = _plans.DTYPES[a.dtype.name]
     g.m, g.k, g.n = M, K, N
@@ -259,11 +349,8 @@ def _call(a, b, c, offsets, M, K, N, nbatch, backend, pool, plan=None):
     g.c = ffi.cast("void *", c.__array_interface__["data"][0])
     g.rsc, g.csc = c.strides[0] // es, c.strides[1] // es
     g.nbatch = nbatch
-    keep = None
-    if offsets is not None:
-        keep = [ffi.cast("int64_t *", o.ctypes.data) for o in offsets]
-        g.a_offsets, g.b_offsets, g.c_offsets = keep
-    handle = pool._handle if pool is not None else ffi.NULL
+    keep = [ffi.cast("int64_t *", o.ctypes.data) for o in offsets]
+    g.a_offsets, g.b_offsets, g.c_offsets = keep
     rc = lib.asymo_gemm(handle, g, plan.cdata())
     del keep
     if rc != lib.ASYMO_OK:

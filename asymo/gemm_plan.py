@@ -27,9 +27,11 @@ worker for balance. The calibration replaces the choice with its cost model thro
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,7 +40,8 @@ from asymo._ffi import ffi, lib
 
 __all__ = [
     "GemmPlan", "plan_gemm", "default_blocks", "block_candidates", "set_block_chooser",
-    "isa_names", "supported_isas", "best_isa", "kernel_tile", "clear_plan_cache",
+    "isa_names", "supported_isas", "best_isa", "force_isa", "kernel_tile", "clear_plan_cache",
+    "cached_plan",
     "SKINNY_MAX", "ISA_ENV_VAR",
 ]
 
@@ -61,6 +64,8 @@ _FALLBACK_L2 = 512 * 1024
 TASKS_PER_WORKER = 4
 #: products of a batch smaller than this (FLOPs) are given whole to tasks
 BATCH_SPLIT_FLOPS = 4e6
+#: products (whole batches) below this many FLOPs run in the calling thread
+SERIAL_FLOPS = 2e5
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,32 +78,56 @@ def isa_names():
                       lib.ASYMO_ISA_NEON)}
 
 
+_SUPPORTED = None
+#: the ISA forced by env ASYMO_GEMM_ISA (read once, at import) or by `force_isa`
+_forced_isa = os.environ.get(ISA_ENV_VAR) or None
+
+
 def supported_isas():
     """Names of the kernel families this CPU runs and this build contains, best last."""
-    out = []
-    for value, name in sorted(isa_names().items()):
-        if lib.asymo_gemm_kernel_tile(value, lib.ASYMO_DTYPE_F32, ffi.NULL, ffi.NULL) == 0:
-            out.append(name)
-    return out
+    global _SUPPORTED
+    if _SUPPORTED is None:
+        _SUPPORTED = tuple(
+            name for value, name in sorted(isa_names().items())
+            if lib.asymo_gemm_kernel_tile(value, lib.ASYMO_DTYPE_F32, ffi.NULL, ffi.NULL) == 0)
+    return list(_SUPPORTED)
 
 
 def best_isa():
-    """The family used by default: env ``ASYMO_GEMM_ISA`` if set, else the best supported."""
-    forced = os.environ.get(ISA_ENV_VAR)
-    if forced:
-        return _check_isa(forced, source=f"env {ISA_ENV_VAR}")
-    return supported_isas()[-1]
+    """The family used by default: the forced one (`force_isa`, or env ``ASYMO_GEMM_ISA`` at
+    import), else the best supported."""
+    if _forced_isa is not None:
+        return _check_isa(_forced_isa, source=f"env {ISA_ENV_VAR}")
+    if _SUPPORTED is None:
+        supported_isas()
+    return _SUPPORTED[-1]
+
+
+@contextlib.contextmanager
+def force_isa(name):
+    """Use kernel family ``name`` for every plan made inside the block (tests, comparisons).
+
+    Not thread-safe: it changes a process-wide default."""
+    global _forced_isa
+    _check_isa(name)
+    saved, _forced_isa = _forced_isa, name
+    try:
+        yield name
+    finally:
+        _forced_isa = saved
 
 
 def _check_isa(name, source="isa"):
+    if _SUPPORTED is None:
+        supported_isas()
+    if isinstance(name, str) and name in _SUPPORTED:
+        return name
     names = {v: k for k, v in isa_names().items()}
     if not isinstance(name, str) or name not in names:
         raise ValueError(f"{source}={name!r} is not a kernel family; expected one of "
                          f"{sorted(names)}")
-    if name not in supported_isas():
-        raise ValueError(f"{source}={name!r}: this CPU or build cannot run it; supported: "
-                         f"{supported_isas()}")
-    return name
+    raise ValueError(f"{source}={name!r}: this CPU or build cannot run it; supported: "
+                     f"{list(_SUPPORTED)}")
 
 
 def _isa_value(name):
@@ -115,7 +144,16 @@ def kernel_tile(isa, dtype):
     return mr[0], nr[0]
 
 
+_DTYPE_ALIASES = {"float32": "float32", "float64": "float64", np.float32: "float32",
+                  np.float64: "float64", np.dtype(np.float32): "float32",
+                  np.dtype(np.float64): "float64"}
+
+
 def _dtype_name(dtype):
+    try:
+        return _DTYPE_ALIASES[dtype]
+    except (KeyError, TypeError):
+        pass
     name = np.dtype(dtype).name
     if name not in DTYPES:
         raise TypeError(f"asymo's GEMM computes float32 and float64, not {name}")
@@ -147,6 +185,9 @@ class GemmPlan:
         Micro-kernel family.
     nbatch : int
         Number of products the plan was made for (a "batch" split needs it to match).
+    serial : bool
+        Run in the calling thread without the pool: for tiny products, where waking the
+        workers costs more than the work.
     """
 
     shape: tuple
@@ -158,6 +199,7 @@ class GemmPlan:
     chunks: tuple
     isa: str
     nbatch: int = 1
+    serial: bool = False
     _cdata: object = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):
@@ -169,6 +211,7 @@ class GemmPlan:
         object.__setattr__(self, "blocks", tuple(tuple(int(x) for x in b) for b in self.blocks))
         object.__setattr__(self, "chunks", tuple(int(x) for x in self.chunks))
         object.__setattr__(self, "nbatch", int(self.nbatch))
+        object.__setattr__(self, "serial", bool(self.serial))
         self._validate()
 
     def _validate(self):
@@ -259,7 +302,7 @@ class GemmPlan:
                 "split_dim": self.split_dim,
                 "cluster_ranges": [list(r) for r in self.cluster_ranges],
                 "blocks": [list(b) for b in self.blocks], "chunks": list(self.chunks),
-                "isa": self.isa, "nbatch": self.nbatch}
+                "isa": self.isa, "nbatch": self.nbatch, "serial": self.serial}
 
     @classmethod
     def from_dict(cls, d):
@@ -268,7 +311,8 @@ class GemmPlan:
                        split_dim=d["split_dim"],
                        cluster_ranges=tuple(tuple(r) for r in d["cluster_ranges"]),
                        blocks=tuple(tuple(b) for b in d["blocks"]), chunks=tuple(d["chunks"]),
-                       isa=d["isa"], nbatch=d.get("nbatch", 1))
+                       isa=d["isa"], nbatch=d.get("nbatch", 1),
+                       serial=d.get("serial", False))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a GemmPlan dict: {exc}") from None
 
@@ -381,8 +425,32 @@ _PLAN_CACHE_MAX = 4096
 
 
 def clear_plan_cache():
+    """Forget every cached plan (the next calls plan again)."""
     with _cache_lock:
         _plan_cache.clear()
+        _hot_plans.clear()
+
+
+_hot_plans = {}
+
+
+def cached_plan(M, K, N, dtype, pool):
+    """`plan_gemm(M, K, N, dtype, pool)` through a lean cache for the call path of matmul.
+
+    Keyed by the pool's identity and worker limit, the forced ISA and the block chooser; a
+    hit costs a dictionary lookup."""
+    limit = lib.asymo_pool_get_limit(pool._handle) if pool is not None else 0
+    key = (M, K, N, dtype, id(pool), limit, _forced_isa, _block_chooser)
+    hit = _hot_plans.get(key)
+    if hit is not None and hit[1]() is pool:
+        return hit[0]
+    plan = plan_gemm(M, K, N, dtype, pool)
+    plan.cdata()
+    with _cache_lock:
+        if len(_hot_plans) >= _PLAN_CACHE_MAX:
+            _hot_plans.clear()
+        _hot_plans[key] = (plan, (lambda: None) if pool is None else weakref.ref(pool))
+    return plan
 
 
 def _largest_remainder(n, weights):
@@ -478,19 +546,28 @@ def plan_gemm(M, K, N, dtype="float32", pool=None, *, nbatch=1, split=None, bloc
     if min(M, K, N) < 0 or nbatch < 1:
         raise ValueError(f"plan_gemm: bad shape (M, K, N) = ({M}, {K}, {N}), nbatch={nbatch}")
     isa = best_isa() if isa is None else _check_isa(isa)
-    topo, active, pool = _context(pool, topology)
+    # the pool (or topology) enters the key by identity, checked on a hit
+    if pool is not None:
+        owner, limit = pool.topology, getattr(pool, "limit", None)
+    elif topology is not None:
+        owner, limit = topology, None
+    else:
+        owner, limit = None, None
     key = (M, K, N, dname, nbatch, isa, _freeze(split), _freeze(blocks), kind, split_dim,
-           topo.to_spec(), _caches_key(topo), active, _block_chooser)
-    with _cache_lock:
-        plan = _plan_cache.get(key)
-    if plan is not None:
-        return plan
+           id(owner) if owner is not None else None, limit, _block_chooser)
+    if owner is not None:
+        with _cache_lock:
+            hit = _plan_cache.get(key)
+        if hit is not None and hit[1] is owner:
+            return hit[0]
+    topo, active, pool = _context(pool, topology)
     plan = _make_plan(M, K, N, dname, nbatch, isa, topo, active, pool, split, blocks, kind,
                       split_dim)
-    with _cache_lock:
-        if len(_plan_cache) >= _PLAN_CACHE_MAX:
-            _plan_cache.clear()
-        _plan_cache[key] = plan
+    if owner is not None:
+        with _cache_lock:
+            if len(_plan_cache) >= _PLAN_CACHE_MAX:
+                _plan_cache.clear()
+            _plan_cache[key] = (plan, owner)
     return plan
 
 
@@ -500,11 +577,6 @@ def _freeze(x):
     if isinstance(x, (list, tuple)):
         return tuple(_freeze(v) for v in x)
     return x
-
-
-def _caches_key(topo):
-    return tuple((c.l1d.size if c.l1d else None, c.l2.size if c.l2 else None,
-                  tuple(c.l2.shared_cpus) if c.l2 else None) for c in topo.clusters)
 
 
 def _make_plan(M, K, N, dname, nbatch, isa, topo, active, pool, split, blocks, kind,
@@ -582,4 +654,4 @@ def _make_plan(M, K, N, dname, nbatch, isa, topo, active, pool, split, blocks, k
             chunks.append(max(floor, _round_up(-(-n // (TASKS_PER_WORKER * threads)), 16)))
     return GemmPlan(shape=(M, K, N), dtype=dname, kind=kind, split_dim=split_dim,
                     cluster_ranges=ranges, blocks=tuple(blks), chunks=tuple(chunks), isa=isa,
-                    nbatch=nbatch)
+                    nbatch=nbatch, serial=per_item * nbatch < SERIAL_FLOPS)

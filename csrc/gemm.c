@@ -874,3 +874,27 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
     ws_release(cv.base, need);
     return err;
 }
+
+int asymo_gemm_2d(struct asymo_pool *pool, const asymo_gemm_plan *plan, int dtype, int64_t m,
+                  int64_t k, int64_t n, const void *a, int64_t rsa, int64_t csa,
+                  const void *b, int64_t rsb, int64_t csb, void *c, int64_t rsc,
+                  int64_t csc)
+{
+    asymo_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.dtype = dtype;
+    g.m = m;
+    g.k = k;
+    g.n = n;
+    g.a = a;
+    g.rsa = rsa;
+    g.csa = csa;
+    g.b = b;
+    g.rsb = rsb;
+    g.csb = csb;
+    g.c = c;
+    g.rsc = rsc;
+    g.csc = csc;
+    g.nbatch = 1;
+    return asymo_gemm(pool, &g, plan);
+}

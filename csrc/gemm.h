@@ -88,6 +88,12 @@ typedef struct {
 int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *args,
                const asymo_gemm_plan *plan);
 
+/* One 2-D product, operands passed as plain arguments: the cheapest call from Python. */
+int asymo_gemm_2d(struct asymo_pool *pool, const asymo_gemm_plan *plan, int dtype, int64_t m,
+                  int64_t k, int64_t n, const void *a, int64_t rsa, int64_t csa,
+                  const void *b, int64_t rsb, int64_t csb, void *c, int64_t rsc,
+                  int64_t csc);
+
 /* Register tile of the micro-kernel for (isa, dtype); returns ASYMO_OK or ASYMO_EINVAL when
  * that kernel family is not compiled into this build or the CPU cannot run it. */
 int asymo_gemm_kernel_tile(int isa, int dtype, int *mr, int *nr);

@@ -3,7 +3,6 @@ for every backend, every micro-kernel family the CPU runs, and asymmetric pools.
 import os
 import threading
 import warnings
-from unittest import mock
 
 import numpy as np
 import pytest
@@ -95,7 +94,7 @@ SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @settings(max_examples=60, **SETTINGS)
 @given(case=operands())
 def test_matches_numpy_c_backend(case, isa):
-    with mock.patch.dict(os.environ, {gemm_plan.ISA_ENV_VAR: isa}):
+    with gemm_plan.force_isa(isa):
         assert gemm_plan.best_isa() == isa
         run_case(case, backend="c")
 
