@@ -27,7 +27,8 @@ Modes:
   caches.
 
 Every figure is a median over ``--rounds`` interleaved rounds (each round times every
-contender on the shape, in turn), so slow drifts of the machine hit all contenders alike.
+contender on the shape, in turn, after a pause that lets the previous contender's idle threads
+stop spinning), so slow drifts of the machine hit all contenders alike.
 Ratios are time(baseline) / time(asymo): above 1 means asymo is faster.
 """
 from __future__ import annotations
@@ -73,6 +74,8 @@ MM_SHAPES = [
 MV_SHAPES = [(f"mv.{m}x{k}", m, k, 1) for m in (256, 512, 1024, 2048)
              for k in (128, 256, 512, 1024, 2048)]
 CUBE = [("cube.1024", 1024, 1024, 1024)]
+#: seconds between contenders (see measure)
+SETTLE = 0.15
 QUICK = {"vgg16.conv2_2", "vgg16.conv3_2", "vgg16.conv4_2", "vgg16.conv5_x", "mobilenet.pw2",
          "mobilenet.pw6", "mv.256x128", "mv.512x1024", "mv.1024x512", "mv.2048x2048",
          "cube.1024"}
@@ -112,6 +115,10 @@ def measure(shape, contenders, rounds, target, dtype):
     times = {name: [] for name in calls}
     for _ in range(rounds):
         for name, fn in calls.items():
+            # Let the previous contender's idle threads stop spinning first: OpenBLAS workers
+            # busy-wait about 2^28 cycles (~0.1 s) after a call, asymo's 0.2 ms; either would
+            # otherwise take cycles from the next contender.
+            time.sleep(SETTLE)
             times[name].append(_per_call(fn, target))
     return {name: float(np.median(t)) for name, t in times.items()}
 
