@@ -174,6 +174,37 @@ static const asymo_gemm_kernel *kernel_for(int isa, int dtype)
     }
 }
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+/* AMD family 19h with AVX-512 is Zen 4: its 512-bit FMAs are double-pumped 256-bit ones. On the
+ * development machine (EPYC Zen 4, 2 cores) the AVX-512 kernel matched AVX2 on one core but
+ * fell to 0.5-0.8x of it when both cores ran it, while AVX2 kept its speed on both. */
+static int double_pumped_avx512(void)
+{
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx))
+        return 0;
+    const int amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
+    if (!amd || !__get_cpuid(1, &eax, &ebx, &ecx, &edx))
+        return 0;
+    unsigned family = (eax >> 8) & 0xf;
+    if (family == 0xf)
+        family += (eax >> 20) & 0xff;
+    return family == 0x19;
+}
+#endif
+
+int asymo_gemm_default_isa(void)
+{
+    int best = asymo_isa_best();
+#if defined(__x86_64__)
+    if (best == ASYMO_ISA_AVX512 && double_pumped_avx512()
+        && (asymo_isa_supported() & (1u << ASYMO_ISA_AVX2_FMA)))
+        best = ASYMO_ISA_AVX2_FMA;
+#endif
+    return kernel_for(best, ASYMO_DTYPE_F32) ? best : ASYMO_ISA_PORTABLE;
+}
+
 int asymo_gemm_kernel_tile(int isa, int dtype, int *mr, int *nr)
 {
     const asymo_gemm_kernel *k;

@@ -94,6 +94,11 @@ int asymo_gemm_2d(struct asymo_pool *pool, const asymo_gemm_plan *plan, int dtyp
                   const void *b, int64_t rsb, int64_t csb, void *c, int64_t rsc,
                   int64_t csc);
 
+/* The kernel family used by default: the widest the CPU runs, except on CPUs that execute
+ * 512-bit FMAs as two 256-bit halves (AMD Zen 4) where AVX2+FMA has the same peak and keeps
+ * it with every core busy. */
+int asymo_gemm_default_isa(void);
+
 /* Register tile of the micro-kernel for (isa, dtype); returns ASYMO_OK or ASYMO_EINVAL when
  * that kernel family is not compiled into this build or the CPU cannot run it. */
 int asymo_gemm_kernel_tile(int isa, int dtype, int *mr, int *nr);
