@@ -64,8 +64,13 @@ _FALLBACK_L2 = 512 * 1024
 TASKS_PER_WORKER = 8
 #: products of a batch smaller than this (FLOPs) are given whole to tasks
 BATCH_SPLIT_FLOPS = 4e6
-#: products (whole batches) below this many FLOPs run in the calling thread
-SERIAL_FLOPS = 2e5
+#: products (whole batches) below this many FLOPs are not worth waking a second core for: on a
+#: symmetric machine they run in the calling thread, on an asymmetric one on the fastest
+#: cluster. Measured on the development machine: a pool job costs 3-20 us more than a call in
+#: the calling thread, the time of about 1 MFLOP of GEMM; matrix-vector products, bound by
+#: memory bandwidth, gain little from a second core below about 2 MFLOP.
+SERIAL_FLOPS = 1e6
+SERIAL_FLOPS_MV = 2e6
 
 
 # ---------------------------------------------------------------------------------------------
@@ -449,23 +454,26 @@ def clear_plan_cache():
 _hot_plans = {}
 
 
-def cached_plan(M, K, N, dtype, pool):
+def cached_plan(M, K, N, dtype, pool, with_cdata=False):
     """`plan_gemm(M, K, N, dtype, pool)` through a lean cache for the call path of matmul.
 
     Keyed by the pool's identity and worker limit, the forced ISA and the block chooser; a
-    hit costs a dictionary lookup."""
-    limit = lib.asymo_pool_get_limit(pool._handle) if pool is not None else 0
+    hit costs a dictionary lookup. With ``with_cdata``, returns ``(plan, plan.cdata())``."""
+    limit = _get_limit(pool._handle) if pool is not None else 0
     key = (M, K, N, dtype, id(pool), limit, _forced_isa, _block_chooser)
     hit = _hot_plans.get(key)
     if hit is not None and hit[1]() is pool:
-        return hit[0]
+        return (hit[0], hit[2]) if with_cdata else hit[0]
     plan = plan_gemm(M, K, N, dtype, pool)
-    plan.cdata()
+    cdata = plan.cdata()
     with _cache_lock:
         if len(_hot_plans) >= _PLAN_CACHE_MAX:
             _hot_plans.clear()
-        _hot_plans[key] = (plan, (lambda: None) if pool is None else weakref.ref(pool))
-    return plan
+        _hot_plans[key] = (plan, (lambda: None) if pool is None else weakref.ref(pool), cdata)
+    return (plan, cdata) if with_cdata else plan
+
+
+_get_limit = lib.asymo_pool_get_limit
 
 
 def _largest_remainder(n, weights):
@@ -619,6 +627,10 @@ def _make_plan(M, K, N, dname, nbatch, isa, topo, active, pool, split, blocks, k
         raise ValueError(f"kind {kind!r} is not one of {sorted(KINDS)}")
 
     per_item = 2.0 * M * K * N
+    small = per_item * nbatch < (SERIAL_FLOPS_MV if kind == "mv" else SERIAL_FLOPS)
+    serial = small and split is None and not topo.is_asymmetric
+    if small and split is None and topo.is_asymmetric:
+        split = [1.0] + [0.0] * (ncl - 1)
     if split_dim is None:
         if nbatch > 1 and per_item < BATCH_SPLIT_FLOPS and nbatch >= total_workers:
             split_dim = "batch"
@@ -669,4 +681,4 @@ def _make_plan(M, K, N, dname, nbatch, isa, topo, active, pool, split, blocks, k
             chunks.append(max(floor, _round_up(-(-n // (TASKS_PER_WORKER * threads)), 16)))
     return GemmPlan(shape=(M, K, N), dtype=dname, kind=kind, split_dim=split_dim,
                     cluster_ranges=ranges, blocks=tuple(blks), chunks=tuple(chunks), isa=isa,
-                    nbatch=nbatch, serial=per_item * nbatch < SERIAL_FLOPS)
+                    nbatch=nbatch, serial=serial)
