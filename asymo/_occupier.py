@@ -9,6 +9,9 @@ Exit status: 0 time limit reached, 3 parent gone, 2 set-up failed (the status li
 from __future__ import annotations
 
 import argparse
+import errno
+import fcntl
+import os
 import signal
 import sys
 
@@ -31,6 +34,14 @@ def main(argv=None):
     p.add_argument("--ready-fd", type=int, default=-1)
     args = p.parse_args(argv)
 
+    # Two helpers on one core would add up (and two emulations would each measure garbage):
+    # the helper holds an exclusive lock on a per-cpu file for as long as it lives, so the
+    # kernel releases it whatever way the helper dies.
+    lock = _lock_cpu(args.cpu)
+    if lock is False:
+        _report(args.ready_fd, f"error cpu_busy {errno.EBUSY}\n")
+        return EXIT_SETUP_FAILED
+
     from asymo._ffi import ffi, lib
 
     params = ffi.new("asymo_occupy_params *", {
@@ -49,6 +60,44 @@ def main(argv=None):
     if stats.stop_reason == lib.ASYMO_OCCUPY_PARENT_GONE:
         return EXIT_PARENT_GONE
     return EXIT_TIME_LIMIT
+
+
+def lock_path(cpu):
+    return os.path.join("/tmp", f"asymo-emulate-cpu{cpu}.lock")
+
+
+def _lock_cpu(cpu):
+    """An fd holding the cpu's lock, False if another helper holds it, None if no lock file
+    can be opened here (then emulations are not checked for overlap across processes)."""
+    path = lock_path(cpu)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            os.fchmod(fd, 0o666)  # let other users' emulations take the same lock
+        except OSError:
+            pass
+    except OSError:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _report(fd, line):
+    if fd >= 0:
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
 
 
 if __name__ == "__main__":

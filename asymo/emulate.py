@@ -486,6 +486,11 @@ class Emulation:
                     "real-time runtime (cpu.rt_runtime_us > 0) where RT group scheduling is "
                     "enabled. Run as root, grant CAP_SYS_NICE, or ask for the imprecise "
                     "SCHED_OTHER emulator by name: mode='approximate' (CLI: --approximate).")
+            if step == "cpu_busy":
+                raise EmulationError(
+                    f"cpu {h.cpu} is already slowed by an emulator helper of another process "
+                    f"(it holds {_occupier_lock_path(h.cpu)}); two helpers on one core would "
+                    "add up. Wait for that emulation to end.")
             if step == "sched_setaffinity":
                 raise EmulationError(f"cannot pin the emulator helper to cpu {h.cpu}: "
                                      f"{os.strerror(err)} (is it online and in the cpuset?)")
@@ -532,6 +537,11 @@ class Emulation:
             if h.ready_r is not None:
                 os.close(h.ready_r)
                 h.ready_r = None
+
+
+def _occupier_lock_path(cpu):
+    from asymo._occupier import lock_path
+    return lock_path(cpu)
 
 
 def _notify_topology_change():
