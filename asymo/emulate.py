@@ -484,7 +484,9 @@ class Emulation:
                     f"({os.strerror(err)}). Real-time scheduling needs root or the "
                     "CAP_SYS_NICE capability (or `ulimit -r` >= 1), and a cgroup with "
                     "real-time runtime (cpu.rt_runtime_us > 0) where RT group scheduling is "
-                    "enabled. Run as root, grant CAP_SYS_NICE, or ask for the imprecise "
+                    "enabled" + (" (this process is root, so CAP_SYS_NICE was dropped, as in "
+                                 "an unprivileged container)" if os.geteuid() == 0 else "")
+                    + ". Run as root, grant CAP_SYS_NICE, or ask for the imprecise "
                     "SCHED_OTHER emulator by name: mode='approximate' (CLI: --approximate).")
             if step == "cpu_busy":
                 raise EmulationError(

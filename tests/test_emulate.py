@@ -355,11 +355,22 @@ def measured_speed(slow, fast, rounds=5, target=0.12):
 @emulator
 @pytest.mark.parametrize("speed", [0.5])
 def test_single_thread_work_on_the_slowed_core_runs_at_the_requested_speed(speed):
+    # Other processes on a shared 2-core box can skew one measurement: up to 3 attempts, each
+    # a median of 5 interleaved rounds. A helper that does not slow the core fails all three.
+    measured = []
     with E.slow_cores({SLOW_CPU: speed}):
-        got = measured_speed(SLOW_CPU, FAST_CPU)
-    assert speed - 0.15 < got < speed + 0.15, f"asked {speed}, measured {got:.3f}"
+        for _ in range(3):
+            measured.append(measured_speed(SLOW_CPU, FAST_CPU))
+            if speed - 0.15 < measured[-1] < speed + 0.15:
+                break
+    assert speed - 0.15 < measured[-1] < speed + 0.15, f"asked {speed}, measured {measured}"
     # The same measurement without emulation shows two equal cores.
-    assert 0.8 < measured_speed(SLOW_CPU, FAST_CPU, rounds=3, target=0.06) < 1.25
+    control = []
+    for _ in range(3):
+        control.append(measured_speed(SLOW_CPU, FAST_CPU, rounds=3, target=0.06))
+        if 0.8 < control[-1] < 1.25:
+            break
+    assert 0.8 < control[-1] < 1.25, f"unemulated ratio {control}"
 
 
 # -- command line -------------------------------------------------------------------------------
