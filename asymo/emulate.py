@@ -292,7 +292,7 @@ class Emulation:
         self.env = {}
         self._helpers = []
         self._saved_env = None
-        self._owner_thread = None
+        self._owner_pid = None
         self._started_at = None
 
     # -- public ---------------------------------------------------------------------------
@@ -309,6 +309,12 @@ class Emulation:
     def pids(self):
         """cpu -> pid of each running helper."""
         return {h.cpu: h.pid for h in self._helpers}
+
+    @property
+    def helper_status(self):
+        """cpu -> what each helper reported once running, e.g. ``"fifo priority=1"`` or
+        ``"approximate nice=-20"``."""
+        return {h.cpu: h.detail for h in self._helpers}
 
     def start(self):
         """Start the helpers and set the environment. Raises on any failure, leaving nothing
@@ -332,6 +338,9 @@ class Emulation:
             env = {}
             if slowed:
                 topo = emulated_topology(self.speeds, cpus=allowed)
+                # An enclosing emulation (e.g. `asymo emulate -- python ...`) is already in
+                # ASYMO_TOPOLOGY; keep its cpus in ASYMO_EMULATED too.
+                topo = topo.replace(emulated={**inherited, **topo.emulated})
                 env = {_topology.ENV_VAR: topo.to_spec(),
                        ENV_EMULATED: format_emulated(topo.emulated)}
                 self.topology = topo
@@ -342,7 +351,7 @@ class Emulation:
             raise
         self.env = env
         self._saved_env = {k: os.environ.get(k) for k in env}
-        self._owner_thread = threading.get_ident()
+        self._owner_pid = os.getpid()
         self._started_at = time.monotonic()
         os.environ.update(env)
         if env:
@@ -357,8 +366,8 @@ class Emulation:
 
     def stop(self):
         """Stop the helpers and restore the environment (idempotent)."""
-        if not self.active:
-            return
+        if not self.active or os.getpid() != self._owner_pid:
+            return  # a forked child does not own its parent's helpers
         try:
             problems = self._early_exits()
             self._stop_helpers()
@@ -385,7 +394,7 @@ class Emulation:
 
     def __del__(self):
         # A forgotten Emulation must not keep cores busy until the time limit.
-        if getattr(self, "_helpers", None):
+        if getattr(self, "_helpers", None) and os.getpid() == self._owner_pid:
             for h in self._helpers:
                 try:
                     h.proc.kill()

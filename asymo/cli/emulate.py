@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -117,6 +118,9 @@ def run(args):
     if not command:
         args.parser.error("no COMMAND given (usage: asymo emulate --core 1 --speed 0.5 -- "
                           "COMMAND ...)")
+    if "/" not in command[0] and shutil.which(command[0]) is None:
+        print(f"asymo emulate: command not found: {command[0]}", file=sys.stderr)
+        return 127
     speeds = _speeds(args)
     mode = "approximate" if args.approximate else "fifo"
     try:
