@@ -66,7 +66,8 @@ on_topology_change = []
 
 _EXIT_TIME_LIMIT, _EXIT_SETUP_FAILED, _EXIT_PARENT_GONE = 0, 2, 3
 _registry_lock = threading.Lock()
-_active_cpus = {}  # cpu -> Emulation, for emulations running in this process
+_active_cpus = {}  # cpu -> id() of the Emulation slowing it in this process (no reference,
+                  # so a forgotten Emulation can still be collected and stop its helpers)
 
 
 class EmulationError(RuntimeError):
@@ -293,7 +294,6 @@ class Emulation:
         self._helpers = []
         self._saved_env = None
         self._owner_pid = None
-        self._started_at = None
 
     # -- public ---------------------------------------------------------------------------
     @property
@@ -333,7 +333,7 @@ class Emulation:
             if busy:
                 raise ValueError(f"cpu {busy[0]} is already slowed by an enclosing emulation")
             for cpu in slowed:
-                _active_cpus[cpu] = self
+                _active_cpus[cpu] = id(self)
         try:
             env = {}
             if slowed:
@@ -352,7 +352,6 @@ class Emulation:
         self.env = env
         self._saved_env = {k: os.environ.get(k) for k in env}
         self._owner_pid = os.getpid()
-        self._started_at = time.monotonic()
         os.environ.update(env)
         if env:
             _notify_topology_change()
@@ -400,6 +399,7 @@ class Emulation:
                     h.proc.kill()
                 except OSError:
                     pass
+            self._release_cpus()
 
     def __repr__(self):
         speeds = ", ".join(f"cpu{c}@{s:g}" for c, s in self.speeds.items())
@@ -420,7 +420,7 @@ class Emulation:
     def _release_cpus(self):
         with _registry_lock:
             for cpu in list(_active_cpus):
-                if _active_cpus[cpu] is self:
+                if _active_cpus[cpu] == id(self):
                     del _active_cpus[cpu]
 
     def _start_helpers(self, slowed):

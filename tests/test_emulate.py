@@ -257,6 +257,22 @@ def test_helper_stops_after_an_exception_in_the_block():
 
 
 @emulator
+def test_a_forgotten_emulation_stops_its_helper_when_collected(monkeypatch):
+    import gc
+
+    monkeypatch.delenv(E.ENV_EMULATED, raising=False)
+    monkeypatch.delenv(topo.ENV_VAR, raising=False)
+    emu = E.slow_cores({SLOW_CPU: 0.5}).start()
+    pid = emu.pids[SLOW_CPU]
+    del emu
+    gc.collect()
+    assert wait_gone([pid], timeout=1.0)
+    os.environ.pop(E.ENV_EMULATED)  # a forgotten emulation cannot restore the env
+    with E.slow_cores({SLOW_CPU: 0.5}):  # and the cpu is free again
+        pass
+
+
+@emulator
 def test_same_cpu_cannot_be_slowed_twice():
     with E.slow_cores({SLOW_CPU: 0.5}):
         with pytest.raises(ValueError, match="already slowed"):

@@ -153,5 +153,8 @@ def _describe(emu):
            "approximate": "APPROXIMATE (SCHED_OTHER) helpers: speeds are not precise"}[emu.mode]
     print(f"asymo emulate: {slowed} ({how}, period {emu.period * 1e3:g} ms, time limit "
           f"{emu.time_limit:g} s); emulates speed, not cache size", file=sys.stderr)
+    if emu.mode == "approximate":
+        for cpu, status in emu.helper_status.items():
+            print(f"asymo emulate: helper on cpu {cpu}: {status}", file=sys.stderr)
     for k, v in emu.env.items():
         print(f"asymo emulate: {k}={v}", file=sys.stderr)
