@@ -147,16 +147,14 @@ int asymo_occupy_core(const asymo_occupy_params *p, asymo_occupy_stats *stats)
     const int64_t busy = (int64_t)llround(p->busy_fraction * (double)period);
     const int64_t t0 = now_ns();
     const int64_t end = t0 + (int64_t)(p->time_limit_s * 1e9);
-    /* Wake-ups come late by a roughly constant delay (timer interrupt, a VM exit, preempting
-     * the thread that runs there), tens of microseconds: a sizeable share of a 1 ms period.
-     * Asking to wake that much early, as a running mean of what was measured, centres the
-     * start of each busy phase on the grid so the core is occupied for `busy` on average. */
-    int64_t wake_early = 0;
-    const int64_t max_early = (period - busy) / 2;
     int64_t start = t0, t = t0;
     stats->stop_reason = ASYMO_OCCUPY_TIME_LIMIT;
 
     while (start < end) {
+        /* The busy phase ends on the grid, at start + busy, however late the wake-up was:
+         * the time from the timer's deadline to this thread running (interrupt, switching
+         * away from the workload, a VM exit) is taken from the other threads too, so it is
+         * part of the share this helper takes, not extra. */
         int64_t busy_end = start + busy < end ? start + busy : end;
         int64_t spin_from = t;
         while ((t = now_ns()) < busy_end)
@@ -179,18 +177,9 @@ int asymo_occupy_core(const asymo_occupy_params *p, asymo_occupy_stats *stats)
         }
         if (next >= end)
             break;
-        int64_t deadline = next - wake_early;
-        if (deadline > t) {
-            sleep_until(deadline);
-            t = now_ns();
-            int64_t late = t - deadline;
-            stats->late_ns += late;
-            wake_early += (late - wake_early) / 16;
-            if (wake_early > max_early)
-                wake_early = max_early;
-            if (wake_early < 0)
-                wake_early = 0;
-        }
+        sleep_until(next);
+        t = now_ns();
+        stats->late_ns += t - next;
         start = next;
     }
     stats->elapsed_ns = now_ns() - t0;

@@ -35,9 +35,10 @@ typedef struct {
 typedef struct {
     int64_t periods;       /* periods in which the helper spun */
     int64_t skipped;       /* periods skipped because the helper ran late */
-    int64_t busy_ns;       /* wall time spent spinning */
+    int64_t busy_ns;       /* wall time spent spinning; the core was taken from other
+                            * threads for busy_ns + late_ns */
     int64_t elapsed_ns;    /* wall time from the first period to the return */
-    int64_t late_ns;       /* summed lateness of wake-ups past their deadline */
+    int64_t late_ns;       /* summed delays from each deadline to the helper running */
     int nice;              /* nice value in effect (approximate mode) */
     int stop_reason;       /* ASYMO_OCCUPY_TIME_LIMIT or ASYMO_OCCUPY_PARENT_GONE */
 } asymo_occupy_stats;

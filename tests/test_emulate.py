@@ -218,7 +218,10 @@ def test_occupy_core_spins_the_requested_share_of_each_period():
     assert stats.stop_reason == lib.ASYMO_OCCUPY_TIME_LIMIT
     assert 0.19 < stats.elapsed_ns / 1e9 < 0.3
     assert 150 <= stats.periods + stats.skipped <= 201
-    assert 0.3 < stats.busy_ns / stats.elapsed_ns < 0.5
+    # The core is taken from the time each wake-up is due (late_ns: interrupt, switch) to the
+    # end of the busy phase on the grid.
+    assert 0.35 < (stats.busy_ns + stats.late_ns) / stats.elapsed_ns < 0.45
+    assert stats.busy_ns / stats.elapsed_ns <= 0.41
 
 
 # -- helper lifetime (needs SCHED_FIFO) ---------------------------------------------------------
