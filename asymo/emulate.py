@@ -46,6 +46,7 @@ import warnings
 from collections.abc import Mapping
 
 from asymo import topology as _topology
+from asymo._occupier import EXIT_PARENT_GONE, EXIT_TIME_LIMIT, lock_path
 
 __all__ = [
     "slow_cores", "Emulation", "EmulationError", "RealtimeUnavailableError",
@@ -64,7 +65,6 @@ READY_TIMEOUT = 30.0  # seconds for a helper to start (a loaded 2-core box is sl
 # that cache a topology or a default pool built on it can drop them.
 on_topology_change = []
 
-_EXIT_TIME_LIMIT, _EXIT_SETUP_FAILED, _EXIT_PARENT_GONE = 0, 2, 3
 _registry_lock = threading.Lock()
 _active_cpus = {}  # cpu -> id() of the Emulation slowing it in this process (no reference,
                   # so a forgotten Emulation can still be collected and stop its helpers)
@@ -500,7 +500,7 @@ class Emulation:
             if step == "cpu_busy":
                 raise EmulationError(
                     f"cpu {h.cpu} is already slowed by an emulator helper of another process "
-                    f"(it holds {_occupier_lock_path(h.cpu)}); two helpers on one core would "
+                    f"(it holds {lock_path(h.cpu)}); two helpers on one core would "
                     "add up. Wait for that emulation to end.")
             if step == "sched_setaffinity":
                 raise EmulationError(f"cannot pin the emulator helper to cpu {h.cpu}: "
@@ -522,8 +522,10 @@ class Emulation:
             rc = h.proc.poll()
             if rc is None:
                 continue
-            if rc == _EXIT_TIME_LIMIT:
+            if rc == EXIT_TIME_LIMIT:
                 why = f"reached its time limit of {self.time_limit:g} s"
+            elif rc == EXIT_PARENT_GONE:
+                why = "found its parent gone (started from a thread that has exited?)"
             elif rc < 0:
                 why = (f"was killed by signal {-rc} (PR_SET_PDEATHSIG fires when the thread "
                        "that started the emulation exits: start and stop it in one thread)")
@@ -548,11 +550,6 @@ class Emulation:
             if h.ready_r is not None:
                 os.close(h.ready_r)
                 h.ready_r = None
-
-
-def _occupier_lock_path(cpu):
-    from asymo._occupier import lock_path
-    return lock_path(cpu)
 
 
 def _notify_topology_change():
