@@ -147,3 +147,53 @@ def make_rapl(root, zones=((0, "package-0", 1000, 262143328850),)):
         write(os.path.join(sub, "energy_uj"), "5", 0o400)
         write(os.path.join(sub, "max_energy_range_uj"), str(rng), 0o444)
     return os.path.join(root, "class/powercap")
+
+
+def kirin_curves(*, latency_drop=True, measured=True):
+    """Energy curves shaped like the paper's Kirin 970 measurements (Fig. 9 and 10).
+
+    compute: time ~ 1/f (8.8 GFLOP/s big, 5.1 little at the top frequency, Table 3);
+    memory: DRAM-bound time that barely moves with f, except that the random-access latency
+    of the big cluster drops between 1.86 and 2.09 GHz (Fig. 10) when ``latency_drop``;
+    power: P_static + n C V^2 f from the illustrative OPP voltages above (memory-bound cores
+    switch half as much), a 1.5 W board static power, 4 W / 1.2 W of dynamic power for the
+    whole big / little cluster at its top frequency.
+    """
+    from asymo.dvfs.curves import BenchCurve, ClusterCurves
+
+    def one(name, cpus, khz, uv, flops, bw, dyn_max, drop):
+        volts = [u / 1e6 for u in uv]
+        fmax = khz[-1]
+        c = dyn_max / (4 * volts[-1] ** 2 * fmax * 1e3)
+        pc = [1.5 + 4 * c * v * v * f * 1e3 for f, v in zip(khz, volts)]
+        pm = [1.5 + 0.5 * 4 * c * v * v * f * 1e3 for f, v in zip(khz, volts)]
+        tc = [1.0 / (flops * f / fmax) for f in khz]
+        lat = [0.55 if drop and f > 1863000 else 1.0 for f in khz]
+        tm = [(a + 0.3 * fmax / f) / bw for a, f in zip(lat, khz)]
+        src = "callable:fixture" if measured else "estimate:fixture"
+        return ClusterCurves(name, cpus,
+                             BenchCurve("compute", khz, tuple(tc), tuple(pc), "flop", None,
+                                        measured, measured, src),
+                             BenchCurve("memory", khz, tuple(tm), tuple(pm), "byte", 1.999,
+                                        measured, measured, src))
+
+    return {"big": one("big", (4, 5, 6, 7), KIRIN_BIG_KHZ, KIRIN_BIG_UV, 8.8e9, 4.6e9, 4.0,
+                       latency_drop),
+            "little": one("little", (0, 1, 2, 3), KIRIN_LITTLE_KHZ, KIRIN_LITTLE_UV, 5.1e9,
+                          0.86e9, 1.2, False)}
+
+
+# MM shapes of convolutions (ResNet / VGG style, per image) and MV shapes of FC / RNN layers
+CONV_SHAPES = [(3136, 576, 64), (784, 1152, 128), (196, 2304, 256), (49, 4608, 512)]
+FC_SHAPES = [(1, 4096, 4096), (1, 1024, 4096), (1, 4096, 1000)]
+
+
+class FakeModel:
+    """Anything with ``matmul_shapes()`` is a model for asymo.frequency_plan."""
+
+    def __init__(self, name, shapes):
+        self.name = name
+        self._shapes = list(shapes)
+
+    def matmul_shapes(self):
+        return list(self._shapes)

@@ -15,15 +15,18 @@ How asymo reads "between them" (the paper picks one of the two curves; asymo int
 mixed models get a mixed answer, which reduces to the paper's rule at the ends):
 
 * per op, the time at the top frequency is estimated with the cluster's roofline
-  ``max(2MNK / peak_flops, itemsize * (MK + NK + 2MN) / peak_bytes)``; the model's reuse is
-  the time-weighted mean of its ops' reuse over its MM / MV ops;
-* the compute share ``w`` is 0 at or below the memory benchmark's reuse (about 2, an MV),
-  1 at or above the cluster's ridge point (``peak_flops / peak_elements``), and
-  log-linear in between;
+  ``max(2MNK / peak_flops, itemsize * (MK + NK + 2MN) / peak_bytes)``; the model's reuse
+  (reported) is the time-weighted mean of its ops' reuse over its MM / MV ops;
+* an op's compute share ``w_i`` is 0 at or below the memory benchmark's reuse (about 2, an
+  MV), 1 at or above the cluster's ridge point (``peak_flops / peak_elements``), and
+  log-linear in between; the model's compute share ``w`` is the time-weighted mean of the
+  ``w_i`` (so a model that spends 70% of its time in MVs is 70% memory-bound, however high
+  the reuse of its convolutions);
 * the model's time and energy at frequency f are then ``T(fmax) * [w * tc(f) + (1-w) * tm(f)]``
-  and ``T(fmax) * [w * tc(f) Pc(f) + (1-w) * tm(f) Pm(f)]`` with ``tc, tm`` the two curves'
-  times relative to their top frequency and ``Pc, Pm`` their powers; the least-energy
-  frequency minimises the latter.
+  and ``T(fmax) * [w * tc(f) Pc(f) + (1-w) * tm(f) Pm(f)]`` -- exactly the sum over its ops of
+  the same expression with ``w_i`` -- with ``tc, tm`` the two curves' times relative to their
+  top frequency and ``Pc, Pm`` their powers; the least-energy frequency minimises the
+  latter.
 
 Like the paper (which fixes the little Cortex-A53 cluster of the Kirin 970 at its highest
 frequency: lowering it saves only 7% power there), the slowest cluster stays at its maximum
@@ -122,13 +125,14 @@ class ReuseSummary:
     ridge_reuse: float
     time_s: float  # estimated time of all ops at the top frequency on this roofline
     flops: float
+    compute_share: float  # time-weighted mean of the ops' compute weights
 
     def to_dict(self):
         return dict(self.__dict__)
 
 
 def model_reuse(ops_or_model, *, peak_flops=None, peak_bytes=None, itemsize=4,
-                ridge_reuse=None):
+                ridge_reuse=None, memory_reuse=MV_REUSE_BOUND):
     """Time-weighted data reuse of a model's MM / MV ops (AsyMo Eq. 2 per op).
 
     Op times come from the roofline ``max(flops / peak_flops, bytes / peak_bytes)``; give
@@ -140,7 +144,7 @@ def model_reuse(ops_or_model, *, peak_flops=None, peak_bytes=None, itemsize=4,
         ridge = DEFAULT_RIDGE_REUSE if ridge_reuse is None else float(ridge_reuse)
         peak_flops, peak_bytes = ridge, float(itemsize)  # time in units of 1/peak
     ridge = peak_flops / (peak_bytes / itemsize)
-    total_t = wsum = mv_t = flops = 0.0
+    total_t = wsum = mv_t = flops = csum = 0.0
     n_mm = n_mv = 0
     for m, k, n in shapes:
         f = 2.0 * m * n * k
@@ -149,6 +153,7 @@ def model_reuse(ops_or_model, *, peak_flops=None, peak_bytes=None, itemsize=4,
         r = f / elems
         total_t += t
         wsum += t * r
+        csum += t * compute_weight(r, memory_reuse, ridge)
         flops += f
         if op_kind(m, k, n) == "mm":
             n_mm += 1
@@ -157,7 +162,7 @@ def model_reuse(ops_or_model, *, peak_flops=None, peak_bytes=None, itemsize=4,
             mv_t += t
     return ReuseSummary(reuse=wsum / total_t, n_ops=len(shapes), n_mm=n_mm, n_mv=n_mv,
                         mv_time_share=mv_t / total_t, ridge_reuse=ridge, time_s=total_t,
-                        flops=flops)
+                        flops=flops, compute_share=csum / total_t)
 
 
 def compute_weight(reuse, memory_reuse=MV_REUSE_BOUND, ridge_reuse=DEFAULT_RIDGE_REUSE):
@@ -191,8 +196,8 @@ class ClusterPrediction:
 def predict_cluster(curves, shapes, freqs_khz=None):
     """Time and energy of running all ``shapes`` on one cluster at each frequency."""
     summary = model_reuse(shapes, peak_flops=curves.peak_flops, peak_bytes=curves.peak_bytes,
-                          itemsize=curves.itemsize)
-    w = compute_weight(summary.reuse, curves.memory_reuse, curves.ridge_reuse)
+                          itemsize=curves.itemsize, memory_reuse=curves.memory_reuse)
+    w = summary.compute_share
     freqs = tuple(sorted(set(freqs_khz))) if freqs_khz else curves.freqs_khz
     c, m = curves.compute, curves.memory
     times, energies = [], []
