@@ -144,45 +144,51 @@ def calibrate_energy(topology=None, cpufreq=None, meter=None, progress=True, *, 
     bench.warm_up()
 
     curves = {}
-    with cpufreq:
-        for cl, info in todo:
-            freqs = (frequencies or {}).get(cl.name) or _pick_freqs(
-                info.frequencies_khz, info.frequencies_listed, max_points)
-            llc = max((c.size for c in (cl.l3, cl.l2) if c is not None), default=None)
-            reuse = bench.memory_reuse(memory_bytes, llc)
-            cols = {"compute": ([], []), "memory": ([], [])}
-            bar = _bar(progress, len(freqs), cl.name)
-            try:
-                for f in freqs:
-                    cpufreq.set_frequency(cl.name, int(f), nearest=True)
-                    time.sleep(settle_s)
-                    for kind in ("compute", "memory"):
-                        tpu, pw = [], []
-                        for _ in range(repeats):
-                            if kind == "compute":
-                                r = bench.run_compute(cl.cpus, duration_s, meter=meter)
-                            else:
-                                r = bench.run_memory(cl.cpus, duration_s, meter=meter,
-                                                     nbytes=memory_bytes, llc_bytes=llc)
-                            tpu.append(r.time_per_unit_s)
-                            pw.append(r.reading.power_w)
-                        cols[kind][0].append(statistics.median(tpu))
-                        cols[kind][1].append(statistics.median(pw))
-                    if bar is not None:
-                        bar.update(1)
-            finally:
+    for cl, info in todo:
+        freqs = (frequencies or {}).get(cl.name) or _pick_freqs(
+            info.frequencies_khz, info.frequencies_listed, max_points)
+        llc = max((c.size for c in (cl.l3, cl.l2) if c is not None), default=None)
+        reuse = bench.memory_reuse(memory_bytes, llc)
+        cols = {"compute": ([], []), "memory": ([], [])}
+        applied = []
+        bar = _bar(progress, len(freqs), cl.name)
+        checkpoint = cpufreq.checkpoint([cl.name])
+        try:
+            for f in freqs:
+                change = cpufreq.set_frequency(cl.name, int(f), nearest=True)
+                applied.append(change.targets[cl.name])
+                time.sleep(settle_s)
+                for kind in ("compute", "memory"):
+                    tpu, pw = [], []
+                    for _ in range(repeats):
+                        if kind == "compute":
+                            r = bench.run_compute(cl.cpus, duration_s, meter=meter)
+                        else:
+                            r = bench.run_memory(cl.cpus, duration_s, meter=meter,
+                                                 nbytes=memory_bytes, llc_bytes=llc)
+                        tpu.append(r.time_per_unit_s)
+                        pw.append(r.reading.power_w)
+                    cols[kind][0].append(statistics.median(tpu))
+                    cols[kind][1].append(statistics.median(pw))
                 if bar is not None:
-                    bar.close()
-            applied = [int(f) for f in freqs]
-            src = meter.source
-            compute = BenchCurve("compute", tuple(applied), tuple(cols["compute"][0]),
-                                 tuple(cols["compute"][1]), "flop", None, True,
-                                 bool(meter.measured), src)
-            memory = BenchCurve("memory", tuple(applied), tuple(cols["memory"][0]),
-                                tuple(cols["memory"][1]), "byte", reuse, True,
-                                bool(meter.measured), src)
-            curves[cl.name] = ClusterCurves(cl.name, tuple(cl.cpus), compute, memory)
-            result["clusters"][cl.name] = curves[cl.name].to_dict()
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+            checkpoint.undo()  # the cluster's frequency settings as they were before
+        order = sorted(range(len(applied)), key=applied.__getitem__)
+        uniq = [i for j, i in enumerate(order) if j == 0 or applied[i] != applied[order[j - 1]]]
+        pick = lambda xs: tuple(xs[i] for i in uniq)  # noqa: E731
+        src = meter.source
+        compute = BenchCurve("compute", pick(applied), pick(cols["compute"][0]),
+                             pick(cols["compute"][1]), "flop", None, True,
+                             bool(meter.measured), src)
+        memory = BenchCurve("memory", pick(applied), pick(cols["memory"][0]),
+                            pick(cols["memory"][1]), "byte", reuse, True,
+                            bool(meter.measured), src)
+        curves[cl.name] = ClusterCurves(cl.name, tuple(cl.cpus), compute, memory)
+        result["clusters"][cl.name] = curves[cl.name].to_dict()
+        _say(progress, "  " + _summary_line(cl.name, result["clusters"][cl.name]))
 
     result["status"] = "ok" if len(curves) == len(wanted) else "partial"
     section = curves_to_section(curves, meter=result["meter"], notes=result["messages"])
@@ -212,6 +218,23 @@ def _bar(progress, total, name):
     return tqdm(total=total, desc=f"energy curves {name}", unit="freq", file=sys.stderr)
 
 
+def _summary_line(name, c):
+    if "skipped" in c:
+        return f"{name}: skipped ({c['skipped']})"
+    comp, mem = c["compute"], c["memory"]
+    e_c = [t * p for t, p in zip(comp["time_per_unit_s"], comp["power_w"])]
+    e_m = [t * p for t, p in zip(mem["time_per_unit_s"], mem["power_w"])]
+    fc = comp["freqs_khz"][e_c.index(min(e_c))]
+    fm = mem["freqs_khz"][e_m.index(min(e_m))]
+    gflops = 1e-9 / comp["time_per_unit_s"][-1]
+    gbs = 1e-9 / mem["time_per_unit_s"][-1]
+    energy = "measured" if comp.get("measured_energy") else "ESTIMATED"
+    return (f"{name}: {len(comp['freqs_khz'])} frequencies "
+            f"{comp['freqs_khz'][0] // 1000}-{comp['freqs_khz'][-1] // 1000} MHz; at the top "
+            f"{gflops:.1f} GFLOP/s, {gbs:.1f} GB/s; least energy ({energy}): compute-bound "
+            f"{fc // 1000} MHz, memory-bound {fm // 1000} MHz")
+
+
 def format_calibration(result):
     """Human-readable summary of ``calibrate_energy``'s result (for the CLI)."""
     lines = [f"energy calibration: {result['status']}"]
@@ -220,18 +243,7 @@ def format_calibration(result):
         lines.append(f"  energy source: {m['source']} "
                      f"({'measured' if m['measured'] else 'ESTIMATED'})")
     for name, c in result["clusters"].items():
-        if "skipped" in c:
-            lines.append(f"  {name}: skipped ({c['skipped']})")
-            continue
-        comp, mem = c["compute"], c["memory"]
-        e_c = [t * p for t, p in zip(comp["time_per_unit_s"], comp["power_w"])]
-        e_m = [t * p for t, p in zip(mem["time_per_unit_s"], mem["power_w"])]
-        fc = comp["freqs_khz"][e_c.index(min(e_c))]
-        fm = mem["freqs_khz"][e_m.index(min(e_m))]
-        lines.append(f"  {name}: {len(comp['freqs_khz'])} frequencies "
-                     f"{comp['freqs_khz'][0] // 1000}-{comp['freqs_khz'][-1] // 1000} MHz; "
-                     f"least energy: compute-bound {fc // 1000} MHz, memory-bound "
-                     f"{fm // 1000} MHz")
+        lines.append("  " + _summary_line(name, c))
     for m in result["messages"]:
         lines.append(f"  note: {m}")
     if result.get("profile_path"):

@@ -644,6 +644,18 @@ class CpuFreq:
                           "this call were rolled back") from exc
             return FrequencyChange(self, resolved, before)
 
+    def checkpoint(self, clusters=None):
+        """Remember the current settings of ``clusters`` (default all); the returned
+        ``FrequencyChange``'s ``undo()`` puts them back, whatever was set in between."""
+        names = [self._cluster(c) for c in clusters] if clusters is not None else \
+            [c.name for c in self.topology.clusters]
+        before = {}
+        with self._lock:
+            for n in names:
+                for p in self._policies[n]:
+                    before[p.path] = self._snapshot(p.path, [_MIN, _MAX, _GOV, _SPEED])
+        return FrequencyChange(self, {}, before)
+
     def set_max(self, clusters=None):
         """Set clusters (default: all that can be set) to their maximum frequency."""
         names = [self._cluster(c) for c in clusters] if clusters is not None else \

@@ -231,7 +231,7 @@ class FrequencyReport:
     estimated: bool
     notes: list = field(default_factory=list)
     applied: bool = False
-    applied_reason: str = "not applied yet (use the plan as a context manager)"
+    applied_reason: str = "not applied yet: use the plan as a context manager"
 
     @property
     def frequencies(self):
@@ -521,6 +521,7 @@ def frequency_plan(ops_or_model, mode="energy", cpufreq=None, *, topology=None, 
         except (KeyError, OSError):
             freqs = ()
         available[c.name] = list(freqs)
+    unknown = [n for n, f in available.items() if not f]
     chosen = dict(curves) if curves else load_curves(topology, profile)
     missing = [c.name for c in topology.clusters if c.name not in chosen]
     if missing:
@@ -532,4 +533,8 @@ def frequency_plan(ops_or_model, mode="energy", cpufreq=None, *, topology=None, 
     report = plan_frequencies(ops_or_model, mode, topology=topology, curves=chosen,
                               available=available, fixed_at_max=fixed_at_max,
                               tolerance=tolerance)
+    for n in unknown:
+        lo, hi = chosen[n].freqs_khz[0], chosen[n].fmax_khz
+        report.notes.append(f"{n}: no cpufreq frequencies known on this system; the plan "
+                            f"uses the curves' range {lo // 1000}-{hi // 1000} MHz")
     return FrequencyPlan(report, cpufreq, owns_cpufreq=owns, strict=strict)
