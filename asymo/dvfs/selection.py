@@ -513,6 +513,11 @@ def frequency_plan(ops_or_model, mode="energy", cpufreq=None, *, topology=None, 
     if cpufreq is None:
         cpufreq = CpuFreq(topology, sysfs_root=sysfs_root)
         owns = True
+    if topology is not None and [c.name for c in topology.clusters] != \
+            [c.name for c in cpufreq.topology.clusters]:
+        raise ValueError("topology and cpufreq.topology name different clusters: "
+                         f"{[c.name for c in topology.clusters]} vs "
+                         f"{[c.name for c in cpufreq.topology.clusters]}")
     topology = topology or cpufreq.topology
     available = {}
     for c in topology.clusters:
