@@ -330,3 +330,38 @@ def test_atexit_restores_on_normal_exit(kirin):
         p.kill()
     assert p.returncode == 0
     assert read(f"{paths['little']}/scaling_governor") == "schedutil"
+
+
+def test_guardian_restores_after_sigkill(kirin):
+    """No Python code runs on SIGKILL (or a segfault): the guardian process restores."""
+    root, paths = kirin
+    p = _child(root, """
+        cf.set_frequencies({"big": 1863000, "little": 1018000})
+        print("READY", flush=True)
+        time.sleep(30)
+    """)
+    try:
+        _wait_ready(p)
+        assert read(f"{paths['little']}/scaling_setspeed") == "1018000"
+        p.kill()
+        # stderr reaches EOF once the guardian, which inherited it, has finished too
+        _, err = p.communicate(timeout=20)
+    finally:
+        p.kill()
+    assert p.returncode == -signal.SIGKILL
+    assert "exited without restoring" in err
+    for k in ("big", "little"):
+        assert read(f"{paths[k]}/scaling_governor") == "schedutil"
+
+
+def test_guardian_lives_only_while_changes_are_outstanding(kirin):
+    root, _ = kirin
+    cf = CpuFreq(kirin_topology(), sysfs_root=str(root))
+    assert cf._guardian is None
+    cf.set_frequency("big", 1210000)
+    g = cf._guardian
+    assert g is not None and g.poll() is None
+    cf.set_frequency("little", 1210000)
+    assert cf._guardian is g  # one guardian per CpuFreq, kept up to date
+    cf.restore()
+    assert cf._guardian is None and g.returncode == 0

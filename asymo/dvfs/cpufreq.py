@@ -23,10 +23,14 @@ Two ways to set a frequency, chosen per policy:
   Writes are ordered so ``min <= max`` holds after every single write (older kernels reject
   anything else).
 
-Every change is undone on every exit path we can catch: the context manager, an exception in
-the ``with`` block, ``atexit``, and SIGINT / SIGTERM (our handler restores, then chains to the
-handler that was installed before it, or re-raises the signal with the default action).
-SIGKILL and power loss cannot be caught: the kernel keeps the last written values then.
+Every change is undone on every exit path: the context manager, an exception in the ``with``
+block, ``atexit``, SIGINT / SIGTERM (our handler restores, then chains to the handler that was
+installed before it, or re-raises the signal with the default action; Python only lets the
+main thread install handlers, so changes made first from another thread rely on the other
+mechanisms), and -- for what no Python code survives (SIGKILL, a segfault in native code,
+``os._exit``) -- a guardian process (``_guardian.py``) that holds the original values while
+changes are outstanding and writes them back when its pipe from this process closes
+unexpectedly. Only a power loss or a kernel crash keeps the last written values.
 
 Before anything is written, every file that will be written is checked (present, a sysfs
 attribute that has a store method -- mode with a write bit -- and writable by this process);
@@ -39,8 +43,11 @@ import atexit
 import errno
 import os
 import re
+import json
 import signal
 import stat
+import subprocess
+import sys
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -282,7 +289,7 @@ class CpuFreq:
     ``write_log`` lists every ``(path, value)`` written, in order (restores included).
     """
 
-    def __init__(self, topology=None, sysfs_root="/sys"):
+    def __init__(self, topology=None, sysfs_root="/sys", *, guardian=True):
         if topology is None:
             from asymo.topology import detect
             topology = detect(sysfs_root=sysfs_root)
@@ -295,6 +302,53 @@ class CpuFreq:
         self._policies = {c.name: self._resolve(c) for c in topology.clusters}
         self._original = {}  # policy path -> {file: value before our first write}
         self.write_log = []
+        self._use_guardian = bool(guardian)
+        self._guardian = None
+
+    # ---------------------------------------------------------------- crash guardian
+    def _sync_guardian(self):
+        """Keep the guardian process's copy of the original values current (and stop it
+        when nothing is outstanding). Failures only warn: the other mechanisms remain."""
+        if not self._use_guardian:
+            return
+        state = {p: dict(v) for p, v in self._original.items() if v}
+        g = self._guardian
+        if not state:
+            if g is not None:
+                self._guardian = None
+                try:
+                    g.stdin.write(b'{"state": {}}\n')
+                    g.stdin.close()
+                except OSError:
+                    pass
+                try:
+                    g.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    g.kill()
+                    g.wait()
+            return
+        line = (json.dumps({"state": state}) + "\n").encode()
+        for _attempt in range(2):
+            if g is None or g.poll() is not None:
+                try:
+                    g = subprocess.Popen(
+                        [sys.executable, "-I", "-S",
+                         os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                      "_guardian.py")],
+                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, close_fds=True)
+                except OSError as exc:
+                    warnings.warn(f"asymo.dvfs: cannot start the cpufreq crash guardian "
+                                  f"({exc}); changes are still restored on exit and on "
+                                  "SIGINT/SIGTERM", RuntimeWarning, stacklevel=3)
+                    self._use_guardian = False
+                    return
+                self._guardian = g
+            try:
+                g.stdin.write(line)
+                g.stdin.flush()
+                return
+            except OSError:
+                g = None
 
     # ---------------------------------------------------------------- discovery
     def _all_policies(self):
@@ -545,6 +599,7 @@ class CpuFreq:
                     del self._original[path]
             if not self._original:
                 _unregister(self)
+            self._sync_guardian()
         if errors:
             raise CpuFreqError(errno.EIO, "could not restore cpufreq settings: "
                                           + "; ".join(errors))
@@ -621,6 +676,7 @@ class CpuFreq:
                     orig.pop(_SPEED, None)  # the original governor had no setspeed
             if any(self._original.values()):
                 _register(self)
+                self._sync_guardian()
             done = []
             try:
                 for path, steps in plans.items():
