@@ -46,7 +46,7 @@ import warnings
 import weakref
 
 from asymo._ffi import ffi, lib
-from asymo.topology import Topology, detect
+from asymo.topology import Topology, detect, parse_spec
 
 __all__ = ["Pool", "POLICIES", "get_pool", "reset_default_pool"]
 
@@ -198,7 +198,7 @@ class Pool:
         if topology is None:
             topology = detect()
         elif isinstance(topology, str):
-            topology = detect(override=topology)
+            topology = parse_spec(topology)  # explicit: cpus outside the mask become unpinned workers
         elif not isinstance(topology, Topology):
             raise TypeError(f"topology must be a Topology, an override spec string or None, "
                             f"not {type(topology).__name__}")
