@@ -269,3 +269,20 @@ def test_default_cpufreq_is_the_live_system():
             pass
     assert plan.report.mode == "latency"
     assert all(math.isfinite(v) for v in plan.report.predicted["latency"].values())
+
+
+def test_clusters_sharing_a_policy_get_one_frequency(tmp_path):
+    """An emulated split of a symmetric CPU: two clusters, one cpufreq policy."""
+    from _dvfs_fakes import KIRIN_BIG_KHZ, make_policy
+    make_policy(str(tmp_path), 0, (4, 5, 6, 7, 0, 1, 2, 3), KIRIN_BIG_KHZ)
+    cf = CpuFreq(kirin_topology(), sysfs_root=str(tmp_path))
+    curves = kirin_curves()
+    curves["little"] = curves["big"].__class__("little", (0, 1, 2, 3), curves["big"].compute,
+                                               curves["big"].memory)
+    with asymo.frequency_plan(CONV_SHAPES, cpufreq=cf, curves=curves) as plan:
+        assert plan.report.applied
+        assert read(tmp_path / "devices/system/cpu/cpufreq/policy0/scaling_setspeed") \
+            == "2362000"
+        assert any("share cpufreq policy" in n for n in plan.report.notes)
+        assert [c["applied_khz"] for c in plan.report.clusters] == [2362000, 2362000]
+    assert not cf.changed

@@ -249,15 +249,17 @@ class FrequencyReport:
         tag = "ESTIMATED" if self.estimated else "measured curves"
         lines = [f"frequency plan: {self.mode}-first for {self.model} ({self.n_ops} MM/MV ops)"
                  f"  [{tag}]"]
-        lines.append(f"  {'cluster':<9}{'reuse':>8}{'w':>6}{'latency-first':>15}"
+        lines.append(f"  {'cluster':<9}{'reuse':>8}{'compute':>9}{'latency-first':>15}"
                      f"{'energy-first':>14}  curves")
         for c in self.clusters:
             fixed = " (fixed at max)" if c["fixed_at_max"] else ""
-            lines.append(f"  {c['name']:<9}{c['reuse']:>8.2f}{c['compute_weight']:>6.2f}"
+            lines.append(f"  {c['name']:<9}{c['reuse']:>8.2f}{c['compute_weight']:>9.2f}"
                          f"{_mhz(c['latency_khz']):>15}{_mhz(c['energy_khz']):>14}  "
                          f"{c['curve_source']}{fixed}")
         lat, en = self.predicted["latency"], self.predicted["energy"]
         word = "estimated" if self.estimated else "predicted"
+        lines.append("  (reuse: AsyMo Eq. 2, time-weighted; compute: time share on the "
+                     "compute-bound curve)")
         lines.append(f"  {word} (whole model, clusters sharing the work):")
         lines.append(f"    {'':<16}{'latency-first':>15}{'energy-first':>14}")
         lines.append(f"    {'time':<16}{_ms(lat['time_s']):>15}{_ms(en['time_s']):>14}")
@@ -420,6 +422,7 @@ class FrequencyPlan:
         if not settable:
             self._not_applied("; ".join(reasons))
             return self
+        settable = self._merge_shared_policies(cf, settable)
         try:
             self._change = cf.set_frequencies(settable, nearest=True)
         except (CpuFreqError, ValueError) as exc:
@@ -434,6 +437,26 @@ class FrequencyPlan:
             warnings.warn("frequency plan applied only in part: " + "; ".join(reasons),
                           DvfsWarning, stacklevel=3)
         return self
+
+    def _merge_shared_policies(self, cf, targets):
+        """Clusters driven by one cpufreq policy (e.g. an emulated split of a symmetric CPU)
+        can only run at one frequency: give them the highest of their targets, and say so."""
+        owner = {}
+        for name in targets:
+            for info in cf.policies(name):
+                owner.setdefault(info.path, []).append(name)
+        out = dict(targets)
+        for path, names in owner.items():
+            if len(set(names)) > 1 and len({out[n] for n in names}) > 1:
+                top = max(out[n] for n in names)
+                for n in names:
+                    out[n] = top
+                self.report.notes.append(
+                    f"clusters {sorted(set(names))} share cpufreq policy {path}: all set to "
+                    f"{top // 1000} MHz, the highest of their targets")
+        for row in self.report.clusters:
+            row["applied_khz"] = out.get(row["name"])
+        return out
 
     def _not_applied(self, why):
         self.report.applied = False
