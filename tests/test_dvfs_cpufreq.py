@@ -365,3 +365,41 @@ def test_guardian_lives_only_while_changes_are_outstanding(kirin):
     assert cf._guardian is g  # one guardian per CpuFreq, kept up to date
     cf.restore()
     assert cf._guardian is None and g.returncode == 0
+
+
+@pytest.mark.parametrize("machine,cluster,khz,method", [
+    ("kirin970", "big", 1863000, "clamp"),       # fixture has no scaling_setspeed
+    ("pixel6", "mid", None, "clamp"),
+    ("i7_12700h", "E", 2000000, "clamp"),       # intel_pstate: one policy per cpu
+])
+def test_on_the_topology_fixtures(tmp_path, machine, cluster, khz, method):
+    """CpuFreq on the detected topologies of the shared sysfs fixtures (copied: we write)."""
+    import shutil
+    from asymo.topology import detect
+    src = os.path.join(REPO, "tests", "fixtures", "sysfs", machine)
+    if not os.path.isdir(src):
+        pytest.skip("topology fixtures not present")
+    root = str(tmp_path / machine)
+    shutil.copytree(src, root, symlinks=True)
+    t = detect(sysfs_root=root)
+    cf = CpuFreq(t, sysfs_root=root)
+    info = cf.info(cluster)
+    assert info.method == method
+    khz = khz or cf.available_frequencies(cluster)[1]
+    pols = cf.policies(cluster)
+    before = [(read(f"{p.path}/scaling_min_freq"), read(f"{p.path}/scaling_max_freq"))
+              for p in pols]
+    others = [p.path for c in t.clusters if c.name != cluster for p in cf.policies(c.name)]
+
+    def snapshot(paths):
+        return {p: sorted((f, read(os.path.join(p, f))) for f in os.listdir(p)) for p in paths}
+
+    others_before = snapshot(others)
+    with cf:
+        cf.set_frequency(cluster, khz)
+        for p in pols:
+            assert read(f"{p.path}/scaling_min_freq") == read(f"{p.path}/scaling_max_freq") \
+                == str(khz)
+        assert snapshot(others) == others_before  # other clusters untouched
+    assert [(read(f"{p.path}/scaling_min_freq"), read(f"{p.path}/scaling_max_freq"))
+            for p in pols] == before

@@ -372,11 +372,12 @@ class CpuFreq:
         named = cluster.cpufreq_policy
         if named:
             if os.path.isabs(named):
-                path = _reroot(named, self.sysfs_root)
-            elif os.sep in named:
-                path = os.path.join(self.sysfs_root, named)
+                candidates = [_reroot(named, self.sysfs_root)]
+            elif os.sep in named:  # relative to the cwd (detect() joins sysfs_root) or root
+                candidates = [named, os.path.join(self.sysfs_root, named)]
             else:
-                path = os.path.join(self.sysfs_root, CPUFREQ_DIR, named)
+                candidates = [os.path.join(self.sysfs_root, CPUFREQ_DIR, named)]
+            path = next((c for c in candidates if os.path.isdir(c)), candidates[-1])
             if os.path.isdir(path):
                 cpus = _parse_cpus(_read(os.path.join(path, "related_cpus")) or _read(
                     os.path.join(path, "affected_cpus"))) or tuple(cluster.cpus)
@@ -744,7 +745,9 @@ class CpuFreq:
         out = {}
         for c in self.topology.clusters:
             info = self.info(c.name)
-            out[c.name] = {"cpus": list(c.cpus), **info.to_dict()}
+            d = info.to_dict()
+            d["policy_cpus"] = d.pop("cpus")
+            out[c.name] = {"cpus": list(c.cpus), **d}
         return out
 
 
