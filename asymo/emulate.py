@@ -50,11 +50,11 @@ from asymo._occupier import EXIT_PARENT_GONE, EXIT_TIME_LIMIT, lock_path
 
 __all__ = [
     "slow_cores", "Emulation", "EmulationError", "RealtimeUnavailableError",
-    "emulated_topology", "min_speed", "realtime_available", "parse_emulated",
-    "format_emulated", "on_topology_change", "ENV_EMULATED", "MODES",
+    "emulated_topology", "min_speed", "realtime_available", "format_emulated",
+    "on_topology_change", "ENV_EMULATED", "MODES",
 ]
 
-ENV_EMULATED = "ASYMO_EMULATED"
+ENV_EMULATED = _topology.EMULATED_ENV_VAR  # "ASYMO_EMULATED"
 MODES = ("fifo", "approximate")
 DEFAULT_PERIOD = 1e-3
 DEFAULT_TIME_LIMIT = 3600.0
@@ -62,7 +62,8 @@ MIN_PERIOD, MAX_PERIOD = 1e-4, 0.1
 READY_TIMEOUT = 30.0  # seconds for a helper to start (a loaded 2-core box is slow to fork)
 
 # Called with no arguments after an emulation changed (or restored) ASYMO_TOPOLOGY, so modules
-# that cache a topology or a default pool built on it can drop them.
+# that cache a topology can drop it. asymo.pool.reset_default_pool is called before these
+# when asymo.pool is loaded.
 on_topology_change = []
 
 _registry_lock = threading.Lock()
@@ -124,28 +125,9 @@ def realtime_available():
     return result[0]
 
 
-def parse_emulated(text):
-    """Parse ``ASYMO_EMULATED`` (``"1:0.5,3:0.75"``) into ``{cpu: speed}``."""
-    out = {}
-    for item in (text or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        cpu_text, sep, speed_text = item.partition(":")
-        try:
-            cpu, speed = int(cpu_text), float(speed_text)
-        except ValueError:
-            raise ValueError(f"bad {ENV_EMULATED} item {item!r} in {text!r}; "
-                             "expected cpu:speed pairs such as '1:0.5,3:0.75'") from None
-        if not sep or cpu < 0 or not 0 < speed <= 1:
-            raise ValueError(f"bad {ENV_EMULATED} item {item!r} in {text!r}; "
-                             "expected cpu:speed with speed in (0, 1]")
-        out[cpu] = speed
-    return out
-
-
 def format_emulated(speeds):
-    """Inverse of :func:`parse_emulated`."""
+    """``{cpu: speed}`` as ``ASYMO_EMULATED`` text (``"1:0.5,3:0.75"``); the inverse of
+    :func:`asymo.topology.parse_emulated`."""
     return ",".join(f"{cpu}:{speed:.6g}" for cpu, speed in sorted(speeds.items()))
 
 
@@ -409,13 +391,10 @@ class Emulation:
     # -- helpers --------------------------------------------------------------------------
     @staticmethod
     def _inherited_emulation():
-        text = os.environ.get(ENV_EMULATED, "")
-        try:
-            return parse_emulated(text)
-        except ValueError as exc:
-            warnings.warn(f"ignoring malformed {ENV_EMULATED}: {exc}", RuntimeWarning,
-                          stacklevel=4)
-            return {}
+        emulated, problems = _topology.parse_emulated(os.environ.get(ENV_EMULATED, ""))
+        for p in problems:
+            warnings.warn(f"{ENV_EMULATED}: {p}; ignored", RuntimeWarning, stacklevel=4)
+        return emulated
 
     def _release_cpus(self):
         with _registry_lock:
@@ -553,7 +532,13 @@ class Emulation:
 
 
 def _notify_topology_change():
-    for hook in list(on_topology_change):
+    # The default pool pins its workers by the topology it was built from. Only a pool that
+    # exists is reset: importing asymo.pool here would start nothing useful.
+    pool = sys.modules.get("asymo.pool")
+    hooks = list(on_topology_change)
+    if pool is not None and hasattr(pool, "reset_default_pool"):
+        hooks.insert(0, pool.reset_default_pool)
+    for hook in hooks:
         try:
             hook()
         except Exception as exc:  # a stale cache must not keep a core occupied

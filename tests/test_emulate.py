@@ -122,11 +122,8 @@ def test_emulated_env_format_round_trips():
     speeds = {3: 0.75, 1: 0.5}
     text = E.format_emulated(speeds)
     assert text == "1:0.5,3:0.75"
-    assert E.parse_emulated(text) == speeds
-    assert E.parse_emulated("") == {}
-    for bad in ("1", "a:0.5", "1:x", "1:0", "1:1.5", "-1:0.5"):
-        with pytest.raises(ValueError):
-            E.parse_emulated(bad)
+    assert topo.parse_emulated(text) == (speeds, [])
+    assert E.format_emulated({2: 1 / 3}) == "2:0.333333"
 
 
 # -- the emulated topology (pure function) ----------------------------------------------------
@@ -247,6 +244,25 @@ def test_helper_is_fifo_pinned_and_env_is_set_then_restored(monkeypatch):
     assert os.environ[topo.ENV_VAR] == f"all:{FAST_CPU}-{SLOW_CPU}@1"
     assert E.ENV_EMULATED not in os.environ
     assert calls == [f"{SLOW_CPU}:0.5", None]
+
+
+@emulator
+def test_default_pool_follows_the_emulated_topology(monkeypatch):
+    pool_mod = pytest.importorskip("asymo.pool")
+    monkeypatch.delenv(E.ENV_EMULATED, raising=False)
+    monkeypatch.delenv(topo.ENV_VAR, raising=False)
+    pool_mod.reset_default_pool()
+    before = pool_mod.get_pool()
+    clusters = lambda t: [(c.cpus, round(c.capacity, 6)) for c in t.clusters]  # noqa: E731
+    with E.slow_cores({SLOW_CPU: 0.5}) as emu:
+        inside = pool_mod.get_pool()
+        assert before.closed and inside is not before
+        assert clusters(inside.topology) == clusters(emu.topology)
+        assert inside.topology.emulated == {SLOW_CPU: 0.5}
+    after = pool_mod.get_pool()
+    assert inside.closed and not after.topology.emulated
+    assert clusters(after.topology) == clusters(before.topology)
+    pool_mod.reset_default_pool()
 
 
 @emulator
