@@ -34,6 +34,13 @@ def main(argv=None):
     p.add_argument("--ready-fd", type=int, default=-1)
     args = p.parse_args(argv)
 
+    # Bad parameters are reported as such even when the core is busy (the C loop checks the
+    # same bounds again).
+    if not (0 <= args.cpu and 0.0 <= args.busy < 1.0 and 10_000 <= args.period_ns <= 10**9
+            and 0.0 < args.time_limit < 1e9):
+        _report(args.ready_fd, f"error params {errno.EINVAL}\n")
+        return EXIT_SETUP_FAILED
+
     # Two helpers on one core would add up (and two emulations would each measure garbage):
     # the helper holds an exclusive lock on a per-cpu file for as long as it lives, so the
     # kernel releases it whatever way the helper dies.
