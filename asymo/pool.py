@@ -48,7 +48,8 @@ import weakref
 from asymo._ffi import ffi, lib
 from asymo.topology import Topology, detect
 
-__all__ = ["Pool", "POLICIES", "get_pool", "reset_default_pool"]
+__all__ = ["Pool", "POLICIES", "QUEUES", "get_pool", "reset_default_pool", "set_thread_limit",
+           "get_thread_limit"]
 
 #: policy name -> C constant
 POLICIES = {
@@ -553,6 +554,75 @@ def reset_default_pool():
         pool, _default_pool = _default_pool, None
     if pool is not None:
         pool.close()
+
+
+def set_thread_limit(limit):
+    """Cap every pool (existing and future) at ``limit`` active workers; None removes the cap.
+
+    This is what ``threadpoolctl.threadpool_limits(n, user_api="asymo")`` calls. Capped
+    workers take no tasks; the per-cluster split follows the remaining active workers.
+    """
+    global _global_limit
+    if limit is not None and (not _is_integral(limit) or limit < 1):
+        raise ValueError(f"thread limit must be a positive integer or None, not {limit!r}")
+    pools = [p for p in list(_live_pools) if not p.closed]
+    widest = max([p.nworkers for p in pools] + [detect().ncpus])
+    # threadpoolctl restores by setting what get_thread_limit read: the full width, no cap
+    _global_limit = None if limit is None or limit >= widest else int(limit)
+    for pool in pools:
+        try:
+            pool.limit = pool.nworkers if _global_limit is None else min(_global_limit,
+                                                                         pool.nworkers)
+        except ValueError:  # closed meanwhile
+            pass
+
+
+def get_thread_limit():
+    """The most workers any pool may use: the cap, else the widest open pool (else the
+    number of cpus ``topology.detect()`` reports). This is threadpoolctl's ``num_threads``."""
+    if _global_limit is not None:
+        return _global_limit
+    widths = [p.nworkers for p in list(_live_pools) if not p.closed]
+    return max(widths) if widths else detect().ncpus
+
+
+def _register_threadpoolctl():
+    try:
+        import threadpoolctl
+    except ImportError:  # pragma: no cover - a declared dependency
+        return
+    if not hasattr(threadpoolctl, "register") or not hasattr(threadpoolctl, "LibController"):
+        return  # threadpoolctl < 3.5 has no plug-in controllers
+
+    class AsymoPoolController(threadpoolctl.LibController):
+        """threadpoolctl view of asymo's pools (``user_api="asymo"``)."""
+
+        user_api = "asymo"
+        internal_api = "asymo"
+        filename_prefixes = ("_native",)
+        check_symbols = ("asymo_pool_create", "asymo_pool_set_limit")
+
+        def get_num_threads(self):
+            return get_thread_limit()
+
+        def set_num_threads(self, num_threads):
+            set_thread_limit(num_threads)
+
+        def get_version(self):
+            from asymo import __version__
+            return __version__
+
+        def set_additional_attributes(self):
+            pool = _default_pool
+            self.policy = pool.policy if pool is not None else (
+                os.environ.get(POLICY_ENV_VAR) or "asymo")
+
+    if not any(getattr(c, "user_api", None) == "asymo"
+               for c in getattr(threadpoolctl, "_ALL_CONTROLLERS", [])):
+        threadpoolctl.register(AsymoPoolController)
+
+
+_register_threadpoolctl()
 
 
 @atexit.register

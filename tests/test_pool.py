@@ -414,3 +414,30 @@ def test_interpreter_exit_shuts_pool_down():
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "bye"
     assert time.perf_counter() - t0 < 30
+
+
+def test_threadpoolctl_lists_and_caps_pools():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    if not hasattr(threadpoolctl, "register"):
+        pytest.skip("threadpoolctl without plug-in controllers")
+    pool = get_pool()
+    infos = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "asymo"]
+    assert len(infos) == 1
+    assert infos[0]["num_threads"] >= pool.nworkers
+    assert infos[0]["internal_api"] == "asymo"
+    with make_pool("big:0-1@1.0,little:2-3@0.5", "asymo") as extra:
+        with threadpoolctl.threadpool_limits(1, user_api="asymo"):
+            assert pool.limit == 1 and extra.limit == 1
+            infos = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "asymo"]
+            assert infos[0]["num_threads"] == 1
+            extra.reset_stats()
+            assert (run_counted(extra, 300) == 1).all()
+            assert [w["tasks_run"] for w in extra.stats()["workers"]] == [300, 0, 0, 0]
+            with make_pool("c0:0-1@1.0", "steal") as later:
+                assert later.limit == 1
+        assert pool.limit == pool.nworkers
+        assert extra.limit == extra.nworkers
+        # limiting every library also caps asymo
+        with threadpoolctl.threadpool_limits(1):
+            assert extra.limit == 1
+        assert extra.limit == extra.nworkers
