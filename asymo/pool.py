@@ -46,6 +46,7 @@ import warnings
 import weakref
 
 from asymo._ffi import ffi, lib
+from asymo.topology import ENV_VAR as TOPOLOGY_ENV_VAR
 from asymo.topology import Topology, detect
 
 __all__ = ["Pool", "POLICIES", "QUEUES", "get_pool", "reset_default_pool", "set_thread_limit",
@@ -523,25 +524,40 @@ _global_limit = None  # threadpoolctl's cap, applied to every pool
 
 _default_lock = threading.Lock()
 _default_pool = None
+_default_built_for = None
+
+
+def _default_key():
+    return (os.environ.get(TOPOLOGY_ENV_VAR), os.environ.get(POLICY_ENV_VAR))
 
 
 def get_pool():
     """The process-wide default `Pool` (created on first use from ``topology.detect()``).
 
-    Its policy is ``"asymo"`` unless env ``ASYMO_POOL_POLICY`` names another.
+    Its policy is ``"asymo"`` unless env ``ASYMO_POOL_POLICY`` names another. When env
+    ``ASYMO_TOPOLOGY`` or ``ASYMO_POOL_POLICY`` changed since it was built (the emulator sets
+    the former), a new default pool is built and the old one closed.
     """
-    global _default_pool
+    global _default_pool, _default_built_for
     pool = _default_pool
-    if pool is not None and not pool.closed:
+    key = _default_key()
+    if pool is not None and not pool.closed and key == _default_built_for:
         return pool
+    old = None
     with _default_lock:
-        if _default_pool is None or _default_pool.closed:
-            policy = os.environ.get(POLICY_ENV_VAR) or "asymo"
+        if (_default_pool is None or _default_pool.closed
+                or _default_built_for != key):
+            policy = key[1] or "asymo"
             if policy not in POLICIES:
                 raise ValueError(f"env {POLICY_ENV_VAR}={policy!r} is not a policy; expected "
                                  f"one of {sorted(POLICIES)}")
+            old = _default_pool
             _default_pool = Pool(policy=policy)
-        return _default_pool
+            _default_built_for = key
+        pool = _default_pool
+    if old is not None:
+        old.close()
+    return pool
 
 
 def reset_default_pool():

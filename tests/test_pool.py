@@ -355,6 +355,24 @@ def test_default_pool_and_reset():
     assert asymo.get_pool() is b and asymo.Pool is Pool
 
 
+def test_default_pool_follows_topology_env(monkeypatch):
+    a = get_pool()
+    monkeypatch.setenv("ASYMO_TOPOLOGY", "big:0@1.0,little:1@0.5")
+    b = get_pool()
+    assert a.closed and b is not a
+    assert [c.name for c in b.topology.clusters] == ["big", "little"]
+    assert get_pool() is b
+    monkeypatch.setenv("ASYMO_POOL_POLICY", "even")
+    c = get_pool()
+    assert c.policy == "even" and b.closed
+    monkeypatch.setenv("ASYMO_POOL_POLICY", "lifo")
+    with pytest.raises(ValueError, match="ASYMO_POOL_POLICY='lifo'"):
+        get_pool()
+    monkeypatch.delenv("ASYMO_POOL_POLICY")
+    d = get_pool()
+    assert d.policy == "asymo" and c.closed
+
+
 def run_python(code, env=None, timeout=60):
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = os.pathsep.join(
