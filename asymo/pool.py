@@ -229,6 +229,7 @@ class Pool:
         self._handle = handle
         self._cond = threading.Condition()
         self._inflight = 0
+        self._split_cache = {}
         self._closed = False
         self._finalizer = weakref.finalize(self, _destroy_handle, handle)
         self._finalizer.atexit = False  # _close_all_at_exit closes it, after in-flight jobs
@@ -394,17 +395,36 @@ class Pool:
         The calling thread waits with the GIL released. A ``parallel_for`` issued from inside
         a task runs inline on the calling worker. Several threads may submit at once.
         """
-        cfn = _as_task_fn(fn)
-        ntasks = self._check_ntasks(ntasks)
-        counts = self.split_counts(ntasks, split)
-        cctx = _as_ctx(ctx)
+        hit = _task_fn_cache.get(id(fn))
+        if hit is not None and hit[0] is fn:
+            cfn = hit[1]
+        else:
+            cfn = _as_task_fn(fn)
+            if len(_task_fn_cache) >= 256:
+                _task_fn_cache.clear()
+            _task_fn_cache[id(fn)] = (fn, cfn)  # holding fn keeps its id from being reused
+        if type(ntasks) is not int:
+            ntasks = self._check_ntasks(ntasks)
+        elif ntasks < 0:
+            raise ValueError(f"ntasks must be >= 0, got {ntasks}")
+        if split is None:
+            # the default split depends only on ntasks and the thread limit: cache it
+            key = (ntasks, lib.asymo_pool_get_limit(self._handle))
+            counts = self._split_cache.get(key)
+            if counts is None:
+                counts = ffi.new("int64_t[]", self.split_counts(ntasks))
+                if len(self._split_cache) >= 256:
+                    self._split_cache.clear()
+                self._split_cache[key] = counts  # read-only for C: safe to share
+        else:
+            counts = ffi.new("int64_t[]", self.split_counts(ntasks, split))
+        cctx = ffi.NULL if ctx is None else _as_ctx(ctx)
         with self._cond:
             if self._closed:
                 raise ValueError("parallel_for on a closed Pool")
             self._inflight += 1
         try:
-            rc = lib.asymo_pool_run(self._handle, cfn, cctx, ntasks,
-                                    ffi.new("int64_t[]", counts))
+            rc = lib.asymo_pool_run(self._handle, cfn, cctx, ntasks, counts)
         finally:
             with self._cond:
                 self._inflight -= 1
@@ -519,6 +539,7 @@ def _destroy_handle(handle):
 
 
 _deferred = []
+_task_fn_cache = {}  # id(fn) -> (fn, C function pointer)
 _live_pools = weakref.WeakSet()
 _global_limit = None  # threadpoolctl's cap, applied to every pool
 

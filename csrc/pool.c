@@ -783,6 +783,9 @@ static void worker_loop(asymo_pool *p, worker_t *w)
         do {
             for (int i = 0; i < 16; i++)
                 cpu_relax();
+            /* Spin politely: a submitting thread or another process may be waiting for this
+             * core, and the submitter is the one who brings the next job. */
+            sched_yield();
             if (find_and_run(p, w)) {
                 found = 1;
                 break;
@@ -1271,6 +1274,7 @@ static void wait_job(job_t *j)
         if (now_ns() < deadline) {
             for (int i = 0; i < 16; i++)
                 cpu_relax();
+            sched_yield(); /* the core may be needed by a worker running our tasks */
             continue;
         }
         uint32_t expect = 0;
