@@ -47,7 +47,7 @@ import weakref
 
 from asymo._ffi import ffi, lib
 from asymo.topology import ENV_VAR as TOPOLOGY_ENV_VAR
-from asymo.topology import Topology, detect
+from asymo.topology import Topology, detect, parse_spec
 
 __all__ = ["Pool", "POLICIES", "QUEUES", "get_pool", "reset_default_pool", "set_thread_limit",
            "get_thread_limit"]
@@ -200,7 +200,7 @@ class Pool:
         if topology is None:
             topology = detect()
         elif isinstance(topology, str):
-            topology = detect(override=topology)
+            topology = parse_spec(topology)  # explicit: cpus outside the mask become unpinned workers
         elif not isinstance(topology, Topology):
             raise TypeError(f"topology must be a Topology, an override spec string or None, "
                             f"not {type(topology).__name__}")
