@@ -1124,6 +1124,11 @@ int asymo_pool_current_cluster(void)
 
 const asymo_pool *asymo_pool_current(void) { return tls_pool; }
 
+int asymo_pool_worker_of(const asymo_pool *pool)
+{
+    return pool && tls_pool == pool ? tls_worker : -1;
+}
+
 /* Queue a range at worker w. Only a failed allocation (growing the ring) can stop that; then
  * the submitting thread runs the range itself, so no task is ever lost. */
 static void queue_or_run(asymo_pool *p, int w, job_t *j, int64_t lo, int64_t hi)

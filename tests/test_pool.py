@@ -459,3 +459,21 @@ def test_threadpoolctl_lists_and_caps_pools():
         with threadpoolctl.threadpool_limits(1):
             assert extra.limit == 1
         assert extra.limit == extra.nworkers
+
+
+def test_worker_index_across_pools():
+    with make_pool("c0:0-1@1.0", "even") as a, make_pool("c0:0-1@1.0", "even") as b:
+        seen = []
+
+        @ffi.callback("void(int64_t, void *)")
+        def inner(task, ctx):
+            seen.append((lib.asymo_pool_worker_of(a._handle), lib.asymo_pool_worker_of(b._handle),
+                         lib.asymo_pool_current_worker()))
+
+        @ffi.callback("void(int64_t, void *)")
+        def outer(task, ctx):
+            b.parallel_for(inner, 1)  # runs inline on a's worker
+
+        a.parallel_for(outer, 2)
+        assert sorted(seen) == [(0, -1, 0), (1, -1, 1)]
+        assert lib.asymo_pool_worker_of(a._handle) == -1
