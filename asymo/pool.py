@@ -44,6 +44,7 @@ import os
 import threading
 import warnings
 import weakref
+from fractions import Fraction
 
 from asymo._ffi import ffi, lib
 from asymo.topology import ENV_VAR as TOPOLOGY_ENV_VAR
@@ -160,11 +161,15 @@ def _as_ctx(ctx):
 
 
 def _largest_remainder(n, weights):
-    """Integer counts summing to ``n``, proportional to ``weights`` (ties: earlier first)."""
-    total = float(sum(weights))
+    """Integer counts summing to ``n``, proportional to ``weights`` (ties: earlier first).
+
+    Exact rational arithmetic: the counts never depend on float rounding.
+    """
+    weights = [Fraction(w) for w in weights]
+    total = sum(weights)
     exact = [n * w / total for w in weights]
-    counts = [int(math.floor(x)) for x in exact]
-    short = n - sum(counts)
+    counts = [math.floor(x) for x in exact]
+    short = n - sum(counts)  # 0 <= short < len(weights)
     order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - counts[i]), i))
     for i in order[:short]:
         counts[i] += 1

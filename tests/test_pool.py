@@ -477,3 +477,43 @@ def test_worker_index_across_pools():
         a.parallel_for(outer, 2)
         assert sorted(seen) == [(0, -1, 0), (1, -1, 1)]
         assert lib.asymo_pool_worker_of(a._handle) == -1
+
+
+def test_split_ratio_properties():
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    pool = make_pool("a:0@1.0,b:1@0.7,c:2@0.3", "asymo")
+    try:
+        @hypothesis.settings(max_examples=200, deadline=None)
+        @hypothesis.given(n=st.integers(0, 10**9),
+                          w=st.lists(st.floats(0, 1e6, allow_nan=False), min_size=3,
+                                     max_size=3).filter(lambda w: sum(w) > 0))
+        def check(n, w):
+            counts = pool.split_counts(n, w)
+            assert sum(counts) == n and all(c >= 0 for c in counts)
+            for c, wi in zip(counts, w):
+                assert abs(c - n * wi / sum(w)) < 1 + 1e-6 * n
+
+        check()
+    finally:
+        pool.close()
+
+
+def test_numba_typed_pointer_signature():
+    numba = pytest.importorskip("numba")
+    from numba import types
+
+    @numba.cfunc(types.void(types.int64, types.CPointer(types.int32)))
+    def bump(task, counts):
+        counts[task] += 1
+
+    @numba.cfunc(types.int64(types.int64, types.voidptr))
+    def wrong(task, ctx):
+        return task
+
+    with make_pool("big:0@1.0,little:1@0.5", "shared") as pool:
+        counts = np.zeros(500, np.int32)
+        pool.parallel_for(bump, 500, ctx=counts)
+        assert (counts == 1).all()
+        with pytest.raises(TypeError, match="expected void"):
+            pool.parallel_for(wrong, 3)
