@@ -89,8 +89,6 @@ def pthreads_per_job(nthreads):
 
 
 def python_threads_per_job(nthreads):
-    noop = ffi.addressof(lib, "asymo_task_noop")
-
     def job():
         threads = [threading.Thread(target=lib.asymo_task_noop, args=(i, ffi.NULL))
                    for i in range(nthreads)]
@@ -98,7 +96,6 @@ def python_threads_per_job(nthreads):
             t.start()
         for t in threads:
             t.join()
-    del noop
     return job
 
 

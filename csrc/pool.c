@@ -103,6 +103,7 @@ typedef struct job {
     void *ctx;
     int64_t ntasks;
     unsigned flags;
+    uint64_t seq;
     _Atomic int64_t remaining; /* tasks not finished yet */
     _Atomic uint32_t done;     /* futex word: 0 running, 2 submitter asleep, 1 done */
     /* shared policy only */
@@ -117,6 +118,7 @@ typedef struct {
     int64_t lo, hi;
     int origin;     /* -1: queued here by the submitter; c >= 0: stolen from a cluster-c worker */
     unsigned flags; /* the job's flags, copied so thieves never dereference `job` to decide */
+    uint64_t seq;   /* the job's number: job addresses are reused (submitters' stacks) */
 } range_t;
 
 /* A short mutex-protected deque of ranges (ring buffer). `pending` mirrors the number of
@@ -156,7 +158,7 @@ typedef struct worker {
     rqueue_t q;
     cldeque_t d;
     /* scheduling state private to the worker */
-    const job_t *chunk_job;
+    uint64_t chunk_seq; /* job the chunk size was learnt on */
     int64_t chunk;
     /* counters: written by this worker only */
     int64_t tasks_run, tasks_stolen, stolen_from[MAX_CLUSTERS], busy_ns, steals, tasks_inline,
@@ -172,6 +174,7 @@ struct asymo_pool {
     int cluster_nw[MAX_CLUSTERS];
     _Atomic int limit;
     _Atomic int spin_us;
+    _Atomic uint64_t job_seq;
 
     _Atomic uint32_t wake_seq __attribute__((aligned(CACHELINE)));
     _Atomic int sleepers;
@@ -327,7 +330,7 @@ static int rq_push_front(rqueue_t *q, const range_t *r)
 /* Owner: take a chunk from the front range. The chunk starts at one task for each new job
  * and grows while chunks run short (run_range); never more than a quarter of what is left
  * is taken in hand, the rest stays stealable. */
-static int rq_pop_front(rqueue_t *q, const job_t **chunk_job, int64_t *chunk, range_t *out)
+static int rq_pop_front(rqueue_t *q, uint64_t *chunk_seq, int64_t *chunk, range_t *out)
 {
     if (atomic_load_explicit(&q->pending, memory_order_acquire) == 0)
         return 0;
@@ -340,8 +343,8 @@ static int rq_pop_front(rqueue_t *q, const job_t **chunk_job, int64_t *chunk, ra
             q->count--;
             continue;
         }
-        if (r->job != *chunk_job) {
-            *chunk_job = r->job;
+        if (r->seq != *chunk_seq) {
+            *chunk_seq = r->seq;
             *chunk = 1;
         }
         int64_t k = *chunk;
@@ -419,6 +422,7 @@ static inline void slot_store(range_t *s, const range_t *r)
     __atomic_store_n(&s->hi, r->hi, __ATOMIC_RELAXED);
     __atomic_store_n(&s->origin, r->origin, __ATOMIC_RELAXED);
     __atomic_store_n(&s->flags, r->flags, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->seq, r->seq, __ATOMIC_RELAXED);
 }
 
 static inline void slot_load(range_t *s, range_t *r)
@@ -428,6 +432,7 @@ static inline void slot_load(range_t *s, range_t *r)
     r->hi = __atomic_load_n(&s->hi, __ATOMIC_RELAXED);
     r->origin = __atomic_load_n(&s->origin, __ATOMIC_RELAXED);
     r->flags = __atomic_load_n(&s->flags, __ATOMIC_RELAXED);
+    r->seq = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
 }
 
 static int cl_init(cldeque_t *d)
@@ -562,7 +567,7 @@ static void run_range(worker_t *w, const range_t *r)
         counter_add(&w->stolen_from[r->origin], k);
     }
     /* adapt the chunk to the task length */
-    if (w->chunk_job == j) {
+    if (w->chunk_seq == r->seq) {
         if (dt < CHUNK_TARGET_NS) {
             if (w->chunk < CHUNK_MAX)
                 w->chunk *= 2;
@@ -614,7 +619,7 @@ static void wq_push_own(worker_t *w, const range_t *r)
 static int pop_own(worker_t *w, range_t *r)
 {
     if (w->pool->queue != ASYMO_QUEUE_CHASELEV)
-        return rq_pop_front(&w->q, &w->chunk_job, &w->chunk, r);
+        return rq_pop_front(&w->q, &w->chunk_seq, &w->chunk, r);
     for (;;) {
         if (cl_take(&w->d, r))
             break;
@@ -623,8 +628,8 @@ static int pop_own(worker_t *w, range_t *r)
             return 0;
         cl_push_pieces(w, in);
     }
-    if (r->job != w->chunk_job) {
-        w->chunk_job = r->job;
+    if (r->seq != w->chunk_seq) {
+        w->chunk_seq = r->seq;
         w->chunk = 1;
     }
     if (r->hi - r->lo > w->chunk) {
@@ -650,7 +655,7 @@ static inline int worker_active(const asymo_pool *p, const worker_t *w)
     return w->index < atomic_load_explicit(&p->limit, memory_order_relaxed);
 }
 
-static int steal_from(asymo_pool *p, worker_t *w, worker_t *v)
+static int steal_from(worker_t *w, worker_t *v)
 {
     range_t r;
     if (!wq_steal(w, v, &r))
@@ -692,7 +697,7 @@ static int try_steal(asymo_pool *p, worker_t *w)
                 worker_t *v = longest_queue(p, c, w);
                 if (!v)
                     break;
-                if (steal_from(p, w, v))
+                if (steal_from(w, v))
                     return 1;
             }
         }
@@ -701,7 +706,7 @@ static int try_steal(asymo_pool *p, worker_t *w)
         for (int i = 1; i < p->nworkers; i++) {
             worker_t *v = &p->workers[(w->index + i) % p->nworkers];
             if (wq_pending(v) > 0 &&
-                steal_from(p, w, v))
+                steal_from(w, v))
                 return 1;
         }
         return 0;
@@ -864,7 +869,7 @@ static int spawn_threads(asymo_pool *p)
     int rc = 0, launched = 0;
     for (int i = 0; i < p->nworkers; i++) {
         worker_t *w = &p->workers[i];
-        w->chunk_job = NULL;
+        w->chunk_seq = 0;
         w->chunk = 1;
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
             rc = ASYMO_ETHREAD;
@@ -1133,7 +1138,7 @@ int asymo_pool_worker_of(const asymo_pool *pool)
  * the submitting thread runs the range itself, so no task is ever lost. */
 static void queue_or_run(asymo_pool *p, int w, job_t *j, int64_t lo, int64_t hi)
 {
-    range_t r = {j, lo, hi, -1, j->flags};
+    range_t r = {j, lo, hi, -1, j->flags, j->seq};
     if (rq_push_back(&p->workers[w].q, &r) == 0)
         return;
     for (int64_t t = lo; t < hi; t++)
@@ -1323,6 +1328,7 @@ int asymo_pool_run_flags(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t 
     j.ctx = ctx;
     j.ntasks = ntasks;
     j.flags = flags;
+    j.seq = atomic_fetch_add_explicit(&pool->job_seq, 1, memory_order_relaxed) + 1;
     atomic_store(&j.remaining, ntasks);
     atomic_store(&j.done, 0);
     atomic_store(&j.next, 0);
