@@ -59,6 +59,12 @@ def prange_write_index(out):
         out[i] = i
 
 
+@njit(parallel=True)
+def prange_empty(n):
+    for i in prange(n):
+        pass
+
+
 @numba.cfunc(types.voidptr(types.voidptr))
 def thread_start(arg):
     return arg  # an empty task: the thread does nothing but start and finish
@@ -121,7 +127,7 @@ def main(argv=None):
     print(f"pool: {pool.nworkers} workers on cpus {list(pool.cpus)}, policy {pool.policy}, "
           f"queue {pool.queue}, spin {pool.spin_us} us, topology {pool.topology.to_spec()}")
     print(f"emulation: {os.environ.get('ASYMO_EMULATED') or 'none'}; "
-          f"medians over {args.repeat} repeats")
+          f"medians over {args.repeat} repeats; load average {os.getloadavg()[0]:.2f}")
     print()
 
     noop = ffi.addressof(lib, "asymo_task_noop")
@@ -136,24 +142,32 @@ def main(argv=None):
 
     fresh = pthreads_per_job(n)
     pyfresh = python_threads_per_job(n)
-    for f in (c_job, py_job, fresh, pyfresh):  # warm up
+
+    def prange_job():
+        prange_empty(n)
+
+    for f in (c_job, py_job, fresh, pyfresh, prange_job):  # warm up (and compile)
         f()
 
     rows = []
     for name, fn, number in [
         ("pool, C call (asymo_pool_run)", c_job, args.jobs),
         ("pool, Python (parallel_for)", py_job, args.jobs),
+        ("Numba prange (njit parallel)", prange_job, args.jobs),
         ("pthread_create/join per job", fresh, max(args.jobs // 10, 10)),
         ("threading.Thread per job", pyfresh, max(args.jobs // 10, 10)),
     ]:
         rows.append((name, timeit(fn, number, args.repeat)))
+        time.sleep(0.01)  # let spinning threads (ours, OpenMP's) go idle between rows
     base = rows[0][1]
     print(f"Empty job ({n} tasks, one per worker): median time per job")
     for name, t in rows:
         print(f"  {name:32s} {t * 1e6:9.2f} us   {t / base:7.1f}x the pool's C call")
     print()
 
-    print("Tiny tasks (out[i] = i): pool running a Numba cfunc vs Numba prange, same range")
+    print("Tiny tasks (out[i] = i): pool calling a Numba cfunc once per task vs a Numba prange")
+    print("loop whose body is compiled inline (and vectorised): the cost of the pool's")
+    print("per-task function call, which matters only for tasks of a few nanoseconds")
     print(f"  {'ntasks':>9s} {'pool (ms)':>10s} {'ns/task':>8s} {'prange (ms)':>12s} "
           f"{'ns/task':>8s} {'pool/prange':>12s}")
     for size in [int(s) for s in args.sizes.split(",") if s]:
@@ -172,6 +186,7 @@ def main(argv=None):
         tp, tr = statistics.median(samples_pool), statistics.median(samples_pr)
         print(f"  {size:9d} {tp * 1e3:10.3f} {tp / size * 1e9:8.2f} {tr * 1e3:12.3f} "
               f"{tr / size * 1e9:8.2f} {tp / tr:12.2f}")
+    print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
     pool.close()
     return 0
 

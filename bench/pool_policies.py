@@ -112,6 +112,12 @@ def make_task(kernel, iters):
     return spin, np.array([iters], np.int64)
 
 
+def _timed(pool, fn, ntasks, ctx):
+    t0 = time.perf_counter()
+    pool.parallel_for(fn, ntasks, ctx=ctx)
+    return time.perf_counter() - t0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fast-core", type=int, default=0)
@@ -130,11 +136,17 @@ def main(argv=None):
         ap.error(f"--fast-core and --slow-core must be two different usable cpus {usable}")
 
     fn, ctx = make_task(args.kernel, 1000)
-    # calibrate the task length on the fast core (no emulation yet)
+    # Calibrate the task length on the fast core, before the emulator starts: time jobs long
+    # enough (>= 50 ms) that the pool's own overhead does not count, and keep the fastest.
     with asymo.Pool(f"fast:{fast}@1.0", queue=args.queue) as alone:
-        t0 = time.perf_counter()
-        alone.parallel_for(fn, 200, ctx=ctx)
-        per_iter = (time.perf_counter() - t0) / 200 / 1000
+        iters = 1 << 12
+        while True:
+            ctx[0] = iters
+            best = min(_timed(alone, fn, 16, ctx) for _ in range(3))
+            if best > 0.05:
+                break
+            iters *= 2
+        per_iter = best / 16 / iters
     iters = max(4, int(args.task_us * 1e-6 / per_iter) // 4 * 4)
     ctx[0] = iters
 

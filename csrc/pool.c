@@ -49,6 +49,8 @@
 /* The submitter polls its job this long before sleeping: long enough for a tiny job on hot
  * workers, short enough not to steal a core from a worker on a machine with few cores. */
 #define SUBMIT_SPIN_NS 10000
+/* Spinning threads yield the core every this many polling rounds (16 pauses each). */
+#define YIELD_EVERY 8
 /* The queue kind used unless env ASYMO_POOL_QUEUE or asymo_pool_create_ex says otherwise;
  * chosen by measurement (bench/pool_queues.py). */
 #define DEFAULT_QUEUE ASYMO_QUEUE_MUTEX
@@ -153,6 +155,7 @@ typedef struct worker {
     int index, cpu, cluster;
     int thread_started;
     _Atomic int pinned;
+    _Atomic int running; /* inside a task: a thread sharing this core should stay off it */
     /* QUEUE_MUTEX: q is the worker's queue. QUEUE_CHASELEV: q is the inbox submitters fill
      * (the owner moves its ranges into d, thieves may take from both). */
     rqueue_t q;
@@ -171,6 +174,8 @@ struct asymo_pool {
     int nworkers, nclusters, policy, queue;
     worker_t *workers;
     int *cluster_workers[MAX_CLUSTERS]; /* worker indices of each cluster, ascending */
+    int *cpu_worker; /* cpu -> index of the worker pinned there, or -1 */
+    int ncpu_map;
     int cluster_nw[MAX_CLUSTERS];
     _Atomic int limit;
     _Atomic int spin_us;
@@ -556,10 +561,12 @@ static void run_range(worker_t *w, const range_t *r)
     asymo_task_fn fn = j->fn;
     void *ctx = j->ctx;
     int64_t k = r->hi - r->lo;
+    atomic_store_explicit(&w->running, 1, memory_order_relaxed);
     int64_t t0 = now_ns();
     for (int64_t t = r->lo; t < r->hi; t++)
         fn(t, ctx);
     int64_t dt = now_ns() - t0;
+    atomic_store_explicit(&w->running, 0, memory_order_relaxed);
     counter_add(&w->busy_ns, dt);
     counter_add(&w->tasks_run, k);
     if (r->origin >= 0) {
@@ -785,12 +792,15 @@ static void worker_loop(asymo_pool *p, worker_t *w)
             return;
         int found = 0;
         int64_t deadline = now_ns() + (int64_t)atomic_load(&p->spin_us) * 1000;
+        unsigned spins = 0;
         do {
             for (int i = 0; i < 16; i++)
                 cpu_relax();
-            /* Spin politely: a submitting thread or another process may be waiting for this
-             * core, and the submitter is the one who brings the next job. */
-            sched_yield();
+            /* Spin politely: a submitting thread (which brings the next job) or another
+             * process may be waiting for this core. A yield costs a syscall, so not every
+             * round: a runnable thread waits a couple of microseconds at most. */
+            if (++spins % YIELD_EVERY == 0)
+                sched_yield();
             if (find_and_run(p, w)) {
                 found = 1;
                 break;
@@ -1005,6 +1015,18 @@ asymo_pool *asymo_pool_create_ex(int nworkers, const int *cpus, const int *worke
         if (!p->cluster_workers[c])
             goto fail_free;
     }
+    p->ncpu_map = 1;
+    for (int i = 0; i < nworkers; i++)
+        if (cpus[i] >= 0 && cpus[i] < CPU_SETSIZE && cpus[i] + 1 > p->ncpu_map)
+            p->ncpu_map = cpus[i] + 1;
+    p->cpu_worker = malloc(sizeof(int) * p->ncpu_map);
+    if (!p->cpu_worker)
+        goto fail_free;
+    for (int c = 0; c < p->ncpu_map; c++)
+        p->cpu_worker[c] = -1;
+    for (int i = 0; i < nworkers; i++)
+        if (cpus[i] >= 0 && cpus[i] < CPU_SETSIZE)
+            p->cpu_worker[cpus[i]] = i;
     int queues_ok = 0;
     for (int i = 0; i < nworkers; i++) {
         worker_t *w = &p->workers[i];
@@ -1049,6 +1071,7 @@ asymo_pool *asymo_pool_create_ex(int nworkers, const int *cpus, const int *worke
 fail_free:
     for (int c = 0; c < MAX_CLUSTERS; c++)
         free(p->cluster_workers[c]);
+    free(p->cpu_worker);
     free(p->workers);
     free(p);
 fail:
@@ -1078,6 +1101,7 @@ void asymo_pool_destroy(asymo_pool *pool)
     }
     for (int c = 0; c < MAX_CLUSTERS; c++)
         free(pool->cluster_workers[c]);
+    free(pool->cpu_worker);
     pthread_mutex_destroy(&pool->shared_lock);
     pthread_mutex_destroy(&pool->life_lock);
     pthread_mutex_destroy(&pool->start_lock);
@@ -1277,14 +1301,30 @@ static int submit_queues(asymo_pool *p, job_t *j, const int64_t *counts)
     return rc;
 }
 
-static void wait_job(job_t *j)
+/* The worker pinned to the core the calling thread runs on, if any. */
+static worker_t *worker_on_my_core(asymo_pool *p)
+{
+    int cpu = sched_getcpu();
+    if (cpu < 0 || cpu >= p->ncpu_map || p->cpu_worker[cpu] < 0)
+        return NULL;
+    worker_t *w = &p->workers[p->cpu_worker[cpu]];
+    return atomic_load_explicit(&w->pinned, memory_order_relaxed) ? w : NULL;
+}
+
+static void wait_job(asymo_pool *p, job_t *j)
 {
     int64_t deadline = now_ns() + SUBMIT_SPIN_NS;
+    unsigned spins = 0;
     while (atomic_load_explicit(&j->done, memory_order_acquire) != 1) {
         if (now_ns() < deadline) {
             for (int i = 0; i < 16; i++)
                 cpu_relax();
-            sched_yield(); /* the core may be needed by a worker running our tasks */
+            /* The submitter is one thread more than there are cores. When the worker pinned
+             * to this core has work, every polling round hands the core over to it. */
+            worker_t *mine = ++spins % YIELD_EVERY == 0 ? NULL : worker_on_my_core(p);
+            if (!mine || wq_pending(mine) > 0 ||
+                atomic_load_explicit(&mine->running, memory_order_relaxed))
+                sched_yield();
             continue;
         }
         uint32_t expect = 0;
@@ -1350,7 +1390,7 @@ int asymo_pool_run_flags(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t 
             return rc; /* nothing was queued */
     }
     wake_workers(pool);
-    wait_job(&j);
+    wait_job(pool, &j);
     if (pool->policy == ASYMO_POLICY_SHARED) {
         /* unlink, then wait until no worker still holds a pointer to the job */
         pthread_mutex_lock(&pool->shared_lock);
