@@ -145,19 +145,20 @@ def _as_ctx(ctx):
         if kind not in ("pointer", "array"):
             raise TypeError(f"ctx is a cffi {ffi.typeof(ctx).cname!r}; expected a pointer")
         return ffi.cast("void *", ctx)
-    if _is_integral(ctx):
-        if ctx < 0:
-            raise ValueError(f"ctx address {ctx} is negative")
-        return ffi.cast("void *", int(ctx))
-    iface = getattr(ctx, "__array_interface__", None)
-    if iface is not None:
+    if not _is_integral(ctx):
+        try:
+            return ffi.from_buffer(ctx)  # fast for contiguous arrays and buffers
+        except (TypeError, ValueError, BufferError):
+            pass
+        iface = getattr(ctx, "__array_interface__", None)  # a strided view: its data pointer
+        if iface is None:
+            raise TypeError(
+                f"ctx has type {type(ctx).__name__}; expected None, an integer address, a "
+                "cffi pointer, a NumPy array or a buffer")
         return ffi.cast("void *", iface["data"][0])
-    try:
-        return ffi.from_buffer(ctx)
-    except TypeError:
-        raise TypeError(
-            f"ctx has type {type(ctx).__name__}; expected None, an integer address, a cffi "
-            "pointer, a NumPy array or a buffer") from None
+    if ctx < 0:
+        raise ValueError(f"ctx address {ctx} is negative")
+    return ffi.cast("void *", int(ctx))
 
 
 def _largest_remainder(n, weights):

@@ -10,6 +10,8 @@ Every figure is a median over repeats, measured side by side in one run:
   - ``pool.parallel_for``: the Python API (argument checks, split, GIL released in C);
   - ``asymo_pool_run`` called directly through cffi with prepared arguments (the C path that
     GEMM and other C callers use);
+  - the same size with a body that cannot be optimised away (``out[i] = i``): the pool running
+    a Numba cfunc, and a Numba ``prange`` loop (an empty ``prange`` body is compiled away);
   - starting and joining one pthread per worker for each job (C pthreads, created through
     cffi, running a Numba cfunc start routine), and Python ``threading.Thread`` per job;
 * per-task cost: ``ntasks`` tiny tasks (``out[i] = i``) as a Numba cfunc on the pool, against
@@ -57,12 +59,6 @@ def write_index(task, ctx):
 def prange_write_index(out):
     for i in prange(out.size):
         out[i] = i
-
-
-@njit(parallel=True)
-def prange_empty(n):
-    for i in prange(n):
-        pass
 
 
 @numba.cfunc(types.voidptr(types.voidptr))
@@ -143,17 +139,23 @@ def main(argv=None):
     fresh = pthreads_per_job(n)
     pyfresh = python_threads_per_job(n)
 
-    def prange_job():
-        prange_empty(n)
+    small = np.zeros(n, np.float64)
 
-    for f in (c_job, py_job, fresh, pyfresh, prange_job):  # warm up (and compile)
+    def prange_job():
+        prange_write_index(small)
+
+    def py_numba_job():
+        pool.parallel_for(write_index, n, ctx=small)
+
+    for f in (c_job, py_job, fresh, pyfresh, prange_job, py_numba_job):  # warm up, compile
         f()
 
     rows = []
     for name, fn, number in [
         ("pool, C call (asymo_pool_run)", c_job, args.jobs),
         ("pool, Python (parallel_for)", py_job, args.jobs),
-        ("Numba prange (njit parallel)", prange_job, args.jobs),
+        ("pool, Python, cfunc out[i] = i", py_numba_job, args.jobs),
+        ("Numba prange, out[i] = i", prange_job, args.jobs),
         ("pthread_create/join per job", fresh, max(args.jobs // 10, 10)),
         ("threading.Thread per job", pyfresh, max(args.jobs // 10, 10)),
     ]:

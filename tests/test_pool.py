@@ -517,3 +517,25 @@ def test_numba_typed_pointer_signature():
         assert (counts == 1).all()
         with pytest.raises(TypeError, match="expected void"):
             pool.parallel_for(wrong, 3)
+
+
+def test_ctx_forms():
+    with make_pool("big:0@1.0,little:1@0.5", "asymo") as pool:
+        base = np.zeros(40, np.int32)
+        pool.parallel_for(COUNT, 20, ctx=base[::2].copy())  # contiguous copy: untouched base
+        assert (base == 0).all()
+        view = base[10:]
+        pool.parallel_for(COUNT, 20, ctx=view)  # contiguous view: its own data pointer
+        assert (base[10:30] == 1).all() and (base[:10] == 0).all()
+        strided = np.zeros((20, 2), np.int32)[:, 0]  # strided: data pointer of the view
+        pool.parallel_for(COUNT, 1, ctx=strided)
+        pool.parallel_for(COUNT, 20, ctx=base.ctypes.data)
+        pool.parallel_for(COUNT, 20, ctx=ffi.cast("int32_t *", base.ctypes.data))
+        assert (base[:10] == 2).all() and (base[10:20] == 3).all()
+        buf = bytearray(8)
+        pool.parallel_for(COUNT, 2, ctx=buf)
+        assert np.frombuffer(buf, np.int32).tolist() == [1, 1]
+        with pytest.raises(TypeError, match="ctx has type str"):
+            pool.parallel_for(COUNT, 1, ctx="abc")
+        with pytest.raises(ValueError, match="negative"):
+            pool.parallel_for(COUNT, 1, ctx=-5)
