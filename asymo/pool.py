@@ -19,6 +19,11 @@ which worker runs each task (AsyMo, section 4.3):
 The baseline policies ignore the per-cluster split (they do not know about clusters) but run
 the same tasks, so benchmarks isolate scheduling.
 
+Environment: ``ASYMO_POOL_POLICY`` (policy of the default pool), ``ASYMO_POOL_SPIN_US`` (how
+long idle workers spin before sleeping, default 200), ``ASYMO_POOL_QUEUE`` (``mutex`` or
+``chaselev`` per-worker queues, for benchmarking), ``ASYMO_TOPOLOGY`` (through
+``topology.detect``). C callers use ``csrc/pool.h`` with ``Pool._handle``.
+
 Examples
 --------
 A user kernel written with Numba, run on the process-wide pool::
@@ -184,8 +189,8 @@ class Pool:
     ----------
     topology : Topology, str or None
         The cores to use, grouped into clusters fastest first. None: ``asymo.topology.detect()``
-        (which honours ``ASYMO_TOPOLOGY``); a string is a topology override spec such as
-        ``"big:0@1.0,little:1@0.5"``.
+        (which honours ``ASYMO_TOPOLOGY``); a string is an explicit topology spec such as
+        ``"big:0@1.0,little:1@0.5"`` (taken as given, not filtered by the affinity mask).
     policy : {"asymo", "even", "shared", "steal"}
         Scheduling policy (see the module docstring).
     spin_us : int, optional
@@ -214,6 +219,8 @@ class Pool:
             raise ValueError(f"unknown policy {policy!r}; expected one of {sorted(POLICIES)}")
         if queue is not None and queue not in QUEUES:
             raise ValueError(f"unknown queue {queue!r}; expected one of {sorted(QUEUES)}")
+        if spin_us is not None and (not _is_integral(spin_us) or not 0 <= spin_us <= 1_000_000):
+            raise ValueError(f"spin_us must be an integer in [0, 1000000], not {spin_us!r}")
         if topology.nclusters > MAX_CLUSTERS:
             raise ValueError(f"topology has {topology.nclusters} clusters; the pool supports "
                              f"at most {MAX_CLUSTERS}")
