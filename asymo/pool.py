@@ -406,7 +406,9 @@ class Pool:
         Notes
         -----
         The calling thread waits with the GIL released. A ``parallel_for`` issued from inside
-        a task runs inline on the calling worker. Several threads may submit at once.
+        a task runs inline on the calling worker. Several threads may submit at once. An
+        exception raised by a Python ``ffi.callback`` task cannot propagate (cffi prints it and
+        the task counts as done): prefer Numba or C kernels.
         """
         hit = _task_fn_cache.get(id(fn))
         if hit is not None and hit[0] is fn:
