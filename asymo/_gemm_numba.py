@@ -123,10 +123,14 @@ def _make_kernels(ptr, dtype):
         rsb, csb, boff = P[H_RSB], P[H_CSB], P[H_BOFF]
         for p in range(kb):
             src = boff + (p0 + p) * rsb + jj * csb
-            for j in range(cols):
-                bp[dst + p * nr + j] = b[src + j * csb]
+            d = dst + p * nr
+            if csb == 1:
+                bp[d:d + cols] = b[src:src + cols]
+            else:
+                for j in range(cols):
+                    bp[d + j] = b[src + j * csb]
             for j in range(cols, nr):
-                bp[dst + p * nr + j] = 0
+                bp[d + j] = 0
 
     @njit(**_JIT)
     def mm_task(t, P):
@@ -157,8 +161,11 @@ def _make_kernels(ptr, dtype):
             kb = min(kc, K - p0)
             for ii in range(i1 - i0):
                 src = aoff + (i0 + ii) * rsa + p0 * csa
-                for p in range(kb):
-                    ap[ii * kb + p] = a[src + p * csa]
+                if csa == 1:
+                    ap[ii * kb:ii * kb + kb] = a[src:src + kb]
+                else:
+                    for p in range(kb):
+                        ap[ii * kb + p] = a[src + p * csa]
             for ii in range(i1 - i0, rows_pad):
                 for p in range(kb):
                     ap[ii * kb + p] = 0
@@ -172,12 +179,20 @@ def _make_kernels(ptr, dtype):
                     _tile(kb, mr, nr, ap, (ib - i0) * kb, bp, boff, acc)
                     for i in range(rows):
                         dst = coff + (ib + i) * rsc + jj * csc
-                        if pc == 0:
+                        arow = acc[i * nr:i * nr + cols]
+                        if csc == 1:
+                            crow = cm[dst:dst + cols]
+                            if pc == 0:
+                                crow[:] = arow
+                            else:
+                                for j in range(cols):
+                                    crow[j] += arow[j]
+                        elif pc == 0:
                             for j in range(cols):
-                                cm[dst + j * csc] = acc[i * nr + j]
+                                cm[dst + j * csc] = arow[j]
                         else:
                             for j in range(cols):
-                                cm[dst + j * csc] += acc[i * nr + j]
+                                cm[dst + j * csc] += arow[j]
                 s += 1
 
     @njit(**_JIT)
@@ -209,7 +224,16 @@ def _make_kernels(ptr, dtype):
             ns = P[H_M]
             orl, ocs = P[H_CSC], P[H_RSC]
         coff = P[H_COFF]
-        if csp == 1 or rsl != 1:  # dot form (also the strided fallback)
+        if csp == 1 and rsp == 1:  # dot form, contiguous: slices let LLVM vectorize
+            for l in range(l0, l1):
+                mrow = mat[moff + l * rsl:moff + l * rsl + K]
+                for s in range(ns):
+                    v = vec[voff + s * css:voff + s * css + K]
+                    acc = dtype(0)
+                    for p in range(K):
+                        acc += mrow[p] * v[p]
+                    cm[coff + l * orl + s * ocs] = acc
+        elif csp == 1 or rsl != 1:  # dot form with strides (also the general fallback)
             for l in range(l0, l1):
                 for s in range(ns):
                     acc = dtype(0)
@@ -222,12 +246,12 @@ def _make_kernels(ptr, dtype):
             n = l1 - l0
             accs = np.zeros(ns * n, dtype)
             for p in range(K):
-                mb = moff + p * csp + l0
+                mcol = mat[moff + p * csp + l0:moff + p * csp + l0 + n]
                 for s in range(ns):
                     w = vec[voff + p * rsp + s * css]
-                    base = s * n
+                    arow = accs[s * n:s * n + n]
                     for j in range(n):
-                        accs[base + j] += w * mat[mb + j]
+                        arow[j] += w * mcol[j]
             for s in range(ns):
                 for j in range(n):
                     cm[coff + (l0 + j) * orl + s * ocs] = accs[s * n + j]
