@@ -367,19 +367,19 @@ def block_candidates(M, N, K, cluster, nthreads, mr, nr, itemsize, max_i=64):
     l1, l2 = _cache_budget(cluster)
     kc = _kc_for(K, l1, mr, nr, itemsize)
     budget = l2 // itemsize
+    M, N, T = max(M, 1), max(N, 1), max(nthreads, 1)
     out = []
     for i in range(1, max_i + 1):
-        side = math.sqrt(max(M, 1) * max(N, 1) / (i * max(nthreads, 1)))
-        mc = min(_round_up(max(int(side), 1), mr), _round_up(max(M, 1), mr))
-        nc = min(_round_up(max(int(side), 1), nr), _round_up(max(N, 1), nr))
-        if mc >= M:  # short M: give tasks the whole of it, partition N only
-            nc = min(_round_up(-(-N * M // max(M * i * max(nthreads, 1), 1)), nr), nc)
-        if nc >= N:
-            mc = min(_round_up(-(-M // (i * max(nthreads, 1))), mr), mc)
-        if mc * kc + nc * kc + mc * nc <= budget:
-            cand = (max(mc, 1), max(nc, 1), kc)
-            if cand not in out:
-                out.append(cand)
+        tasks = i * T
+        side = math.sqrt(M * N / tasks)
+        if side >= M:    # M << N: whole M per task, partition N only
+            mc, nc = _round_up(M, mr), _round_up(-(-N // tasks), nr)
+        elif side >= N:  # N << M: partition M only
+            mc, nc = _round_up(-(-M // tasks), mr), _round_up(N, nr)
+        else:
+            mc, nc = _round_up(int(side), mr), _round_up(int(side), nr)
+        if mc * kc + nc * kc + mc * nc <= budget and (mc, nc, kc) not in out:
+            out.append((mc, nc, kc))
     return out
 
 
