@@ -64,13 +64,13 @@ _FALLBACK_L2 = 512 * 1024
 TASKS_PER_WORKER = 8
 #: products of a batch smaller than this (FLOPs) are given whole to tasks
 BATCH_SPLIT_FLOPS = 4e6
-#: products (whole batches) below this many FLOPs are not worth waking a second core for: on a
-#: symmetric machine they run in the calling thread, on an asymmetric one on the fastest
-#: cluster. Measured on the development machine: a pool job costs 3-20 us more than a call in
-#: the calling thread, the time of about 1 MFLOP of GEMM; matrix-vector products, bound by
-#: memory bandwidth, gain little from a second core below about 2 MFLOP.
-SERIAL_FLOPS = 1e6
-SERIAL_FLOPS_MV = 2e6
+#: products (whole batches) below this many FLOPs are not worth a pool job: on a symmetric
+#: machine they run in the calling thread, on an asymmetric one on the fastest cluster.
+#: Measured on the development machine (2-core Zen 4 VM): a pool job costs about 10 us more
+#: than a call in the calling thread; GEMMs gain from the second core above about 4 MFLOP,
+#: matrix-vector products (no packing, each core streams its own rows) above about 0.5 MFLOP.
+SERIAL_FLOPS = 4e6
+SERIAL_FLOPS_MV = 5e5
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from asymo import gemm_plan as P
-from asymo.topology import Cache, Cluster, Topology, parse_spec
+from asymo.topology import Cache, parse_spec
 
 L1, L2 = 32 * 1024, 1024 * 1024
 
