@@ -62,6 +62,10 @@ _FALLBACK_L1 = 32 * 1024
 _FALLBACK_L2 = 512 * 1024
 #: tasks per worker the default planner aims for (room for stealing to even out lag)
 TASKS_PER_WORKER = 8
+#: ... and at most this many FLOPs per task: a job ends when its last task does, so on a core
+#: that is preempted or slower than planned the expected wait is about half a task (about
+#: 0.25 ms here, below the 1 ms period of the asymmetry emulator)
+TASK_FLOPS = 50e6
 #: products of a batch smaller than this (FLOPs) are given whole to tasks
 BATCH_SPLIT_FLOPS = 4e6
 #: products (whole batches) below this many FLOPs are not worth a pool job: on a symmetric
@@ -390,9 +394,10 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
       micro-panel rows stay in L1), with equal-size K panels.
     * nc: as wide as the cluster's columns while a kc x nc panel of B takes at most 3/4 of the
       per-thread L2 (wide panels keep A from being repacked), cut into equal blocks.
-    * mc: about ``TASKS_PER_WORKER`` tasks per worker (small tasks balance, and let stealing
-      even out lagging cores), at most 8 micro-tiles, and within AsyMo's cache constraint
-      ``mc*kc + nc*kc + mc*nc <= L2`` per thread.
+    * mc: at least ``TASKS_PER_WORKER`` tasks per worker and tasks of at most ``TASK_FLOPS``
+      (small tasks balance, and let stealing even out lagging cores; when M is short the
+      columns are cut finer instead), at most 8 micro-tiles, and within AsyMo's cache
+      constraint ``mc*kc + nc*kc + mc*nc <= L2`` per thread.
 
     Measured on the development machine (2 cores, AVX2 kernel), smaller tasks (mc 24-96 rows,
     tens of tasks) beat a few large ones by up to 20% on the DL shapes.
@@ -401,7 +406,7 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
     kc = _kc_for(K, l1, mr, nr, itemsize)
     budget = l2 // itemsize
     M, N = max(M, 1), max(N, 1)
-    want = max(1, TASKS_PER_WORKER * max(nthreads, 1))
+    want = max(1, TASKS_PER_WORKER * max(nthreads, 1), int(2.0 * M * N * K / TASK_FLOPS))
     nc_max = max(nr, (budget * 3 // 4 // kc) // nr * nr)
     ntn = -(-N // nc_max)
     # short M: find the parallelism along N instead (columns blocks of at least 4 slivers)

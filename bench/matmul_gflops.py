@@ -25,10 +25,10 @@ Modes:
   against NumPy on all cores and against asymo on the fast core alone (its pool and the
   calling thread pinned there). The emulator slows a core's speed, not its caches.
 
-Every figure is a median over ``--rounds`` interleaved rounds (each round times every
-contender on the shape, in turn, after a pause that lets the previous contender's idle threads
-stop spinning), so slow drifts of the machine hit all contenders alike.
-Ratios are time(baseline) / time(asymo): above 1 means asymo is faster.
+Each round times every contender on the shape in turn (after a pause that lets the previous
+contender's idle threads stop spinning). GFLOP/s are medians over ``--rounds`` rounds; a ratio
+is the median over rounds of time(baseline) / time(asymo) within the round, so load from other
+jobs, which drifts slowly, hits both sides of each ratio alike. Above 1 means asymo is faster.
 """
 from __future__ import annotations
 
@@ -90,10 +90,17 @@ def _per_call(fn, target):
             return _per_call(fn.fn, target)
         finally:
             os.sched_setaffinity(0, saved)
-    t0 = time.perf_counter()
-    fn()
-    one = time.perf_counter() - t0
-    n = max(1, min(10000, int(target / max(one, 1e-7))))
+    # warm up (threads that went to sleep during the pause wake on the first calls), then size
+    # the timed loop from the warm-up's fastest call
+    fastest, spent = float("inf"), 0.0
+    for i in range(1000):
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        fastest, spent = min(fastest, dt), spent + dt
+        if i >= 2 and spent > 0.1 * target:
+            break
+    n = max(3, min(100000, int(target / max(fastest, 1e-7))))
     t0 = time.perf_counter()
     for _ in range(n):
         fn()
@@ -101,7 +108,8 @@ def _per_call(fn, target):
 
 
 def measure(shape, contenders, rounds, target, dtype):
-    """Median seconds per call of every contender on one shape (interleaved rounds)."""
+    """Seconds per call of every contender on one shape, one list entry per interleaved
+    round."""
     _, M, K, N = shape
     rng = np.random.default_rng(0)
     a = rng.standard_normal((M, K)).astype(dtype)
@@ -124,7 +132,7 @@ def measure(shape, contenders, rounds, target, dtype):
             # otherwise take cycles from the next contender.
             time.sleep(SETTLE)
             times[name].append(_per_call(fn, target))
-    return {name: float(np.median(t)) for name, t in times.items()}
+    return times
 
 
 def gflops(shape, seconds):
@@ -249,8 +257,10 @@ def report(header, rows, baselines):
     for shape, t in rows:
         name, M, K, N = shape
         line = f"{name:>18} {f'{M}x{K}x{N}':>18}"
-        line += "".join(f"{gflops(shape, t[n]):16.1f}" for n in names)
-        ratios = {b: t[b] / t["asymo"] for b in baselines}
+        line += "".join(f"{gflops(shape, float(np.median(t[n]))):16.1f}" for n in names)
+        # the median of per-round ratios: both contenders of a round saw the same machine
+        ratios = {b: float(np.median(np.asarray(t[b]) / np.asarray(t["asymo"])))
+                  for b in baselines}
         line += "".join(f"{ratios[b]:16.2f}" for b in baselines)
         print(line)
         group = ("MV (20 sizes)" if name.startswith("mv.") else
@@ -273,7 +283,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="a representative subset of shapes")
     ap.add_argument("--only", choices=["mm", "mv", "cube"], action="append",
                     help="only these shape groups (repeatable)")
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median)")
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds (median)")
     ap.add_argument("--target", type=float, default=0.03,
                     help="seconds of calls per timing (default 0.03)")
     ap.add_argument("--core", type=int, default=1, help="core the emulator slows")
@@ -291,14 +301,16 @@ def main(argv=None):
     print(f"machine: {machine_line()}; BLAS: {blas_line()}; load average at start "
           f"{os.getloadavg()[0]:.2f} (other jobs share the machine)")
     print(f"asymo GEMM: kernels {gemm_plan.best_isa()}, dtype {args.dtype}, medians of "
-          f"{args.rounds} interleaved rounds")
+          f"{args.rounds} interleaved rounds; ratio = time(baseline) / time(asymo)")
     results = {}
     modes = ["symmetric", "emulated"] if args.mode == "both" else [args.mode]
     for mode in modes:
         header, rows, baselines = run_mode(mode, shapes, args)
         summary = report(header, rows, baselines)
         results[mode] = {"header": header, "summary": summary,
+                         "load_average_end": os.getloadavg()[0],
                          "rows": [{"shape": list(s), "seconds": t} for s, t in rows]}
+        print(f"load average now {os.getloadavg()[0]:.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -234,7 +234,8 @@ ATTR_AVX512 static void dot_avx512_f64(DOT_ARGS)
              _mm512_add_pd, FIN_AVX512_PD)
 }
 
-/* Skinny kernels: the shared C loops, vectorized by the compiler for each target. */
+/* Axpy-form skinny kernels: the shared C loops, vectorized by the compiler for each target. */
+#define SK_NO_DOT
 #define SK_T float
 #define SK_SUFFIX avx2_f32
 #define SK_LANES 32
@@ -274,6 +275,7 @@ ATTR_AVX512 static void dot_avx512_f64(DOT_ARGS)
 #undef SK_SUFFIX
 #undef SK_LANES
 #undef SK_ATTR
+#undef SK_NO_DOT
 
 const asymo_gemm_kernel asymo_gemm_avx2_f32 = {6, 16, ukr_avx2_f32, dot_avx2_f32,
                                                skinny_axpy_avx2_f32};
