@@ -446,6 +446,8 @@ def run(a, b, c, offsets, nbatch, plan, pool):
                                    else plan.split_dim)
         if plan.split_dim == "batch":  # pragma: no cover - nbatch=1 never splits by batch
             raise AssertionError(plan)
+    if plan.in_caller():
+        pool = None
     if offsets is None:
         _run_one(a, b, c, plan, pool, kern, tile)
         return

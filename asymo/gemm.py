@@ -279,7 +279,7 @@ def _matmul_2d(a, b, out, pool):
     pool = _resolve_pool(pool)
     plan, cplan = _plans.cached_plan(M, K, N, dt, pool, with_cdata=True)
     rc = lib.asymo_gemm_2d(
-        _NULL if plan.serial else pool._handle, cplan, code, M, K, N,
+        _NULL if plan.in_caller() else pool._handle, cplan, code, M, K, N,
         _from_buffer(a) if a.flags.c_contiguous else _addr(a), rsa // es, csa // es,
         _from_buffer(b) if b.flags.c_contiguous else _addr(b), rsb // es, csb // es,
         _from_buffer(c, require_writable=True) if c.flags.c_contiguous else _addr(c), rsc, csc)
@@ -359,7 +359,7 @@ def _call(a, b, c, offsets, M, K, N, nbatch, backend, pool, plan=None):
         _gemm_numba.run(a, b, c, offsets, nbatch, plan, pool)
         return
     es = a.itemsize
-    handle = pool._handle if pool is not None and not plan.serial else ffi.NULL
+    handle = pool._handle if pool is not None and not plan.in_caller() else ffi.NULL
     if offsets is None:
         rc = lib.asymo_gemm_2d(
             handle, plan.cdata(), _CODES[a.dtype], M, K, N, _ptr(a), a.strides[0] // es,

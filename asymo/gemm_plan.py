@@ -202,6 +202,10 @@ class GemmPlan:
     serial : bool
         Run in the calling thread without the pool: for tiny products, where waking the
         workers costs more than the work.
+    serial_cpus : tuple of int
+        Run in the calling thread when it is on one of these cpus, else as planned (tiny
+        products on an asymmetric machine: the fastest cluster's cpus, where the plan puts
+        all the work).
     """
 
     shape: tuple
@@ -214,6 +218,7 @@ class GemmPlan:
     isa: str
     nbatch: int = 1
     serial: bool = False
+    serial_cpus: tuple = ()
     _cdata: object = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):
@@ -226,6 +231,7 @@ class GemmPlan:
         object.__setattr__(self, "chunks", tuple(int(x) for x in self.chunks))
         object.__setattr__(self, "nbatch", int(self.nbatch))
         object.__setattr__(self, "serial", bool(self.serial))
+        object.__setattr__(self, "serial_cpus", tuple(int(c) for c in self.serial_cpus))
         self._validate()
 
     def _validate(self):
@@ -276,6 +282,11 @@ class GemmPlan:
         M, K, N = self.shape
         return 2.0 * M * K * N * self.nbatch
 
+    def in_caller(self):
+        """True when this call should run in the calling thread (see ``serial``)."""
+        return self.serial or (bool(self.serial_cpus) and lib.asymo_gemm_current_cpu()
+                               in self.serial_cpus)
+
     def cdata(self):
         """The ``asymo_gemm_plan`` struct for the C driver (built once, kept alive here)."""
         if self._cdata is None:
@@ -316,7 +327,8 @@ class GemmPlan:
                 "split_dim": self.split_dim,
                 "cluster_ranges": [list(r) for r in self.cluster_ranges],
                 "blocks": [list(b) for b in self.blocks], "chunks": list(self.chunks),
-                "isa": self.isa, "nbatch": self.nbatch, "serial": self.serial}
+                "isa": self.isa, "nbatch": self.nbatch, "serial": self.serial,
+                "serial_cpus": list(self.serial_cpus)}
 
     @classmethod
     def from_dict(cls, d):
@@ -326,7 +338,8 @@ class GemmPlan:
                        cluster_ranges=tuple(tuple(r) for r in d["cluster_ranges"]),
                        blocks=tuple(tuple(b) for b in d["blocks"]), chunks=tuple(d["chunks"]),
                        isa=d["isa"], nbatch=d.get("nbatch", 1),
-                       serial=d.get("serial", False))
+                       serial=d.get("serial", False),
+                       serial_cpus=tuple(d.get("serial_cpus", ())))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a GemmPlan dict: {exc}") from None
 
@@ -634,8 +647,10 @@ def _make_plan(M, K, N, dname, nbatch, isa, topo, active, pool, split, blocks, k
     per_item = 2.0 * M * K * N
     small = per_item * nbatch < (SERIAL_FLOPS_MV if kind == "mv" else SERIAL_FLOPS)
     serial = small and split is None and not topo.is_asymmetric
+    serial_cpus = ()
     if small and split is None and topo.is_asymmetric:
         split = [1.0] + [0.0] * (ncl - 1)
+        serial_cpus = clusters[0].cpus
     if split_dim is None:
         if nbatch > 1 and per_item < BATCH_SPLIT_FLOPS and nbatch >= total_workers:
             split_dim = "batch"
@@ -686,4 +701,4 @@ def _make_plan(M, K, N, dname, nbatch, isa, topo, active, pool, split, blocks, k
             chunks.append(max(floor, _round_up(-(-n // (TASKS_PER_WORKER * threads)), 16)))
     return GemmPlan(shape=(M, K, N), dtype=dname, kind=kind, split_dim=split_dim,
                     cluster_ranges=ranges, blocks=tuple(blks), chunks=tuple(chunks), isa=isa,
-                    nbatch=nbatch, serial=serial)
+                    nbatch=nbatch, serial=serial, serial_cpus=serial_cpus)

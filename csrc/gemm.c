@@ -9,6 +9,7 @@
  * so no task ever waits for work that needs the waiting thread (or any queued task): a stolen
  * task cannot deadlock, and no barrier exists. Each panel is packed exactly once per cluster,
  * by the cluster that computes with it (or by a faster core that stole one of its tasks). */
+#define _GNU_SOURCE /* sched_getcpu */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -193,6 +194,15 @@ static int double_pumped_avx512(void)
     return family == 0x19;
 }
 #endif
+
+int asymo_gemm_current_cpu(void)
+{
+#if defined(__linux__)
+    return sched_getcpu();
+#else
+    return -1;
+#endif
+}
 
 int asymo_gemm_default_isa(void)
 {

@@ -93,6 +93,7 @@ def test_kinds_and_small_products():
     assert not P.plan_gemm(1000, 1000, 1000, "float32", topology=SYM).serial
     tiny = P.plan_gemm(8, 8, 8, "float32", topology=ASYM)   # asymmetric: fastest cluster
     assert not tiny.serial and tiny.cluster_ranges[1][0] == tiny.cluster_ranges[1][1]
+    assert tiny.serial_cpus == (0, 1)          # in the calling thread when it is on "big"
     batch = P.plan_gemm(7, 9, 5, "float32", topology=SYM, nbatch=100)
     assert batch.split_dim == "batch" and sum(batch.task_counts()) > 2
 
