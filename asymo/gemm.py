@@ -308,35 +308,24 @@ def _run(a2, b2, c2, batch, M, K, N, backend, pool):
         _call(a2, b2, c2, None, M, K, N, 1, backend, pool)
         return
     nbatch = math.prod(batch)
-    b_batched = any(n != 1 and s != 0
-                    for n, s in zip(np.broadcast_to(b2, batch + (K, N)).shape[:nb],
-                                    np.broadcast_to(b2, batch + (K, N)).strides[:nb]))
-    if nbatch > 1 and not b_batched:
+    ab = np.broadcast_to(a2, batch + (M, K))
+    bb = np.broadcast_to(b2, batch + (K, N))
+    idx = (0,) * nb
+    if nbatch == 1:
+        _call(ab[idx], bb[idx], c2[idx], None, M, K, N, 1, backend, pool)
+        return
+    if not any(n != 1 and s != 0 for n, s in zip(batch, bb.strides[:nb])):
         # one B for every product: fold the batch into M when A and C allow it (x @ W)
         ra = _merged_rows(a2, batch + (M, K))
         rc = _merged_rows(c2, batch + (M, N))
         if ra is not None and rc is not None:
-            b_one = b2[(0,) * (b2.ndim - 2)] if b2.ndim > 2 else b2
-            a_one = np.broadcast_to(a2, batch + (M, K))
-            c_one = c2
-            es = a2.itemsize
             rows = nbatch * M
             a_view = np.lib.stride_tricks.as_strided(
-                a_one, shape=(rows, K), strides=(ra, a_one.strides[-1]), writeable=False)
+                ab, shape=(rows, K), strides=(ra, ab.strides[-1]), writeable=False)
             c_view = np.lib.stride_tricks.as_strided(
-                c_one, shape=(rows, N), strides=(rc, c_one.strides[-1]))
-            del es
-            _call(a_view, b_one, c_view, None, rows, K, N, 1, backend, pool)
+                c2, shape=(rows, N), strides=(rc, c2.strides[-1]))
+            _call(a_view, bb[idx], c_view, None, rows, K, N, 1, backend, pool)
             return
-    if nbatch == 1:
-        idx = (0,) * nb
-        a1 = np.broadcast_to(a2, batch + (M, K))[idx]
-        b1 = np.broadcast_to(b2, batch + (K, N))[idx]
-        c1 = c2[idx] if nb else c2
-        _call(a1, b1, c1, None, M, K, N, 1, backend, pool)
-        return
-    ab = np.broadcast_to(a2, batch + (M, K))
-    bb = np.broadcast_to(b2, batch + (K, N))
     offsets = []
     for arr in (ab, bb, c2):
         off = np.zeros(batch, np.int64)
@@ -345,7 +334,6 @@ def _run(a2, b2, c2, batch, M, K, N, backend, pool):
             shape[d] = batch[d]
             off = off + (np.arange(batch[d], dtype=np.int64) * arr.strides[d]).reshape(shape)
         offsets.append(np.ascontiguousarray(off.reshape(-1)))
-    idx = (0,) * nb
     _call(ab[idx], bb[idx], c2[idx], offsets, M, K, N, nbatch, backend, pool)
 
 

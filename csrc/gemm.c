@@ -8,7 +8,7 @@
  * claimed sliver is always being packed by a running thread that never waits while packing,
  * so no task ever waits for work that needs the waiting thread (or any queued task): a stolen
  * task cannot deadlock, and no barrier exists. Each panel is packed exactly once per cluster,
- * by the cluster that computes with it (or by a faster core that stole one of its tasks). */
+ * by the cluster that computes with it; a task stolen by another cluster packs a private copy. */
 #define _GNU_SOURCE /* sched_getcpu */
 #include <errno.h>
 #include <pthread.h>
