@@ -407,13 +407,15 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
       micro-panel rows stay in L1), with equal-size K panels.
     * nc: as wide as the cluster's columns while a kc x nc panel of B takes at most 3/4 of the
       per-thread L2 (wide panels keep A from being repacked), cut into equal blocks.
-    * mc: at least ``TASKS_PER_WORKER`` tasks per worker and tasks of at most ``TASK_FLOPS``
-      (small tasks balance, and let stealing even out lagging cores; when M is short the
-      columns are cut finer instead), at most 8 micro-tiles, and within AsyMo's cache
-      constraint ``mc*kc + nc*kc + mc*nc <= L2`` per thread.
+    * mc, nc: at least ``TASKS_PER_WORKER`` tasks per worker and tasks of at most
+      ``TASK_FLOPS`` (small tasks balance, and let stealing even out lagging cores), but at
+      least 8 micro-tiles a side: a short M is not cut, the columns are cut instead (down to
+      nc = 8 nr); mc at most 16 micro-tiles; within AsyMo's cache constraint
+      ``mc*kc + nc*kc + mc*nc <= L2`` per thread.
 
-    Measured on the development machine (2 cores, AVX2 kernel), smaller tasks (mc 24-96 rows,
-    tens of tasks) beat a few large ones by up to 20% on the DL shapes.
+    Measured on the development machine (2 cores, AVX2 kernel): tens of tasks of 48-96 rows
+    beat a few large ones by up to 20% on the DL shapes, and blocks of fewer than 8
+    micro-tiles a side lost up to 40% on short-M shapes (49 x 1024 x 1024).
     """
     l1, l2 = _cache_budget(cluster)
     kc = _kc_for(K, l1, mr, nr, itemsize)
@@ -422,16 +424,17 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
     want = max(1, TASKS_PER_WORKER * max(nthreads, 1), int(2.0 * M * N * K / TASK_FLOPS))
     nc_max = max(nr, (budget * 3 // 4 // kc) // nr * nr)
     ntn = -(-N // nc_max)
-    # short M: find the parallelism along N instead (columns blocks of at least 4 slivers)
-    mc_min = 4 * mr
-    ntm_max = -(-M // mc_min)
+    # tasks of at least 8 micro-tiles a side; a short M is not cut but N is, instead
+    mc_min = 8 * mr
+    ntm_max = max(1, M // mc_min)
     if ntm_max * ntn < want:
-        ntn = max(ntn, min(-(-N // (4 * nr)), -(-want // ntm_max)))
+        ntn = max(ntn, min(-(-N // (8 * nr)), -(-want // ntm_max)))
     nc = _round_up(-(-N // ntn), nr)
     ntn = -(-N // nc)
-    ntm = max(1, min(-(-want // ntn), ntm_max))
+    # ... and at most 16 micro-tiles (smaller A blocks measured faster on large M)
+    ntm = max(1, min(-(-want // ntn), ntm_max), -(-M // (2 * mc_min)))
     mc = _round_up(-(-M // ntm), mr)
-    mc_cap = max(mr, min(8 * mr, ((budget - nc * kc) // (kc + nc)) // mr * mr))
+    mc_cap = max(mr, ((budget - nc * kc) // (kc + nc)) // mr * mr)
     return (min(mc, mc_cap), nc, kc)
 
 
