@@ -304,7 +304,11 @@ class GemmPlan:
         return self._cdata
 
     def task_counts(self):
-        """Pool tasks per cluster for one product (for the whole batch when split by batch)."""
+        """Pool tasks per cluster for one product (for the whole batch when split by batch).
+
+        A "mv" plan whose big operand runs along the long dimension (``x @ W``, W row-major)
+        is run with the same cluster shares applied to K instead (see csrc/gemm.c); its task
+        counts then follow K."""
         g = ffi.new("asymo_gemm_args *")
         M, K, N = self.shape
         g.dtype = DTYPES[self.dtype]
