@@ -7,5 +7,7 @@
 #include <stddef.h>
 
 #include "cpu_features.h"
+#include "conv.h"
+#include "pooling.h"
 
 #endif

@@ -1,0 +1,372 @@
+"""``asymo.conv2d``: 2-D convolution with the semantics of ``torch.nn.functional.conv2d``.
+
+How it runs (NCHW, per image and group):
+
+- a depthwise convolution (one input channel per group) runs a direct C kernel, one pool task
+  per block of output rows of an output plane, with bias and activation fused;
+- a 1x1 convolution with stride 1 and no padding is a GEMM on the image itself:
+  ``weight[Cout x Cin] @ x[Cin x H*W]``;
+- any other convolution is im2col + GEMM: the C im2col kernel writes the ``K x N`` column
+  matrix (``K = Cin/groups * kh * kw``, ``N = OH * OW``) as pool tasks, the columns each cluster
+  will consume produced by that cluster's tasks, then ``weight[Cout/groups x K] @ col`` lands
+  in the output, which is already NCHW. Column matrices larger than a few MB are produced and
+  consumed in chunks of output rows, so they stay in cache;
+- bias and ReLU / ReLU6 are applied in one pass over each output image right after its GEMM.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from asymo._ffi import ffi, lib
+from asymo._tasks import (ACTIVATION_CODES, DTYPE_CODES, resolve_pool, run_tasks, task_fn,
+                          workspace)
+
+__all__ = ["conv2d", "conv_output_shape"]
+
+# Column matrices up to this size are built whole; larger ones in chunks of output rows.
+COL_CHUNK_BYTES = 8 << 20
+# Aim for this many tasks per worker in element-wise kernels (load balance vs overhead).
+TASKS_PER_WORKER = 4
+
+
+def _as_float_array(a, name):
+    if not isinstance(a, np.ndarray):
+        a = np.asarray(a)
+    if a.dtype not in DTYPE_CODES:
+        raise TypeError(f"conv2d: {name} must be float32 or float64, got dtype {a.dtype}")
+    return a
+
+
+def _pair(v, name, minimum):
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        pair = (int(v), int(v))
+    else:
+        try:
+            pair = tuple(int(e) for e in v)
+        except TypeError:
+            raise TypeError(f"conv2d: {name} must be an int or a pair of ints, "
+                            f"got {v!r}") from None
+        if len(pair) == 1:
+            pair = pair * 2
+        if len(pair) != 2 or any(isinstance(e, bool) for e in v):
+            raise ValueError(f"conv2d: {name} must be an int or a pair of ints, got {v!r}")
+    if min(pair) < minimum:
+        raise ValueError(f"conv2d: {name} must be >= {minimum}, got {v!r}")
+    return pair
+
+
+def _resolve_padding(padding, kernel, stride, dilation):
+    """((top, bottom), (left, right)) for an int, a pair, "valid" or "same"."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return ((0, 0), (0, 0))
+        if padding == "same":
+            if stride != (1, 1):
+                raise ValueError("conv2d: padding='same' is not supported for strided "
+                                 f"convolutions (stride={stride})")
+            pads = []
+            for k, d in zip(kernel, dilation):
+                total = d * (k - 1)
+                pads.append((total // 2, total - total // 2))
+            return tuple(pads)
+        raise ValueError(f"conv2d: padding must be 'valid', 'same', an int or a pair, "
+                         f"got {padding!r}")
+    ph, pw = _pair(padding, "padding", 0)
+    return ((ph, ph), (pw, pw))
+
+
+def conv_output_shape(input_hw, kernel, stride=1, padding=0, dilation=1):
+    """Output ``(OH, OW)`` of a convolution (Pipe-it Eq. 3 with dilation)."""
+    kernel = _pair(kernel, "kernel", 1)
+    stride = _pair(stride, "stride", 1)
+    dilation = _pair(dilation, "dilation", 1)
+    pads = _resolve_padding(padding, kernel, stride, dilation)
+    return tuple((size + p0 + p1 - d * (k - 1) - 1) // s + 1
+                 for size, (p0, p1), k, s, d in zip(input_hw, pads, kernel, stride, dilation))
+
+
+def _geometry(geom, channels, h, w, kernel, stride, pads, dilation, oh, ow):
+    geom.channels, geom.height, geom.width = channels, h, w
+    geom.kernel_h, geom.kernel_w = kernel
+    geom.stride_h, geom.stride_w = stride
+    geom.pad_h, geom.pad_w = pads[0][0], pads[1][0]
+    geom.dilation_h, geom.dilation_w = dilation
+    geom.out_h, geom.out_w = oh, ow
+
+
+def _ptr(a):
+    return ffi.cast("void *", a.ctypes.data)
+
+
+def _even_blocks(n, nblocks):
+    nblocks = max(1, min(int(nblocks), int(n)))
+    return [n * i // nblocks for i in range(nblocks + 1)]
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
+           activation=None, residual=None, out=None, pool=None):
+    """2-D convolution over NCHW images (``torch.nn.functional.conv2d`` semantics).
+
+    Parameters
+    ----------
+    x : ndarray, shape (N, C, H, W) or (C, H, W)
+        float32 or float64 images (unbatched ``(C, H, W)`` gives an unbatched result).
+    weight : ndarray, shape (Cout, C / groups, kh, kw)
+        Filters, same dtype as ``x``.
+    bias : ndarray, shape (Cout,), optional
+    stride, dilation : int or (int, int)
+    padding : int, (int, int), "valid" or "same"
+        Zero padding on both sides; "same" (stride 1 only) pads so the output has the input's
+        size, the extra row / column at the bottom / right for even kernels, as torch does.
+    groups : int
+        Input and output channels are split into ``groups`` independent convolutions;
+        ``groups == C`` with one filter per input channel is a depthwise convolution.
+    activation : None, "relu" or "relu6"
+        Applied to ``conv + bias (+ residual)``, fused into the same pass.
+    residual : ndarray, optional
+        An array of the output's shape and dtype added before the activation (a ResNet
+        shortcut): ``activation(conv(x) + bias + residual)`` in one pass.
+    out : ndarray, optional
+        Where to write the result (shape and dtype of the result).
+    pool : asymo.Pool, optional
+        The pool to run on (default: ``asymo.get_pool()``).
+
+    Returns
+    -------
+    ndarray, shape (N, Cout, OH, OW) or (Cout, OH, OW)
+
+    Raises
+    ------
+    TypeError
+        Non-float dtypes, or ``x``, ``weight`` and ``bias`` of different dtypes.
+    ValueError
+        Wrong ranks, channel / group mismatches, kernel larger than the padded input, bad
+        stride / padding / dilation, wrong ``out``.
+    """
+    x = _as_float_array(x, "input")
+    weight = _as_float_array(weight, "weight")
+    if x.ndim not in (3, 4):
+        raise ValueError(f"conv2d: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, "
+                         f"got input of shape {x.shape}")
+    if weight.ndim != 4:
+        raise ValueError(f"conv2d: expected a 4-D weight (Cout, C/groups, kh, kw), got weight "
+                         f"of shape {weight.shape}")
+    if x.dtype != weight.dtype:
+        raise TypeError(f"conv2d: input ({x.dtype}) and weight ({weight.dtype}) must have the "
+                        "same dtype")
+    dtype = x.dtype
+    if bias is not None:
+        bias = _as_float_array(bias, "bias")
+        if bias.dtype != dtype:
+            raise TypeError(f"conv2d: bias ({bias.dtype}) must have the input's dtype ({dtype})")
+        if bias.shape != (weight.shape[0],):
+            raise ValueError(f"conv2d: bias of shape {bias.shape} does not match weight of "
+                             f"shape {weight.shape} (expected ({weight.shape[0]},))")
+    if activation not in ACTIVATION_CODES:
+        raise ValueError(f"conv2d: activation must be None, 'relu' or 'relu6', "
+                         f"got {activation!r}")
+    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
+        raise ValueError(f"conv2d: groups must be a positive int, got {groups!r}")
+    groups = int(groups)
+
+    unbatched = x.ndim == 3
+    xb = x[None] if unbatched else x
+    n, c, h, w = xb.shape
+    cout, cin_g, kh, kw = weight.shape
+    if cin_g * groups != c:
+        raise ValueError(f"conv2d: input of shape {x.shape} has {c} channels, but weight of "
+                         f"shape {weight.shape} with groups={groups} expects "
+                         f"{cin_g * groups} channels")
+    if cout % groups != 0:
+        raise ValueError(f"conv2d: weight of shape {weight.shape} has {cout} output channels, "
+                         f"not divisible by groups={groups}")
+    if min(weight.shape) < 1:
+        raise ValueError(f"conv2d: weight of shape {weight.shape} is empty")
+    stride = _pair(stride, "stride", 1)
+    dilation = _pair(dilation, "dilation", 1)
+    pads = _resolve_padding(padding, (kh, kw), stride, dilation)
+    eff_h, eff_w = dilation[0] * (kh - 1) + 1, dilation[1] * (kw - 1) + 1
+    padded = (h + sum(pads[0]), w + sum(pads[1]))
+    if eff_h > padded[0] or eff_w > padded[1]:
+        raise ValueError(f"conv2d: kernel ({eff_h}x{eff_w} with dilation {dilation}) is "
+                         f"larger than the padded input ({padded[0]}x{padded[1]}) for input "
+                         f"of shape {x.shape} and weight of shape {weight.shape}")
+    oh = (padded[0] - eff_h) // stride[0] + 1
+    ow = (padded[1] - eff_w) // stride[1] + 1
+
+    shape = (n, cout, oh, ow)
+    y = _check_out(out, shape[1:] if unbatched else shape, dtype)
+    if residual is not None:
+        residual = _as_float_array(residual, "residual")
+        if residual.shape != y.shape or residual.dtype != dtype:
+            raise ValueError(f"conv2d: residual of shape {residual.shape} and dtype "
+                             f"{residual.dtype} does not match the output ({y.shape}, {dtype})")
+        if np.shares_memory(residual, y):
+            residual = residual.copy()
+        residual = np.ascontiguousarray(residual[None] if unbatched else residual)
+    yb = y[None] if unbatched else y
+    if n == 0:
+        return y
+
+    # Images must be C-contiguous for the kernels; output images too (else use a temporary).
+    xb = np.ascontiguousarray(xb)
+    w_c = np.ascontiguousarray(weight)
+    b_c = None if bias is None else np.ascontiguousarray(bias)
+    direct = all(yb[i].flags.c_contiguous for i in range(n)) and _uniform_stride(yb)
+    target = yb if direct else np.empty(shape, dtype)
+
+    pool = resolve_pool(pool)
+    if cin_g == 1 and groups == c:
+        if residual is None:
+            _depthwise(xb, w_c, b_c, target, stride, pads, dilation, activation, pool)
+        else:
+            _depthwise(xb, w_c, b_c, target, stride, pads, dilation, None, pool)
+            for i in range(n):
+                _bias_act(target[i], None, activation, pool, residual[i])
+    else:
+        _im2col_gemm(xb, w_c, b_c, target, groups, stride, pads, dilation, activation, pool,
+                     residual)
+    if not direct:
+        yb[...] = target
+    return y
+
+
+def _uniform_stride(yb):
+    return yb.shape[0] <= 1 or yb.strides[0] % yb.itemsize == 0
+
+
+def _check_out(out, shape, dtype):
+    if out is None:
+        return np.empty(shape, dtype)
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"conv2d: out must be a numpy array, got {type(out).__name__}")
+    if out.shape != tuple(shape):
+        raise ValueError(f"conv2d: out has shape {out.shape}, expected {tuple(shape)}")
+    if out.dtype != dtype:
+        raise TypeError(f"conv2d: out has dtype {out.dtype}, expected {dtype}")
+    if not out.flags.writeable:
+        raise ValueError("conv2d: out is read-only")
+    return out
+
+
+def _depthwise(x, weight, bias, y, stride, pads, dilation, activation, pool):
+    n, c, h, w = x.shape
+    _, cout, oh, ow = y.shape
+    job = ffi.new("asymo_dwconv_job *")
+    _geometry(job.geom, c, h, w, weight.shape[2:], stride, pads, dilation, oh, ow)
+    job.dtype = DTYPE_CODES[x.dtype]
+    job.activation = ACTIVATION_CODES[activation]
+    job.batch = n
+    job.out_channels = cout
+    job.x = _ptr(x)
+    job.weight = _ptr(weight)
+    job.bias = ffi.NULL if bias is None else _ptr(bias)
+    job.y = _ptr(y)
+    job.y_image_stride = y.strides[0] // y.itemsize if n > 1 else cout * oh * ow
+    planes = n * cout
+    # one plane per task, unless there are too few planes to balance the workers
+    want = TASKS_PER_WORKER * pool.nworkers
+    row_blocks = max(1, min(oh, -(-want // planes)))
+    rows = -(-oh // row_blocks)
+    job.rows_per_task = rows
+    job.row_blocks = -(-oh // rows)
+    run_tasks(pool, task_fn("asymo_dwconv_task"), job, planes * job.row_blocks)
+
+
+def _bias_act(y_img, bias, activation, pool, residual=None):
+    """In-place ``y = act(y + bias + residual)`` over one output image (channels x plane)."""
+    if bias is None and activation is None and residual is None:
+        return
+    channels = y_img.shape[0]
+    plane = y_img.shape[1] * y_img.shape[2] if y_img.ndim == 3 else y_img.shape[1]
+    job = ffi.new("asymo_bias_act_job *")
+    job.dtype = DTYPE_CODES[y_img.dtype]
+    job.activation = ACTIVATION_CODES[activation]
+    job.y = _ptr(y_img)
+    job.bias = ffi.NULL if bias is None else _ptr(bias)
+    job.residual = ffi.NULL if residual is None else _ptr(residual)
+    job.residual_image_stride = 0
+    job.batch = 1
+    job.channels = channels
+    job.plane_size = plane
+    job.image_stride = channels * plane
+    # at least ~16 KB per task: below that the pool's overhead dominates the pass
+    min_channels = max(1, (16384 // y_img.itemsize) // max(plane, 1))
+    per = max(min_channels, -(-channels // (TASKS_PER_WORKER * pool.nworkers)))
+    job.channels_per_task = per
+    job.channel_blocks = -(-channels // per)
+    run_tasks(pool, task_fn("asymo_bias_act_task"), job, job.channel_blocks)
+
+
+def _im2col_gemm(x, weight, bias, y, groups, stride, pads, dilation, activation, pool,
+                 residual=None):
+    from asymo.conv_gemm import gemm_into, column_split
+
+    n, c, h, w = x.shape
+    cout, cin_g, kh, kw = weight.shape
+    _, _, oh, ow = y.shape
+    cout_g = cout // groups
+    ncols = oh * ow
+    k = cin_g * kh * kw
+    pointwise = (kh, kw) == (1, 1) and stride == (1, 1) and pads == ((0, 0), (0, 0))
+    w2 = weight.reshape(groups, cout_g, k)
+
+    job = None
+    if not pointwise:
+        job = ffi.new("asymo_im2col_job *")
+        _geometry(job.geom, cin_g, h, w, (kh, kw), stride, pads, dilation, oh, ow)
+        job.dtype = DTYPE_CODES[x.dtype]
+        # chunks of whole output rows whose column matrix fits COL_CHUNK_BYTES
+        rows_per_chunk = max(1, COL_CHUNK_BYTES // (k * ow * x.itemsize))
+        rows_per_chunk = min(oh, rows_per_chunk)
+        col = workspace(k * rows_per_chunk * ow, x.dtype)
+
+    for i in range(n):
+        yi = y[i].reshape(cout, ncols)
+        for g in range(groups):
+            a = w2[g]
+            yg = yi[g * cout_g:(g + 1) * cout_g]
+            xg = x[i, g * cin_g:(g + 1) * cin_g]
+            if pointwise:
+                gemm_into(a, xg.reshape(cin_g, ncols), yg, pool)
+                continue
+            job.x = _ptr(xg)
+            for r0 in range(0, oh, rows_per_chunk):
+                r1 = min(oh, r0 + rows_per_chunk)
+                n0, n1 = r0 * ow, r1 * ow
+                width = n1 - n0
+                colv = col[:k * width].reshape(k, width)
+                job.col = _ptr(colv)
+                job.ldcol = width
+                job.col_offset = n0
+                _run_im2col(job, k, n0, n1, a.shape[0], pool)
+                gemm_into(a, colv, yg[:, n0:n1], pool)
+        _bias_act(y[i], bias, activation, pool, None if residual is None else residual[i])
+
+
+def _run_im2col(job, k, n0, n1, m, pool):
+    """im2col of columns [n0, n1): each cluster produces the columns its GEMM consumes."""
+    from asymo.conv_gemm import column_split
+
+    ranges = column_split(m, k, n1 - n0, job.dtype, pool)
+    bounds = [n0]
+    counts = []
+    want = TASKS_PER_WORKER
+    for cluster, (start, stop) in enumerate(ranges):
+        width = stop - start
+        if width <= 0:
+            counts.append(0)
+            continue
+        workers = pool.cluster_workers(cluster) if hasattr(pool, "cluster_workers") else 1
+        # ~4 tasks per worker, but at least ~16 KB of output per task
+        nb = max(1, min(want * workers, (width * k * 4) // 16384))
+        edges = _even_blocks(width, nb)
+        bounds.extend(n0 + start + e for e in edges[1:])
+        counts.append(len(edges) - 1)
+    c_bounds = ffi.new("int64_t[]", bounds)
+    job.col_bounds = c_bounds
+    job.ncolblocks = len(bounds) - 1
+    job.nrowblocks = 1
+    run_tasks(pool, task_fn("asymo_im2col_task"), job, job.ncolblocks, counts)
