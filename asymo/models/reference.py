@@ -52,12 +52,15 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
     cout_g = cout // groups
     xg = xp.reshape(n, groups, cin_g, hp, wp)
     wg = w.reshape(groups, cout_g, cin_g, kh, kw)
-    out = np.zeros((n, groups, cout_g, oh, ow))
+    out = np.zeros((n, groups, cout_g, oh * ow))
     for ky in range(kh):
         for kx in range(kw):
             y0, x0 = ky * dh, kx * dw
+            # the input pixels this kernel offset meets, for every output pixel
             patch = xg[:, :, :, y0:y0 + sh * (oh - 1) + 1:sh, x0:x0 + sw * (ow - 1) + 1:sw]
-            out += np.einsum("ngchw,goc->ngohw", patch, wg[:, :, :, ky, kx])
+            patch = patch.reshape(n, groups, cin_g, oh * ow)
+            # out[n, g, o, p] += sum_c w[g, o, c, ky, kx] * patch[n, g, c, p]
+            out += np.matmul(wg[None, :, :, :, ky, kx], patch)
     out = out.reshape(n, cout, oh, ow)
     if bias is not None:
         out += np.asarray(bias, dtype=np.float64)[None, :, None, None]
