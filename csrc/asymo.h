@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "cpu_features.h"
+#include "pool.h"
 #include "conv.h"
 #include "pooling.h"
 
