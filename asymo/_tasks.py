@@ -20,35 +20,21 @@ ACTIVATION_CODES = {None: 0, "relu": 1, "relu6": 2}
 
 
 def resolve_pool(pool):
-    """``pool`` or the process-wide default pool."""
+    """``pool`` or the process-wide default pool (``asymo.get_pool()``)."""
     if pool is not None:
         return pool
-    import asymo
+    from asymo.pool import get_pool
 
-    try:
-        return asymo.get_pool()
-    except AttributeError:  # INTERIM: until branch pool lands on main
-        return _SerialPool()
-
-
-class _SerialPool:
-    """INTERIM stand-in for asymo.Pool until branch pool lands: runs tasks in this thread."""
-
-    nworkers = 1
-
-    def split_counts(self, ntasks, split=None):
-        return [ntasks]
-
-    def cluster_workers(self, cluster):
-        return 1
+    return get_pool()
 
 
 def task_fn(name):
-    return getattr(lib, name)  # INTERIM: ffi.addressof(lib, name) once the pool runs tasks
+    """The C task function ``name`` of asymo's core, as a function pointer."""
+    return ffi.addressof(lib, name)
 
 
 def run_tasks(pool, fn, job, ntasks, counts=None):
-    """Run ``fn(task, job)`` for ``task`` in ``range(ntasks)`` on ``pool``.
+    """Run ``fn(task, job)`` for ``task`` in ``range(ntasks)`` on ``pool`` and wait.
 
     ``counts`` gives the tasks of each cluster, fastest first (task ids are assigned to clusters
     in order); ``None`` lets the pool split them by capacity.
@@ -56,19 +42,7 @@ def run_tasks(pool, fn, job, ntasks, counts=None):
     ntasks = int(ntasks)
     if ntasks <= 0:
         return
-    if counts is None:
-        counts = pool.split_counts(ntasks)
-    counts = [int(c) for c in counts]
-    if isinstance(pool, _SerialPool):  # INTERIM
-        for t in range(ntasks):
-            fn(t, job)
-        return
-    if sum(counts) != ntasks:  # pragma: no cover - a caller bug
-        raise RuntimeError(f"cluster task counts {counts} do not add up to {ntasks}")
-    c_counts = ffi.new("int64_t[]", counts)
-    rc = lib.asymo_pool_run(pool._handle, fn, job, ntasks, c_counts)
-    if rc != 0:
-        raise RuntimeError(f"asymo_pool_run failed with code {rc}")
+    pool.parallel_for(fn, ntasks, ctx=job, split=None if counts is None else list(counts))
 
 
 _local = threading.local()

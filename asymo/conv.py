@@ -354,12 +354,13 @@ def _run_im2col(job, k, n0, n1, m, pool):
     bounds = [n0]
     counts = []
     want = TASKS_PER_WORKER
+    active = pool.active_workers_per_cluster()
     for cluster, (start, stop) in enumerate(ranges):
         width = stop - start
         if width <= 0:
             counts.append(0)
             continue
-        workers = pool.cluster_workers(cluster) if hasattr(pool, "cluster_workers") else 1
+        workers = max(1, active[cluster])
         # ~4 tasks per worker, but at least ~16 KB of output per task
         nb = max(1, min(want * workers, (width * k * 4) // 16384))
         edges = _even_blocks(width, nb)

@@ -217,3 +217,32 @@ def test_bad_dtypes_raise_type_error():
         conv2d(x, w, out=np.zeros((1, 2, 5, 5), np.float32))
     with pytest.raises(TypeError, match="out has dtype"):
         conv2d(x, w, out=np.zeros((1, 2, 6, 6), np.float64))
+
+
+@pytest.fixture(scope="module")
+def two_cluster_pool():
+    import os
+
+    from asymo.topology import parse_spec
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two usable cores")
+    spec = f"big:{cpus[0]}@1.0,little:{cpus[1]}@0.5"
+    with asymo.Pool(topology=parse_spec(spec)) as pool:
+        yield pool
+
+
+@pytest.mark.parametrize("case", ["im2col", "pointwise", "depthwise", "grouped"])
+def test_two_cluster_pool_matches_reference(two_cluster_pool, case):
+    rng = np.random.default_rng(11)
+    cfg = {"im2col": ((2, 6, 23, 19), (8, 6, 3, 3), 2, 1, 1),
+           "pointwise": ((2, 6, 23, 19), (8, 6, 1, 1), 1, 0, 1),
+           "depthwise": ((2, 6, 23, 19), (12, 1, 3, 3), 1, 1, 6),
+           "grouped": ((1, 6, 23, 19), (4, 3, 5, 5), 1, 2, 2)}[case]
+    xs, ws, stride, pad, groups = cfg
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    y = conv2d(x, w, b, stride, pad, 1, groups, activation="relu6", pool=two_cluster_pool)
+    _close(y, reference.conv2d(x, w, b, stride, pad, 1, groups, "relu6"), np.float32)
