@@ -23,12 +23,42 @@ from asymo._ffi import ffi, lib
 from asymo._tasks import (ACTIVATION_CODES, DTYPE_CODES, resolve_pool, run_tasks, task_fn,
                           workspace)
 
-__all__ = ["conv2d", "conv_output_shape"]
+__all__ = ["conv2d", "conv_output_shape", "kernel_isa", "use_kernel_isa"]
 
 # Column matrices up to this size are built whole; larger ones in chunks of output rows.
 COL_CHUNK_BYTES = 8 << 20
 # Aim for this many tasks per worker in element-wise kernels (load balance vs overhead).
 TASKS_PER_WORKER = 4
+# Depthwise kernel: 0 = channel-interleaved vector kernel, 1 = plain per-plane loop (the
+# kernel's own fallback when scratch memory is short; selectable here to test it).
+DEPTHWISE_METHOD = 0
+
+
+def kernel_isa():
+    """Name of the ISA variant the convolution and pooling kernels run ("avx512", ...)."""
+    return ffi.string(lib.asymo_isa_name(lib.asymo_conv_isa())).decode()
+
+
+class use_kernel_isa:
+    """Context manager: run the convolution and pooling kernels with one ISA variant
+    ("portable", "avx2_fma", "avx512"; the CPU must support it), for tests and benchmarks.
+    Not thread-safe: it changes a process-wide setting."""
+
+    def __init__(self, name):
+        codes = {ffi.string(lib.asymo_isa_name(i)).decode(): i for i in range(4)}
+        if name not in codes:
+            raise ValueError(f"unknown ISA {name!r}; known: {sorted(codes)}")
+        self.code = codes[name]
+        self.name = name
+
+    def __enter__(self):
+        self.previous = lib.asymo_conv_isa()
+        if lib.asymo_conv_set_isa(self.code) != 0:
+            raise ValueError(f"this CPU or build cannot run the {self.name!r} kernels")
+        return self
+
+    def __exit__(self, *exc):
+        lib.asymo_conv_set_isa(-1)
 
 
 def _as_float_array(a, name):
@@ -220,9 +250,11 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     pool = resolve_pool(pool)
     if cin_g == 1 and groups == c:
         if residual is None:
-            _depthwise(xb, w_c, b_c, target, stride, pads, dilation, activation, pool)
+            _depthwise(xb, w_c, b_c, target, stride, pads, dilation, activation, pool,
+                       DEPTHWISE_METHOD)
         else:
-            _depthwise(xb, w_c, b_c, target, stride, pads, dilation, None, pool)
+            _depthwise(xb, w_c, b_c, target, stride, pads, dilation, None, pool,
+                       DEPTHWISE_METHOD)
             for i in range(n):
                 _bias_act(target[i], None, activation, pool, residual[i])
     else:
@@ -251,7 +283,7 @@ def _check_out(out, shape, dtype):
     return out
 
 
-def _depthwise(x, weight, bias, y, stride, pads, dilation, activation, pool):
+def _depthwise(x, weight, bias, y, stride, pads, dilation, activation, pool, method=0):
     n, c, h, w = x.shape
     _, cout, oh, ow = y.shape
     job = ffi.new("asymo_dwconv_job *")
@@ -265,14 +297,18 @@ def _depthwise(x, weight, bias, y, stride, pads, dilation, activation, pool):
     job.bias = ffi.NULL if bias is None else _ptr(bias)
     job.y = _ptr(y)
     job.y_image_stride = y.strides[0] // y.itemsize if n > 1 else cout * oh * ow
-    planes = n * cout
-    # one plane per task, unless there are too few planes to balance the workers
+    # tasks: image x block of ASYMO_DW_LANES channels x block of rows; split rows only as far
+    # as needed for TASKS_PER_WORKER tasks per worker, keeping >= ~64K multiply-adds per task
+    lanes = lib.ASYMO_DW_LANES
+    blocks = n * -(-cout // lanes)
     want = TASKS_PER_WORKER * pool.nworkers
-    row_blocks = max(1, min(oh, -(-want // planes)))
-    rows = -(-oh // row_blocks)
-    job.rows_per_task = rows
-    job.row_blocks = -(-oh // rows)
-    run_tasks(pool, task_fn("asymo_dwconv_task"), job, planes * job.row_blocks)
+    row_blocks = max(1, min(oh, -(-want // blocks)))
+    min_rows = -(-65536 // max(1, lanes * ow * weight.shape[2] * weight.shape[3]))
+    rows_per_task = max(min_rows, -(-oh // row_blocks))
+    job.rows_per_task = rows_per_task
+    job.method = method
+    ntasks = blocks * -(-oh // rows_per_task)
+    run_tasks(pool, task_fn("asymo_dwconv_task"), job, ntasks)
 
 
 def _bias_act(y_img, bias, activation, pool, residual=None):

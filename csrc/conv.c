@@ -1,4 +1,4 @@
-/* Convolution kernels: im2col, direct depthwise convolution, bias + activation epilogue.
+/* Convolution kernels: im2col and the bias + activation epilogue (depthwise: depthwise.c).
  *
  * The loops are written so the compiler vectorises the innermost one (contiguous output
  * pixels of one row); each kernel is compiled three times (portable, AVX2+FMA, AVX-512) through
@@ -7,6 +7,7 @@
 #include "cpu_features.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* dtype codes, equal to gemm.h's ASYMO_DTYPE_F32 / ASYMO_DTYPE_F64 */
@@ -80,60 +81,6 @@ ALWAYS_INLINE void im2col_body_##SFX(const asymo_im2col_job *job, int64_t k0, in
     }                                                                                         \
 }                                                                                             \
                                                                                               \
-ALWAYS_INLINE void activate_row_##SFX(T *restrict y, int64_t n, int activation)              \
-{                                                                                             \
-    if (activation == ASYMO_ACT_RELU) {                                                       \
-        for (int64_t i = 0; i < n; i++)                                                       \
-            y[i] = y[i] > (T)0 ? y[i] : (T)0;                                                 \
-    } else if (activation == ASYMO_ACT_RELU6) {                                               \
-        for (int64_t i = 0; i < n; i++) {                                                     \
-            T v = y[i] > (T)0 ? y[i] : (T)0;                                                  \
-            y[i] = v < (T)6 ? v : (T)6;                                                       \
-        }                                                                                     \
-    }                                                                                         \
-}                                                                                             \
-                                                                                              \
-/* Rows [oy0, oy1) of one depthwise output plane. Each tap (ky, kx) adds w * shifted input    \
- * row over its valid output range; the output row stays in L1 across the taps. */            \
-ALWAYS_INLINE void dw_rows_body_##SFX(const asymo_conv_geometry *g, const T *x,               \
-                                      const T *w, T bias, T *y, int64_t oy0, int64_t oy1,     \
-                                      int activation)                                         \
-{                                                                                             \
-    const int64_t H = g->height, W = g->width, ow = g->out_w;                                 \
-    const int64_t kh = g->kernel_h, kw = g->kernel_w, sh = g->stride_h, sw = g->stride_w;     \
-    for (int64_t oy = oy0; oy < oy1; oy++) {                                                  \
-        T *restrict yr = y + oy * ow;                                                         \
-        for (int64_t ox = 0; ox < ow; ox++)                                                   \
-            yr[ox] = bias;                                                                    \
-        for (int64_t ky = 0; ky < kh; ky++) {                                                 \
-            const int64_t iy = oy * sh + ky * g->dilation_h - g->pad_h;                       \
-            if (iy < 0 || iy >= H)                                                            \
-                continue;                                                                     \
-            const T *xr = x + iy * W;                                                         \
-            for (int64_t kx = 0; kx < kw; kx++) {                                             \
-                const T wv = w[ky * kw + kx];                                                 \
-                const int64_t dx = kx * g->dilation_w - g->pad_w;                             \
-                int64_t lo, hi;                                                               \
-                valid_range(dx, sw, W, ow, &lo, &hi);                                         \
-                const T *restrict src = xr + dx + lo * sw;                                    \
-                T *restrict dst = yr + lo;                                                    \
-                const int64_t len = hi - lo;                                                  \
-                if (sw == 1) {                                                                \
-                    for (int64_t o = 0; o < len; o++)                                         \
-                        dst[o] += wv * src[o];                                                \
-                } else if (sw == 2) {                                                         \
-                    for (int64_t o = 0; o < len; o++)                                         \
-                        dst[o] += wv * src[2 * o];                                            \
-                } else {                                                                      \
-                    for (int64_t o = 0; o < len; o++)                                         \
-                        dst[o] += wv * src[o * sw];                                           \
-                }                                                                             \
-            }                                                                                 \
-        }                                                                                     \
-        activate_row_##SFX(yr, ow, activation);                                               \
-    }                                                                                         \
-}                                                                                             \
-                                                                                              \
 ALWAYS_INLINE void bias_act_body_##SFX(T *restrict y, const T *restrict r, int64_t n,      \
                                        T bias, int activation)                                \
 {                                                                                             \
@@ -182,10 +129,6 @@ DEFINE_BODIES(double, f64)
 typedef struct {
     void (*im2col_f32)(const asymo_im2col_job *, int64_t, int64_t, int64_t, int64_t);
     void (*im2col_f64)(const asymo_im2col_job *, int64_t, int64_t, int64_t, int64_t);
-    void (*dw_rows_f32)(const asymo_conv_geometry *, const float *, const float *, float,
-                        float *, int64_t, int64_t, int);
-    void (*dw_rows_f64)(const asymo_conv_geometry *, const double *, const double *, double,
-                        double *, int64_t, int64_t, int);
     void (*bias_act_f32)(float *, const float *, int64_t, float, int);
     void (*bias_act_f64)(double *, const double *, int64_t, double, int);
     const char *name;
@@ -196,21 +139,12 @@ ATTR static void im2col_f32_##ISA(const asymo_im2col_job *j, int64_t a, int64_t 
                                   int64_t c, int64_t d) { im2col_body_f32(j, a, b, c, d); }   \
 ATTR static void im2col_f64_##ISA(const asymo_im2col_job *j, int64_t a, int64_t b,            \
                                   int64_t c, int64_t d) { im2col_body_f64(j, a, b, c, d); }   \
-ATTR static void dw_rows_f32_##ISA(const asymo_conv_geometry *g, const float *x,              \
-                                   const float *w, float bias, float *y, int64_t oy0,         \
-                                   int64_t oy1, int act)                                      \
-{ dw_rows_body_f32(g, x, w, bias, y, oy0, oy1, act); }                                        \
-ATTR static void dw_rows_f64_##ISA(const asymo_conv_geometry *g, const double *x,             \
-                                   const double *w, double bias, double *y, int64_t oy0,      \
-                                   int64_t oy1, int act)                                      \
-{ dw_rows_body_f64(g, x, w, bias, y, oy0, oy1, act); }                                        \
 ATTR static void bias_act_f32_##ISA(float *y, const float *r, int64_t n, float b, int act)    \
 { bias_act_body_f32(y, r, n, b, act); }                                                       \
 ATTR static void bias_act_f64_##ISA(double *y, const double *r, int64_t n, double b, int act) \
 { bias_act_body_f64(y, r, n, b, act); }                                                       \
 static const conv_kernels kernels_##ISA = {                                                   \
-    im2col_f32_##ISA, im2col_f64_##ISA, dw_rows_f32_##ISA, dw_rows_f64_##ISA,                 \
-    bias_act_f32_##ISA, bias_act_f64_##ISA, #ISA};
+    im2col_f32_##ISA, im2col_f64_##ISA, bias_act_f32_##ISA, bias_act_f64_##ISA, #ISA};
 
 DEFINE_VARIANT(, portable)
 #if defined(__x86_64__)
@@ -218,25 +152,55 @@ DEFINE_VARIANT(__attribute__((target("avx2,fma"))), avx2_fma)
 DEFINE_VARIANT(__attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma"))), avx512)
 #endif
 
-static const conv_kernels *select_kernels(void)
+static int isa_override = -1;
+
+static int isa_compiled(int isa)
 {
-    static const conv_kernels *chosen;
-    const conv_kernels *k = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
-    if (k)
-        return k;
-    k = &kernels_portable;
 #if defined(__x86_64__)
-    uint32_t isa = asymo_isa_supported();
-    if (isa & (1u << ASYMO_ISA_AVX512))
-        k = &kernels_avx512;
-    else if (isa & (1u << ASYMO_ISA_AVX2_FMA))
-        k = &kernels_avx2_fma;
+    return isa == ASYMO_ISA_PORTABLE || isa == ASYMO_ISA_AVX2_FMA || isa == ASYMO_ISA_AVX512;
+#else
+    return isa == ASYMO_ISA_PORTABLE;
 #endif
-    __atomic_store_n(&chosen, k, __ATOMIC_RELEASE);
-    return k;
 }
 
-const char *asymo_conv_isa(void) { return select_kernels()->name; }
+int asymo_conv_isa(void)
+{
+    const int forced = __atomic_load_n(&isa_override, __ATOMIC_RELAXED);
+    if (forced >= 0)
+        return forced;
+    static int best = -1;
+    int b = __atomic_load_n(&best, __ATOMIC_RELAXED);
+    if (b < 0) {
+        const uint32_t mask = asymo_isa_supported();
+        b = ASYMO_ISA_PORTABLE;
+        if ((mask & (1u << ASYMO_ISA_AVX512)) && isa_compiled(ASYMO_ISA_AVX512))
+            b = ASYMO_ISA_AVX512;
+        else if ((mask & (1u << ASYMO_ISA_AVX2_FMA)) && isa_compiled(ASYMO_ISA_AVX2_FMA))
+            b = ASYMO_ISA_AVX2_FMA;
+        __atomic_store_n(&best, b, __ATOMIC_RELAXED);
+    }
+    return b;
+}
+
+int asymo_conv_set_isa(int isa)
+{
+    if (isa >= 0 && (!isa_compiled(isa) || !(asymo_isa_supported() & (1u << isa))))
+        return -1;
+    __atomic_store_n(&isa_override, isa < 0 ? -1 : isa, __ATOMIC_RELAXED);
+    return 0;
+}
+
+static const conv_kernels *select_kernels(void)
+{
+#if defined(__x86_64__)
+    switch (asymo_conv_isa()) {
+    case ASYMO_ISA_AVX512: return &kernels_avx512;
+    case ASYMO_ISA_AVX2_FMA: return &kernels_avx2_fma;
+    default: break;
+    }
+#endif
+    return &kernels_portable;
+}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Task entry points. */
@@ -257,31 +221,6 @@ void asymo_im2col_task(int64_t task, void *ctx)
     const int64_t K = job->geom.channels * job->geom.kernel_h * job->geom.kernel_w;
     const int64_t k0 = K * i / job->nrowblocks, k1 = K * (i + 1) / job->nrowblocks;
     asymo_im2col(job, k0, k1, job->col_bounds[j], job->col_bounds[j + 1]);
-}
-
-void asymo_dwconv_task(int64_t task, void *ctx)
-{
-    const asymo_dwconv_job *job = (const asymo_dwconv_job *)ctx;
-    const asymo_conv_geometry *g = &job->geom;
-    const int64_t rb = task % job->row_blocks, plane = task / job->row_blocks;
-    const int64_t n = plane / job->out_channels, oc = plane % job->out_channels;
-    const int64_t mult = job->out_channels / g->channels;
-    const int64_t ic = oc / mult;
-    const int64_t oy0 = rb * job->rows_per_task;
-    const int64_t oy1 = min64(g->out_h, oy0 + job->rows_per_task);
-    const int64_t in_off = (n * g->channels + ic) * g->height * g->width;
-    const int64_t out_off = n * job->y_image_stride + oc * g->out_h * g->out_w;
-    const int64_t taps = g->kernel_h * g->kernel_w;
-    const conv_kernels *k = select_kernels();
-    if (job->dtype == CONV_DTYPE_F64) {
-        const double *b = (const double *)job->bias;
-        k->dw_rows_f64(g, (const double *)job->x + in_off, (const double *)job->weight + oc * taps,
-                       b ? b[oc] : 0.0, (double *)job->y + out_off, oy0, oy1, job->activation);
-    } else {
-        const float *b = (const float *)job->bias;
-        k->dw_rows_f32(g, (const float *)job->x + in_off, (const float *)job->weight + oc * taps,
-                       b ? b[oc] : 0.0f, (float *)job->y + out_off, oy0, oy1, job->activation);
-    }
 }
 
 void asymo_bias_act_task(int64_t task, void *ctx)

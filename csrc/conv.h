@@ -56,8 +56,14 @@ void asymo_im2col(const asymo_im2col_job *job, int64_t k0, int64_t k1, int64_t n
 
 /* Direct depthwise convolution (groups == channels, one input channel per group, out_channels
  * = multiplier * channels) with fused bias and activation. Output channel oc reads input
- * channel oc / multiplier; weight is out_channels x kernel_h x kernel_w. A task is one block
- * of rows_per_task output rows of one (image, output channel) plane. */
+ * channel oc / multiplier; weight is out_channels x kernel_h x kernel_w.
+ *
+ * A task is one image, a block of ASYMO_DW_LANES output channels and rows_per_task output
+ * rows: ntasks = batch * ceil(out_channels / ASYMO_DW_LANES) * ceil(out_h / rows_per_task).
+ * The task transposes its input rows to channel-interleaved order so that the innermost loop
+ * runs over channels (vector lanes) for any plane size, stride or dilation. */
+enum { ASYMO_DW_LANES = 16 };
+
 typedef struct {
     asymo_conv_geometry geom;   /* channels = input channels */
     int32_t dtype;
@@ -70,7 +76,8 @@ typedef struct {
     void *y;                    /* image n, channel oc at y + n * y_image_stride + oc * out_h * out_w */
     int64_t y_image_stride;
     int64_t rows_per_task;
-    int64_t row_blocks;         /* ceil(out_h / rows_per_task); ntasks = batch * out_channels * row_blocks */
+    int32_t method;             /* 0: channel-interleaved kernel; 1: plane-by-plane reference
+                                   loop (slow; the fallback when scratch memory is short) */
 } asymo_dwconv_job;
 
 void asymo_dwconv_task(int64_t task, void *job);
@@ -93,8 +100,12 @@ typedef struct {
 
 void asymo_bias_act_task(int64_t task, void *job);
 
-/* Which ISA variant the kernels above run ("portable", "avx2_fma", "avx512"). */
-const char *asymo_conv_isa(void);
+/* The ISA variant (ASYMO_ISA_*) the convolution, depthwise and pooling kernels run: the best
+ * the CPU supports unless set. asymo_conv_set_isa(isa) selects one (isa < 0: back to the
+ * best); it returns 0, or -1 when the CPU cannot run it or the build lacks it. For tests and
+ * benchmarks; not to be changed while kernels run. */
+int asymo_conv_isa(void);
+int asymo_conv_set_isa(int isa);
 /* CDEF END */
 
 #endif

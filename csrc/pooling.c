@@ -111,20 +111,14 @@ static const pool_kernels *select_pool_kernels(void)
     static const pool_kernels avx2 = {pool_plane_f32_avx2_fma, pool_plane_f64_avx2_fma};
     static const pool_kernels avx512 = {pool_plane_f32_avx512, pool_plane_f64_avx512};
 #endif
-    static const pool_kernels *chosen;
-    const pool_kernels *k = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
-    if (k)
-        return k;
-    k = &portable;
 #if defined(__x86_64__)
-    uint32_t isa = asymo_isa_supported();
-    if (isa & (1u << ASYMO_ISA_AVX512))
-        k = &avx512;
-    else if (isa & (1u << ASYMO_ISA_AVX2_FMA))
-        k = &avx2;
+    switch (asymo_conv_isa()) {
+    case ASYMO_ISA_AVX512: return &avx512;
+    case ASYMO_ISA_AVX2_FMA: return &avx2;
+    default: break;
+    }
 #endif
-    __atomic_store_n(&chosen, k, __ATOMIC_RELEASE);
-    return k;
+    return &portable;
 }
 
 void asymo_pool2d_task(int64_t task, void *ctx)

@@ -246,3 +246,55 @@ def test_two_cluster_pool_matches_reference(two_cluster_pool, case):
     b = rng.standard_normal(ws[0]).astype(np.float32)
     y = conv2d(x, w, b, stride, pad, 1, groups, activation="relu6", pool=two_cluster_pool)
     _close(y, reference.conv2d(x, w, b, stride, pad, 1, groups, "relu6"), np.float32)
+
+
+def _supported_isas():
+    from asymo._ffi import lib
+
+    names = []
+    for name in ("portable", "avx2_fma", "avx512", "neon"):
+        try:
+            with asymo.conv.use_kernel_isa(name):
+                pass
+        except ValueError:
+            continue
+        names.append(name)
+    return names
+
+
+FIXED_CASES = [  # (x shape, w shape, stride, padding, dilation, groups)
+    ((2, 5, 13, 17), (7, 5, 3, 3), 1, 1, 1, 1),
+    ((1, 4, 20, 20), (4, 2, 3, 2), (2, 1), (0, 2), (1, 2), 2),
+    ((2, 24, 19, 21), (24, 1, 3, 3), 1, 1, 1, 24),
+    ((1, 20, 37, 35), (40, 1, 3, 3), 2, 1, 1, 20),
+    ((1, 17, 9, 40), (17, 1, 5, 3), (1, 2), (2, 0), (2, 1), 17),
+    ((1, 3, 8, 8), (3, 1, 1, 1), 3, 0, 1, 3),
+]
+
+
+@pytest.mark.parametrize("isa", _supported_isas())
+@pytest.mark.parametrize("method", [0, 1])
+def test_every_isa_variant_and_depthwise_method(isa, method, monkeypatch):
+    import asymo.conv as conv_mod
+    from asymo.pooling import avg_pool2d, max_pool2d
+
+    monkeypatch.setattr(conv_mod, "DEPTHWISE_METHOD", method)
+    rng = np.random.default_rng(12)
+    with conv_mod.use_kernel_isa(isa):
+        assert conv_mod.kernel_isa() == isa
+        for dt in (np.float32, np.float64):
+            for xs, ws, s, p, d, g in FIXED_CASES:
+                x = rng.standard_normal(xs).astype(dt)
+                w = rng.standard_normal(ws).astype(dt)
+                b = rng.standard_normal(ws[0]).astype(dt)
+                y = conv2d(x, w, b, s, p, d, g, activation="relu")
+                _close(y, reference.conv2d(x, w, b, s, p, d, g, "relu"), dt)
+            x = rng.standard_normal((2, 3, 15, 14)).astype(dt)
+            np.testing.assert_array_equal(max_pool2d(x, 3, 2, 1, True),
+                                          reference.max_pool2d(x, 3, 2, 1, True))
+            np.testing.assert_allclose(avg_pool2d(x, 3, 2, 1, True, False),
+                                       reference.avg_pool2d(x, 3, 2, 1, True, False),
+                                       rtol=1e-5, atol=1e-6)
+    assert conv_mod.kernel_isa() == _supported_isas()[-1]
+    with pytest.raises(ValueError, match="unknown ISA"):
+        conv_mod.use_kernel_isa("sse9")
