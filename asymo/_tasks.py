@@ -33,16 +33,26 @@ def task_fn(name):
     return ffi.addressof(lib, name)
 
 
-def run_tasks(pool, fn, job, ntasks, counts=None):
+# Jobs touching fewer bytes than this run in the calling thread: waking the pool (a few us)
+# costs more than the pass itself.
+INLINE_BYTES = 48 << 10
+
+
+def run_tasks(pool, fn, job, ntasks, counts=None, *, inline=False):
     """Run ``fn(task, job)`` for ``task`` in ``range(ntasks)`` on ``pool`` and wait.
 
     ``counts`` gives the tasks of each cluster, fastest first (task ids are assigned to clusters
-    in order); ``None`` lets the pool split them by capacity.
+    in order); ``None`` lets the pool split them by capacity. ``inline`` runs the tasks in the
+    calling thread instead (for jobs too small to be worth waking the workers).
     """
     # The pool's own checks (parallel_for) cost ~20 us a call, ten times the C submission:
     # asymo's kernels pass a known C function and a job struct, so go straight to C.
     ntasks = int(ntasks)
     if ntasks <= 0:
+        return
+    if inline:
+        for t in range(ntasks):
+            fn(t, job)
         return
     if pool.closed:
         raise ValueError("cannot run tasks on a closed Pool")

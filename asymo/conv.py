@@ -20,8 +20,8 @@ import numbers
 import numpy as np
 
 from asymo._ffi import ffi, lib
-from asymo._tasks import (ACTIVATION_CODES, DTYPE_CODES, resolve_pool, run_tasks, task_fn,
-                          workspace)
+from asymo._tasks import (ACTIVATION_CODES, DTYPE_CODES, INLINE_BYTES, resolve_pool, run_tasks,
+                          task_fn, workspace)
 
 __all__ = ["conv2d", "conv_output_shape", "kernel_isa", "use_kernel_isa"]
 
@@ -308,7 +308,8 @@ def _depthwise(x, weight, bias, y, stride, pads, dilation, activation, pool, met
     job.rows_per_task = rows_per_task
     job.method = method
     ntasks = blocks * -(-oh // rows_per_task)
-    run_tasks(pool, task_fn("asymo_dwconv_task"), job, ntasks)
+    small = (x.nbytes + y.nbytes) < INLINE_BYTES
+    run_tasks(pool, task_fn("asymo_dwconv_task"), job, ntasks, inline=small)
 
 
 def _bias_act(y_img, bias, activation, pool, residual=None):
@@ -333,7 +334,8 @@ def _bias_act(y_img, bias, activation, pool, residual=None):
     per = max(min_channels, -(-channels // (TASKS_PER_WORKER * pool.nworkers)))
     job.channels_per_task = per
     job.channel_blocks = -(-channels // per)
-    run_tasks(pool, task_fn("asymo_bias_act_task"), job, job.channel_blocks)
+    run_tasks(pool, task_fn("asymo_bias_act_task"), job, job.channel_blocks,
+              inline=y_img.nbytes < INLINE_BYTES)
 
 
 def _im2col_gemm(x, weight, bias, y, groups, stride, pads, dilation, activation, pool,
@@ -406,4 +408,5 @@ def _run_im2col(job, k, n0, n1, m, pool):
     job.col_bounds = c_bounds
     job.ncolblocks = len(bounds) - 1
     job.nrowblocks = 1
-    run_tasks(pool, task_fn("asymo_im2col_task"), job, job.ncolblocks, counts)
+    small = k * (n1 - n0) * (8 if job.dtype else 4) < INLINE_BYTES
+    run_tasks(pool, task_fn("asymo_im2col_task"), job, job.ncolblocks, counts, inline=small)

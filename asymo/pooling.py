@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from asymo._ffi import ffi
-from asymo._tasks import DTYPE_CODES, resolve_pool, run_tasks, task_fn
+from asymo._tasks import DTYPE_CODES, INLINE_BYTES, resolve_pool, run_tasks, task_fn
 from asymo.conv import TASKS_PER_WORKER, _geometry, _pair, _ptr
 
 __all__ = ["max_pool2d", "avg_pool2d", "pool_output_size"]
@@ -71,7 +71,8 @@ def _pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_pad, out,
     min_planes = max(1, (16384 // x.itemsize) // max(h * w, 1))
     per = max(min_planes, -(-planes // (TASKS_PER_WORKER * pool.nworkers)))
     job.planes_per_task = per
-    run_tasks(pool, task_fn("asymo_pool2d_task"), job, -(-planes // per))
+    run_tasks(pool, task_fn("asymo_pool2d_task"), job, -(-planes // per),
+              inline=xc.nbytes < INLINE_BYTES)
     if out is not None and y is not out:
         out[...] = y
         return out
