@@ -340,7 +340,7 @@ def _bias_act(y_img, bias, activation, pool, residual=None):
 
 def _im2col_gemm(x, weight, bias, y, groups, stride, pads, dilation, activation, pool,
                  residual=None):
-    from asymo.conv_gemm import gemm_into, column_split
+    from asymo.conv_gemm import gemm_into, plan_conv_gemm
 
     n, c, h, w = x.shape
     cout, cin_g, kh, kw = weight.shape
@@ -351,62 +351,77 @@ def _im2col_gemm(x, weight, bias, y, groups, stride, pads, dilation, activation,
     pointwise = (kh, kw) == (1, 1) and stride == (1, 1) and pads == ((0, 0), (0, 0))
     w2 = weight.reshape(groups, cout_g, k)
 
-    job = None
-    if not pointwise:
-        job = ffi.new("asymo_im2col_job *")
-        _geometry(job.geom, cin_g, h, w, (kh, kw), stride, pads, dilation, oh, ow)
-        job.dtype = DTYPE_CODES[x.dtype]
-        # chunks of whole output rows whose column matrix fits COL_CHUNK_BYTES
-        rows_per_chunk = max(1, COL_CHUNK_BYTES // (k * ow * x.itemsize))
-        rows_per_chunk = min(oh, rows_per_chunk)
-        col = workspace(k * rows_per_chunk * ow, x.dtype)
+    if pointwise:
+        plan = plan_conv_gemm(cout_g, k, ncols, x.dtype, pool)
+        for i in range(n):
+            yi = y[i].reshape(cout, ncols)
+            for g in range(groups):
+                gemm_into(w2[g], x[i, g * cin_g:(g + 1) * cin_g].reshape(cin_g, ncols),
+                          yi[g * cout_g:(g + 1) * cout_g], pool, plan)
+            _bias_act(y[i], bias, activation, pool, None if residual is None else residual[i])
+        return
 
+    job = ffi.new("asymo_im2col_job *")
+    _geometry(job.geom, cin_g, h, w, (kh, kw), stride, pads, dilation, oh, ow)
+    job.dtype = DTYPE_CODES[x.dtype]
+    # chunks of whole output rows whose column matrix fits COL_CHUNK_BYTES
+    rows_per_chunk = min(oh, max(1, COL_CHUNK_BYTES // (k * ow * x.itemsize)))
+    col = workspace(k * rows_per_chunk * ow, x.dtype)
+    plans = {}
     for i in range(n):
         yi = y[i].reshape(cout, ncols)
         for g in range(groups):
             a = w2[g]
             yg = yi[g * cout_g:(g + 1) * cout_g]
-            xg = x[i, g * cin_g:(g + 1) * cin_g]
-            if pointwise:
-                gemm_into(a, xg.reshape(cin_g, ncols), yg, pool)
-                continue
-            job.x = _ptr(xg)
+            job.x = _ptr(x[i, g * cin_g:(g + 1) * cin_g])
             for r0 in range(0, oh, rows_per_chunk):
                 r1 = min(oh, r0 + rows_per_chunk)
                 n0, n1 = r0 * ow, r1 * ow
                 width = n1 - n0
+                plan = plans.get(width)
+                if plan is None:
+                    plan = plans[width] = plan_conv_gemm(cout_g, k, width, x.dtype, pool)
                 colv = col[:k * width].reshape(k, width)
                 job.col = _ptr(colv)
                 job.ldcol = width
                 job.col_offset = n0
-                _run_im2col(job, k, n0, n1, a.shape[0], pool)
-                gemm_into(a, colv, yg[:, n0:n1], pool)
+                _run_im2col(job, k, n0, n1, plan, pool)
+                gemm_into(a, colv, yg[:, n0:n1], pool, plan)
         _bias_act(y[i], bias, activation, pool, None if residual is None else residual[i])
 
 
-def _run_im2col(job, k, n0, n1, m, pool):
+def _run_im2col(job, k, n0, n1, plan, pool):
     """im2col of columns [n0, n1): each cluster produces the columns its GEMM consumes."""
     from asymo.conv_gemm import column_split
 
-    ranges = column_split(m, k, n1 - n0, job.dtype, pool)
-    bounds = [n0]
-    counts = []
-    want = TASKS_PER_WORKER
+    ranges = column_split(plan, n1 - n0, pool)
     active = pool.active_workers_per_cluster()
+    itemsize = 8 if job.dtype else 4
+    # Column blocks at least MIN_COLS wide (tasks writing a few columns of the same rows
+    # would share cache lines); then split the K rows too until there are about
+    # TASKS_PER_WORKER tasks per worker.
+    min_cols = 256
+    col_blocks = []
     for cluster, (start, stop) in enumerate(ranges):
         width = stop - start
         if width <= 0:
-            counts.append(0)
+            col_blocks.append([])
             continue
-        workers = max(1, active[cluster])
-        # ~4 tasks per worker, but at least ~16 KB of output per task
-        nb = max(1, min(want * workers, (width * k * 4) // 16384))
+        nb = max(1, min(TASKS_PER_WORKER * max(1, active[cluster]), width // min_cols))
         edges = _even_blocks(width, nb)
-        bounds.extend(n0 + start + e for e in edges[1:])
-        counts.append(len(edges) - 1)
+        col_blocks.append([n0 + start + e for e in edges[1:]])
+    ncol = sum(len(b) for b in col_blocks)
+    want = TASKS_PER_WORKER * max(1, sum(active))
+    nrow = max(1, min(-(-want // ncol), k // 8,
+                      (k * (n1 - n0) * itemsize) // (16384 * ncol)))
+    bounds = [n0]
+    counts = []
+    for blocks in col_blocks:
+        bounds.extend(blocks)
+        counts.append(len(blocks) * nrow)
     c_bounds = ffi.new("int64_t[]", bounds)
     job.col_bounds = c_bounds
-    job.ncolblocks = len(bounds) - 1
-    job.nrowblocks = 1
-    small = k * (n1 - n0) * (8 if job.dtype else 4) < INLINE_BYTES
-    run_tasks(pool, task_fn("asymo_im2col_task"), job, job.ncolblocks, counts, inline=small)
+    job.ncolblocks = ncol
+    job.nrowblocks = nrow
+    small = k * (n1 - n0) * itemsize < INLINE_BYTES
+    run_tasks(pool, task_fn("asymo_im2col_task"), job, ncol * nrow, counts, inline=small)

@@ -1,25 +1,60 @@
-"""The GEMM side of a convolution: run ``a @ b`` into an output view, and tell im2col which
-columns each cluster's GEMM consumes.
+"""The GEMM side of a convolution: plan ``weight @ col``, tell im2col which columns each
+cluster's GEMM consumes, and run the product into an output view.
 
-INTERIM (until branch gemm lands on main): the product runs through numpy.matmul and the
-column split is proportional to cluster size; both are replaced by asymo.matmul and the GEMM
-plan's cluster ranges.
+A convolution's GEMM is ``weight[M x K] @ col[K x N]`` with M output channels (per group), K =
+Cin/groups * kh * kw and N output pixels (of one chunk). When the plan splits the product
+between clusters along N, cluster c's tasks read only columns ``plan.cluster_ranges[c]`` of
+col, so im2col gives exactly those columns to cluster c: they are written into the caches that
+will read them. When it splits along M, every cluster reads all of col; im2col is then split by
+the pool's capacity ratio.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["gemm_into", "column_split"]
+__all__ = ["plan_conv_gemm", "column_split", "gemm_into", "HAVE_ASYMO_GEMM"]
+
+try:
+    from asymo.gemm import gemm as _gemm
+    from asymo.gemm_plan import plan_gemm as _plan_gemm
+    HAVE_ASYMO_GEMM = True
+except ImportError:  # INTERIM: until branch gemm lands on main
+    HAVE_ASYMO_GEMM = False
 
 
-def gemm_into(a, b, out, pool):
-    np.matmul(a, b, out=out)
+def plan_conv_gemm(m, k, n, dtype, pool):
+    """The (cached) GEMM plan for ``(m x k) @ (k x n)`` on ``pool``, or None without asymo's
+    GEMM."""
+    if not HAVE_ASYMO_GEMM:
+        return None
+    return _plan_gemm(m, k, n, np.dtype(dtype).name, pool)
 
 
-def column_split(m, k, n, dtype_code, pool):
-    counts = pool.split_counts(n)
+def column_split(plan, n, pool):
+    """Per-cluster ``(start, stop)`` ranges of the ``n`` columns, fastest cluster first: the
+    plan's own ranges when it splits along N, else proportional to cluster capacity."""
+    if plan is not None and plan.split_dim == "N" and len(plan.cluster_ranges) == pool.nclusters:
+        return plan.cluster_ranges
     ranges, start = [], 0
-    for c in counts:
+    for c in pool.split_counts(n):
         ranges.append((start, start + int(c)))
         start += int(c)
     return ranges
+
+
+def gemm_into(a, b, out, pool, plan=None):
+    """``out[...] = a @ b`` on ``pool`` (``out`` may be a strided view)."""
+    if HAVE_ASYMO_GEMM:
+        _gemm(a, b, out, plan=plan, pool=pool)
+    else:  # INTERIM
+        np.matmul(a, b, out=out)
+
+
+def matmul_into(a, b, out, pool):
+    """``out[...] = a @ b`` with NumPy matmul semantics (the fully-connected layers)."""
+    if HAVE_ASYMO_GEMM:
+        import asymo
+
+        asymo.matmul(a, b, out=out, pool=pool)
+    else:  # INTERIM
+        np.matmul(a, b, out=out)

@@ -51,6 +51,35 @@ ALWAYS_INLINE void im2col_body_##SFX(const asymo_im2col_job *job, int64_t k0, in
         const int64_t dx = kx * g->dilation_w - g->pad_w;                                     \
         int64_t lo, hi;                                                                       \
         valid_range(dx, sw, W, ow, &lo, &hi);                                                 \
+        if (sh == 1 && sw == 1 && ow == W) {                                                  \
+            /* Unit stride and out_w == width: a column row and the input plane have the     \
+               same row pitch, so the whole chunk is one shifted copy; then the few edge     \
+               columns that read across a row boundary (or outside the plane) are zeroed. */  \
+            T *d = dst - job->col_offset; /* d[n]: column n */                                \
+            const int64_t shift = dy * W + dx;                                                \
+            const int64_t oy_lo = dy < 0 ? -dy : 0, oy_hi = min64(g->out_h, H - dy);          \
+            const int64_t a = min64(max64(n0, oy_lo * W), n1);                                \
+            const int64_t b = max64(a, min64(n1, oy_hi * W));                                 \
+            const int64_t ca = max64(a, -shift), cb = min64(b, H * W - shift);               \
+            if (a > n0)                                                                       \
+                memset(d + n0, 0, (size_t)(a - n0) * sizeof(T));                              \
+            if (cb > ca)                                                                      \
+                memcpy(d + ca, xc + ca + shift, (size_t)(cb - ca) * sizeof(T));               \
+            if (n1 > b)                                                                       \
+                memset(d + b, 0, (size_t)(n1 - b) * sizeof(T));                               \
+            if (lo > 0 || hi < ow) {                                                          \
+                for (int64_t oy = a / W; oy * W < b; oy++) {                                  \
+                    const int64_t base = oy * W;                                              \
+                    for (int64_t ox = 0; ox < lo; ox++)                                       \
+                        if (base + ox >= a && base + ox < b)                                  \
+                            d[base + ox] = (T)0;                                              \
+                    for (int64_t ox = hi; ox < ow; ox++)                                      \
+                        if (base + ox >= a && base + ox < b)                                  \
+                            d[base + ox] = (T)0;                                              \
+                }                                                                             \
+            }                                                                                 \
+            continue;                                                                         \
+        }                                                                                     \
         int64_t n = n0;                                                                       \
         while (n < n1) {                                                                      \
             const int64_t oy = n / ow, ox0 = n - oy * ow;                                     \

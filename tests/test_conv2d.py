@@ -167,6 +167,11 @@ def test_large_column_matrix_is_chunked(monkeypatch):
     w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
     y = conv2d(x, w, stride=(2, 2), padding=1)
     _close(y, reference.conv2d(x, w, None, 2, 1), np.float32)
+    # unit stride with out_w == width (the shifted-copy im2col), chunks starting mid-image
+    for pad, dil in (((1, 1), 1), ((2, 3), (2, 1)), ((0, 1), 1)):
+        w2 = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+        y = conv2d(x, w2, padding=pad, dilation=dil)
+        _close(y, reference.conv2d(x, w2, None, 1, pad, dil), np.float32)
 
 
 def test_zero_batch_and_lazy_attribute():

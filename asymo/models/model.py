@@ -93,10 +93,10 @@ class AsymoOps:
                       activation=act, residual=residual, out=out, pool=self.thread_pool)
 
     def linear(self, x, step, weight, bias):
-        from asymo.conv_gemm import gemm_into
+        from asymo.conv_gemm import matmul_into
 
         y = np.empty((x.shape[0], step.out_features), x.dtype)
-        gemm_into(x, weight, y, self.thread_pool)
+        matmul_into(x, weight, y, self.thread_pool)
         if bias is not None:
             y += bias
         if step.activation == "relu":
