@@ -59,6 +59,8 @@ def run_tasks(pool, fn, job, ntasks, counts=None, *, inline=False):
     if counts is None:
         c_counts = ffi.NULL if pool.nclusters == 1 else ffi.new(
             "int64_t[]", pool.split_counts(ntasks))
+    elif isinstance(counts, ffi.CData):
+        c_counts = counts
     else:
         c_counts = ffi.new("int64_t[]", [int(c) for c in counts])
     rc = lib.asymo_pool_run(pool._handle, fn, job, ntasks, c_counts)

@@ -16,6 +16,8 @@ How it runs (NCHW, per image and group):
 from __future__ import annotations
 
 import numbers
+import threading
+import weakref
 
 import numpy as np
 
@@ -127,6 +129,10 @@ def _geometry(geom, channels, h, w, kernel, stride, pads, dilation, oh, ow):
 
 
 def _ptr(a):
+    """Data pointer of an array (contiguous arrays through the buffer protocol: ~5x faster
+    than ``a.ctypes``)."""
+    if a.flags.c_contiguous:
+        return ffi.cast("void *", ffi.from_buffer(a))
     return ffi.cast("void *", a.ctypes.data)
 
 
@@ -233,7 +239,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         if residual.shape != y.shape or residual.dtype != dtype:
             raise ValueError(f"conv2d: residual of shape {residual.shape} and dtype "
                              f"{residual.dtype} does not match the output ({y.shape}, {dtype})")
-        if np.shares_memory(residual, y):
+        if np.may_share_memory(residual, y):
             residual = residual.copy()
         residual = np.ascontiguousarray(residual[None] if unbatched else residual)
     yb = y[None] if unbatched else y
@@ -244,29 +250,18 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     xb = np.ascontiguousarray(xb)
     w_c = np.ascontiguousarray(weight)
     b_c = None if bias is None else np.ascontiguousarray(bias)
-    direct = all(yb[i].flags.c_contiguous for i in range(n)) and _uniform_stride(yb)
+    direct = (yb.flags.c_contiguous
+              or (all(yb[i].flags.c_contiguous for i in range(n))
+                  and yb.strides[0] % yb.itemsize == 0))
     target = yb if direct else np.empty(shape, dtype)
 
     pool = resolve_pool(pool)
-    if cin_g == 1 and groups == c:
-        if residual is None:
-            _depthwise(xb, w_c, b_c, target, stride, pads, dilation, activation, pool,
-                       DEPTHWISE_METHOD)
-        else:
-            _depthwise(xb, w_c, b_c, target, stride, pads, dilation, None, pool,
-                       DEPTHWISE_METHOD)
-            for i in range(n):
-                _bias_act(target[i], None, activation, pool, residual[i])
-    else:
-        _im2col_gemm(xb, w_c, b_c, target, groups, stride, pads, dilation, activation, pool,
-                     residual)
+    plan = _conv_plan(pool, xb.shape, w_c.shape, dtype, stride, pads, dilation, groups,
+                      activation, bias is not None, residual is not None)
+    plan.run(xb, w_c, b_c, target, residual, pool)
     if not direct:
         yb[...] = target
     return y
-
-
-def _uniform_stride(yb):
-    return yb.shape[0] <= 1 or yb.strides[0] % yb.itemsize == 0
 
 
 def _check_out(out, shape, dtype):
@@ -283,123 +278,205 @@ def _check_out(out, shape, dtype):
     return out
 
 
-def _depthwise(x, weight, bias, y, stride, pads, dilation, activation, pool, method=0):
-    n, c, h, w = x.shape
-    _, cout, oh, ow = y.shape
-    job = ffi.new("asymo_dwconv_job *")
-    _geometry(job.geom, c, h, w, weight.shape[2:], stride, pads, dilation, oh, ow)
-    job.dtype = DTYPE_CODES[x.dtype]
-    job.activation = ACTIVATION_CODES[activation]
-    job.batch = n
-    job.out_channels = cout
-    job.x = _ptr(x)
-    job.weight = _ptr(weight)
-    job.bias = ffi.NULL if bias is None else _ptr(bias)
-    job.y = _ptr(y)
-    job.y_image_stride = y.strides[0] // y.itemsize if n > 1 else cout * oh * ow
-    # tasks: image x block of ASYMO_DW_LANES channels x block of rows; split rows only as far
-    # as needed for TASKS_PER_WORKER tasks per worker, keeping >= ~64K multiply-adds per task
-    lanes = lib.ASYMO_DW_LANES
-    blocks = n * -(-cout // lanes)
-    want = TASKS_PER_WORKER * pool.nworkers
-    row_blocks = max(1, min(oh, -(-want // blocks)))
-    min_rows = -(-65536 // max(1, lanes * ow * weight.shape[2] * weight.shape[3]))
-    rows_per_task = max(min_rows, -(-oh // row_blocks))
-    job.rows_per_task = rows_per_task
-    job.method = method
-    ntasks = blocks * -(-oh // rows_per_task)
-    small = (x.nbytes + y.nbytes) < INLINE_BYTES
-    run_tasks(pool, task_fn("asymo_dwconv_task"), job, ntasks, inline=small)
+# ---- plans: everything decided once per (shape, pool) ------------------------------------
+
+_PLAN_CACHE_MAX = 512
+_plan_cache = weakref.WeakKeyDictionary()  # pool -> {key: plan}
+_plan_lock = threading.Lock()
 
 
-def _bias_act(y_img, bias, activation, pool, residual=None):
-    """In-place ``y = act(y + bias + residual)`` over one output image (channels x plane)."""
-    if bias is None and activation is None and residual is None:
-        return
-    channels = y_img.shape[0]
-    plane = y_img.shape[1] * y_img.shape[2] if y_img.ndim == 3 else y_img.shape[1]
+def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, activation,
+               has_bias, has_residual):
+    key = (xshape, wshape, dtype.num, stride, pads, dilation, groups, activation, has_bias,
+           has_residual, DEPTHWISE_METHOD, COL_CHUNK_BYTES, pool.limit)
+    try:
+        per_pool = _plan_cache.get(pool)
+    except TypeError:  # a pool object that cannot be weakly referenced: no caching
+        per_pool = None
+    plan = None if per_pool is None else per_pool.get(key)
+    if plan is not None:
+        return plan
+    n, c, h, w = xshape
+    cout, cin_g = wshape[:2]
+    if cin_g == 1 and groups == c:
+        plan = _DepthwisePlan(pool, xshape, wshape, dtype, stride, pads, dilation, activation,
+                              has_residual)
+    else:
+        plan = _GemmConvPlan(pool, xshape, wshape, dtype, stride, pads, dilation, groups,
+                             activation, has_bias, has_residual)
+    with _plan_lock:
+        try:
+            per_pool = _plan_cache.setdefault(pool, {})
+        except TypeError:
+            return plan
+        if len(per_pool) >= _PLAN_CACHE_MAX:
+            per_pool.clear()
+        per_pool[key] = plan
+    return plan
+
+
+def _bias_act_plan(pool, channels, plane, dtype, activation):
+    """(job template, ntasks, inline) for y = act(y + bias + residual) over one image."""
     job = ffi.new("asymo_bias_act_job *")
-    job.dtype = DTYPE_CODES[y_img.dtype]
+    job.dtype = DTYPE_CODES[dtype]
     job.activation = ACTIVATION_CODES[activation]
-    job.y = _ptr(y_img)
-    job.bias = ffi.NULL if bias is None else _ptr(bias)
-    job.residual = ffi.NULL if residual is None else _ptr(residual)
-    job.residual_image_stride = 0
     job.batch = 1
     job.channels = channels
     job.plane_size = plane
     job.image_stride = channels * plane
+    job.residual_image_stride = 0
     # at least ~16 KB per task: below that the pool's overhead dominates the pass
-    min_channels = max(1, (16384 // y_img.itemsize) // max(plane, 1))
+    min_channels = max(1, (16384 // dtype.itemsize) // max(plane, 1))
     per = max(min_channels, -(-channels // (TASKS_PER_WORKER * pool.nworkers)))
     job.channels_per_task = per
     job.channel_blocks = -(-channels // per)
-    run_tasks(pool, task_fn("asymo_bias_act_task"), job, job.channel_blocks,
-              inline=y_img.nbytes < INLINE_BYTES)
+    inline = channels * plane * dtype.itemsize < INLINE_BYTES
+    return job, int(job.channel_blocks), inline
 
 
-def _im2col_gemm(x, weight, bias, y, groups, stride, pads, dilation, activation, pool,
-                 residual=None):
-    from asymo.conv_gemm import gemm_into, plan_conv_gemm
+def _run_bias_act(template, ntasks, inline, y_img, bias, residual, pool):
+    job = ffi.new("asymo_bias_act_job *", template[0])
+    job.y = _ptr(y_img)
+    job.bias = ffi.NULL if bias is None else _ptr(bias)
+    job.residual = ffi.NULL if residual is None else _ptr(residual)
+    run_tasks(pool, _BIAS_ACT_TASK, job, ntasks, inline=inline)
 
-    n, c, h, w = x.shape
-    cout, cin_g, kh, kw = weight.shape
-    _, _, oh, ow = y.shape
-    cout_g = cout // groups
-    ncols = oh * ow
-    k = cin_g * kh * kw
-    pointwise = (kh, kw) == (1, 1) and stride == (1, 1) and pads == ((0, 0), (0, 0))
-    w2 = weight.reshape(groups, cout_g, k)
 
-    if pointwise:
-        plan = plan_conv_gemm(cout_g, k, ncols, x.dtype, pool)
+class _DepthwisePlan:
+    """Direct depthwise kernel; activation fused, residual in a second pass."""
+
+    def __init__(self, pool, xshape, wshape, dtype, stride, pads, dilation, activation,
+                 has_residual):
+        n, c, h, w = xshape
+        cout, _, kh, kw = wshape
+        oh, ow = _out_hw(h, w, kh, kw, stride, pads, dilation)
+        job = self.job = ffi.new("asymo_dwconv_job *")
+        _geometry(job.geom, c, h, w, (kh, kw), stride, pads, dilation, oh, ow)
+        job.dtype = DTYPE_CODES[dtype]
+        job.activation = ACTIVATION_CODES[None if has_residual else activation]
+        job.batch = n
+        job.out_channels = cout
+        job.method = DEPTHWISE_METHOD
+        # tasks: image x block of ASYMO_DW_LANES channels x block of rows; split rows only as
+        # far as needed for TASKS_PER_WORKER tasks per worker, >= ~64K multiply-adds per task
+        lanes = lib.ASYMO_DW_LANES
+        blocks = n * -(-cout // lanes)
+        want = TASKS_PER_WORKER * pool.nworkers
+        row_blocks = max(1, min(oh, -(-want // blocks)))
+        min_rows = -(-65536 // max(1, lanes * ow * kh * kw))
+        rows = max(min_rows, -(-oh // row_blocks))
+        job.rows_per_task = rows
+        self.ntasks = blocks * -(-oh // rows)
+        itemsize = dtype.itemsize
+        self.inline = (n * c * h * w + n * cout * oh * ow) * itemsize < INLINE_BYTES
+        self.plane = cout * oh * ow
+        self.residual = None
+        if has_residual:
+            self.residual = _bias_act_plan(pool, cout, oh * ow, dtype, activation)
+
+    def run(self, x, weight, bias, y, residual, pool):
+        job = ffi.new("asymo_dwconv_job *", self.job[0])
+        job.x = _ptr(x)
+        job.weight = _ptr(weight)
+        job.bias = ffi.NULL if bias is None else _ptr(bias)
+        job.y = _ptr(y)
+        job.y_image_stride = y.strides[0] // y.itemsize if y.shape[0] > 1 else self.plane
+        run_tasks(pool, _DWCONV_TASK, job, self.ntasks, inline=self.inline)
+        if self.residual is not None:
+            template, ntasks, inline = self.residual
+            for i in range(y.shape[0]):
+                _run_bias_act(template, ntasks, inline, y[i], None, residual[i], pool)
+
+
+class _GemmConvPlan:
+    """im2col (or the image itself for 1x1 stride-1) + GEMM per image and group, in chunks of
+    output rows, then the bias / activation / residual epilogue per image."""
+
+    def __init__(self, pool, xshape, wshape, dtype, stride, pads, dilation, groups,
+                 activation, has_bias, has_residual):
+        from asymo.conv_gemm import plan_conv_gemm
+
+        n, c, h, w = xshape
+        cout, cin_g, kh, kw = wshape
+        oh, ow = _out_hw(h, w, kh, kw, stride, pads, dilation)
+        self.groups, self.cin_g, self.cout_g = groups, cin_g, cout // groups
+        self.k = k = cin_g * kh * kw
+        self.ncols = oh * ow
+        self.pointwise = (kh, kw) == (1, 1) and stride == (1, 1) and pads == ((0, 0), (0, 0))
+        self.epilogue = None
+        if has_bias or activation is not None or has_residual:
+            self.epilogue = _bias_act_plan(pool, cout, oh * ow, dtype, activation)
+        if self.pointwise:
+            self.gemm_plan = plan_conv_gemm(self.cout_g, k, self.ncols, dtype, pool)
+            return
+        job = self.job = ffi.new("asymo_im2col_job *")
+        _geometry(job.geom, cin_g, h, w, (kh, kw), stride, pads, dilation, oh, ow)
+        job.dtype = DTYPE_CODES[dtype]
+        # chunks of whole output rows whose column matrix fits COL_CHUNK_BYTES
+        rows = min(oh, max(1, COL_CHUNK_BYTES // (k * ow * dtype.itemsize)))
+        self.col_elems = k * rows * ow
+        self.chunks = []
+        plans = {}
+        for r0 in range(0, oh, rows):
+            n0, n1 = r0 * ow, min(oh, r0 + rows) * ow
+            width = n1 - n0
+            gp = plans.get(width)
+            if gp is None:
+                gp = plans[width] = plan_conv_gemm(self.cout_g, k, width, dtype, pool)
+            self.chunks.append((n0, n1, gp) + _im2col_split(pool, gp, k, n0, n1, dtype))
+
+    def run(self, x, weight, bias, y, residual, pool):
+        from asymo.conv_gemm import gemm_into
+
+        n = x.shape[0]
+        cin_g, cout_g, groups, ncols = self.cin_g, self.cout_g, self.groups, self.ncols
+        w2 = weight.reshape(groups, cout_g, self.k)
+        if not self.pointwise:
+            col = workspace(self.col_elems, x.dtype)
+            job = ffi.new("asymo_im2col_job *", self.job[0])
         for i in range(n):
-            yi = y[i].reshape(cout, ncols)
+            yi = y[i].reshape(groups * cout_g, ncols)
             for g in range(groups):
-                gemm_into(w2[g], x[i, g * cin_g:(g + 1) * cin_g].reshape(cin_g, ncols),
-                          yi[g * cout_g:(g + 1) * cout_g], pool, plan)
-            _bias_act(y[i], bias, activation, pool, None if residual is None else residual[i])
-        return
-
-    job = ffi.new("asymo_im2col_job *")
-    _geometry(job.geom, cin_g, h, w, (kh, kw), stride, pads, dilation, oh, ow)
-    job.dtype = DTYPE_CODES[x.dtype]
-    # chunks of whole output rows whose column matrix fits COL_CHUNK_BYTES
-    rows_per_chunk = min(oh, max(1, COL_CHUNK_BYTES // (k * ow * x.itemsize)))
-    col = workspace(k * rows_per_chunk * ow, x.dtype)
-    plans = {}
-    for i in range(n):
-        yi = y[i].reshape(cout, ncols)
-        for g in range(groups):
-            a = w2[g]
-            yg = yi[g * cout_g:(g + 1) * cout_g]
-            job.x = _ptr(x[i, g * cin_g:(g + 1) * cin_g])
-            for r0 in range(0, oh, rows_per_chunk):
-                r1 = min(oh, r0 + rows_per_chunk)
-                n0, n1 = r0 * ow, r1 * ow
-                width = n1 - n0
-                plan = plans.get(width)
-                if plan is None:
-                    plan = plans[width] = plan_conv_gemm(cout_g, k, width, x.dtype, pool)
-                colv = col[:k * width].reshape(k, width)
-                job.col = _ptr(colv)
-                job.ldcol = width
-                job.col_offset = n0
-                _run_im2col(job, k, n0, n1, plan, pool)
-                gemm_into(a, colv, yg[:, n0:n1], pool, plan)
-        _bias_act(y[i], bias, activation, pool, None if residual is None else residual[i])
+                a = w2[g]
+                yg = yi[g * cout_g:(g + 1) * cout_g]
+                xg = x[i, g * cin_g:(g + 1) * cin_g]
+                if self.pointwise:
+                    gemm_into(a, xg.reshape(cin_g, ncols), yg, pool, self.gemm_plan)
+                    continue
+                job.x = _ptr(xg)
+                for n0, n1, gp, bounds, ncol, nrow, counts, ntasks, inline in self.chunks:
+                    colv = col[:self.k * (n1 - n0)].reshape(self.k, n1 - n0)
+                    job.col = _ptr(colv)
+                    job.ldcol = n1 - n0
+                    job.col_offset = n0
+                    job.col_bounds = bounds
+                    job.ncolblocks = ncol
+                    job.nrowblocks = nrow
+                    run_tasks(pool, _IM2COL_TASK, job, ntasks, counts, inline=inline)
+                    gemm_into(a, colv, yg[:, n0:n1], pool, gp)
+            if self.epilogue is not None:
+                template, ntasks, inline = self.epilogue
+                _run_bias_act(template, ntasks, inline, y[i], bias,
+                              None if residual is None else residual[i], pool)
 
 
-def _run_im2col(job, k, n0, n1, plan, pool):
-    """im2col of columns [n0, n1): each cluster produces the columns its GEMM consumes."""
+def _out_hw(h, w, kh, kw, stride, pads, dilation):
+    oh = (h + sum(pads[0]) - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (w + sum(pads[1]) - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    return oh, ow
+
+
+def _im2col_split(pool, gemm_plan, k, n0, n1, dtype):
+    """Tasks for im2col of columns [n0, n1): each cluster produces the columns its GEMM
+    consumes. Returns (bounds, ncolblocks, nrowblocks, counts, ntasks, inline), the arrays as
+    cffi data."""
     from asymo.conv_gemm import column_split
 
-    ranges = column_split(plan, n1 - n0, pool)
+    ranges = column_split(gemm_plan, n1 - n0, pool)
     active = pool.active_workers_per_cluster()
-    itemsize = 8 if job.dtype else 4
-    # Column blocks at least MIN_COLS wide (tasks writing a few columns of the same rows
-    # would share cache lines); then split the K rows too until there are about
-    # TASKS_PER_WORKER tasks per worker.
+    # Column blocks at least 256 wide (tasks writing a few columns of the same rows would
+    # share cache lines); then split the K rows too until there are about TASKS_PER_WORKER
+    # tasks per worker, each writing >= ~16 KB.
     min_cols = 256
     col_blocks = []
     for cluster, (start, stop) in enumerate(ranges):
@@ -413,15 +490,17 @@ def _run_im2col(job, k, n0, n1, plan, pool):
     ncol = sum(len(b) for b in col_blocks)
     want = TASKS_PER_WORKER * max(1, sum(active))
     nrow = max(1, min(-(-want // ncol), k // 8,
-                      (k * (n1 - n0) * itemsize) // (16384 * ncol)))
+                      (k * (n1 - n0) * dtype.itemsize) // (16384 * ncol)))
     bounds = [n0]
     counts = []
     for blocks in col_blocks:
         bounds.extend(blocks)
         counts.append(len(blocks) * nrow)
-    c_bounds = ffi.new("int64_t[]", bounds)
-    job.col_bounds = c_bounds
-    job.ncolblocks = ncol
-    job.nrowblocks = nrow
-    small = k * (n1 - n0) * itemsize < INLINE_BYTES
-    run_tasks(pool, task_fn("asymo_im2col_task"), job, ncol * nrow, counts, inline=small)
+    inline = k * (n1 - n0) * dtype.itemsize < INLINE_BYTES
+    return (ffi.new("int64_t[]", bounds), ncol, nrow, ffi.new("int64_t[]", counts),
+            ncol * nrow, inline)
+
+
+_IM2COL_TASK = task_fn("asymo_im2col_task")
+_DWCONV_TASK = task_fn("asymo_dwconv_task")
+_BIAS_ACT_TASK = task_fn("asymo_bias_act_task")
