@@ -14,6 +14,9 @@ _LAZY = {
     "pool": ("asymo.pool", None),
     "Pool": ("asymo.pool", "Pool"),
     "get_pool": ("asymo.pool", "get_pool"),
+    "dvfs": ("asymo.dvfs", None),
+    "frequency_plan": ("asymo.dvfs.selection", "frequency_plan"),
+    "emulate": ("asymo.emulate", None),
     "conv2d": ("asymo.conv", "conv2d"),
     "models": ("asymo.models", None),
 }

@@ -8,6 +8,7 @@
 
 #include "cpu_features.h"
 #include "pool.h"
+#include "emulate.h"
 #include "conv.h"
 #include "pooling.h"
 
