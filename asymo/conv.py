@@ -66,6 +66,8 @@ class use_kernel_isa:
 def _as_float_array(a, name):
     if not isinstance(a, np.ndarray):
         a = np.asarray(a)
+    if not a.dtype.isnative and a.dtype.newbyteorder("=") in DTYPE_CODES:
+        a = a.astype(a.dtype.newbyteorder("="))
     if a.dtype not in DTYPE_CODES:
         raise TypeError(f"conv2d: {name} must be float32 or float64, got dtype {a.dtype}")
     return a

@@ -113,18 +113,19 @@ ALWAYS_INLINE void im2col_body_##SFX(const asymo_im2col_job *job, int64_t k0, in
 ALWAYS_INLINE void bias_act_body_##SFX(T *restrict y, const T *restrict r, int64_t n,      \
                                        T bias, int activation)                                \
 {                                                                                             \
-    /* one pass over y per plane: the residual, bias and activation in the same loop */       \
+    /* one pass over y per plane: the residual, bias and activation in the same loop;        \
+       the clamps are written so that NaN propagates, as in numpy.maximum and torch.relu */  \
     if (r) {                                                                                  \
         if (activation == ASYMO_ACT_RELU) {                                                   \
             for (int64_t i = 0; i < n; i++) {                                                 \
                 T v = y[i] + bias + r[i];                                                     \
-                y[i] = v > (T)0 ? v : (T)0;                                                   \
+                y[i] = v < (T)0 ? (T)0 : v;                                                   \
             }                                                                                 \
         } else if (activation == ASYMO_ACT_RELU6) {                                           \
             for (int64_t i = 0; i < n; i++) {                                                 \
                 T v = y[i] + bias + r[i];                                                     \
-                v = v > (T)0 ? v : (T)0;                                                      \
-                y[i] = v < (T)6 ? v : (T)6;                                                   \
+                v = v < (T)0 ? (T)0 : v;                                                      \
+                y[i] = v > (T)6 ? (T)6 : v;                                                   \
             }                                                                                 \
         } else {                                                                              \
             for (int64_t i = 0; i < n; i++)                                                   \
@@ -135,13 +136,13 @@ ALWAYS_INLINE void bias_act_body_##SFX(T *restrict y, const T *restrict r, int64
     if (activation == ASYMO_ACT_RELU) {                                                       \
         for (int64_t i = 0; i < n; i++) {                                                     \
             T v = y[i] + bias;                                                                \
-            y[i] = v > (T)0 ? v : (T)0;                                                       \
+            y[i] = v < (T)0 ? (T)0 : v;                                                       \
         }                                                                                     \
     } else if (activation == ASYMO_ACT_RELU6) {                                               \
         for (int64_t i = 0; i < n; i++) {                                                     \
             T v = y[i] + bias;                                                                \
-            v = v > (T)0 ? v : (T)0;                                                          \
-            y[i] = v < (T)6 ? v : (T)6;                                                       \
+            v = v < (T)0 ? (T)0 : v;                                                          \
+            y[i] = v > (T)6 ? (T)6 : v;                                                       \
         }                                                                                     \
     } else {                                                                                  \
         for (int64_t i = 0; i < n; i++)                                                       \

@@ -53,12 +53,13 @@ static inline void FN(transpose16)(FN(vec) *r)
 #undef DW_MASKS
 }
 
+/* min(max(a, lo), hi) lane by lane, NaN propagating (as numpy.maximum, torch.relu) */
 static inline FN(vec) FN(clamp)(FN(vec) a, FN(vec) lo, FN(vec) hi)
 {
-    FN(ivec) m = a > lo;
-    a = (FN(vec))((m & (FN(ivec))a) | (~m & (FN(ivec))lo));
-    m = a < hi;
-    return (FN(vec))((m & (FN(ivec))a) | (~m & (FN(ivec))hi));
+    FN(ivec) m = a < lo;
+    a = (FN(vec))((~m & (FN(ivec))a) | (m & (FN(ivec))lo));
+    m = a > hi;
+    return (FN(vec))((~m & (FN(ivec))a) | (m & (FN(ivec))hi));
 }
 
 /* Output rows [oy0, oy1) of output channels [oc0, oc0 + nv) of image n. scratch (aligned to
@@ -196,9 +197,9 @@ static void FN(dw_plane_rows)(const asymo_dwconv_job *job, int64_t n, int64_t oc
                 }
             }
             if (job->activation == ASYMO_ACT_RELU)
-                acc = acc > (T)0 ? acc : (T)0;
+                acc = acc < (T)0 ? (T)0 : acc;
             else if (job->activation == ASYMO_ACT_RELU6)
-                acc = acc > (T)0 ? (acc < (T)6 ? acc : (T)6) : (T)0;
+                acc = acc < (T)0 ? (T)0 : (acc > (T)6 ? (T)6 : acc);
             y[oy * ow + ox] = acc;
         }
     }

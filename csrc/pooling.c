@@ -55,7 +55,8 @@ ALWAYS_INLINE void pool_plane_body_##SFX(const asymo_pool2d_job *job, const T *x
                 if (is_max) {                                                                 \
                     for (int64_t o = 0; o < len; o++) {                                       \
                         T v = src[o * sw];                                                    \
-                        dst[o] = v > dst[o] ? v : dst[o];                                     \
+                        /* NaN wins, as in torch.max_pool2d */                            \
+                        dst[o] = (v > dst[o] || v != v) ? v : dst[o];                         \
                     }                                                                         \
                 } else {                                                                      \
                     for (int64_t o = 0; o < len; o++)                                         \

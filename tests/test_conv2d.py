@@ -174,6 +174,16 @@ def test_large_column_matrix_is_chunked(monkeypatch):
         _close(y, reference.conv2d(x, w2, None, 1, pad, dil), np.float32)
 
 
+def test_byte_swapped_and_list_inputs():
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((1, 2, 5, 5))
+    w = rng.standard_normal((3, 2, 3, 3))
+    y = conv2d(x.astype(">f8"), w.astype(">f8"), padding=1)
+    assert y.dtype == np.float64
+    _close(y, reference.conv2d(x, w, None, 1, 1), np.float64)
+    _close(conv2d(x.tolist(), w.tolist()), reference.conv2d(x, w), np.float64)
+
+
 def test_zero_batch_and_lazy_attribute():
     assert asymo.conv2d is conv2d
     y = conv2d(np.zeros((0, 3, 5, 5), np.float32), np.zeros((2, 3, 3, 3), np.float32))
@@ -303,3 +313,22 @@ def test_every_isa_variant_and_depthwise_method(isa, method, monkeypatch):
     assert conv_mod.kernel_isa() == _supported_isas()[-1]
     with pytest.raises(ValueError, match="unknown ISA"):
         conv_mod.use_kernel_isa("sse9")
+
+
+@pytest.mark.parametrize("groups", [1, 3])
+@pytest.mark.parametrize("activation", [None, "relu", "relu6"])
+def test_nan_and_inf_propagate_like_numpy(groups, activation):
+    from asymo.pooling import max_pool2d
+
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((1, 3, 9, 9)).astype(np.float32)
+    x[0, 0, 4, 4] = np.nan
+    x[0, 1, 2, 2] = np.inf
+    w = np.abs(rng.standard_normal((3, 3 // groups, 3, 3))).astype(np.float32)
+    y = conv2d(x, w, None, 1, 1, 1, groups, activation=activation)
+    ref = reference.conv2d(x, w, None, 1, 1, 1, groups, activation)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(y), np.isinf(ref))
+    assert np.isnan(y).any()
+    mp = max_pool2d(x, 3, 2, 1)
+    np.testing.assert_array_equal(np.isnan(mp), np.isnan(reference.max_pool2d(x, 3, 2, 1)))
