@@ -11,6 +11,8 @@ import sys
 
 SUBCOMMANDS = [
     "info",
+    "plan",
+    "pipeline",
 ]
 
 

@@ -1,0 +1,200 @@
+"""Measurements that feed the pipeline planner.
+
+- Micro-benchmarks for the Pipe-it time model (paper 000, Sect. V-B): single convolutional
+  layers on the paper's grid ``Iw = Ih in {7, 14, 28, 56, 112}``, ``Fw = Fh in {1, 3, 5, 7,
+  11}``, ``Id = Fd in {32, 64, 92, 128, 192, 256}``, ``Ofm in {32, 64, 92, 128, 192, 256}``
+  (stride 1, "same" padding), plus depthwise convolutions, fully-connected layers (input sizes
+  x {1000, 4096} neurons, Sect. V-D) and pooling/LRN. Each micro-benchmark is a one-node model
+  run through ``Model.run_layers``, i.e. exactly the code path of the zoo's layers, on a pool
+  restricted to one core configuration.
+- ``measure_layer_times``: the time of every layer of a zoo model on every core configuration
+  (Pipe-it's "measured layer time", Tables IV and VI), and kernel-level on all cores.
+- ``prediction_errors``: Table III -- mean relative error of the time model per configuration.
+
+The command-line driver is ``calibration/pipeline_timemodel.py``.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+
+from asymo.pipeline.configs import core_configs
+from asymo.pipeline.runtime import sub_topology
+from asymo.pipeline.table import LayerTimes
+from asymo.pipeline.timemodel import KERNEL_LEVEL, LayerTimeModel, layer_operations
+
+__all__ = ["PAPER_GRID", "micro_benchmarks", "time_call", "measure_samples", "calibrate",
+           "measure_layer_times", "prediction_errors", "config_cpus"]
+
+PAPER_GRID = {"sizes": (7, 14, 28, 56, 112), "filters": (1, 3, 5, 7, 11),
+              "depths": (32, 64, 92, 128, 192, 256), "maps": (32, 64, 92, 128, 192, 256)}
+QUICK_GRID = {"sizes": (7, 28, 112), "filters": (1, 3, 7), "depths": (32, 128, 256),
+              "maps": (32, 92, 256)}
+FC_INPUTS = (256, 1024, 2048, 4096, 9216, 16384, 25088)
+FC_NEURONS = (1000, 4096)
+DW_CHANNELS = (32, 64, 128, 256, 512, 1024)
+
+
+def micro_benchmarks(grid="paper"):
+    """The micro-benchmark list: dicts ``{"family", "steps", "input_shape"}``.
+
+    ``grid``: ``"paper"`` (the 900 convolutions of Sect. V-B), ``"quick"`` (81 of them), or a
+    dict like ``PAPER_GRID``.
+    """
+    from asymo.models.spec import LRN, Conv, Linear, Pool, conv_output_size, pool_output_size
+
+    g = {"paper": PAPER_GRID, "quick": QUICK_GRID}.get(grid, grid) if isinstance(grid, str) \
+        else grid
+    if not isinstance(g, dict):
+        raise ValueError(f"unknown grid {grid!r}; use 'paper', 'quick' or a dict")
+    out = []
+    for iw, f, d, m in itertools.product(g["sizes"], g["filters"], g["depths"], g["maps"]):
+        p = f // 2
+        o = conv_output_size(iw, f, 1, p)
+        out.append({"family": "conv", "input_shape": (d, iw, iw), "steps": (
+            Conv(name=f"bench_conv_{iw}_{f}_{d}_{m}", in_shape=(d, iw, iw), out_shape=(m, o, o),
+                 kernel=(f, f), padding=(p, p)),)})
+    sizes = g["sizes"]
+    for iw, f, c in itertools.product(sizes, (3, 5), DW_CHANNELS[:4] if grid == "quick"
+                                      else DW_CHANNELS):
+        p = f // 2
+        o = conv_output_size(iw, f, 1, p)
+        out.append({"family": "dwconv", "input_shape": (c, iw, iw), "steps": (
+            Conv(name=f"bench_dw_{iw}_{f}_{c}", in_shape=(c, iw, iw), out_shape=(c, o, o),
+                 kernel=(f, f), padding=(p, p), groups=c),)})
+    for n_in, n_out in itertools.product(FC_INPUTS, FC_NEURONS):
+        out.append({"family": "fc", "input_shape": (n_in,), "steps": (
+            Linear(name=f"bench_fc_{n_in}_{n_out}", in_shape=(n_in,), out_shape=(n_out,)),)})
+    for iw, k, c in itertools.product(sizes, (2, 3), (32, 128, 512)):
+        if iw < k:
+            continue
+        o = pool_output_size(iw, k, 2, 0)
+        out.append({"family": "pool", "input_shape": (c, iw, iw), "steps": (
+            Pool(kind="max", in_shape=(c, iw, iw), out_shape=(c, o, o), kernel=(k, k),
+                 stride=(2, 2)),)})
+    for iw, c in itertools.product(sizes, (64, 256)):
+        out.append({"family": "pool", "input_shape": (c, iw, iw), "steps": (
+            LRN(in_shape=(c, iw, iw), out_shape=(c, iw, iw)),)})
+    return out
+
+
+def _one_node_model(bench):
+    from asymo.models.model import Model
+    from asymo.models.spec import Layer
+
+    steps = bench["steps"]
+    layer = Layer(index=0, name=getattr(steps[0], "name", bench["family"]),
+                  kind=bench["family"], input_shape=tuple(bench["input_shape"]),
+                  output_shape=tuple(steps[-1].out_shape), steps=tuple(steps))
+    return Model("micro-benchmark", [layer], seed=0)
+
+
+def time_call(fn, *, min_time=0.03, min_repeats=3, max_repeats=15):
+    """Median wall time of ``fn()`` after one warm-up call."""
+    fn()
+    ts = []
+    t_total = time.perf_counter()
+    while len(ts) < max_repeats:
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+        if len(ts) >= min_repeats and time.perf_counter() - t_total >= min_time:
+            break
+    return float(np.median(ts))
+
+
+def config_cpus(config, topology):
+    """The cores a configuration is measured on: the first ``count`` cores of its cluster;
+    ``KERNEL_LEVEL``: every core."""
+    if config == KERNEL_LEVEL:
+        return tuple(topology.cpus)
+    return tuple(topology.clusters[config.cluster].cpus[:config.count])
+
+
+def _make_pool(topology, cpus):
+    from asymo.pool import Pool
+    return Pool(topology=sub_topology(topology, cpus))
+
+
+def measure_samples(benches, config, topology, *, progress=None, **timing):
+    """Run ``benches`` on ``config``'s cores; return time-model samples (dicts)."""
+    rng = np.random.default_rng(0)
+    samples = []
+    with _make_pool(topology, config_cpus(config, topology)) as pool:
+        for b in benches:
+            model = _one_node_model(b)
+            model.materialize()
+            x = rng.standard_normal((1,) + tuple(b["input_shape"]), dtype=np.float32)
+            t = time_call(lambda: model.run_layers(x, 0, 0, pool=pool), **timing)
+            for fam, N, K, M, rep in layer_operations(b["steps"]):
+                samples.append({"config": config, "family": b["family"], "N": N, "K": K,
+                                "M": M, "seconds": t / rep})
+            if progress is not None:
+                progress.update(1)
+    return samples
+
+
+def calibrate(topology, *, configs=None, grid="quick", kernel_level=True, progress=False,
+              **timing):
+    """Measure the micro-benchmarks on every core configuration and fit the time model.
+
+    Returns ``(LayerTimeModel, samples)``; store ``model.to_dict()`` in the profile section
+    ``"pipeline"``.
+    """
+    configs = list(core_configs(topology) if configs is None else configs)
+    if kernel_level and topology.ncpus > 1:
+        configs.append(KERNEL_LEVEL)
+    benches = micro_benchmarks(grid)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(benches) * len(configs), desc="pipeline calibration",
+                   unit="bench")
+    samples = []
+    try:
+        for c in configs:
+            samples.extend(measure_samples(benches, c, topology, progress=bar, **timing))
+    finally:
+        if bar is not None:
+            bar.close()
+    model = LayerTimeModel.fit(samples, capacities=[c.capacity for c in topology.clusters],
+                               source=f"predicted (calibrated on {topology.to_spec()}, "
+                                      f"{grid} grid)")
+    return model, samples
+
+
+def measure_layer_times(model, topology, *, configs=None, kernel_level=True, **timing):
+    """Measured time of every layer of ``model`` on every configuration (a LayerTimes with
+    ``source="measured"``)."""
+    configs = list(core_configs(topology) if configs is None else configs)
+    rng = np.random.default_rng(0)
+    model.materialize() if hasattr(model, "materialize") else None
+    xs = [rng.standard_normal((1,) + tuple(l.input_shape), dtype=np.float32)
+          for l in model.layers]
+
+    def column(cpus):
+        with _make_pool(topology, cpus) as pool:
+            return [time_call(lambda i=i: model.run_layers(xs[i], i, i, pool=pool), **timing)
+                    for i in range(len(model.layers))]
+
+    times = np.array([column(config_cpus(c, topology)) for c in configs]).T
+    kl = np.array(column(tuple(topology.cpus))) if kernel_level else None
+    out_bytes = [4 * int(np.prod(l.output_shape)) for l in model.layers]
+    return LayerTimes(configs, times, [l.name for l in model.layers], out_bytes, kl,
+                      source=f"measured on {topology.to_spec()}")
+
+
+def prediction_errors(predicted, measured):
+    """Table III: mean ``|predicted - measured| / measured`` over the layers, per core
+    configuration (and kernel-level), for two ``LayerTimes`` of the same model."""
+    if predicted.nlayers != measured.nlayers:
+        raise ValueError("the two tables describe different models")
+    out = {}
+    for c in measured.configs:
+        out[c.label()] = float(np.mean(np.abs(predicted.T(c) - measured.T(c)) / measured.T(c)))
+    if predicted.kernel_level is not None and measured.kernel_level is not None:
+        out[KERNEL_LEVEL] = float(np.mean(np.abs(predicted.kernel_level - measured.kernel_level)
+                                          / measured.kernel_level))
+    return out
