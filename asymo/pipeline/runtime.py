@@ -141,6 +141,17 @@ def _pin_current_thread(cpus):
         pass
 
 
+def _single_threaded_blas():
+    """BLAS called from a stage thread must stay on the stage's cores: limit NumPy's BLAS to
+    one thread while stages run (asymo's own kernels use the stage pool instead)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
+        import contextlib
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def _default_pool_factory(topology, spin_us):
     from asymo.pool import Pool
     return Pool(topology=topology, spin_us=spin_us)
@@ -431,10 +442,11 @@ class Pipeline(_Base):
             raise ValueError("no frames to process")
         outs, t_out, seqs = [], [], []
         t0 = time.perf_counter()
-        for seq, x in self.stream(frames, timeout=timeout):
-            t_out.append(time.perf_counter())
-            outs.append(x)
-            seqs.append(seq)
+        with _single_threaded_blas():
+            for seq, x in self.stream(frames, timeout=timeout):
+                t_out.append(time.perf_counter())
+                outs.append(x)
+                seqs.append(seq)
         t_start = [self._t_start.get(s, t0) for s in seqs]
         stats = _stats(len(outs), min(t_start), t_out, t_start, self._busy, self.nstages)
         return np.concatenate(outs, axis=0), stats
@@ -545,19 +557,20 @@ class ParallelFrames(_Base):
         timeout = self.timeout if timeout is None else timeout
         self._busy = [0.0] * len(self.groups)
         self._t_start = {}
-        for seq, f in enumerate(frames):
-            self._in.put((seq, f))
         pending, outs, t_out, t_start = {}, [], [], []
         nxt = 0
-        while nxt < len(frames):
-            seq, y = self._await(self._out, timeout)
-            pending[seq] = (y, time.perf_counter())
-            while nxt in pending:  # reorder to input order
-                y, t = pending.pop(nxt)
-                outs.append(y)
-                t_out.append(t)
-                t_start.append(self._t_start[nxt])
-                nxt += 1
+        with _single_threaded_blas():
+            for seq, f in enumerate(frames):
+                self._in.put((seq, f))
+            while nxt < len(frames):
+                seq, y = self._await(self._out, timeout)
+                pending[seq] = (y, time.perf_counter())
+                while nxt in pending:  # reorder to input order
+                    y, t = pending.pop(nxt)
+                    outs.append(y)
+                    t_out.append(t)
+                    t_start.append(self._t_start[nxt])
+                    nxt += 1
         return np.concatenate(outs, axis=0), _stats(len(outs), min(t_start), t_out, t_start,
                                                     self._busy, len(self.groups))
 
