@@ -25,7 +25,7 @@ from asymo.pipeline.configs import CoreConfig, core_configs  # noqa: E402
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--grid", default="paper", choices=("paper", "quick"))
+    ap.add_argument("--grid", default="paper", choices=("paper", "quick", "reference"))
     ap.add_argument("--topology", default=None, help="override spec (default: detect)")
     ap.add_argument("--no-save", action="store_true", help="do not write the profile")
     ap.add_argument("--models", default=None,
@@ -43,7 +43,7 @@ def main(argv=None):
         configs = [CoreConfig(0, 1)] + ([CoreConfig(0, 2)] if c0.ncpus > 1 else [])
         model, _ = calibrate(t, configs=configs, grid=args.grid, kernel_level=False,
                              progress=True)
-        model.source = (f"reference fit: one core of {os.uname().nodename} "
+        model.source = (f"reference fit: one core of the asymo development machine "
                         f"({args.grid} grid)")
         with open(args.reference, "w") as f:
             json.dump(model.to_dict(), f, indent=1)

@@ -167,6 +167,7 @@ def test_shipped_reference_model_loads():
 
 
 def test_layer_operations_of_zoo_like_steps():
+    pytest.importorskip("asymo.models")
     from asymo.models.spec import LRN, Concat, Conv, Linear, Pool, Residual
     c1 = Conv("a", (64, 56, 56), (64, 56, 56), (3, 3), padding=(1, 1))
     g2 = Conv("g", (64, 56, 56), (128, 56, 56), (3, 3), padding=(1, 1), groups=2)

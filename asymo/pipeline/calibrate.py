@@ -32,6 +32,10 @@ PAPER_GRID = {"sizes": (7, 14, 28, 56, 112), "filters": (1, 3, 5, 7, 11),
               "depths": (32, 64, 92, 128, 192, 256), "maps": (32, 64, 92, 128, 192, 256)}
 QUICK_GRID = {"sizes": (7, 28, 112), "filters": (1, 3, 7), "depths": (32, 128, 256),
               "maps": (32, 92, 256)}
+# the grid of the shipped reference fit (asymo/pipeline/reference_timemodel.json): the paper's
+# grid without its costliest corner (112 x 112 inputs, 7x7 and 11x11 filters)
+REFERENCE_GRID = {"sizes": (7, 14, 28, 56), "filters": (1, 3, 5), "depths": (32, 128, 256),
+                  "maps": (32, 92, 256)}
 FC_INPUTS = (256, 1024, 2048, 4096, 9216, 16384, 25088)
 FC_NEURONS = (1000, 4096)
 DW_CHANNELS = (32, 64, 128, 256, 512, 1024)
@@ -40,13 +44,13 @@ DW_CHANNELS = (32, 64, 128, 256, 512, 1024)
 def micro_benchmarks(grid="paper"):
     """The micro-benchmark list: dicts ``{"family", "steps", "input_shape"}``.
 
-    ``grid``: ``"paper"`` (the 900 convolutions of Sect. V-B), ``"quick"`` (81 of them), or a
-    dict like ``PAPER_GRID``.
+    ``grid``: ``"paper"`` (the 900 convolutions of Sect. V-B), ``"quick"`` (81 of them),
+    ``"reference"`` (108, the shipped reference fit's), or a dict like ``PAPER_GRID``.
     """
     from asymo.models.spec import LRN, Conv, Linear, Pool, conv_output_size, pool_output_size
 
-    g = {"paper": PAPER_GRID, "quick": QUICK_GRID}.get(grid, grid) if isinstance(grid, str) \
-        else grid
+    g = {"paper": PAPER_GRID, "quick": QUICK_GRID, "reference": REFERENCE_GRID}.get(grid, grid) \
+        if isinstance(grid, str) else grid
     if not isinstance(g, dict):
         raise ValueError(f"unknown grid {grid!r}; use 'paper', 'quick' or a dict")
     out = []
