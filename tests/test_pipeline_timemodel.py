@@ -155,7 +155,7 @@ def test_load_uses_profile_section_or_warns_and_falls_back(monkeypatch, tmp_path
     s = d._predict(X, CoreConfig(1, 1), "conv")[0]
     assert s / b == pytest.approx(2.0)  # scaled by capacity
     kl = d._predict(X, KERNEL_LEVEL, "conv")[0]
-    assert b / 3.0 < kl < b  # 2 big + 2 half-speed cores: ideal 1/3, plus overhead
+    assert b / 3.0 < kl < b  # 2 big + 2 half-speed cores: ideal 1/3, plus Eq. 8 overhead
 
 
 def test_shipped_reference_model_loads():

@@ -34,16 +34,20 @@ def run(args):
     from asymo.pipeline.runtime import KernelLevel, ParallelFrames, Pipeline
 
     if args.topology is not None:
-        from asymo import topology as topo
-        t = topo.detect(override=args.topology)
         import os
+
+        from asymo import topology as topo
+        try:
+            t = topo.parse_spec(args.topology)
+        except topo.TopologyError as exc:
+            raise SystemExit(f"asymo: {exc}") from None
         allowed = os.sched_getaffinity(0)
         if not set(t.cpus) <= allowed:
             raise SystemExit(f"asymo: --topology names cpus {sorted(set(t.cpus) - allowed)} "
                              "this process cannot run on; `asymo pipeline` runs on this "
                              "machine (use `asymo plan` for another one)")
     model = load_model(args)
-    plan, top = make_plan(model, args)
+    plan, top = make_plan(model, args, this_machine=True)
     rng = np.random.default_rng(0)
     frames = rng.standard_normal((args.frames,) + tuple(model.input_shape), dtype=np.float32)
     warm = rng.standard_normal((max(0, args.warmup),) + tuple(model.input_shape),

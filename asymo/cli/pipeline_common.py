@@ -38,12 +38,19 @@ def load_model(args):
         raise SystemExit(f"asymo: {exc}") from None
 
 
-def make_plan(model, args):
-    """Topology + plan from the parsed arguments; returns ``(plan, topology)``."""
+def make_plan(model, args, *, this_machine=False):
+    """Topology + plan from the parsed arguments; returns ``(plan, topology)``.
+
+    ``--topology`` describes another machine for planning (taken as written); with
+    ``this_machine`` it must describe cores this process may run on.
+    """
     from asymo import topology as topo
     from asymo.pipeline.plan import plan_pipeline
     try:
-        top = topo.detect(override=args.topology)
+        if args.topology and not this_machine:
+            top = topo.parse_spec(args.topology)
+        else:
+            top = topo.detect(override=args.topology)
     except topo.TopologyError as exc:
         raise SystemExit(f"asymo: {exc}") from None
     table = None

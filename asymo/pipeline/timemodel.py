@@ -257,8 +257,10 @@ class LayerTimeModel:
     """
 
     def __init__(self, models, multicore=None, source="predicted (calibrated)",
-                 capacities=None):
+                 capacities=None, kernel_level_cores=None):
         self.models = {k: dict(v) for k, v in models.items()}
+        # without a kernel-level fit: Eq. 8 with this (capacity-weighted) core count
+        self.kernel_level_cores = kernel_level_cores
         self.multicore = dict(multicore or {})
         self.source = source
         self.capacities = None if capacities is None else [float(c) for c in capacities]
@@ -335,7 +337,15 @@ class LayerTimeModel:
         if reg is not None:
             return reg.predict(X)
         if config == KERNEL_LEVEL:
-            raise KeyError("no kernel-level model")
+            if self.kernel_level_cores is None:
+                raise KeyError("no kernel-level model")
+            # Eq. 8 with H = the capacity-weighted core count of the whole machine
+            c0 = CoreConfig(0, 1)
+            single = self._regressor(c0, family) or self._scaled_single(0, family)
+            T1 = single.predict(X)
+            mc = self.multicore.get(0) or MultiCoreModel()
+            return mc.predict(np.stack([X[:, 0], T1, np.full(len(X),
+                                                             self.kernel_level_cores)], axis=1))
         # Eq. 6-8 from the cluster's single-core model
         single = self._regressor(CoreConfig(config.cluster, 1), family)
         if single is None:
@@ -388,29 +398,22 @@ class LayerTimeModel:
     def default(cls, topology):
         """Reference single-core fit scaled to each cluster by capacity (no calibration).
 
-        Kernel-level (all cores in one pool) is estimated as the capacity-weighted ideal split
-        ``T_1 / sum(capacity)`` plus the reference's measured multi-core overhead (Eq. 8).
+        Core counts use Eq. 8 with the reference's multi-core coefficients; kernel-level (every
+        core in one pool, asymo's capacity-weighted split) uses Eq. 8 with ``H`` = the
+        capacity-weighted core count. Neither knows the cost of sharing data across clusters,
+        which only a calibration on the machine measures.
         """
         ref = cls.reference()
         base = ref.models[ref.reference_config]
-        models = {}
         caps = [c.capacity for c in topology.clusters]
-        for ci, cap in enumerate(caps):
-            models[CoreConfig(ci, 1)] = {f: r.scaled(1.0 / cap) for f, r in base.items()}
+        models = {CoreConfig(ci, 1): {f: r.scaled(1.0 / cap) for f, r in base.items()}
+                  for ci, cap in enumerate(caps)}
         mc = ref.multicore.get(ref.reference_config.cluster)
         multicore = {ci: mc for ci in range(len(caps))} if mc is not None else {}
         total = sum(c.capacity * c.ncpus for c in topology.clusters)
-        alpha3 = 0.0 if mc is None else max(0.0, float(mc.alpha_[2]))
-        models[KERNEL_LEVEL] = {}
-        for f, r in base.items():
-            k = r.scaled(1.0 / total)
-            if topology.ncpus > 1:
-                k.coef_ = k.coef_.copy()
-                k.coef_[7] += alpha3
-            models[KERNEL_LEVEL][f] = k
         return cls(models, multicore, source=f"predicted (default model: {ref.source}, "
                    "scaled by cluster capacity; not calibrated on this machine)",
-                   capacities=caps)
+                   capacities=caps, kernel_level_cores=total)
 
     @classmethod
     def load(cls, topology, profile=None):
@@ -437,7 +440,7 @@ class LayerTimeModel:
     # -- JSON ----------------------------------------------------------------------------------
     def to_dict(self):
         return {"format": FORMAT, "version": FORMAT_VERSION, "source": self.source,
-                "capacities": self.capacities,
+                "capacities": self.capacities, "kernel_level_cores": self.kernel_level_cores,
                 "models": {_config_key(c): {f: r.to_dict() for f, r in fams.items()}
                            for c, fams in self.models.items()},
                 "multicore": {str(c): m.to_dict() for c, m in self.multicore.items()}}
@@ -459,9 +462,9 @@ class LayerTimeModel:
         multicore = {int(c): MultiCoreModel.from_dict(m)
                      for c, m in d.get("multicore", {}).items()}
         caps = d.get("capacities")
-        out = cls(models, multicore, source=str(d.get("source", "predicted")),
-                  capacities=caps)
-        return out
+        klc = d.get("kernel_level_cores")
+        return cls(models, multicore, source=str(d.get("source", "predicted")),
+                   capacities=caps, kernel_level_cores=None if klc is None else float(klc))
 
     @property
     def reference_config(self):
