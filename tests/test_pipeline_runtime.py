@@ -210,3 +210,27 @@ def test_dynamic_repartition_driven_by_runtime_measurements():
     # start n = 4 costs 180 ms. Sleeps on a loaded shared machine blur 6-8, so we only require
     # that the measured search left the start for the region of the optimum.
     assert n in (6, 7, 8)
+
+
+def test_stage_groups_spread_over_clusters():
+    from asymo.pipeline.tuning import stage_groups
+    top = parse_spec("big:0-3@1.0,little:4-7@0.45")
+    assert stage_groups(top, 2) == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert stage_groups(top, 3) == [(0, 1), (2, 3), (4, 5, 6, 7)]
+    g8 = stage_groups(top, 8)
+    assert sorted(c for g in g8 for c in g) == list(range(8)) and len(g8) == 8
+    with pytest.raises(ValueError):
+        stage_groups(top, 9)
+
+
+@two_cpus
+def test_pipe_search_on_the_runtime_finds_the_balanced_split():
+    from asymo.pipeline.tuning import pipe_search_runtime
+    W = 6
+    m = SleepModel([0.01] * W, slow={C1: 2.0})
+    # weights say "balanced at 3-3", but the second core is 2x slower: best is 4-2
+    res, groups = pipe_search_runtime(m, frames(2), topology=TOP, weights=[1.0] * W,
+                                      alpha=3, timeout=30)
+    assert groups == [(C0,), (C1,)]
+    assert res.best in ((4, 2), (5, 1)) and res.rank > 1
+    assert len(res.trials) <= W - 1

@@ -267,3 +267,68 @@ def dynamic_two_stage(n, t, N, measure, *, alpha=0.5, m=None):
         d.m.update(m)
     n_hat, t_hat = d.step(n, t, measure)
     return n_hat, t_hat, dict(d.m)
+
+
+# --- on the runtime ---------------------------------------------------------------------------
+
+def stage_groups(topology, p):
+    """Cores for a ``p``-stage pipeline: stages spread over the clusters in proportion to each
+    cluster's compute (capacity x cores), at least one per cluster while ``p`` allows, each
+    cluster's cores split as evenly as possible; stages ordered fastest cluster first."""
+    clusters = topology.clusters
+    if not 1 <= p <= topology.ncpus:
+        raise ValueError(f"p must lie in [1, {topology.ncpus}], got {p}")
+    power = np.array([c.capacity * c.ncpus for c in clusters])
+    alloc = [0] * len(clusters)
+    for _ in range(p):  # give the next stage to the cluster with the most compute per stage
+        room = [i for i, c in enumerate(clusters) if alloc[i] < c.ncpus]
+        i = max(room, key=lambda k: (power[k] / (alloc[k] + 1), -k) if alloc[k] else
+                (float("inf"), -k))
+        alloc[i] += 1
+    groups = []
+    for c, n in zip(clusters, alloc):
+        if n == 0:
+            continue
+        sizes = [c.ncpus // n + (1 if j < c.ncpus % n else 0) for j in range(n)]
+        a = 0
+        for s in sizes:
+            groups.append(tuple(c.cpus[a:a + s]))
+            a += s
+    return groups
+
+
+def pipe_search_runtime(model, frames, *, topology=None, weights=None, alpha=3, C=None,
+                        timeout=60.0, **pipeline_kw):
+    """Pipe-search on the real runtime: every configuration is executed on a ``Pipeline``
+    (one per stage count, cores from ``stage_groups``) and ranked by its measured slowest
+    stage. ``weights`` default to the layers' FLOPs (the paper's computational hints).
+
+    Returns ``(PipeSearchResult, stage cpus of the best configuration)``.
+    """
+    from asymo.pipeline.runtime import Pipeline
+    if topology is None:
+        from asymo.topology import detect
+        topology = detect()
+    W = len(model.layers)
+    if weights is None:
+        weights = [max(float(getattr(l, "flops", 1.0)), 1.0) for l in model.layers]
+    C = min(int(C or topology.ncpus), topology.ncpus, W)
+    S = generate_configurations(weights, C)
+    pipes = {}
+
+    def execute(counts):
+        p = len(counts)
+        if p not in pipes:
+            groups = stage_groups(topology, p)
+            ranges = [(a, b - 1) for a, b in compositions_to_ranges(counts)]
+            pipes[p] = Pipeline(model, list(zip(groups, ranges)), topology=topology,
+                                timeout=timeout, **pipeline_kw)
+        ranges = [(a, b - 1) for a, b in compositions_to_ranges(counts)]
+        return pipes[p].measure(frames, ranges)
+
+    try:
+        res = pipe_search(S, C, alpha, execute)
+    finally:
+        for pl in pipes.values():
+            pl.close()
+    return res, stage_groups(topology, len(res.best))
