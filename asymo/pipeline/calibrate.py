@@ -15,13 +15,14 @@ The command-line driver is ``calibration/pipeline_timemodel.py``.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 
 import numpy as np
 
 from asymo.pipeline.configs import core_configs
-from asymo.pipeline.runtime import sub_topology
+from asymo.pipeline.runtime import _single_threaded_blas, sub_topology
 from asymo.pipeline.table import LayerTimes
 from asymo.pipeline.timemodel import KERNEL_LEVEL, LayerTimeModel, layer_operations
 
@@ -126,7 +127,9 @@ def measure_samples(benches, config, topology, *, progress=None, **timing):
     """Run ``benches`` on ``config``'s cores; return time-model samples (dicts)."""
     rng = np.random.default_rng(0)
     samples = []
-    with _make_pool(topology, config_cpus(config, topology)) as pool:
+    # a stage's BLAS calls stay on its cores (as in the runtime); kernel-level runs as is
+    limit = _single_threaded_blas() if config != KERNEL_LEVEL else contextlib.nullcontext()
+    with limit, _make_pool(topology, config_cpus(config, topology)) as pool:
         for b in benches:
             model = _one_node_model(b)
             model.materialize()
@@ -178,13 +181,14 @@ def measure_layer_times(model, topology, *, configs=None, kernel_level=True, **t
     xs = [rng.standard_normal((1,) + tuple(l.input_shape), dtype=np.float32)
           for l in model.layers]
 
-    def column(cpus):
-        with _make_pool(topology, cpus) as pool:
+    def column(cpus, limit_blas=True):
+        limit = _single_threaded_blas() if limit_blas else contextlib.nullcontext()
+        with limit, _make_pool(topology, cpus) as pool:
             return [time_call(lambda i=i: model.run_layers(xs[i], i, i, pool=pool), **timing)
                     for i in range(len(model.layers))]
 
     times = np.array([column(config_cpus(c, topology)) for c in configs]).T
-    kl = np.array(column(tuple(topology.cpus))) if kernel_level else None
+    kl = np.array(column(tuple(topology.cpus), False)) if kernel_level else None
     out_bytes = [4 * int(np.prod(l.output_shape)) for l in model.layers]
     return LayerTimes(configs, times, [l.name for l in model.layers], out_bytes, kl,
                       source=f"measured on {topology.to_spec()}")

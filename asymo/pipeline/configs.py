@@ -32,8 +32,10 @@ class CoreConfig:
             raise ValueError(f"core count must be a positive int, got {self.count!r}")
 
     def label(self, topology=None):
-        """Pipe-it's notation: ``B3`` style, with the cluster's name when a topology is given."""
-        return f"{cluster_label(self.cluster, topology)}{self.count}"
+        """Pipe-it's notation: ``B3`` style, with the cluster's name when a topology is given
+        (``name x count`` when the name ends in a digit)."""
+        name = cluster_label(self.cluster, topology)
+        return f"{name}x{self.count}" if name[-1:].isdigit() else f"{name}{self.count}"
 
     def to_list(self):
         return [self.cluster, self.count]
