@@ -50,7 +50,7 @@ def bench_model(name, top, args):
     model.materialize()
     tm = LayerTimeModel.load(top)
     model_table = tm.table(model, core_configs(top))
-    table = measure_layer_times(model, top, min_time=0.02, max_repeats=5) \
+    table = measure_layer_times(model, top) \
         if args.times == "measured" else model_table
     plan = plan_pipeline(model, top, table=table, allow_kernel_level=False)
     # the time model's view of the same plan

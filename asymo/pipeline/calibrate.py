@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import time
 
 import numpy as np
 
 from asymo.pipeline.configs import core_configs
-from asymo.pipeline.runtime import _single_threaded_blas, sub_topology
+from asymo.pipeline.runtime import STAGE_SPIN_US, _single_threaded_blas, sub_topology
 from asymo.pipeline.table import LayerTimes
 from asymo.pipeline.timemodel import KERNEL_LEVEL, LayerTimeModel, layer_operations
 
@@ -118,9 +119,63 @@ def config_cpus(config, topology):
     return tuple(topology.clusters[config.cluster].cpus[:config.count])
 
 
-def _make_pool(topology, cpus):
+@contextlib.contextmanager
+def _pinned(cpus):
+    """Run the calling thread on ``cpus`` (as a stage thread runs), restoring its affinity."""
+    try:
+        old = os.sched_getaffinity(0)
+    except (AttributeError, OSError):  # pragma: no cover - non-Linux
+        yield
+        return
+    want = set(cpus) & old
+    try:
+        if want:
+            os.sched_setaffinity(0, want)
+        yield
+    finally:
+        os.sched_setaffinity(0, old)
+
+
+@contextlib.contextmanager
+def _co_runner(model, topology, busy_cpus):
+    """Keep the cores outside ``busy_cpus`` busy with ``model`` (as the other stages of a
+    pipeline are) while the caller measures: stages run concurrently in one process, so they
+    share the GIL, caches and memory bandwidth; a measurement on an otherwise idle machine
+    misses that."""
+    others = tuple(c for c in topology.cpus if c not in set(busy_cpus))
+    if model is None or not others:
+        yield
+        return
+    import threading
+    stop = threading.Event()
+    x = np.zeros((1,) + tuple(model.layers[0].input_shape), dtype=np.float32)
+    W = len(model.layers)
+    started = threading.Event()
+
+    def loop():
+        with _single_threaded_blas(), _pinned(others), _make_pool(topology, others) as pool:
+            started.set()
+            while not stop.is_set():
+                y = x
+                for i in range(W):
+                    if stop.is_set():
+                        break
+                    y = model.run_layers(y, i, i, pool=pool)
+
+    t = threading.Thread(target=loop, name="asymo-calibrate-co-runner", daemon=True)
+    t.start()
+    started.wait(30)
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join(60)
+
+
+def _make_pool(topology, cpus, spin_us=STAGE_SPIN_US):
+    """A pool on ``cpus`` configured as the runtime configures a stage's pool."""
     from asymo.pool import Pool
-    return Pool(topology=sub_topology(topology, cpus))
+    return Pool(topology=sub_topology(topology, cpus), spin_us=spin_us)
 
 
 def measure_samples(benches, config, topology, *, progress=None, **timing):
@@ -129,7 +184,10 @@ def measure_samples(benches, config, topology, *, progress=None, **timing):
     samples = []
     # a stage's BLAS calls stay on its cores (as in the runtime); kernel-level runs as is
     limit = _single_threaded_blas() if config != KERNEL_LEVEL else contextlib.nullcontext()
-    with limit, _make_pool(topology, config_cpus(config, topology)) as pool:
+    spin = STAGE_SPIN_US if config != KERNEL_LEVEL else None
+    cpus = config_cpus(config, topology)
+    pin = _pinned(cpus) if config != KERNEL_LEVEL else contextlib.nullcontext()
+    with limit, pin, _make_pool(topology, cpus, spin) as pool:
         for b in benches:
             model = _one_node_model(b)
             model.materialize()
@@ -172,20 +230,37 @@ def calibrate(topology, *, configs=None, grid="quick", kernel_level=True, progre
     return model, samples
 
 
-def measure_layer_times(model, topology, *, configs=None, kernel_level=True, **timing):
+def measure_layer_times(model, topology, *, configs=None, kernel_level=True, repeats=5,
+                        warmup=1, co_run=True):
     """Measured time of every layer of ``model`` on every configuration (a LayerTimes with
-    ``source="measured"``)."""
+    ``source="measured ..."``).
+
+    Layers run in chain order, one frame after another, as a stage runs them (so each layer
+    finds the caches as the previous layers left them, not warmed by its own repetition), on a
+    thread pinned to the configuration's cores; with ``co_run`` the other cores run the model
+    meanwhile, as the other stages of a pipeline do. Each layer's time is the median over
+    ``repeats`` frames after ``warmup`` frames.
+    """
     configs = list(core_configs(topology) if configs is None else configs)
     rng = np.random.default_rng(0)
-    model.materialize() if hasattr(model, "materialize") else None
-    xs = [rng.standard_normal((1,) + tuple(l.input_shape), dtype=np.float32)
-          for l in model.layers]
+    if hasattr(model, "materialize"):
+        model.materialize()
+    W = len(model.layers)
+    x0 = rng.standard_normal((1,) + tuple(model.layers[0].input_shape), dtype=np.float32)
 
     def column(cpus, limit_blas=True):
         limit = _single_threaded_blas() if limit_blas else contextlib.nullcontext()
-        with limit, _make_pool(topology, cpus) as pool:
-            return [time_call(lambda i=i: model.run_layers(xs[i], i, i, pool=pool), **timing)
-                    for i in range(len(model.layers))]
+        pin = _pinned(cpus) if limit_blas else contextlib.nullcontext()
+        co = _co_runner(model if co_run else None, topology, cpus)
+        with co, limit, pin, _make_pool(topology, cpus, STAGE_SPIN_US) as pool:
+            ts = np.empty((warmup + repeats, W))
+            for r in range(warmup + repeats):
+                x = x0
+                for i in range(W):
+                    t0 = time.perf_counter()
+                    x = model.run_layers(x, i, i, pool=pool)
+                    ts[r, i] = time.perf_counter() - t0
+            return np.median(ts[warmup:], axis=0)
 
     times = np.array([column(config_cpus(c, topology)) for c in configs]).T
     kl = np.array(column(tuple(topology.cpus), False)) if kernel_level else None
