@@ -33,14 +33,29 @@ POWER_ESTIMATE = ("estimated, relative units: active power of a core taken as it
                   "squared (no power meter)")
 
 
-def default_power(topology):
-    """Relative active power per core configuration: ``count * capacity**2`` (an estimate:
-    dynamic power grows faster than linearly with performance; no meter is read)."""
-    out = {}
+def default_power(topology, *, with_source=False):
+    """Active power (W) of each core configuration's cores (and ``"all"``) at top frequency.
+
+    From ``asymo.dvfs``'s power model (``P = P_static + C V^2 f``, an estimate built from what
+    the system describes); if that cannot be built, relative units with a core's power taken
+    as its capacity squared. Either way no power meter is read.
+    """
+    out, source = {}, POWER_ESTIMATE
+    try:
+        from asymo.dvfs.power_model import PowerModel
+        pm = PowerModel.from_system(topology)
+        per_core = []
+        for cl in topology.clusters:
+            cp = pm[cl.name]
+            per_core.append(cp.core_dynamic_w(cp.freqs_khz[-1]) + cp.p_static_w / cp.ncpus)
+        source = (f"{pm.source}: active power of the stage's cores at top frequency, "
+                  "estimated (no power meter)")
+    except Exception:  # noqa: BLE001 - any failure: fall back to the relative estimate
+        per_core = [cl.capacity ** 2 for cl in topology.clusters]
     for c in core_configs(topology):
-        out[c] = c.count * topology.clusters[c.cluster].capacity ** 2
-    out["all"] = sum(cl.ncpus * cl.capacity ** 2 for cl in topology.clusters)
-    return out
+        out[c] = c.count * per_core[c.cluster]
+    out["all"] = sum(cl.ncpus * p for cl, p in zip(topology.clusters, per_core))
+    return (out, source) if with_source else out
 
 
 @dataclass
@@ -164,8 +179,11 @@ def plan_pipeline(model, topology=None, *, objective="throughput", method="optim
     if table.nlayers != len(model.layers):
         raise ValueError(f"the time table has {table.nlayers} layers, the model "
                          f"{len(model.layers)}")
-    energy_source = POWER_ESTIMATE if power is None else "given power model"
-    power = dict(default_power(topology) if power is None else power)
+    if power is None:
+        power, energy_source = default_power(topology, with_source=True)
+    else:
+        energy_source = "given power model"
+    power = dict(power)
     sizes = [c.ncpus for c in topology.clusters]
     W = table.nlayers
     cost = StageCost(table, transfer_k=transfer_k)
