@@ -180,3 +180,31 @@ def test_layer_operations_of_zoo_like_steps():
     assert ops == [("conv", 3136, 576, 64, 1), ("conv", 3136, 288, 64, 2),
                    ("dwconv", 3136, 9, 64, 1), ("pool", 784, 4, 64, 1),
                    ("fc", 1, 9216, 4096, 1), ("pool", 3136, 5, 64, 1)]
+
+
+def test_calibration_micro_benchmarks_and_layer_measurements_end_to_end():
+    """A tiny grid through the real path: one-node models on a pinned one-core pool, Eq. 5
+    fitted per family, and the measured layer times of a small zoo model next to the
+    prediction (the Table III figure)."""
+    zoo = pytest.importorskip("asymo.models")
+    import os
+
+    from asymo.pipeline.calibrate import (calibrate, measure_layer_times, micro_benchmarks,
+                                          prediction_errors)
+    assert sum(b["family"] == "conv" for b in micro_benchmarks("paper")) == 900
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    top = parse_spec(f"c0:{cpu}@1.0")
+    grid = {"sizes": (7, 14), "filters": (1, 3), "depths": (32, 64), "maps": (32, 64)}
+    model, samples = calibrate(top, grid=grid, kernel_level=False, min_time=0.0,
+                               min_repeats=2, max_repeats=2)
+    fams = {s["family"] for s in samples}
+    assert fams == {"conv", "dwconv", "fc", "pool"}
+    assert set(model.models[CoreConfig(0, 1)]) == fams
+    json.dumps(model.to_dict())
+    m = zoo.get("squeezenet", image_size=64)
+    meas = measure_layer_times(m, top, kernel_level=False, repeats=2, warmup=1)
+    assert meas.times.shape == (len(m.layers), 1) and np.all(meas.times > 0)
+    assert meas.source.startswith("measured")
+    pred = model.table(m, meas.configs)
+    err = prediction_errors(pred, meas)
+    assert set(err) == {CoreConfig(0, 1).label()} and np.isfinite(err[CoreConfig(0, 1).label()])
