@@ -290,7 +290,9 @@ class Pipeline(_Base):
     topology : Topology, optional
         The machine (default ``asymo.topology.detect()``); stage cores must belong to it.
     queue_depth : int
-        Capacity of each inter-stage queue (frames waiting in front of a stage).
+        Capacity of each inter-stage queue (frames waiting in front of a stage). One keeps
+        every stage fed while adding the least latency (a frame waits for at most the frame
+        in the next stage and the one queued before it).
     spin_us : int, optional
         Spin time of the stage pools' idle workers (``asymo.Pool(spin_us=)``); default 0
         (``STAGE_SPIN_US``), None for the pool's own default.
@@ -300,7 +302,7 @@ class Pipeline(_Base):
         Pin each stage thread to its stage's cores (cluster-local Python work too).
     """
 
-    def __init__(self, model, stages, *, topology=None, queue_depth=2, spin_us=STAGE_SPIN_US,
+    def __init__(self, model, stages, *, topology=None, queue_depth=1, spin_us=STAGE_SPIN_US,
                  timeout=None, pin_threads=True, pool_factory=None):
         super().__init__(model, topology, pool_factory, spin_us, timeout)
         if hasattr(stages, "stages") and hasattr(stages, "to_dict"):  # a PipelinePlan
