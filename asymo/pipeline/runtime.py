@@ -175,7 +175,9 @@ class _Base:
         self._pool_factory = pool_factory or _default_pool_factory
         self._spin_us = spin_us
         self.timeout = timeout
-        self._pools = []
+        self._owned = {}      # thread name -> the pool that thread uses
+        self._unowned = []    # pools no thread owns (kernel-level: the caller's)
+        self._pool_lock = threading.Lock()
         self._threads = []
         self._closed = False
         self._stop = threading.Event()
@@ -183,9 +185,13 @@ class _Base:
         self._error = None
         self._error_lock = threading.Lock()
 
-    def _make_pool(self, cpus):
+    def _make_pool(self, cpus, owner=None):
         pool = self._pool_factory(sub_topology(self.topology, cpus), self._spin_us)
-        self._pools.append(pool)
+        with self._pool_lock:
+            if owner is None:
+                self._unowned.append(pool)
+            else:
+                self._owned[owner] = pool
         return pool
 
     def _fail(self, exc, where):
@@ -240,8 +246,12 @@ class _Base:
                 if t_end is not None and time.perf_counter() > t_end:
                     raise TimeoutError(f"no output within {deadline_s} s")
 
-    def close(self, timeout=10.0):
-        """Stop the threads and close the pools. Idempotent; safe on every exit path."""
+    def close(self, timeout=10.0, *, warn=True):
+        """Stop the threads and close the pools. Idempotent; safe on every exit path.
+
+        A thread still inside a model call after ``timeout`` seconds is left to finish; its
+        pool is closed by the thread itself when the call returns.
+        """
         if self._closed:
             return
         self._closed = True
@@ -251,14 +261,24 @@ class _Base:
             t.join(timeout)
             if t.is_alive():
                 stuck.append(t.name)
-        if stuck:
+        if stuck and warn:
             warnings.warn(f"asymo.pipeline: thread(s) {stuck} did not stop within {timeout} s; "
-                          "their pools are left open", RuntimeWarning, stacklevel=2)
-        for p in self._pools:
-            if not stuck:
+                          "they finish their current call, then close their pools",
+                          RuntimeWarning, stacklevel=2)
+        with self._pool_lock:
+            for t, p in list(self._owned.items()):
+                if t not in stuck:
+                    p.close()
+                    del self._owned[t]
+            for p in self._unowned:
                 p.close()
-        self._pools.clear()
-        self._threads.clear()
+            self._unowned.clear()
+
+    def _thread_exit(self, name):
+        """Called by a worker thread on its way out: close its pool if the run is over."""
+        with self._pool_lock:
+            if self._closed and name in self._owned:
+                self._owned.pop(name).close()
 
     def __enter__(self):
         self._check_open()
@@ -337,7 +357,8 @@ class Pipeline(_Base):
         self._t_start = {}
         self._run_lock = threading.Lock()
         try:
-            self.pools = [self._make_pool(cpus) for cpus in self.stage_cpus]
+            self.pools = [self._make_pool(cpus, f"asymo-pipeline-stage{i}")
+                          for i, cpus in enumerate(self.stage_cpus)]
         except BaseException:
             self.close()
             raise
@@ -375,6 +396,12 @@ class Pipeline(_Base):
             self._bounds = [b for _, b in layers]
 
     def _stage_loop(self, i, pin):
+        try:
+            self._stage_body(i, pin)
+        finally:
+            self._thread_exit(threading.current_thread().name)
+
+    def _stage_body(self, i, pin):
         if pin:
             _pin_current_thread(self.stage_cpus[i])
         qin, qout = self._queues[i], self._queues[i + 1]
@@ -436,7 +463,9 @@ class Pipeline(_Base):
             self._run_lock.release()
             if aborted:
                 # a failed or abandoned stream leaves frames in flight: shut everything down
-                self.close()
+                # without waiting for a stage that may be stuck (it closes its pool when it
+                # returns)
+                self.close(timeout=0.5, warn=False)
 
     def run(self, frames, *, timeout=None):
         """Process ``frames`` and return ``(outputs, RunStats)``; outputs stacked in order.
@@ -466,14 +495,14 @@ class Pipeline(_Base):
         _, st = self.run(frames, timeout=timeout)
         return st.stage_time
 
-    def close(self, timeout=10.0):
+    def close(self, timeout=10.0, *, warn=True):
         if not self._closed:
             for q in self._queues[:1]:
                 try:
                     q.put_nowait(_STOP)
                 except queue.Full:
                     pass
-        super().close(timeout)
+        super().close(timeout, warn=warn)
 
 
 class KernelLevel(_Base):
@@ -521,7 +550,8 @@ class ParallelFrames(_Base):
         self._busy = [0.0] * len(self.groups)
         self._t_start = {}
         try:
-            self.pools = [self._make_pool(g) for g in self.groups]
+            self.pools = [self._make_pool(g, f"asymo-parallel-{i}")
+                          for i, g in enumerate(self.groups)]
         except BaseException:
             self.close()
             raise
@@ -532,6 +562,12 @@ class ParallelFrames(_Base):
             t.start()
 
     def _worker(self, i, pin):
+        try:
+            self._worker_body(i, pin)
+        finally:
+            self._thread_exit(threading.current_thread().name)
+
+    def _worker_body(self, i, pin):
         if pin:
             _pin_current_thread(self.groups[i])
         W = len(self.model.layers)
@@ -581,7 +617,7 @@ class ParallelFrames(_Base):
         return np.concatenate(outs, axis=0), _stats(len(outs), min(t_start), t_out, t_start,
                                                     self._busy, len(self.groups))
 
-    def close(self, timeout=10.0):
+    def close(self, timeout=10.0, *, warn=True):
         if not self._closed:
             self._in.put(_STOP)
-        super().close(timeout)
+        super().close(timeout, warn=warn)
