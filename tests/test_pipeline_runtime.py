@@ -192,6 +192,8 @@ def test_baselines_same_results_and_failure_propagation():
     with ParallelFrames(m, topology=TOP, timeout=30) as pf:
         with pytest.raises(ValueError, match="injected"):
             pf.run(frames(6))
+        with pytest.raises(PipelineError, match="closed"):
+            pf.run(frames(2))
 
 
 @two_cpus

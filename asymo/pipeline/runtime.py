@@ -23,6 +23,7 @@ Baselines with the same interface (``run(frames) -> (outputs, RunStats)``):
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -227,6 +228,16 @@ class _Base:
             except queue.Empty:
                 if self._stop.is_set() or self._failed.is_set():
                     return None
+
+    @contextlib.contextmanager
+    def _close_on_error(self):
+        """A run that fails or times out leaves frames in flight: shut down (without waiting
+        for a stuck thread) so no stale frame can reach a later run."""
+        try:
+            yield
+        except BaseException:
+            self.close(timeout=0.5, warn=False)
+            raise
 
     def _check_open(self):
         if self._closed:
@@ -602,7 +613,7 @@ class ParallelFrames(_Base):
         self._t_start = {}
         pending, outs, t_out, t_start = {}, [], [], []
         nxt = 0
-        with _single_threaded_blas():
+        with _single_threaded_blas(), self._close_on_error():
             for seq, f in enumerate(frames):
                 self._in.put((seq, f))
             while nxt < len(frames):
