@@ -33,6 +33,9 @@ def main(argv=None):
     ap.add_argument("--reference", default=None, metavar="OUT",
                     help="write the single-core fit of cluster 0 (and its 2-core Eq. 6-8 fit) "
                          "as the shipped reference model")
+    ap.add_argument("--idle", action="store_true",
+                    help="measure micro-benchmarks with the other cores idle (the paper's "
+                         "set-up) instead of busy running a model, as in a pipeline")
     ap.add_argument("--image-size", type=int, default=None,
                     help="zoo input size for the error report (default: each model's own)")
     args = ap.parse_args(argv)
@@ -42,14 +45,15 @@ def main(argv=None):
         c0 = t.clusters[0]
         configs = [CoreConfig(0, 1)] + ([CoreConfig(0, 2)] if c0.ncpus > 1 else [])
         model, _ = calibrate(t, configs=configs, grid=args.grid, kernel_level=False,
-                             progress=True)
+                             progress=True, co_run=None)
         model.source = (f"reference fit: one core of the asymo development machine "
                         f"({args.grid} grid)")
         with open(args.reference, "w") as f:
             json.dump(model.to_dict(), f, indent=1)
         print(f"wrote {args.reference}")
         return 0
-    model, samples = calibrate(t, grid=args.grid, progress=True)
+    model, samples = calibrate(t, grid=args.grid, progress=True,
+                               co_run=None if args.idle else "squeezenet")
     if not args.no_save:
         from asymo.profile import Profile, load_profile, save_profile
         prof = load_profile(topology=t) or Profile.new(t)
@@ -63,7 +67,7 @@ def main(argv=None):
         m = zoo.get(name, image_size=args.image_size)
         meas = measure_layer_times(m, t)
         pred = model.table(m, meas.configs)
-        err = prediction_errors(pred, meas)
+        err = prediction_errors(pred, meas, t)
         for k, v in err.items():
             allerr.setdefault(k, []).append(v)
         print(f"  {name:<14}" + "  ".join(f"{k}: {100 * v:5.1f}%" for k, v in err.items()))

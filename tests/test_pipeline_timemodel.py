@@ -195,7 +195,7 @@ def test_calibration_micro_benchmarks_and_layer_measurements_end_to_end():
     cpu = sorted(os.sched_getaffinity(0))[0]
     top = parse_spec(f"c0:{cpu}@1.0")
     grid = {"sizes": (7, 14), "filters": (1, 3), "depths": (32, 64), "maps": (32, 64)}
-    model, samples = calibrate(top, grid=grid, kernel_level=False, min_time=0.0,
+    model, samples = calibrate(top, grid=grid, kernel_level=False, min_time=0.0, co_run=None,
                                min_repeats=2, max_repeats=2)
     fams = {s["family"] for s in samples}
     assert fams == {"conv", "dwconv", "fc", "pool"}

@@ -178,16 +178,20 @@ def _make_pool(topology, cpus, spin_us=STAGE_SPIN_US):
     return Pool(topology=sub_topology(topology, cpus), spin_us=spin_us)
 
 
-def measure_samples(benches, config, topology, *, progress=None, **timing):
-    """Run ``benches`` on ``config``'s cores; return time-model samples (dicts)."""
+def measure_samples(benches, config, topology, *, progress=None, co_runner=None, **timing):
+    """Run ``benches`` on ``config``'s cores; return time-model samples (dicts).
+
+    ``co_runner``: a model kept running on the other cores meanwhile (see
+    ``measure_layer_times``); None measures on an otherwise idle machine, as the paper did.
+    """
     rng = np.random.default_rng(0)
     samples = []
     # a stage's BLAS calls stay on its cores (as in the runtime); kernel-level runs as is
     limit = _single_threaded_blas() if config != KERNEL_LEVEL else contextlib.nullcontext()
-    spin = STAGE_SPIN_US if config != KERNEL_LEVEL else None
     cpus = config_cpus(config, topology)
     pin = _pinned(cpus) if config != KERNEL_LEVEL else contextlib.nullcontext()
-    with limit, pin, _make_pool(topology, cpus, spin) as pool:
+    co = _co_runner(co_runner, topology, cpus)
+    with co, limit, pin, _make_pool(topology, cpus, STAGE_SPIN_US) as pool:
         for b in benches:
             model = _one_node_model(b)
             model.materialize()
@@ -202,12 +206,21 @@ def measure_samples(benches, config, topology, *, progress=None, **timing):
 
 
 def calibrate(topology, *, configs=None, grid="quick", kernel_level=True, progress=False,
-              **timing):
+              co_run="squeezenet", **timing):
     """Measure the micro-benchmarks on every core configuration and fit the time model.
+
+    ``co_run``: a zoo model kept running on the cores outside the configuration being
+    measured (the pipeline's other stages are busy too: shared GIL, caches and memory);
+    None to measure on an idle machine.
 
     Returns ``(LayerTimeModel, samples)``; store ``model.to_dict()`` in the profile section
     ``"pipeline"``.
     """
+    co_model = None
+    if co_run:
+        import asymo.models as zoo
+        co_model = zoo.get(co_run, image_size=112)
+        co_model.materialize()
     configs = list(core_configs(topology) if configs is None else configs)
     if kernel_level and topology.ncpus > 1:
         configs.append(KERNEL_LEVEL)
@@ -220,7 +233,8 @@ def calibrate(topology, *, configs=None, grid="quick", kernel_level=True, progre
     samples = []
     try:
         for c in configs:
-            samples.extend(measure_samples(benches, c, topology, progress=bar, **timing))
+            samples.extend(measure_samples(benches, c, topology, progress=bar,
+                                           co_runner=co_model, **timing))
     finally:
         if bar is not None:
             bar.close()
@@ -269,14 +283,15 @@ def measure_layer_times(model, topology, *, configs=None, kernel_level=True, rep
                       source=f"measured on {topology.to_spec()}")
 
 
-def prediction_errors(predicted, measured):
+def prediction_errors(predicted, measured, topology=None):
     """Table III: mean ``|predicted - measured| / measured`` over the layers, per core
     configuration (and kernel-level), for two ``LayerTimes`` of the same model."""
     if predicted.nlayers != measured.nlayers:
         raise ValueError("the two tables describe different models")
     out = {}
     for c in measured.configs:
-        out[c.label()] = float(np.mean(np.abs(predicted.T(c) - measured.T(c)) / measured.T(c)))
+        out[c.label(topology)] = float(np.mean(np.abs(predicted.T(c) - measured.T(c))
+                                               / measured.T(c)))
     if predicted.kernel_level is not None and measured.kernel_level is not None:
         out[KERNEL_LEVEL] = float(np.mean(np.abs(predicted.kernel_level - measured.kernel_level)
                                           / measured.kernel_level))
