@@ -7,7 +7,9 @@ stage's queue. Several frames are in flight (one per stage plus the queued ones)
 are the model's own, shared by all stages; outputs come out in input order (every stage is one
 FIFO thread). An exception in any stage stops the pipeline and is re-raised to the caller with
 a note naming the stage and frame; every wait has a timeout, so nothing hangs, and ``close``
-(or leaving the ``with`` block) joins the threads and closes the pools on every exit path.
+(or leaving the ``with`` block) joins the threads and closes the pools on every exit path. A
+run that fails, times out or is abandoned (a ``stream`` not read to the end) closes the
+pipeline: frames in flight cannot leak into a later run.
 
 Each frame carries the index of the next layer it needs; stage ``i`` runs layers up to its
 current boundary ``bounds[i]``. That makes ``repartition`` safe while frames are in flight (a
