@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from asymo import topology as topo  # noqa: E402
 from asymo.pipeline.calibrate import calibrate, measure_layer_times, prediction_errors  # noqa
-from asymo.pipeline.configs import CoreConfig, core_configs  # noqa: E402
+from asymo.pipeline.configs import CoreConfig  # noqa: E402
 
 
 def main(argv=None):

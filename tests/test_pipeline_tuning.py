@@ -1,6 +1,5 @@
 """Pipe-search (paper 002) and dynamic two-stage re-partitioning (paper 004 Algorithm 2),
 driven by simulated stage-time measurements."""
-import itertools
 import math
 
 import numpy as np

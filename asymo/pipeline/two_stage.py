@@ -23,7 +23,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from asymo.pipeline.configs import CoreConfig
 from asymo.pipeline.optimal import StageCost
 
 __all__ = ["two_stage_partition", "TwoStage", "transfer_costs", "best_two_stage", "Metrics",
