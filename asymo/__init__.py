@@ -17,6 +17,8 @@ _LAZY = {
     "dvfs": ("asymo.dvfs", None),
     "frequency_plan": ("asymo.dvfs.selection", "frequency_plan"),
     "emulate": ("asymo.emulate", None),
+    "matmul": ("asymo.gemm", "matmul"),
+    "pipeline": ("asymo.pipeline", None),
     "conv2d": ("asymo.conv", "conv2d"),
     "models": ("asymo.models", None),
 }

@@ -9,6 +9,7 @@
 #include "cpu_features.h"
 #include "pool.h"
 #include "emulate.h"
+#include "gemm.h"
 #include "conv.h"
 #include "pooling.h"
 
