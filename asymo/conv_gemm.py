@@ -12,21 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["plan_conv_gemm", "column_split", "gemm_into", "HAVE_ASYMO_GEMM"]
+from asymo.gemm import gemm as _gemm
+from asymo.gemm import matmul as _matmul
+from asymo.gemm_plan import plan_gemm as _plan_gemm
 
-try:
-    from asymo.gemm import gemm as _gemm
-    from asymo.gemm_plan import plan_gemm as _plan_gemm
-    HAVE_ASYMO_GEMM = True
-except ImportError:  # INTERIM: until branch gemm lands on main
-    HAVE_ASYMO_GEMM = False
+__all__ = ["plan_conv_gemm", "column_split", "gemm_into", "matmul_into"]
 
 
 def plan_conv_gemm(m, k, n, dtype, pool):
-    """The (cached) GEMM plan for ``(m x k) @ (k x n)`` on ``pool``, or None without asymo's
-    GEMM."""
-    if not HAVE_ASYMO_GEMM:
-        return None
+    """The (cached) GEMM plan for ``(m x k) @ (k x n)`` on ``pool``."""
     return _plan_gemm(m, k, n, np.dtype(dtype).name, pool)
 
 
@@ -44,17 +38,9 @@ def column_split(plan, n, pool):
 
 def gemm_into(a, b, out, pool, plan=None):
     """``out[...] = a @ b`` on ``pool`` (``out`` may be a strided view)."""
-    if HAVE_ASYMO_GEMM:
-        _gemm(a, b, out, plan=plan, pool=pool)
-    else:  # INTERIM
-        np.matmul(a, b, out=out)
+    _gemm(a, b, out, plan=plan, pool=pool)
 
 
 def matmul_into(a, b, out, pool):
     """``out[...] = a @ b`` with NumPy matmul semantics (the fully-connected layers)."""
-    if HAVE_ASYMO_GEMM:
-        import asymo
-
-        asymo.matmul(a, b, out=out, pool=pool)
-    else:  # INTERIM
-        np.matmul(a, b, out=out)
+    _matmul(a, b, out=out, pool=pool)

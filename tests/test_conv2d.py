@@ -332,3 +332,41 @@ def test_nan_and_inf_propagate_like_numpy(groups, activation):
     assert np.isnan(y).any()
     mp = max_pool2d(x, 3, 2, 1)
     np.testing.assert_array_equal(np.isnan(mp), np.isnan(reference.max_pool2d(x, 3, 2, 1)))
+
+
+def test_im2col_columns_follow_the_gemm_split(two_cluster_pool):
+    """Cluster c's im2col tasks write exactly the columns cluster c's GEMM reads."""
+    from asymo.conv import _im2col_split
+    from asymo.conv_gemm import column_split, plan_conv_gemm
+
+    pool = two_cluster_pool
+    m, k, n = 64, 576, 3136  # ResNet-50 res2 3x3: N-split (N > M)
+    plan = plan_conv_gemm(m, k, n, np.float32, pool)
+    assert plan.split_dim == "N"
+    ranges = column_split(plan, n, pool)
+    assert tuple(ranges) == tuple(plan.cluster_ranges)
+    assert ranges[1][1] - ranges[1][0] > 0  # the slow cluster gets some columns
+    bounds, ncol, nrow, counts, ntasks, inline = _im2col_split(pool, plan, k, 0, n,
+                                                               np.dtype(np.float32))
+    bounds = [bounds[i] for i in range(ncol + 1)]
+    counts = [counts[i] for i in range(2)]
+    assert sum(counts) == ntasks == ncol * nrow and not inline
+    # the column blocks of cluster 0 end where the plan's cluster-0 range ends
+    blocks0 = counts[0] // nrow
+    assert bounds[blocks0] == ranges[0][1] and bounds[-1] == n
+    # a plan split along M: every cluster reads all columns; im2col split by capacity
+    plan_m = plan_conv_gemm(1024, 512, 196, np.float32, pool)
+    assert plan_m.split_dim == "M"
+    assert sum(b - a for a, b in column_split(plan_m, 196, pool)) == 196
+
+
+def test_layer_without_weighted_steps_describes_its_pooling():
+    from asymo.models.spec import Layer, Pool
+
+    p = Pool(kind="max", in_shape=(8, 9, 9), out_shape=(8, 4, 4), kernel=(3, 3),
+             stride=(2, 2))
+    layer = Layer(index=0, name="p", kind="pool", input_shape=(8, 9, 9),
+                  output_shape=(8, 4, 4), steps=(p,))
+    assert layer.kernel == (3, 3) and layer.stride == (2, 2) and layer.groups == 1
+    assert layer.flops == 0 and layer.gemm_dims == (0, 0, 0) and layer.major_count == 0
+    assert layer.matmul_shapes() == [] and layer.describe()["kind"] == "pool"

@@ -275,23 +275,33 @@ class Layer:
 
     @property
     def dominant(self):
-        return max(self.weighted, key=lambda s: s.flops)
+        """The weighted step with the most FLOPs (None for a node without one)."""
+        weighted = self.weighted
+        return max(weighted, key=lambda s: s.flops) if weighted else None
+
+    def _light(self):
+        """The first pooling step: what describes a node without weighted layers."""
+        return next((s for s in self.steps if isinstance(s, Pool) and not s.is_global), None)
 
     @property
     def kernel(self):
-        return tuple(self.dominant.kernel)
+        d = self.dominant or self._light()
+        return tuple(d.kernel) if d is not None else (1, 1)
 
     @property
     def stride(self):
-        return tuple(self.dominant.stride)
+        d = self.dominant or self._light()
+        return tuple(d.stride) if d is not None else (1, 1)
 
     @property
     def padding(self):
-        return tuple(self.dominant.padding)
+        d = self.dominant or self._light()
+        return tuple(d.padding) if d is not None else (0, 0)
 
     @property
     def groups(self):
-        return self.dominant.groups
+        d = self.dominant
+        return d.groups if d is not None else 1
 
     @property
     def flops(self):
@@ -304,7 +314,8 @@ class Layer:
 
     @property
     def gemm_dims(self):
-        return self.dominant.gemm_dims
+        d = self.dominant
+        return d.gemm_dims if d is not None else (0, 0, 0)
 
     @property
     def major_count(self):
