@@ -60,7 +60,7 @@ class NumpyOps(AsymoOps):
         return y
 
     def linear(self, x, step, weight, bias):
-        y = x @ weight
+        y = x @ weight.T
         if bias is not None:
             y += bias
         return self._act(y, step.activation)

@@ -95,8 +95,9 @@ class AsymoOps:
     def linear(self, x, step, weight, bias):
         from asymo.conv_gemm import matmul_into
 
+        # y.T = weight @ x.T: dot products with contiguous weight rows (streamed once)
         y = np.empty((x.shape[0], step.out_features), x.dtype)
-        matmul_into(x, weight, y, self.thread_pool)
+        matmul_into(weight, x.T, y.T, self.thread_pool)
         if bias is not None:
             y += bias
         if step.activation == "relu":
@@ -206,8 +207,8 @@ class Model:
     def parameters(self, step):
         """``(weight, bias)`` of a Conv or Linear step (read-only float32 arrays).
 
-        Conv weights are (Cout, Cin/groups, kh, kw); Linear weights are stored
-        (in_features, out_features), the layout ``x @ weight`` reads row by row.
+        Conv weights are (Cout, Cin/groups, kh, kw); Linear weights are (out_features,
+        in_features), as in torch: ``y = x @ weight.T + bias``.
         """
         p = self._params.get(step.name)
         if p is None:
@@ -220,16 +221,13 @@ class Model:
     def _make(self, step):
         key = zlib.crc32(f"{self.name}/{step.name}".encode())
         rng = np.random.default_rng([self.seed, key])
-        if isinstance(step, Conv):
-            shape = step.weight_shape
-        else:
-            shape = (step.in_features, step.out_features)
+        shape = step.weight_shape
         gain = 2.0 if step.activation in ("relu", "relu6") else 1.0
         if step.activation is None and "branch2c" in step.name:
             gain = 0.25  # residual branch: keep the sum's variance from doubling per block
         w = rng.standard_normal(shape, dtype=np.float32)
         w *= np.float32(np.sqrt(gain / step.fan_in))
-        b = rng.uniform(-0.1, 0.1, size=shape[0] if isinstance(step, Conv) else shape[1])
+        b = rng.uniform(-0.1, 0.1, size=shape[0])
         b = b.astype(np.float32)
         w.setflags(write=False)
         b.setflags(write=False)
