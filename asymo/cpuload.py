@@ -1,0 +1,244 @@
+"""Current per-cluster CPU load from ``/proc/stat``: the "current processor usage" AsyMo uses
+to adjust the processor-level split at plan time (paper 003, section 4.2).
+
+The load of a cpu over a window is the share of its time spent busy (user, nice, system,
+irq, softirq, steal) by *other* processes: asymo's own threads (pool workers spinning or
+computing) are subtracted using ``/proc/self/task/*/stat`` (utime + stime on the cpu each
+thread last ran on; pool workers are pinned, so that is exact for them). A cluster's load
+is the mean over its cpus.
+
+The split is then ``capability[c] * (1 - load[c]) / (1 - baseline[c])``, normalised, where
+``baseline`` is the load present while the capability was measured (calibration records it):
+a core shared with a steady background job (e.g. the asymmetry emulator's occupier) was
+already measured slower, and is not penalised twice.
+
+Everything parses text, so the arithmetic is testable with fake ``/proc`` trees
+(``proc_root=``).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+__all__ = ["CpuTimes", "parse_proc_stat", "parse_task_stat", "external_loads",
+           "cluster_loads", "adjust_split", "LoadMonitor", "LOAD_ENV_VAR"]
+
+#: set to "0" to disable the load adjustment of calibrated splits
+LOAD_ENV_VAR = "ASYMO_LOAD_ADJUST"
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """Cumulative clock ticks of one cpu: busy and total (busy + idle + iowait)."""
+
+    busy: int
+    total: int
+
+
+def parse_proc_stat(text):
+    """Per-cpu times from the text of ``/proc/stat``.
+
+    Returns
+    -------
+    dict of int -> CpuTimes
+        Only ``cpuN`` lines (the aggregate ``cpu`` line is skipped). Columns are user, nice,
+        system, idle, iowait, irq, softirq, steal (guest time is already inside user);
+        missing trailing columns (old kernels) count as 0.
+
+    Raises
+    ------
+    ValueError
+        When no ``cpuN`` line can be read.
+    """
+    out = {}
+    for line in text.splitlines():
+        if not line.startswith("cpu") or line.startswith("cpu "):
+            continue
+        parts = line.split()
+        name = parts[0]
+        if not name[3:].isdigit():
+            continue
+        try:
+            vals = [int(v) for v in parts[1:9]]
+        except ValueError:
+            raise ValueError(f"/proc/stat: malformed line {line!r}") from None
+        if len(vals) < 4:
+            raise ValueError(f"/proc/stat: line {line!r} has {len(vals)} columns, expected >= 4")
+        vals += [0] * (8 - len(vals))
+        user, nice, system, idle, iowait, irq, softirq, steal = vals
+        busy = user + nice + system + irq + softirq + steal
+        out[int(name[3:])] = CpuTimes(busy=busy, total=busy + idle + iowait)
+    if not out:
+        raise ValueError("/proc/stat: no per-cpu lines")
+    return out
+
+
+def parse_task_stat(text):
+    """``(cpu, utime + stime)`` of a thread from ``/proc/<pid>/task/<tid>/stat`` text.
+
+    The command name may contain spaces and parentheses: fields are counted after the last
+    ')'. ``cpu`` is field 39 (the cpu the thread last ran on).
+    """
+    head, sep, tail = text.rpartition(")")
+    if not sep:
+        raise ValueError(f"task stat: no command name in {text[:60]!r}")
+    fields = tail.split()
+    # tail starts at field 3 (state): field n is fields[n - 3]
+    try:
+        utime, stime, cpu = int(fields[11]), int(fields[12]), int(fields[36])
+    except (IndexError, ValueError):
+        raise ValueError(f"task stat: malformed {text[:80]!r}") from None
+    return cpu, utime + stime
+
+
+def _own_ticks(proc_root):
+    """Busy ticks of this process's threads per cpu (where each last ran)."""
+    task_dir = os.path.join(proc_root, "self", "task")
+    out = {}
+    try:
+        tids = os.listdir(task_dir)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(os.path.join(task_dir, tid, "stat")) as f:
+                cpu, ticks = parse_task_stat(f.read())
+        except (OSError, ValueError):  # the thread exited meanwhile
+            continue
+        out[cpu] = out.get(cpu, 0) + ticks
+    return out
+
+
+def external_loads(before, after, own_before=None, own_after=None):
+    """Per-cpu load by other processes between two samples, each in [0, 1].
+
+    ``before`` / ``after``: `parse_proc_stat` results; ``own_*``: this process's busy ticks
+    per cpu (subtracted). A cpu whose counters did not advance is reported as None.
+    """
+    out = {}
+    own_before, own_after = own_before or {}, own_after or {}
+    for cpu, a in after.items():
+        b = before.get(cpu)
+        if b is None:
+            continue
+        dt = a.total - b.total
+        if dt <= 0:
+            out[cpu] = None
+            continue
+        busy = a.busy - b.busy
+        mine = max(0, own_after.get(cpu, 0) - own_before.get(cpu, 0))
+        out[cpu] = min(1.0, max(0.0, (busy - mine) / dt))
+    return out
+
+
+def cluster_loads(topology, loads):
+    """Mean load of each cluster's cpus (None when none of its cpus was measured)."""
+    out = []
+    for cl in topology.clusters:
+        vals = [loads[c] for c in cl.cpus if loads.get(c) is not None]
+        out.append(sum(vals) / len(vals) if vals else None)
+    return tuple(out)
+
+
+def adjust_split(capability, loads=None, baseline=None, *, floor=0.05):
+    """Split ratio from measured capabilities adjusted by current loads.
+
+    Parameters
+    ----------
+    capability : sequence of float
+        Measured throughput of each cluster (any unit), fastest cluster first.
+    loads : sequence of float or None, optional
+        Current load of each cluster in [0, 1] (None entries: unknown, no adjustment).
+    baseline : sequence of float or None, optional
+        Load present while ``capability`` was measured.
+    floor : float
+        A cluster keeps at least this share of its free capacity (a fully loaded cluster
+        still gets a sliver of work, which stealing from it can rebalance).
+
+    Returns
+    -------
+    tuple of float
+        Non-negative weights summing to 1.
+    """
+    cap = [float(c) for c in capability]
+    if not cap or any(not (c >= 0) for c in cap) or sum(cap) <= 0:
+        raise ValueError(f"capability {cap} must be non-negative with a positive entry")
+    n = len(cap)
+    loads = [None] * n if loads is None else list(loads)
+    baseline = [None] * n if baseline is None else list(baseline)
+    if len(loads) != n or len(baseline) != n:
+        raise ValueError(f"{n} capabilities but {len(loads)} loads and {len(baseline)} "
+                         f"baselines")
+    w = []
+    for c, now, base in zip(cap, loads, baseline):
+        if now is None:
+            w.append(c)
+            continue
+        free_now = max(floor, 1.0 - min(1.0, max(0.0, float(now))))
+        free_then = max(floor, 1.0 - min(1.0, max(0.0, float(base or 0.0))))
+        w.append(c * min(1.0, free_now / free_then))
+    total = sum(w)
+    return tuple(x / total for x in w)
+
+
+class LoadMonitor:
+    """Samples ``/proc/stat`` and reports per-cpu external load over the last window.
+
+    Parameters
+    ----------
+    proc_root : str
+        Root of the proc file system (a fake tree in tests).
+    min_interval : float
+        Windows shorter than this (seconds) are not measured: `loads` returns the previous
+        window's result instead, so frequent planning costs one clock read.
+    subtract_self : bool
+        Subtract this process's own threads (see the module docstring).
+    clock : callable
+        Monotonic clock (for tests).
+    """
+
+    def __init__(self, proc_root="/proc", *, min_interval=0.1, subtract_self=True,
+                 clock=time.monotonic):
+        self.proc_root = os.fspath(proc_root)
+        self.min_interval = float(min_interval)
+        self.subtract_self = subtract_self
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last = None      # (time, stat, own)
+        self._loads = None
+
+    def _sample(self):
+        with open(os.path.join(self.proc_root, "stat")) as f:
+            stat = parse_proc_stat(f.read())
+        own = _own_ticks(self.proc_root) if self.subtract_self else {}
+        return self._clock(), stat, own
+
+    def loads(self):
+        """Per-cpu external load over the latest window of at least ``min_interval``
+        (dict cpu -> float or None), or None before the first window completes or when
+        ``/proc/stat`` cannot be read."""
+        with self._lock:
+            now = self._clock()
+            if self._last is not None and now - self._last[0] < self.min_interval:
+                return self._loads
+            try:
+                sample = self._sample()
+            except (OSError, ValueError):
+                return self._loads
+            if self._last is not None:
+                self._loads = external_loads(self._last[1], sample[1], self._last[2], sample[2])
+            self._last = sample
+            return self._loads
+
+    def measure(self, seconds):
+        """Load over the next ``seconds`` (blocks; for calibration and tools)."""
+        with self._lock:
+            first = self._sample()
+        time.sleep(seconds)
+        with self._lock:
+            second = self._sample()
+            self._loads = external_loads(first[1], second[1], first[2], second[2])
+            self._last = second
+            return self._loads
