@@ -40,13 +40,14 @@ import math
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.linear_model import HuberRegressor, LinearRegression, Ridge
+from sklearn.linear_model import LinearRegression
 from sklearn.metrics import r2_score
 from sklearn.model_selection import KFold
 
 __all__ = [
     "SETTING_COLUMNS", "KIND_CODES", "TABLE2_FEATURES", "EXTENDED_FEATURES", "FEATURE_SETS",
     "REGRESSORS", "table2_features", "extended_features", "BlockCostModel", "cross_validate",
+    "choice_regret",
     "kc_for_l1", "block_candidates", "fits_l2", "choose_blocks",
 ]
 
@@ -79,7 +80,7 @@ EXTENDED_FEATURES = (
 )
 
 FEATURE_SETS = {"table2": TABLE2_FEATURES, "extended": EXTENDED_FEATURES}
-REGRESSORS = ("linear", "positive", "ridge", "huber")
+REGRESSORS = ("linear", "positive")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,11 +196,10 @@ class BlockCostModel(RegressorMixin, BaseEstimator):
     ----------
     features : {"table2", "extended"}
         ``"table2"``: the paper's model; ``"extended"``: `extended_features`.
-    regressor : {"linear", "positive", "ridge", "huber"}
+    regressor : {"linear", "positive"}
         ``"linear"``: ordinary least squares (`sklearn.linear_model.LinearRegression`, the
-        paper's choice); ``"positive"``: least squares with non-negative costs;
-        ``"ridge"``: `Ridge` (alpha 1e-3 on standardised features); ``"huber"``:
-        `HuberRegressor` (robust to timing outliers).
+        paper's choice); ``"positive"``: least squares with non-negative costs (a cost
+        cannot be negative; this keeps predictions sane outside the training range).
     relative : bool
         Weight samples by ``1 / y**2``: minimise relative rather than absolute squared error,
         so small products count as much as large ones when choosing their block sizes.
@@ -253,13 +253,7 @@ class BlockCostModel(RegressorMixin, BaseEstimator):
                                  mr=self.mr, nr=self.nr)
 
     def _make_regressor(self):
-        if self.regressor == "linear":
-            return LinearRegression()
-        if self.regressor == "positive":
-            return LinearRegression(positive=True)
-        if self.regressor == "ridge":
-            return Ridge(alpha=1e-3)
-        return HuberRegressor(epsilon=1.35, alpha=1e-6, max_iter=2000)
+        return LinearRegression(positive=self.regressor == "positive")
 
     # -- fit / predict --------------------------------------------------------------------
     def fit(self, X, y, sample_weight=None):
@@ -275,8 +269,8 @@ class BlockCostModel(RegressorMixin, BaseEstimator):
         w = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, float).ravel()
         if self.relative:
             w = w / y ** 2
-        # standardise the columns (they span 1 .. 1e10) so the solvers are well conditioned,
-        # and the target, so regularisation strengths mean the same on every CPU
+        # scale the columns (they span 1 .. 1e10) and the target so the solvers are well
+        # conditioned
         scale = np.abs(F).max(axis=0)
         scale[scale == 0] = 1.0
         yscale = float(np.abs(y).max())
@@ -353,9 +347,9 @@ def cross_validate(model, X, y, *, n_splits=10, seed=0):
     from sklearn.base import clone
     X = _as_settings(X)
     y = np.asarray(y, dtype=np.float64).ravel()
-    n_splits = min(n_splits, len(y))
-    if n_splits < 2:
-        raise ValueError(f"cross-validation needs at least 2 settings, got {len(y)}")
+    if len(y) < 4:
+        raise ValueError(f"cross-validation needs at least 4 settings, got {len(y)}")
+    n_splits = min(n_splits, len(y) // 2)  # at least 2 settings per held-out fold (R^2)
     pred = np.empty_like(y)
     folds = []
     for train, test in KFold(n_splits, shuffle=True, random_state=seed).split(X):
@@ -367,6 +361,39 @@ def cross_validate(model, X, y, *, n_splits=10, seed=0):
     return {"r2": float(np.mean(folds)), "r2_folds": [float(f) for f in folds],
             "r2_pooled": float(r2_score(y, pred)), "mdape": float(np.median(rel)),
             "mape": float(np.mean(rel)), "n": int(len(y))}
+
+
+def choice_regret(model, X, y, groups, *, n_splits=10):
+    """How much slower the model's choice is than the best measured setting, on held-out sizes.
+
+    The settings are grouped by size (``groups``: one label per row); whole sizes are held
+    out (GroupKFold), the model is fitted on the others and picks the setting it predicts
+    fastest among the held-out size's measured settings. The regret of a size is
+    ``y[chosen] / min(y) - 1``. This is what block choice needs from the model (ranking the
+    settings of one size), measured without looking at any shape used for reporting.
+
+    Returns a dict: ``mean``, ``median``, ``max`` and ``per_size`` (label -> regret).
+    """
+    from sklearn.base import clone
+    from sklearn.model_selection import GroupKFold
+    X = _as_settings(X)
+    y = np.asarray(y, dtype=np.float64).ravel()
+    groups = np.asarray(groups)
+    labels = np.unique(groups)
+    n_splits = min(n_splits, len(labels))
+    if n_splits < 2:
+        raise ValueError(f"choice_regret needs at least 2 sizes, got {len(labels)}")
+    per = {}
+    for train, test in GroupKFold(n_splits).split(X, y, groups):
+        m = clone(model).fit(X[train], y[train])
+        pred = m.predict(X[test])
+        for g in np.unique(groups[test]):
+            idx = np.flatnonzero(groups[test] == g)
+            chosen = idx[int(np.argmin(pred[idx]))]
+            per[str(g)] = float(y[test][chosen] / y[test][idx].min() - 1.0)
+    vals = list(per.values())
+    return {"mean": float(np.mean(vals)), "median": float(np.median(vals)),
+            "max": float(np.max(vals)), "per_size": per}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,7 +432,7 @@ def fits_l2(mc, nc, kc, sharing, l2_bytes, itemsize=4):
 
 
 def block_candidates(M, K, N, *, threads, l1_bytes, l2_bytes, l2_sharing=None, mr=1, nr=1,
-                     itemsize=4, kind="mm", unit=16, max_i=64):
+                     itemsize=4, kind="mm", unit=16, max_i=None):
     """Candidate block sizes ``(mc, nc, kc)`` for one cluster (section 4.2 constraints).
 
     Parameters
@@ -433,6 +460,8 @@ def block_candidates(M, K, N, *, threads, l1_bytes, l2_bytes, l2_sharing=None, m
     list of (mc, nc, kc)
         Distinct candidates, fewest tasks first; never empty (if no candidate fits the L2,
         the one with the smallest footprint is returned).
+
+    ``max_i`` bounds i (default: 64 for "mm"; for "mv" until the chunk reaches ``unit``).
     """
     M, K, N, T = int(M), int(K), int(N), int(threads)
     if min(M, K, N, T) < 1:
@@ -452,14 +481,14 @@ def block_candidates(M, K, N, *, threads, l1_bytes, l2_bytes, l2_sharing=None, m
     if kind == "mv":
         long_is_m = M >= N
         L = M if long_is_m else N
-        for i in range(1, max_i + 1):
+        for i in range(1, (max_i or -(-L // (T * unit))) + 1):
             chunk = min(L, _round_up(-(-L // (i * T)), unit))
             add(*((chunk, N, K) if long_is_m else (M, chunk, K)))
             if chunk <= unit:
                 break
     else:
         kc = kc_for_l1(K, l1_bytes, mr, nr, itemsize)
-        for i in range(1, max_i + 1):
+        for i in range(1, (max_i or 64) + 1):
             units = i * T
             side = math.sqrt(M * N / units)
             if side >= M:      # M << N: do not partition M, cut N into `units` blocks

@@ -1,0 +1,402 @@
+"""Calibrated partition plans for matmul: `plan_matmul` (AsyMo, paper 003, section 4.2).
+
+The plan is made in two levels, as in the paper:
+
+1. processor level: the product is divided between the clusters along the bigger matrix in
+   the ratio of their measured capability for this kind of op (MM and MV differ), adjusted by
+   the current load of each cluster read from ``/proc/stat`` (`asymo.cpuload`);
+2. core level: in each cluster, the block sizes ``(mc, nc, kc)`` (for the skinny MV path:
+   the rows or columns per task) are the candidates of AsyMo's constraints with the least
+   latency predicted by the cluster's cost model (`asymo.costmodel`).
+
+The calibration comes from the active profile (``asymo calibrate``; section "gemm"). Without
+one -- missing, corrupt, made on another CPU or by another version -- the GEMM's default plan
+is used (with a `asymo.profile.ProfileWarning` for an unusable file, never an error).
+
+A plan is a `PartitionPlan`: a `asymo.gemm_plan.GemmPlan` (what the C driver runs) that also
+records the split ratio, the task counts, the predicted latency and where the plan came from.
+Plans are cached per shape (and per split ratio, which only changes when the load does).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import threading
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from asymo import costmodel as cm
+from asymo import gemm_plan as gp
+from asymo.cpuload import LOAD_ENV_VAR, LoadMonitor, adjust_split, cluster_loads
+
+__all__ = ["PartitionPlan", "plan_matmul", "clear_cache", "calibration_for", "Calibration"]
+
+#: split ratios are rounded to this step (plans are cached per ratio)
+RATIO_STEP = 1.0 / 64
+#: seconds between two readings of /proc/stat for the load adjustment
+LOAD_INTERVAL_S = 0.25
+
+
+@dataclass(frozen=True)
+class PartitionPlan(gp.GemmPlan):
+    """A `GemmPlan` with what the planner knew and predicted.
+
+    Attributes (besides those of `GemmPlan`)
+    ----------------------------------------
+    ratio : tuple of float
+        Processor-level split ratio used, fastest cluster first (sums to 1).
+    tasks : tuple of int
+        Pool tasks per cluster.
+    predicted_s : float or None
+        Predicted latency of the product (the slowest cluster; batch: per batch), None
+        without a calibrated model for this plan.
+    cluster_predicted_s : tuple
+        Per cluster prediction (None for idle clusters or without a model).
+    source : str
+        ``"profile"`` (split and blocks calibrated), ``"profile-split"`` (calibrated split,
+        default blocks: another dtype or kernel family than calibrated, or a batch split) or
+        ``"default"`` (no usable profile).
+    loads : tuple
+        Per-cluster external load the split was adjusted for (None entries: not measured).
+    """
+
+    ratio: tuple = ()
+    tasks: tuple = ()
+    predicted_s: object = None
+    cluster_predicted_s: tuple = ()
+    source: str = "default"
+    loads: tuple = ()
+
+    def to_dict(self):
+        d = super().to_dict()
+        d.update(ratio=list(self.ratio), tasks=list(self.tasks), predicted_s=self.predicted_s,
+                 cluster_predicted_s=list(self.cluster_predicted_s), source=self.source,
+                 loads=list(self.loads))
+        return d
+
+    @classmethod
+    def from_dict(cls, d):
+        base = gp.GemmPlan.from_dict(d)
+        fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(gp.GemmPlan)
+                  if f.init}
+        try:
+            return cls(**fields, ratio=tuple(d.get("ratio", ())),
+                       tasks=tuple(d.get("tasks", ())), predicted_s=d.get("predicted_s"),
+                       cluster_predicted_s=tuple(d.get("cluster_predicted_s", ())),
+                       source=d.get("source", "default"), loads=tuple(d.get("loads", ())))
+        except TypeError as exc:
+            raise ValueError(f"not a PartitionPlan dict: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# The calibration, as read from the profile
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ClusterCalibration:
+    name: str
+    cpus: tuple
+    threads: int
+    model: cm.BlockCostModel
+    cache: dict
+    capability: dict      # kind -> GFLOP/s
+    baseline_load: float
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The usable content of a profile's "gemm" section."""
+
+    path: str
+    isa: str
+    dtype: str
+    tile: tuple
+    clusters: tuple
+    created: str = ""
+
+    def capability(self, kind):
+        return [c.capability[kind] for c in self.clusters]
+
+
+_warned = set()
+_warn_lock = threading.Lock()
+
+
+def _warn_once(key, message):
+    from asymo.profile import ProfileWarning
+    with _warn_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(message, ProfileWarning, stacklevel=4)
+
+
+def _parse_section(section, topology, path):
+    """A `Calibration` from the "gemm" section, or raise ValueError saying what is wrong."""
+    from asymo.calibration import SCHEMA
+    if not isinstance(section, dict):
+        raise ValueError("the gemm section is not a JSON object")
+    if section.get("schema") != SCHEMA:
+        raise ValueError(f"gemm section schema {section.get('schema')!r}, this asymo reads "
+                         f"{SCHEMA}")
+    clusters = section.get("clusters")
+    if not isinstance(clusters, list) or len(clusters) != topology.nclusters:
+        raise ValueError(f"the gemm section has {len(clusters) if isinstance(clusters, list) else 'no'} "
+                         f"clusters, the topology {topology.nclusters}")
+    out = []
+    for c, cl in zip(clusters, topology.clusters):
+        if not isinstance(c, dict) or tuple(c.get("cpus", ())) != tuple(cl.cpus):
+            raise ValueError(f"cluster {cl.name!r}: the profile's cpus "
+                             f"{c.get('cpus') if isinstance(c, dict) else c!r} differ from "
+                             f"{list(cl.cpus)}")
+        model = cm.BlockCostModel.from_dict(c.get("model"))
+        if not hasattr(model, "coef_"):
+            raise ValueError(f"cluster {cl.name!r}: the model is not fitted")
+        cap = c.get("capability_gflops") or {}
+        caps = {}
+        for kind in ("mm", "mv"):
+            v = cap.get(kind)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"cluster {cl.name!r}: capability {kind!r} is {v!r}")
+            caps[kind] = float(v)
+        cache = c.get("cache")
+        need = ("l1_bytes", "l2_bytes", "l2_sharing", "mr", "nr", "itemsize", "unit")
+        if not isinstance(cache, dict) or any(not isinstance(cache.get(k), int)
+                                              or cache[k] < 1 for k in need):
+            raise ValueError(f"cluster {cl.name!r}: cache description {cache!r}")
+        threads = c.get("threads")
+        if not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"cluster {cl.name!r}: threads {threads!r}")
+        base = c.get("baseline_load", 0.0)
+        base = float(base) if isinstance(base, (int, float)) and 0 <= base <= 1 else 0.0
+        out.append(ClusterCalibration(name=cl.name, cpus=tuple(cl.cpus), threads=threads,
+                                      model=model, cache={k: cache[k] for k in need},
+                                      capability=caps, baseline_load=base))
+    tile = section.get("tile")
+    if not (isinstance(tile, list) and len(tile) == 2):
+        raise ValueError(f"tile {tile!r}")
+    return Calibration(path=path, isa=str(section.get("isa")), dtype=str(section.get("dtype")),
+                       tile=tuple(int(x) for x in tile), clusters=tuple(out),
+                       created=str(section.get("created", "")))
+
+
+_cal_lock = threading.Lock()
+_cal_cache = {}
+
+
+def calibration_for(topology):
+    """The calibration of the active profile for ``topology``, or None (defaults).
+
+    A profile that cannot be used gives one `ProfileWarning` (from `asymo.profile`, or here
+    for a "gemm" section that does not fit this topology or this asymo).
+    """
+    from asymo import profile as prof
+    profile = prof.active_profile(topology)
+    if profile is None:
+        return None
+    key = (profile.path, id(profile), topology.to_spec())
+    with _cal_lock:
+        if key in _cal_cache:
+            return _cal_cache[key]
+    section = profile.sections.get("gemm")
+    cal = None
+    if section is not None:
+        try:
+            cal = _parse_section(section, topology, profile.path)
+        except ValueError as exc:
+            _warn_once((profile.path, str(exc)),
+                       f"calibration profile {profile.path}: the GEMM calibration cannot be "
+                       f"used ({exc}); using default plans (re-run `asymo calibrate`)")
+    with _cal_lock:
+        _cal_cache[key] = cal
+    return cal
+
+
+# ---------------------------------------------------------------------------------------------
+# Load
+# ---------------------------------------------------------------------------------------------
+_monitor = None
+_monitor_lock = threading.Lock()
+
+
+def _current_loads(topology):
+    if os.environ.get(LOAD_ENV_VAR, "1").strip().lower() in ("0", "no", "off", "false"):
+        return None
+    global _monitor
+    with _monitor_lock:
+        if _monitor is None:
+            _monitor = LoadMonitor(min_interval=LOAD_INTERVAL_S)
+        monitor = _monitor
+    loads = monitor.loads()
+    return None if loads is None else cluster_loads(topology, loads)
+
+
+def _quantise(ratio):
+    q = [round(r / RATIO_STEP) for r in ratio]
+    if sum(q) == 0:
+        q = [1 if r == max(ratio) else 0 for r in ratio]
+    total = sum(q)
+    return tuple(x / total for x in q)
+
+
+# ---------------------------------------------------------------------------------------------
+# The planner
+# ---------------------------------------------------------------------------------------------
+_plan_lock = threading.Lock()
+_plans = {}
+_PLANS_MAX = 4096
+
+
+def clear_cache():
+    """Forget cached plans and calibrations (after a new calibration)."""
+    with _plan_lock:
+        _plans.clear()
+    with _cal_lock:
+        _cal_cache.clear()
+    gp.clear_plan_cache()
+
+
+def _context(pool, topology):
+    if pool is None and topology is None:
+        try:
+            from asymo.pool import get_pool
+            pool = get_pool()
+        except ImportError:  # pragma: no cover - a build without the pool
+            pool = None
+    if pool is not None:
+        topo = pool.topology
+        active = tuple(pool.active_workers_per_cluster())
+    else:
+        if topology is None:
+            from asymo.topology import detect
+            topology = detect()
+        topo = topology
+        active = tuple(c.ncpus for c in topo.clusters)
+    return pool, topo, active
+
+
+def plan_matmul(M, K, N, dtype="float32", *, pool=None, nbatch=1, topology=None, load=None):
+    """The partition plan asymo uses for ``(M, K) @ (K, N)`` (``nbatch`` of them).
+
+    Parameters
+    ----------
+    M, K, N : int
+        Shape of the product (numpy.matmul: A is M x K, B is K x N).
+    dtype : "float32" or "float64" (or a NumPy dtype)
+    pool : asymo.Pool, optional
+        The pool the product runs on (default `asymo.get_pool()`): its clusters and active
+        workers.
+    nbatch : int
+        Products in a batch (the GEMM may give whole products to tasks).
+    topology : Topology, optional
+        Plan for this topology without a pool (all its cpus active).
+    load : bool, optional
+        Adjust the split by the current per-cluster load (default: yes, unless env
+        ``ASYMO_LOAD_ADJUST=0``).
+
+    Returns
+    -------
+    PartitionPlan
+        Split ratio, cluster ranges, per-cluster block sizes and task counts, predicted
+        latency (seconds; None without a calibration), and the plan's source.
+
+    Examples
+    --------
+    >>> import asymo
+    >>> plan = asymo.plan_matmul(3136, 576, 64)          # doctest: +SKIP
+    >>> plan.ratio, plan.blocks, plan.tasks, plan.predicted_s   # doctest: +SKIP
+    """
+    dname = gp._dtype_name(dtype)
+    try:
+        M, K, N, nbatch = (int(operator_index(v)) for v in (M, K, N, nbatch))
+    except TypeError:
+        raise TypeError(f"plan_matmul: M, K, N and nbatch must be integers, got "
+                        f"{(M, K, N, nbatch)!r}") from None
+    if min(M, K, N) < 0 or nbatch < 1:
+        raise ValueError(f"plan_matmul: bad shape (M, K, N) = ({M}, {K}, {N}), "
+                         f"nbatch={nbatch}")
+    pool, topo, active = _context(pool, topology)
+    cal = calibration_for(topo)
+    isa = gp.best_isa()
+
+    # the kind and split dimension the GEMM would choose
+    base = gp.plan_gemm(M, K, N, dname, pool, nbatch=nbatch, isa=isa, topology=topo)
+    kind_of_split = "mv" if base.kind == "mv" else "mm"
+    if cal is None:
+        weights = [c.capacity * a for c, a in zip(topo.clusters, active)]
+        ratio = tuple(w / sum(weights) for w in weights) if sum(weights) > 0 else ()
+        loads = ()
+    else:
+        caps = [c * a / cc.threads for c, a, cc in zip(cal.capability(kind_of_split), active,
+                                                         cal.clusters)]
+        if sum(caps) <= 0:
+            caps = cal.capability(kind_of_split)
+        use_load = (load if load is not None else True) and topo.nclusters > 1
+        loads = _current_loads(topo) if use_load else None
+        ratio = _quantise(adjust_split(caps, loads,
+                                       [c.baseline_load for c in cal.clusters], floor=0.1))
+        loads = tuple(loads) if loads is not None else ()
+
+    key = (M, K, N, dname, nbatch, isa, topo.to_spec(), active, ratio, id(cal), id(pool))
+    with _plan_lock:
+        plan = _plans.get(key)
+    if plan is not None:
+        return plan
+    plan = _make(M, K, N, dname, nbatch, isa, pool, topo, active, cal, base, ratio, loads)
+    with _plan_lock:
+        if len(_plans) >= _PLANS_MAX:
+            _plans.clear()
+        _plans[key] = plan
+    return plan
+
+
+def operator_index(v):
+    import operator
+    if isinstance(v, bool):
+        raise TypeError("bool is not a dimension")
+    return operator.index(v)
+
+
+def _make(M, K, N, dname, nbatch, isa, pool, topo, active, cal, base, ratio, loads):
+    common = dict(nbatch=nbatch, isa=isa, topology=topo, kind=base.kind,
+                  split_dim=base.split_dim)
+    if cal is None:
+        plan, source = base, "default"
+        return _annotate(plan, ratio, None, (None,) * plan.nclusters, source, loads)
+    split = [float(r) for r in ratio]
+    plan = gp.plan_gemm(M, K, N, dname, pool, split=split, **common)
+    tile_ok = cal.isa == isa and cal.dtype == dname and tuple(cal.tile) == gp.kernel_tile(
+        isa, dname)
+    if not tile_ok or plan.split_dim == "batch" or plan.kind == "outer" or min(M, K, N) == 0:
+        return _annotate(plan, ratio, None, (None,) * plan.nclusters, "profile-split", loads)
+
+    blocks, chunks, preds = list(plan.blocks), list(plan.chunks), []
+    for c, ((a, b), cc) in enumerate(zip(plan.cluster_ranges, cal.clusters)):
+        part_m, part_n = (b - a, N) if plan.split_dim == "M" else (M, b - a)
+        threads = max(1, active[c])
+        if b <= a or active[c] == 0:
+            preds.append(None)
+            continue
+        cands = cm.block_candidates(part_m, K, part_n, threads=threads, kind=plan.kind,
+                                    **cc.cache)
+        (mc, nc, kc), t = cm.choose_blocks(cc.model, part_m, K, part_n, threads=threads,
+                                           kind=plan.kind, candidates=cands)
+        if plan.kind == "mm":
+            blocks[c] = (mc, nc, kc)
+        else:  # the skinny path: a task is `chunk` elements of the split dimension
+            chunks[c] = int(mc if plan.split_dim == "M" else nc)
+        preds.append(max(float(t), 0.0))
+    plan = dataclasses.replace(plan, blocks=tuple(blocks), chunks=tuple(chunks))
+    return _annotate(plan, ratio, max((p for p in preds if p is not None), default=None),
+                     tuple(preds), "profile", loads)
+
+
+def _annotate(plan, ratio, predicted, cluster_predicted, source, loads):
+    fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(gp.GemmPlan) if f.init}
+    out = PartitionPlan(**fields, ratio=tuple(float(r) for r in ratio), tasks=(),
+                        predicted_s=predicted, cluster_predicted_s=tuple(cluster_predicted),
+                        source=source, loads=tuple(loads))
+    tasks = out.task_counts() if min(plan.shape) > 0 else (0,) * plan.nclusters
+    return dataclasses.replace(out, tasks=tuple(tasks))
