@@ -16,6 +16,7 @@ _LAZY = {
     "get_pool": ("asymo.pool", "get_pool"),
     "dvfs": ("asymo.dvfs", None),
     "frequency_plan": ("asymo.dvfs.selection", "frequency_plan"),
+    "plan_matmul": ("asymo.matmul_plan", "plan_matmul"),
 }
 
 

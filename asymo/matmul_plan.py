@@ -30,9 +30,10 @@ import numpy as np
 
 from asymo import costmodel as cm
 from asymo import gemm_plan as gp
+from asymo.calibration import Calibration, parse_section
 from asymo.cpuload import LOAD_ENV_VAR, LoadMonitor, adjust_split, cluster_loads
 
-__all__ = ["PartitionPlan", "plan_matmul", "clear_cache", "calibration_for", "Calibration"]
+__all__ = ["PartitionPlan", "plan_matmul", "clear_cache", "calibration_for"]
 
 #: split ratios are rounded to this step (plans are cached per ratio)
 RATIO_STEP = 1.0 / 64
@@ -92,34 +93,8 @@ class PartitionPlan(gp.GemmPlan):
 
 
 # ---------------------------------------------------------------------------------------------
-# The calibration, as read from the profile
+# The calibration of the active profile
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ClusterCalibration:
-    name: str
-    cpus: tuple
-    threads: int
-    model: cm.BlockCostModel
-    cache: dict
-    capability: dict      # kind -> GFLOP/s
-    baseline_load: float
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """The usable content of a profile's "gemm" section."""
-
-    path: str
-    isa: str
-    dtype: str
-    tile: tuple
-    clusters: tuple
-    created: str = ""
-
-    def capability(self, kind):
-        return [c.capability[kind] for c in self.clusters]
-
-
 _warned = set()
 _warn_lock = threading.Lock()
 
@@ -131,55 +106,6 @@ def _warn_once(key, message):
             return
         _warned.add(key)
     warnings.warn(message, ProfileWarning, stacklevel=4)
-
-
-def _parse_section(section, topology, path):
-    """A `Calibration` from the "gemm" section, or raise ValueError saying what is wrong."""
-    from asymo.calibration import SCHEMA
-    if not isinstance(section, dict):
-        raise ValueError("the gemm section is not a JSON object")
-    if section.get("schema") != SCHEMA:
-        raise ValueError(f"gemm section schema {section.get('schema')!r}, this asymo reads "
-                         f"{SCHEMA}")
-    clusters = section.get("clusters")
-    if not isinstance(clusters, list) or len(clusters) != topology.nclusters:
-        raise ValueError(f"the gemm section has {len(clusters) if isinstance(clusters, list) else 'no'} "
-                         f"clusters, the topology {topology.nclusters}")
-    out = []
-    for c, cl in zip(clusters, topology.clusters):
-        if not isinstance(c, dict) or tuple(c.get("cpus", ())) != tuple(cl.cpus):
-            raise ValueError(f"cluster {cl.name!r}: the profile's cpus "
-                             f"{c.get('cpus') if isinstance(c, dict) else c!r} differ from "
-                             f"{list(cl.cpus)}")
-        model = cm.BlockCostModel.from_dict(c.get("model"))
-        if not hasattr(model, "coef_"):
-            raise ValueError(f"cluster {cl.name!r}: the model is not fitted")
-        cap = c.get("capability_gflops") or {}
-        caps = {}
-        for kind in ("mm", "mv"):
-            v = cap.get(kind)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"cluster {cl.name!r}: capability {kind!r} is {v!r}")
-            caps[kind] = float(v)
-        cache = c.get("cache")
-        need = ("l1_bytes", "l2_bytes", "l2_sharing", "mr", "nr", "itemsize", "unit")
-        if not isinstance(cache, dict) or any(not isinstance(cache.get(k), int)
-                                              or cache[k] < 1 for k in need):
-            raise ValueError(f"cluster {cl.name!r}: cache description {cache!r}")
-        threads = c.get("threads")
-        if not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"cluster {cl.name!r}: threads {threads!r}")
-        base = c.get("baseline_load", 0.0)
-        base = float(base) if isinstance(base, (int, float)) and 0 <= base <= 1 else 0.0
-        out.append(ClusterCalibration(name=cl.name, cpus=tuple(cl.cpus), threads=threads,
-                                      model=model, cache={k: cache[k] for k in need},
-                                      capability=caps, baseline_load=base))
-    tile = section.get("tile")
-    if not (isinstance(tile, list) and len(tile) == 2):
-        raise ValueError(f"tile {tile!r}")
-    return Calibration(path=path, isa=str(section.get("isa")), dtype=str(section.get("dtype")),
-                       tile=tuple(int(x) for x in tile), clusters=tuple(out),
-                       created=str(section.get("created", "")))
 
 
 _cal_lock = threading.Lock()
@@ -204,7 +130,7 @@ def calibration_for(topology):
     cal = None
     if section is not None:
         try:
-            cal = _parse_section(section, topology, profile.path)
+            cal = parse_section(section, topology, profile.path)
         except ValueError as exc:
             _warn_once((profile.path, str(exc)),
                        f"calibration profile {profile.path}: the GEMM calibration cannot be "
