@@ -152,7 +152,9 @@ def adjust_split(capability, loads=None, baseline=None, *, floor=0.05):
     loads : sequence of float or None, optional
         Current load of each cluster in [0, 1] (None entries: unknown, no adjustment).
     baseline : sequence of float or None, optional
-        Load present while ``capability`` was measured.
+        Load present while ``capability`` was measured: a cluster measured while half busy
+        is twice as capable once it is free, and is not penalised again while that load
+        persists.
     floor : float
         A cluster keeps at least this share of its free capacity (a fully loaded cluster
         still gets a sliver of work, which stealing from it can rebalance).
@@ -178,7 +180,7 @@ def adjust_split(capability, loads=None, baseline=None, *, floor=0.05):
             continue
         free_now = max(floor, 1.0 - min(1.0, max(0.0, float(now))))
         free_then = max(floor, 1.0 - min(1.0, max(0.0, float(base or 0.0))))
-        w.append(c * min(1.0, free_now / free_then))
+        w.append(c * free_now / free_then)
     total = sum(w)
     return tuple(x / total for x in w)
 
