@@ -248,6 +248,13 @@ def test_partial_of_another_run_is_not_resumed(tmp_path):
     assert _calibrate(FakeTimer({"big": 1.0, "little": 0.5}))["resumed_measurements"] == 0
 
 
+@pytest.fixture(scope="module")
+def synthetic_section(tmp_path_factory):
+    path = tmp_path_factory.mktemp("section") / "profile.json"
+    return calib.calibrate_gemm(parse_spec(TWO), set_name="tiny", progress=False, save=False,
+                                timer=FakeTimer({"big": 1.0, "little": 0.5}), path=str(path))
+
+
 @pytest.mark.parametrize("mutate, match", [
     (lambda s: s.update(schema=0), "schema"),
     (lambda s: s["clusters"].pop(), "clusters"),
@@ -257,10 +264,9 @@ def test_partial_of_another_run_is_not_resumed(tmp_path):
     (lambda s: s["clusters"][0].update(cache="big"), "cache"),
     (lambda s: s.update(tile=[0, 8]), "tile"),
 ])
-def test_unusable_gemm_sections_are_rejected(mutate, match):
+def test_unusable_gemm_sections_are_rejected(synthetic_section, mutate, match):
     topo = parse_spec(TWO)
-    section = _calibrate(FakeTimer({"big": 1.0, "little": 0.5}), save=False)
-    section = json.loads(json.dumps(section))
+    section = json.loads(json.dumps(synthetic_section))
     mutate(section)
     with pytest.raises(ValueError, match=match):
         calib.parse_section(section, topo)
