@@ -434,7 +434,7 @@ def fits_l2(mc, nc, kc, sharing, l2_bytes, itemsize=4):
 
 
 def block_candidates(M, K, N, *, threads, l1_bytes, l2_bytes, l2_sharing=None, mr=1, nr=1,
-                     itemsize=4, kind="mm", unit=16, max_i=None):
+                     itemsize=4, kind="mm", unit=16, min_i=1, max_i=None):
     """Candidate block sizes ``(mc, nc, kc)`` for one cluster (section 4.2 constraints).
 
     Parameters
@@ -454,8 +454,10 @@ def block_candidates(M, K, N, *, threads, l1_bytes, l2_bytes, l2_sharing=None, m
         "mm": constraint (2) gives ``mc = nc = sqrt(M N / (i T))`` for i = 1..max_i (M, or
         N, not partitioned when the block would exceed it) and constraint (1) kc and the L2
         bound. "mv" (skinny path, no K blocking): the long dimension is cut into
-        ``L / (i T)`` chunks (multiples of ``unit``), the short one is not partitioned,
-        kc = K, and the L2 bound applies to a chunk.
+        ``L / (i T)`` chunks (multiples of ``unit``), the short one is not partitioned and
+        kc = K. The L2 bound is not applied to MV chunks: the skinny path reads each element
+        of the long operand once (no reuse to keep in cache), and bounding its chunk by the
+        L2 only forces tiny tasks for long rows.
 
     Returns
     -------
@@ -463,7 +465,9 @@ def block_candidates(M, K, N, *, threads, l1_bytes, l2_bytes, l2_sharing=None, m
         Distinct candidates, fewest tasks first; never empty (if no candidate fits the L2,
         the one with the smallest footprint is returned).
 
-    ``max_i`` bounds i (default: 64 for "mm"; for "mv" until the chunk reaches ``unit``).
+    ``min_i`` and ``max_i`` bound i (default from 1 to: 64 for "mm"; for "mv" until the
+    chunk reaches ``unit``). ``min_i=2`` keeps at least two tasks per thread, so work can be
+    stolen (the planner asks for it when a product is split between clusters).
     """
     M, K, N, T = int(M), int(K), int(N), int(threads)
     if min(M, K, N, T) < 1:
@@ -472,25 +476,27 @@ def block_candidates(M, K, N, *, threads, l1_bytes, l2_bytes, l2_sharing=None, m
     if kind not in KIND_CODES:
         raise ValueError(f"kind={kind!r}; expected one of {list(KIND_CODES)}")
     sharing = T if l2_sharing is None else max(1, int(l2_sharing))
+    min_i = max(1, int(min_i))
     out, rejected = [], []
 
     def add(mc, nc, kc):
         cand = (int(min(mc, M)), int(min(nc, N)), int(min(kc, K)))
         if cand in out or cand in rejected:
             return
-        (out if fits_l2(*cand, sharing, l2_bytes, itemsize) else rejected).append(cand)
+        ok = kind == "mv" or fits_l2(*cand, sharing, l2_bytes, itemsize)
+        (out if ok else rejected).append(cand)
 
     if kind == "mv":
         long_is_m = M >= N
         L = M if long_is_m else N
-        for i in range(1, (max_i or -(-L // (T * unit))) + 1):
+        for i in range(min_i, max(min_i, max_i or -(-L // (T * unit))) + 1):
             chunk = min(L, _round_up(-(-L // (i * T)), unit))
             add(*((chunk, N, K) if long_is_m else (M, chunk, K)))
             if chunk <= unit:
                 break
     else:
         kc = kc_for_l1(K, l1_bytes, mr, nr, itemsize)
-        for i in range(1, (max_i or 64) + 1):
+        for i in range(min_i, max(min_i, max_i or 64) + 1):
             units = i * T
             side = math.sqrt(M * N / units)
             if side >= M:      # M << N: do not partition M, cut N into `units` blocks

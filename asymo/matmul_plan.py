@@ -37,8 +37,12 @@ __all__ = ["PartitionPlan", "plan_matmul", "clear_cache", "calibration_for"]
 
 #: split ratios are rounded to this step (plans are cached per ratio)
 RATIO_STEP = 1.0 / 64
-#: seconds between two readings of /proc/stat for the load adjustment
-LOAD_INTERVAL_S = 0.25
+#: seconds between two readings of /proc/stat for the load adjustment, and the time constant
+#: of the average over readings
+LOAD_INTERVAL_S = 0.5
+LOAD_SMOOTHING_S = 2.0
+#: candidates' least i (tasks per thread) when a product is split between clusters
+MIN_I_SHARED = 2
 
 
 @dataclass(frozen=True)
@@ -143,18 +147,18 @@ def calibration_for(topology):
 # ---------------------------------------------------------------------------------------------
 # Load
 # ---------------------------------------------------------------------------------------------
-_monitor = None
+_monitors = {}
 _monitor_lock = threading.Lock()
 
 
-def _current_loads(topology):
-    if os.environ.get(LOAD_ENV_VAR, "1").strip().lower() in ("0", "no", "off", "false"):
-        return None
-    global _monitor
+def _current_loads(topology, source):
+    """Per-cluster load now, measured as the calibration measured its baseline."""
     with _monitor_lock:
-        if _monitor is None:
-            _monitor = LoadMonitor(min_interval=LOAD_INTERVAL_S)
-        monitor = _monitor
+        monitor = _monitors.get(source)
+        if monitor is None:
+            monitor = _monitors[source] = LoadMonitor(source=source,
+                                                      min_interval=LOAD_INTERVAL_S,
+                                                      smoothing=LOAD_SMOOTHING_S)
     loads = monitor.loads()
     return None if loads is None else cluster_loads(topology, loads)
 
@@ -259,10 +263,11 @@ def plan_matmul(M, K, N, dtype="float32", *, pool=None, nbatch=1, topology=None,
                                                          cal.clusters)]
         if sum(caps) <= 0:
             caps = cal.capability(kind_of_split)
-        use_load = (load if load is not None else True) and topo.nclusters > 1
-        loads = _current_loads(topo) if use_load else None
-        ratio = _quantise(adjust_split(caps, loads,
-                                       [c.baseline_load for c in cal.clusters], floor=0.1))
+        if load is None:
+            load = os.environ.get(LOAD_ENV_VAR, "1").strip().lower() not in ("0", "no", "off",
+                                                                            "false")
+        loads = _current_loads(topo, cal.load_source) if load and topo.nclusters > 1 else None
+        ratio = _quantise(adjust_split(caps, loads, [c.baseline_load for c in cal.clusters]))
         loads = tuple(loads) if loads is not None else ()
 
     key = (M, K, N, dname, nbatch, isa, topo.to_spec(), active, ratio, id(cal), id(pool))
@@ -299,6 +304,9 @@ def _make(M, K, N, dname, nbatch, isa, pool, topo, active, cal, base, ratio, loa
         return _annotate(plan, ratio, None, (None,) * plan.nclusters, "profile-split", loads)
 
     blocks, chunks, preds = list(plan.blocks), list(plan.chunks), []
+    # split between clusters: at least two tasks per worker, so the big cluster can steal
+    # from the little one when the ratio was off (the calibration timed each cluster alone)
+    shared = sum(1 for (a, b), n in zip(plan.cluster_ranges, active) if b > a and n > 0) > 1
     for c, ((a, b), cc) in enumerate(zip(plan.cluster_ranges, cal.clusters)):
         part_m, part_n = (b - a, N) if plan.split_dim == "M" else (M, b - a)
         threads = max(1, active[c])
@@ -306,7 +314,7 @@ def _make(M, K, N, dname, nbatch, isa, pool, topo, active, cal, base, ratio, loa
             preds.append(None)
             continue
         cands = cm.block_candidates(part_m, K, part_n, threads=threads, kind=plan.kind,
-                                    **cc.cache)
+                                    min_i=MIN_I_SHARED if shared else 1, **cc.cache)
         (mc, nc, kc), t = cm.choose_blocks(cc.model, part_m, K, part_n, threads=threads,
                                            kind=plan.kind, candidates=cands)
         if plan.kind == "mm":

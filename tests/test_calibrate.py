@@ -92,10 +92,44 @@ def _fake_proc(root, stat, own=None):
     (root / "self" / "task" / "7" / "stat").write_text("7 (worker) " + " ".join(fields))
 
 
+def test_wait_share_of_our_threads():
+    assert cpuload.parse_schedstat("123 456 7\n") == (123, 456)
+    with pytest.raises(ValueError, match="schedstat"):
+        cpuload.parse_schedstat("x")
+    ms = 1_000_000
+    before = {"1": (0, 10 * ms, 0), "2": (1, 0, 0)}
+    after = {"1": (0, 20 * ms, 10 * ms), "2": (1, ms, 0), "3": (1, 5 * ms, 15 * ms)}
+    # cpu0: 10 ms run, 10 ms waiting; cpu1: 6 ms run, 15 ms waiting (thread 3 is new)
+    assert cpuload.wait_loads(before, after) == {0: pytest.approx(0.5),
+                                                 1: pytest.approx(15 / 21)}
+    assert cpuload.wait_loads(before, {"2": (1, ms, 0)}) == {1: None}   # too little to tell
+
+
+def test_load_monitor_sources(tmp_path):
+    _fake_proc(tmp_path, "cpu0 0 0 0 100\n")
+    assert cpuload.LoadMonitor(tmp_path).source == "proc_stat"      # no schedstat
+    (tmp_path / "self" / "schedstat").write_text("0 0 0\n")
+    clock = [0.0]
+    mon = cpuload.LoadMonitor(tmp_path, min_interval=0.0, clock=lambda: clock[0])
+    assert mon.source == "wait"
+    task = tmp_path / "self" / "task" / "7"
+    (task / "schedstat").write_text("0 0 0\n")
+    assert mon.loads() is None
+    (task / "schedstat").write_text(f"{30_000_000} {10_000_000} 5\n")
+    clock[0] = 1.0
+    assert mon.loads() == {0: pytest.approx(0.25)}   # the worker waited a quarter of its time
+    (task / "schedstat").write_text(f"{30_000_000} {10_000_000} 5\n")
+    clock[0] = 2.0
+    assert mon.loads() == {0: pytest.approx(0.25)}   # idle: no news, the last value stays
+    with pytest.raises(ValueError, match="source"):
+        cpuload.LoadMonitor(tmp_path, source="psi")
+
+
 def test_load_monitor_windows(tmp_path):
     clock = [0.0]
     _fake_proc(tmp_path, "cpu0 0 0 0 100\ncpu1 0 0 0 100\n", {"cpu": 1, "ticks": 0})
-    mon = cpuload.LoadMonitor(tmp_path, min_interval=0.5, clock=lambda: clock[0])
+    mon = cpuload.LoadMonitor(tmp_path, source="proc_stat", min_interval=0.5,
+                              clock=lambda: clock[0])
     assert mon.loads() is None                     # no window yet
     # 100 ticks later: cpu0 busy 30 (others), cpu1 busy 80 of which 60 are ours
     _fake_proc(tmp_path, "cpu0 30 0 0 170\ncpu1 80 0 0 120\n", {"cpu": 1, "ticks": 60})
@@ -110,6 +144,17 @@ def test_load_monitor_windows(tmp_path):
     topo = parse_spec(TWO)
     assert cpuload.cluster_loads(topo, loads) == (pytest.approx(0.3), pytest.approx(0.2))
     assert cpuload.cluster_loads(topo, {0: None}) == (None, None)
+    # exponential smoothing over windows
+    sm = cpuload.LoadMonitor(tmp_path, source="proc_stat", min_interval=0.0, smoothing=1.0,
+                             clock=lambda: clock[0])
+    _fake_proc(tmp_path, "cpu0 0 0 0 100\ncpu1 0 0 0 100\n")
+    sm.loads()
+    _fake_proc(tmp_path, "cpu0 100 0 0 100\ncpu1 0 0 0 200\n")
+    clock[0] += 1.0
+    assert sm.loads()[0] == pytest.approx(1.0)     # the first window as it is
+    _fake_proc(tmp_path, "cpu0 100 0 0 200\ncpu1 0 0 0 300\n")
+    clock[0] += 1.0
+    assert sm.loads()[0] == pytest.approx(1.0 + (1 - np.exp(-1.0)) * (0.0 - 1.0))
     (tmp_path / "stat").write_text("garbage")
     clock[0] = 5.0
     assert mon.loads() is loads                    # unreadable: keep the last answer
@@ -124,9 +169,13 @@ def test_adjust_split():
                                                                                     1 / 3))
     # ... and when it is gone, the cluster is faster than measured
     assert cpuload.adjust_split([2.0, 1.0], [0.0, 0.0], [0.0, 0.5]) == pytest.approx((0.5, 0.5))
-    # a saturated cluster keeps a floor
-    r = cpuload.adjust_split([1.0, 1.0], [1.0, 0.0], floor=0.1)
+    # a saturated cluster keeps a floor; factors are bounded
+    r = cpuload.adjust_split([1.0, 1.0], [1.0, 0.0], floor=0.1, max_factor=100)
     assert r == pytest.approx((0.1 / 1.1, 1 / 1.1))
+    r = cpuload.adjust_split([1.0, 1.0], [1.0, 0.0])
+    assert r == pytest.approx((0.25 / 1.25, 1 / 1.25))
+    # small changes (coarse tick counts) are ignored
+    assert cpuload.adjust_split([2.0, 1.0], [0.08, 0.0]) == pytest.approx((2 / 3, 1 / 3))
     assert cpuload.adjust_split([1.0, 1.0], [None, 0.5]) == pytest.approx((2 / 3, 1 / 3))
     with pytest.raises(ValueError, match="capability"):
         cpuload.adjust_split([0.0, 0.0])
@@ -134,9 +183,11 @@ def test_adjust_split():
         cpuload.adjust_split([1.0, 1.0], [0.1])
 
 
-def test_load_monitor_reads_the_live_proc():
-    loads = cpuload.LoadMonitor().measure(0.05)
-    assert loads and all(v is None or 0.0 <= v <= 1.0 for v in loads.values())
+@pytest.mark.parametrize("source", ["proc_stat", "auto"])
+def test_load_monitor_reads_the_live_proc(source):
+    loads = cpuload.LoadMonitor(source=source).measure(0.05)
+    assert isinstance(loads, dict)
+    assert all(v is None or 0.0 <= v <= 1.0 for v in loads.values())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,7 +438,8 @@ def test_calibrated_plan(gemm):
     preds = []
     for c, ((a, b), cc) in enumerate(zip(plan.cluster_ranges, cal.clusters)):
         part = (b - a, 128) if plan.split_dim == "M" else (784, b - a)
-        blocks, t = cm.choose_blocks(cc.model, part[0], 1152, part[1], threads=1, **cc.cache)
+        blocks, t = cm.choose_blocks(cc.model, part[0], 1152, part[1], threads=1, min_i=2,
+                                     **cc.cache)
         assert plan.blocks[c] == blocks
         preds.append(t)
     assert plan.predicted_s == pytest.approx(max(preds))

@@ -260,11 +260,23 @@ def test_mv_candidates_split_the_long_dimension_in_units():
     cands = cm.block_candidates(4096, 1024, 1, threads=2, l1_bytes=32768, l2_bytes=1 << 20,
                                 kind="mv")
     assert cands and all(c[1] == 1 and c[2] == 1024 and c[0] % 16 == 0 for c in cands)
-    assert all(cm.fits_l2(c[0], 1, 1024, 2, 1 << 20) for c in cands)
+    # one task per thread down to one unit per task; no L2 bound (the matrix is read once)
+    assert cands[0][0] == 2048 and cands[-1][0] == 16
+    two = cm.block_candidates(4096, 1024, 1, threads=2, l1_bytes=32768, l2_bytes=1 << 20,
+                              kind="mv", min_i=2)
+    assert two[0][0] == 1024 and two[1:] == cands[2:]
     # the vector-times-matrix orientation splits N
     cands = cm.block_candidates(1, 1024, 4096, threads=2, l1_bytes=32768, l2_bytes=1 << 20,
                                 kind="mv")
     assert all(c[0] == 1 and c[1] % 16 == 0 for c in cands)
+
+
+def test_min_i_keeps_tasks_to_steal():
+    kw = dict(threads=2, l1_bytes=32768, l2_bytes=1 << 20, mr=8, nr=8)
+    every = cm.block_candidates(256, 256, 256, **kw)
+    two = cm.block_candidates(256, 256, 256, min_i=2, **kw)
+    assert set(two) < set(every) and two == [c for c in every if c in two]
+    assert all(math.ceil(256 / c[0]) * math.ceil(256 / c[1]) >= 4 for c in two)
 
 
 def test_candidates_never_empty_and_check_arguments():
