@@ -136,13 +136,13 @@ def _pick(names, sizes):
 
 SETS = {
     "full": SetSpec("full", MM_SIZES, MV_SIZES, HELD_OUT_SIZES, mm_settings=10, mv_settings=6,
-                    repeats=5, min_sample_s=0.003, max_candidates=64, max_repeats=30,
+                    repeats=5, min_sample_s=0.005, max_candidates=64, max_repeats=30,
                     budget_s=8.0),
     "quick": SetSpec("quick", MM_SIZES, MV_SIZES,
                      _pick(("resnet50.layer1.conv2", "resnet50.layer2.conv3",
                             "resnet50.layer3.conv2", "resnet50.layer4.conv3", "alexnet.conv3",
                             "googlenet.conv2", "mv.1536x640", "fc.resnet50"), HELD_OUT_SIZES),
-                     mm_settings=8, mv_settings=4, repeats=4, min_sample_s=0.002,
+                     mm_settings=8, mv_settings=4, repeats=4, min_sample_s=0.005,
                      max_candidates=16, max_repeats=12, budget_s=2.5),
     "tiny": SetSpec("tiny",
                     (Size("tiny.mm1", 64, 64, 256, "mm"), Size("tiny.mm2", 32, 128, 192, "mm")),
