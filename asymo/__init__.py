@@ -16,6 +16,9 @@ _LAZY = {
     "get_pool": ("asymo.pool", "get_pool"),
     "dvfs": ("asymo.dvfs", None),
     "frequency_plan": ("asymo.dvfs.selection", "frequency_plan"),
+    "emulate": ("asymo.emulate", None),
+    "matmul": ("asymo.gemm", "matmul"),
+    "pipeline": ("asymo.pipeline", None),
     "plan_matmul": ("asymo.matmul_plan", "plan_matmul"),
 }
 

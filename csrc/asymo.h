@@ -8,5 +8,7 @@
 
 #include "cpu_features.h"
 #include "pool.h"
+#include "emulate.h"
+#include "gemm.h"
 
 #endif

@@ -12,6 +12,9 @@ import sys
 SUBCOMMANDS = [
     "info",
     "dvfs",
+    "emulate",
+    "plan",
+    "pipeline",
     "calibrate",
 ]
 
