@@ -71,7 +71,7 @@ class ClusterCalibration:
     name: str
     cpus: tuple
     threads: int
-    model: cm.BlockCostModel
+    model: cm.CostPredictor
     cache: dict
     capability: dict      # kind -> GFLOP/s
     baseline_load: float
@@ -112,9 +112,10 @@ def parse_section(section, topology, path=""):
             raise ValueError(f"cluster {cl.name!r}: the profile's cpus "
                              f"{c.get('cpus') if isinstance(c, dict) else c!r} differ from "
                              f"{list(cl.cpus)}")
-        model = cm.BlockCostModel.from_dict(c.get("model"))
-        if not hasattr(model, "coef_"):
-            raise ValueError(f"cluster {cl.name!r}: the model is not fitted")
+        try:
+            model = cm.CostPredictor.from_dict(c.get("model"))
+        except ValueError as exc:
+            raise ValueError(f"cluster {cl.name!r}: {exc}") from None
         cap = c.get("capability_gflops") or {}
         caps = {}
         for kind in ("mm", "mv"):
@@ -688,7 +689,7 @@ class _Run:
     def _held_out(self, ci, fit):
         """Per held-out shape: (size, candidates, seconds, {model: chosen index})."""
         T = self.topology.clusters[ci].ncpus
-        models = {n: cm.BlockCostModel.from_dict(f["model"]) for n, f in fit[1].items()}
+        models = {n: cm.CostPredictor.from_dict(f["model"]) for n, f in fit[1].items()}
         out = []
         for phase, size, bl in self.work[ci]:
             if phase != "held_out":

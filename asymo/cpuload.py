@@ -293,6 +293,8 @@ class LoadMonitor:
         self._lock = threading.Lock()
         self._last = None      # (time, stat, own)
         self._loads = None
+        #: number of windows measured so far (changes when `loads` has news)
+        self.epoch = 0
 
     def _sample(self):
         if self.source == "wait":
@@ -322,6 +324,7 @@ class LoadMonitor:
             if self._last is not None:
                 window = self._window(self._last, sample)
                 self._loads = self._smooth(window, sample[0] - self._last[0])
+                self.epoch += 1
             self._last = sample
             return self._loads
 

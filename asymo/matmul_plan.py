@@ -24,16 +24,19 @@ import math
 import os
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from asymo import costmodel as cm
 from asymo import gemm_plan as gp
+from asymo._ffi import lib
 from asymo.calibration import Calibration, parse_section
 from asymo.cpuload import LOAD_ENV_VAR, LoadMonitor, adjust_split, cluster_loads
 
-__all__ = ["PartitionPlan", "plan_matmul", "clear_cache", "calibration_for"]
+__all__ = ["PartitionPlan", "plan_matmul", "plan_for_matmul", "clear_cache",
+           "calibration_for"]
 
 #: split ratios are rounded to this step (plans are cached per ratio)
 RATIO_STEP = 1.0 / 64
@@ -151,16 +154,24 @@ _monitors = {}
 _monitor_lock = threading.Lock()
 
 
-def _current_loads(topology, source):
-    """Per-cluster load now, measured as the calibration measured its baseline."""
+def _monitor(source):
     with _monitor_lock:
         monitor = _monitors.get(source)
         if monitor is None:
             monitor = _monitors[source] = LoadMonitor(source=source,
                                                       min_interval=LOAD_INTERVAL_S,
                                                       smoothing=LOAD_SMOOTHING_S)
-    loads = monitor.loads()
+        return monitor
+
+
+def _current_loads(topology, source):
+    """Per-cluster load now, measured as the calibration measured its baseline."""
+    loads = _monitor(source).loads()
     return None if loads is None else cluster_loads(topology, loads)
+
+
+def _load_enabled():
+    return os.environ.get(LOAD_ENV_VAR, "1").strip().lower() not in ("0", "no", "off", "false")
 
 
 def _quantise(ratio):
@@ -179,13 +190,59 @@ _plans = {}
 _PLANS_MAX = 4096
 
 
+_hot = {}
+_pool_cals = {}
+_generation = 0
+
+
 def clear_cache():
-    """Forget cached plans and calibrations (after a new calibration)."""
+    """Forget cached plans and calibrations: after a new calibration (`asymo calibrate` does
+    it), or after changing ``ASYMO_PROFILE`` / ``ASYMO_LOAD_ADJUST`` at run time."""
+    global _generation
     with _plan_lock:
         _plans.clear()
+        _hot.clear()
+        _pool_cals.clear()
+        _generation += 1
     with _cal_lock:
         _cal_cache.clear()
     gp.clear_plan_cache()
+
+
+def plan_for_matmul(M, K, N, dtype, pool, nbatch=1):
+    """The plan `asymo.matmul` runs: `plan_matmul` through a lean cache.
+
+    A hit costs a dictionary lookup (and, on an asymmetric machine with load adjustment, a
+    clock read: the cache key includes the load window, which changes at most every
+    `LOAD_INTERVAL_S`).
+    """
+    entry = _pool_cals.get(id(pool))
+    if entry is None or entry[0]() is not pool:
+        _, topo, _ = _context(pool, None)
+        cal = calibration_for(topo)
+        source = cal.load_source if cal is not None and topo.nclusters > 1 and \
+            _load_enabled() else None
+        ref = (lambda: None) if pool is None else weakref.ref(pool)
+        entry = (ref, source)
+        with _plan_lock:
+            _pool_cals[id(pool)] = entry
+    epoch = 0
+    if entry[1] is not None:
+        monitor = _monitor(entry[1])
+        monitor.loads()
+        epoch = monitor.epoch
+    limit = lib.asymo_pool_get_limit(pool._handle) if pool is not None else 0
+    key = (M, K, N, dtype, nbatch, id(pool), limit, epoch, _generation, gp._forced_isa)
+    hit = _hot.get(key)
+    if hit is not None and hit[1]() is pool:
+        return hit[0]
+    plan = plan_matmul(M, K, N, dtype, pool=pool, nbatch=nbatch)
+    plan.cdata()
+    with _plan_lock:
+        if len(_hot) >= _PLANS_MAX:
+            _hot.clear()
+        _hot[key] = (plan, (lambda: None) if pool is None else weakref.ref(pool))
+    return plan
 
 
 def _context(pool, topology):
@@ -264,8 +321,7 @@ def plan_matmul(M, K, N, dtype="float32", *, pool=None, nbatch=1, topology=None,
         if sum(caps) <= 0:
             caps = cal.capability(kind_of_split)
         if load is None:
-            load = os.environ.get(LOAD_ENV_VAR, "1").strip().lower() not in ("0", "no", "off",
-                                                                            "false")
+            load = _load_enabled()
         loads = _current_loads(topo, cal.load_source) if load and topo.nclusters > 1 else None
         ratio = _quantise(adjust_split(caps, loads, [c.baseline_load for c in cal.clusters]))
         loads = tuple(loads) if loads is not None else ()
@@ -296,6 +352,8 @@ def _make(M, K, N, dname, nbatch, isa, pool, topo, active, cal, base, ratio, loa
     if cal is None:
         plan, source = base, "default"
         return _annotate(plan, ratio, None, (None,) * plan.nclusters, source, loads)
+    if base.serial:   # too small to split: runs in the calling thread
+        return _annotate(base, ratio, None, (None,) * base.nclusters, "default", loads)
     split = [float(r) for r in ratio]
     plan = gp.plan_gemm(M, K, N, dname, pool, split=split, **common)
     tile_ok = cal.isa == isa and cal.dtype == dname and tuple(cal.tile) == gp.kernel_tile(
