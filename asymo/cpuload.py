@@ -9,8 +9,9 @@ Two measures, both over a window between two samples:
     ``/proc/self/task/*/stat`` (utime + stime on the cpu each thread last ran on; pool
     workers are pinned, so that is exact for them).
 ``"wait"`` (what the load costs asymo)
-    the share of time asymo's runnable threads on each cpu spent waiting for it instead of
-    running (``/proc/self/task/*/schedstat``: run and run-queue wait, nanoseconds). Other
+    the share of time asymo's runnable pinned threads (pool workers) on each cpu spent
+    waiting for it instead of running (``/proc/self/task/*/schedstat``: run and run-queue
+    wait, nanoseconds). Other
     processes' utilisation overstates the contention whenever they only fill time asymo left
     idle, and a real-time job (the asymmetry emulator's occupier) pushes other processes onto
     the other cores; the wait share is the slowdown asymo's workers actually see. It is only
@@ -36,7 +37,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-__all__ = ["CpuTimes", "parse_proc_stat", "parse_task_stat", "parse_schedstat",
+__all__ = ["CpuTimes", "parse_proc_stat", "parse_task_stat", "parse_schedstat", "pinned_cpu",
            "external_loads", "wait_loads", "cluster_loads", "adjust_split", "LoadMonitor",
            "LOAD_ENV_VAR", "SOURCES"]
 
@@ -123,14 +124,28 @@ def parse_schedstat(text):
         raise ValueError(f"schedstat: malformed {text[:60]!r}") from None
 
 
+def pinned_cpu(status_text):
+    """The cpu a thread is pinned to, from its ``/proc/.../status`` text, or None when its
+    ``Cpus_allowed_list`` is not a single cpu."""
+    for line in status_text.splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            value = line.split(":", 1)[1].strip()
+            return int(value) if value.isdigit() else None
+    return None
+
+
 def _own_threads(proc_root):
-    """``{tid: (cpu, run_ns, wait_ns)}`` of this process's threads (schedstat)."""
+    """``{tid: (cpu, run_ns, wait_ns)}`` of this process's threads pinned to one cpu (pool
+    workers): an unpinned thread (the caller waiting for its job) queues behind our own
+    workers, which is not load."""
     task_dir = os.path.join(proc_root, "self", "task")
     out = {}
     for tid in os.listdir(task_dir):
         try:
-            with open(os.path.join(task_dir, tid, "stat")) as f:
-                cpu, _ = parse_task_stat(f.read())
+            with open(os.path.join(task_dir, tid, "status")) as f:
+                cpu = pinned_cpu(f.read())
+            if cpu is None:
+                continue
             with open(os.path.join(task_dir, tid, "schedstat")) as f:
                 run, wait = parse_schedstat(f.read())
         except FileNotFoundError:  # the thread exited meanwhile

@@ -84,7 +84,12 @@ def test_external_loads_subtract_our_own_threads():
 
 def _fake_proc(root, stat, own=None):
     os.makedirs(root / "self" / "task" / "7", exist_ok=True)
+    os.makedirs(root / "self" / "task" / "8", exist_ok=True)
     (root / "stat").write_text(stat)
+    (root / "self" / "task" / "7" / "status").write_text("Name:\tw\nCpus_allowed_list:\t0\n")
+    # an unpinned thread (the caller) is not counted in the wait share
+    (root / "self" / "task" / "8" / "status").write_text("Cpus_allowed_list:\t0-1\n")
+    (root / "self" / "task" / "8" / "schedstat").write_text("0 999999999999 1\n")
     own = own or {}
     fields = ["S"] + ["0"] * 49
     fields[11] = str(own.get("ticks", 0))
@@ -94,6 +99,9 @@ def _fake_proc(root, stat, own=None):
 
 def test_wait_share_of_our_threads():
     assert cpuload.parse_schedstat("123 456 7\n") == (123, 456)
+    assert cpuload.pinned_cpu("Name:\tx\nCpus_allowed_list:\t3\n") == 3
+    assert cpuload.pinned_cpu("Cpus_allowed_list:\t0-3\n") is None
+    assert cpuload.pinned_cpu("Name: x\n") is None
     with pytest.raises(ValueError, match="schedstat"):
         cpuload.parse_schedstat("x")
     ms = 1_000_000
