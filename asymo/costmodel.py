@@ -179,8 +179,8 @@ def extended_features(X, *, itemsize=4, line_size=64, mr=1, nr=1):
         "mv_crit": np.ceil(mv_tasks / T) * chunk * K,
         "mv_tasks": mv_tasks / T,
     }
-    cols = [np.where(mm, f[name], 0.0) for name in EXTENDED_FEATURES if name.startswith("mm_")]
-    cols += [np.where(mv, g[name], 0.0) for name in EXTENDED_FEATURES if not name.startswith("mm_")]
+    cols = [np.where(mm, f[name], 0.0) if name.startswith("mm_") else np.where(mv, g[name], 0.0)
+            for name in EXTENDED_FEATURES]
     return np.column_stack(cols)
 
 

@@ -20,19 +20,16 @@ Plans are cached per shape (and per split ratio, which only changes when the loa
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import threading
 import warnings
 import weakref
 from dataclasses import dataclass
 
-import numpy as np
-
 from asymo import costmodel as cm
 from asymo import gemm_plan as gp
 from asymo._ffi import lib
-from asymo.calibration import Calibration, parse_section
+from asymo.calibration import parse_section
 from asymo.cpuload import LOAD_ENV_VAR, LoadMonitor, adjust_split, cluster_loads
 
 __all__ = ["PartitionPlan", "plan_matmul", "plan_for_matmul", "clear_cache",
@@ -123,11 +120,19 @@ def calibration_for(topology):
     """The calibration of the active profile for ``topology``, or None (defaults).
 
     A profile that cannot be used gives one `ProfileWarning` (from `asymo.profile`, or here
-    for a "gemm" section that does not fit this topology or this asymo).
+    for a "gemm" section that does not fit this topology or this asymo). Cached until
+    `clear_cache` (finding the profile hashes the CPU's description).
     """
     from asymo import profile as prof
+    where = (topology.to_spec(), tuple(sorted(topology.emulated.items())),
+             os.environ.get(prof.ENV_VAR), os.environ.get("XDG_CACHE_HOME"), _generation)
+    with _cal_lock:
+        if where in _cal_cache:
+            return _cal_cache[where]
     profile = prof.active_profile(topology)
     if profile is None:
+        with _cal_lock:
+            _cal_cache[where] = None
         return None
     key = (profile.path, id(profile), topology.to_spec())
     with _cal_lock:
@@ -143,7 +148,7 @@ def calibration_for(topology):
                        f"calibration profile {profile.path}: the GEMM calibration cannot be "
                        f"used ({exc}); using default plans (re-run `asymo calibrate`)")
     with _cal_lock:
-        _cal_cache[key] = cal
+        _cal_cache[key] = _cal_cache[where] = cal
     return cal
 
 

@@ -15,9 +15,9 @@ and GoogLeNet and FC / matrix-vector products, none of them in the training data
 shape the same operands are multiplied with the default plan (`asymo.gemm_plan.plan_gemm`:
 capacity split, cache-rule blocks) and the calibrated plan (measured split ratio, cost-model
 blocks) and, on an asymmetric topology, the calibrated plan with the split adjusted by the
-current /proc/stat load, alternately; a sample repeats the call for at least ``--min-sample`` seconds, and the
-figure is the median over ``--repeats`` samples. Ratio = default time / calibrated time (> 1:
-the calibrated plan is faster). Both results are checked against NumPy.
+current load, alternately; a sample repeats the call for at least ``--min-sample`` seconds,
+and the figure is the median over ``--repeats`` samples. Ratio = default time / calibrated
+time (> 1: the calibrated plan is faster). Both results are checked against NumPy.
 
 The emulator slows cores (speed), not caches or memory bandwidth.
 """
