@@ -630,8 +630,9 @@ class _Run:
                 n = spec.mm_settings if size.kind == "mm" else spec.mv_settings
                 w.append(("train", size, cset.training_blocks(size, T, self.caches[ci], n)))
             for size in spec.held_out:
-                w.append(("held_out", size, cset.candidate_blocks(size, T, self.caches[ci],
-                                                                  spec.max_candidates)))
+                w.append(("held_out", size, cset.candidate_blocks(
+                    size, T, self.caches[ci], spec.max_candidates,
+                    min_i=cm.MIN_TASKS_PER_THREAD)))
             self.work.append(w)
         self.total = sum(len(b) for w in self.work for _, _, b in w)
         self.done = sum(1 for ci, w in enumerate(self.work) for ph, s, bl in w for b in bl

@@ -12,7 +12,9 @@
   per cluster, as in the paper.
 * Held-out sizes (not in the training set: ResNet-50, AlexNet and GoogLeNet convolutions,
   MV sizes that are not powers of two, FC layers in the ``x @ W`` orientation) measure how
-  close the cost model's choice comes to the best candidate found by exhaustive search.
+  close the cost model's choice comes to the best candidate found by exhaustive search over
+  the candidates the planner considers (at least
+  `asymo.costmodel.MIN_TASKS_PER_THREAD` tasks per thread).
 
 Sets: ``"full"`` (the paper's), ``"quick"`` (the same sizes, fewer settings and held-out
 shapes), ``"tiny"`` (small shapes for tests; select with env ``ASYMO_CALIBRATION_SET=tiny``).
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from asymo.costmodel import block_candidates, kc_for_l1
+from asymo.costmodel import MIN_TASKS_PER_THREAD, block_candidates, kc_for_l1
 
 __all__ = ["Size", "MM_SIZES", "MV_SIZES", "HELD_OUT_SIZES", "SETS", "SET_ENV_VAR",
            "SetSpec", "get_set", "training_blocks", "candidate_blocks", "CacheInfo"]
@@ -201,10 +203,10 @@ def _spread(items, n):
     return [items[i] for i in idx]
 
 
-def candidate_blocks(size, threads, cache, max_candidates=64):
+def candidate_blocks(size, threads, cache, max_candidates=64, min_i=1):
     """AsyMo's candidates for ``size`` on a cluster (at most ``max_candidates``, spread)."""
     cands = block_candidates(size.M, size.K, size.N, threads=threads, kind=size.kind,
-                             **cache.kwargs())
+                             min_i=min_i, **cache.kwargs())
     return _spread(cands, max_candidates)
 
 

@@ -46,7 +46,7 @@ __all__ = [
     "SETTING_COLUMNS", "KIND_CODES", "TABLE2_FEATURES", "EXTENDED_FEATURES", "FEATURE_SETS",
     "REGRESSORS", "MODEL_FORMAT", "table2_features", "extended_features", "features",
     "CostPredictor", "BlockCostModel", "cross_validate", "choice_regret",
-    "kc_for_l1", "block_candidates", "fits_l2", "choose_blocks",
+    "kc_for_l1", "block_candidates", "fits_l2", "choose_blocks", "MIN_TASKS_PER_THREAD",
 ]
 
 SETTING_COLUMNS = ("M", "K", "N", "mc", "nc", "kc", "threads", "kind")
@@ -78,6 +78,14 @@ EXTENDED_FEATURES = (
 )
 
 FEATURE_SETS = {"table2": TABLE2_FEATURES, "extended": EXTENDED_FEATURES}
+
+#: the least i of constraint (2) the planner considers (tasks per thread). Calibration times
+#: undisturbed runs (the minimum of samples), so the unbalance interference causes -- Table
+#: 2's p * Cost_seq -- is not in its data and the fitted models favour one task per thread;
+#: with two, stealing can still even out a lagging core or an error in the split ratio.
+#: Measured on the development machine: one task per thread made the held-out convolutions
+#: up to 1.7x slower than the default plans under other processes' load; two matched them.
+MIN_TASKS_PER_THREAD = 2
 REGRESSORS = ("linear", "positive")
 
 

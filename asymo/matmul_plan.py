@@ -41,8 +41,6 @@ RATIO_STEP = 1.0 / 64
 #: of the average over readings
 LOAD_INTERVAL_S = 0.5
 LOAD_SMOOTHING_S = 2.0
-#: candidates' least i (tasks per thread) when a product is split between clusters
-MIN_I_SHARED = 2
 
 
 @dataclass(frozen=True)
@@ -367,9 +365,8 @@ def _make(M, K, N, dname, nbatch, isa, pool, topo, active, cal, base, ratio, loa
         return _annotate(plan, ratio, None, (None,) * plan.nclusters, "profile-split", loads)
 
     blocks, chunks, preds = list(plan.blocks), list(plan.chunks), []
-    # split between clusters: at least two tasks per worker, so the big cluster can steal
-    # from the little one when the ratio was off (the calibration timed each cluster alone)
-    shared = sum(1 for (a, b), n in zip(plan.cluster_ranges, active) if b > a and n > 0) > 1
+    # at least two tasks per worker (costmodel.MIN_TASKS_PER_THREAD): with one, a lagging
+    # core cannot be helped by stealing, nor an error in the split ratio absorbed
     for c, ((a, b), cc) in enumerate(zip(plan.cluster_ranges, cal.clusters)):
         part_m, part_n = (b - a, N) if plan.split_dim == "M" else (M, b - a)
         threads = max(1, active[c])
@@ -377,7 +374,7 @@ def _make(M, K, N, dname, nbatch, isa, pool, topo, active, cal, base, ratio, loa
             preds.append(None)
             continue
         cands = cm.block_candidates(part_m, K, part_n, threads=threads, kind=plan.kind,
-                                    min_i=MIN_I_SHARED if shared else 1, **cc.cache)
+                                    min_i=cm.MIN_TASKS_PER_THREAD, **cc.cache)
         (mc, nc, kc), t = cm.choose_blocks(cc.model, part_m, K, part_n, threads=threads,
                                            kind=plan.kind, candidates=cands)
         if plan.kind == "mm":

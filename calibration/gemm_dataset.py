@@ -15,6 +15,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from asymo import calibration_set as cset  # noqa: E402
+from asymo import costmodel as cm  # noqa: E402
 from asymo import topology as topo  # noqa: E402
 
 
@@ -30,8 +31,9 @@ def describe(spec, topology, mr, nr, itemsize=4):
                           "blocks": [list(b) for b in cset.training_blocks(size, cl.ncpus,
                                                                            cache, n)]})
         held = [{"name": s.name, "kind": s.kind, "shape": [s.M, s.K, s.N],
-                 "candidates": [list(b) for b in cset.candidate_blocks(s, cl.ncpus, cache,
-                                                                       spec.max_candidates)]}
+                 "candidates": [list(b) for b in cset.candidate_blocks(
+                     s, cl.ncpus, cache, spec.max_candidates,
+                     min_i=cm.MIN_TASKS_PER_THREAD)]}
                 for s in spec.held_out]
         out["clusters"].append({"name": cl.name, "cpus": list(cl.cpus),
                                 "cache": cache.__dict__, "training": sizes, "held_out": held})

@@ -446,7 +446,8 @@ def test_calibrated_plan(gemm):
     preds = []
     for c, ((a, b), cc) in enumerate(zip(plan.cluster_ranges, cal.clusters)):
         part = (b - a, 128) if plan.split_dim == "M" else (784, b - a)
-        blocks, t = cm.choose_blocks(cc.model, part[0], 1152, part[1], threads=1, min_i=2,
+        blocks, t = cm.choose_blocks(cc.model, part[0], 1152, part[1], threads=1,
+                                     min_i=cm.MIN_TASKS_PER_THREAD,
                                      **cc.cache)
         assert plan.blocks[c] == blocks
         preds.append(t)
