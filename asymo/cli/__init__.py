@@ -16,6 +16,7 @@ SUBCOMMANDS = [
     "plan",
     "pipeline",
     "demo",
+    "calibrate",
 ]
 
 
