@@ -11,6 +11,8 @@ __version__ = "0.1.0"
 # public name -> (module, attribute or None for the module itself)
 _LAZY = {
     "topology": ("asymo.topology", None),
+    "sim": ("asymo.sim", None),
+    "scaling": ("asymo.scaling", None),
 }
 
 
