@@ -40,10 +40,11 @@ class Overheads:
     job : float
         Once per job: submitting, waking the workers and joining. Added before the first task.
     task : float
-        Every task: taking it from a queue or the shared counter.
+        Every take: one chunk of tasks from the worker's own queue (a lock round trip), or one
+        task from the shared counter (an atomic increment).
     steal : float
-        Extra for each stolen task: scanning other queues, taking a victim's lock, the cold
-        cache line of its queue.
+        Every steal operation: scanning queues, locking the victim, moving half of its last
+        range into the thief's queue.
     """
 
     job: float = 0.0
@@ -200,7 +201,9 @@ class SimResult:
     """What a simulation produced: plain numbers, ``to_dict()`` gives JSON-ready data.
 
     ``busy`` is time spent inside tasks per worker (as the pool's ``busy_ns``), ``steals`` is a
-    (thief cluster x victim cluster) matrix of stolen tasks.
+    (thief cluster x victim cluster) matrix of stolen tasks (counted as the pool counts them:
+    when run, by the cluster they were taken from), ``steal_ops`` the steal operations per
+    worker (each moves a range of tasks).
     """
 
     policy: str
@@ -210,6 +213,7 @@ class SimResult:
     busy: np.ndarray
     tasks_run: np.ndarray
     tasks_stolen: np.ndarray
+    steal_ops: np.ndarray
     steals: np.ndarray
     ideal_makespan: float
     overheads: Overheads = field(default_factory=Overheads)
@@ -253,9 +257,11 @@ class SimResult:
             "efficiency": self.efficiency,
             "job_makespans": list(self.job_makespans),
             "workers": [{"cpu": cpu, "cluster": self.topology.clusters[ci].name,
-                         "busy": float(b), "tasks_run": int(r), "tasks_stolen": int(st)}
-                        for (cpu, ci), b, r, st in zip(self.workers, self.busy,
-                                                       self.tasks_run, self.tasks_stolen)],
+                         "busy": float(b), "tasks_run": int(r), "tasks_stolen": int(st),
+                         "steal_ops": int(so)}
+                        for (cpu, ci), b, r, st, so in zip(self.workers, self.busy,
+                                                           self.tasks_run, self.tasks_stolen,
+                                                           self.steal_ops)],
             "steals": self.steals.tolist(),
             "steals_by_direction": self.steals_by_direction,
             "overheads": self.overheads.to_dict(),
@@ -315,78 +321,166 @@ class _Workers:
                            for ci in range(topology.nclusters)]
 
 
-def _assign_even(ntasks, nworkers):
-    """Contiguous equal ranges, the first ``ntasks % nworkers`` workers one task longer."""
+# Constants of csrc/pool.c that shape the schedule.
+CHUNK_TARGET_S = 20e-6      # the owner doubles its chunk while a chunk runs shorter than this
+CHUNK_MAX = 1 << 24
+
+
+class _Queues:
+    """Per-worker deques of task ranges [lo, hi) with the cluster they were stolen from
+    (-1: queued by the submitter), and the pending task count of each, as in pool.c."""
+
+    def __init__(self, n):
+        self.q = [deque() for _ in range(n)]
+        self.pending = [0] * n
+
+    def push_back(self, w, lo, hi, origin=-1):
+        if hi > lo:
+            self.q[w].append([lo, hi, origin])
+            self.pending[w] += hi - lo
+
+    def push_front(self, w, lo, hi, origin):
+        self.q[w].appendleft([lo, hi, origin])
+        self.pending[w] += hi - lo
+
+    def pop_front(self, w, chunk):
+        """Owner: a chunk from the front range, never more than a quarter of what is left
+        in that range (at least one task)."""
+        q = self.q[w]
+        while q:
+            r = q[0]
+            n = r[1] - r[0]
+            if n == 0:
+                q.popleft()
+                continue
+            k = min(chunk, max(n // 4, 1))
+            out = (r[0], r[0] + k, r[2])
+            r[0] += k
+            if r[0] == r[1]:
+                q.popleft()
+            self.pending[w] -= k
+            return out
+        return None
+
+    def steal_back(self, v):
+        """Thief: the back half (rounded up) of the victim's last non-empty range."""
+        q = self.q[v]
+        for r in reversed(q):
+            n = r[1] - r[0]
+            if n == 0:
+                continue
+            k = (n + 1) // 2
+            out = (r[1] - k, r[1])
+            r[1] -= k
+            while q and q[-1][0] == q[-1][1]:
+                q.pop()
+            self.pending[v] -= k
+            return out
+        return None
+
+
+def _queue_even(queues, ntasks, nworkers):
+    """even / steal: equal contiguous blocks in worker order, the first ``ntasks % n`` one
+    longer."""
     base, extra = divmod(ntasks, nworkers)
-    queues, start = [], 0
+    at = 0
     for w in range(nworkers):
-        n = base + (1 if w < extra else 0)
-        queues.append(deque(range(start, start + n)))
-        start += n
-    return queues
+        k = base + (1 if w < extra else 0)
+        queues.push_back(w, at, at + k)
+        at += k
 
 
-def _assign_asymo(counts, workers):
-    """Each cluster's task ids go to the shortest queue of that cluster's workers."""
-    queues = [deque() for _ in range(workers.n)]
-    start = 0
-    for ci, count in enumerate(counts):
-        members = workers.by_cluster[ci]
-        for task in range(start, start + count):
-            w = min(members, key=lambda v: (len(queues[v]), v))
-            queues[w].append(task)
-        start += count
-    return queues
+def _queue_shortest_first(queues, members, first, n):
+    """asymo: water-filling over the cluster's current queue lengths; each worker gets one
+    contiguous range, in worker order (pool.c queue_shortest_first)."""
+    L = [queues.pending[w] for w in members]
+    order = sorted(range(len(members)), key=lambda i: L[i])   # stable
+    left, level, m = n, L[order[0]], 1
+    while m < len(members):
+        cost = m * (L[order[m]] - level)
+        if cost > left:
+            break
+        left -= cost
+        level = L[order[m]]
+        m += 1
+    each, extra = divmod(left, m)
+    give = [0] * len(members)
+    for rank in range(m):
+        i = order[rank]
+        give[i] = level - L[i] + each + (1 if rank < extra else 0)
+    at = first
+    for i, w in enumerate(members):
+        if give[i]:
+            queues.push_back(w, at, at + give[i])
+            at += give[i]
 
 
 def _longest(queues, candidates, exclude):
     best, best_len = None, 0
     for v in candidates:
-        if v != exclude and len(queues[v]) > best_len:
-            best, best_len = v, len(queues[v])
+        if v != exclude and queues.pending[v] > best_len:
+            best, best_len = v, queues.pending[v]
     return best
 
 
 class _Policy:
-    """Queue state of one job under one policy; ``take(w)`` -> (task, victim or None)."""
+    """One job's scheduling state under one policy, mirroring csrc/pool.c."""
 
     def __init__(self, policy, job, counts, workers):
         self.policy = policy
         self.workers = workers
-        self.next_shared = 0
         self.ntasks = job.ntasks
+        self.next_shared = 0
+        self.queues = _Queues(workers.n)
+        self.chunk = [1] * workers.n
         if policy == "asymo":
-            self.queues = _assign_asymo(counts, workers)
+            first = 0
+            for ci, count in enumerate(counts):
+                if count:
+                    _queue_shortest_first(self.queues, workers.by_cluster[ci], first, count)
+                first += count
         elif policy in ("even", "steal"):
-            self.queues = _assign_even(job.ntasks, workers.n)
-        elif policy == "shared":
-            self.queues = None
-        else:  # pragma: no cover - checked by simulate()
-            raise ValueError(policy)
+            _queue_even(self.queues, job.ntasks, workers.n)
 
-    def take(self, w):
+    def pop(self, w):
+        """(lo, hi, origin) to run now, or None."""
         if self.policy == "shared":
             if self.next_shared < self.ntasks:
                 self.next_shared += 1
-                return self.next_shared - 1, None
-            return None, None
-        q = self.queues
-        if q[w]:
-            return q[w].popleft(), None
-        if self.policy == "even":
-            return None, None
-        wk = self.workers
-        if self.policy == "steal":
-            victim = _longest(q, range(wk.n), w)
-            return (q[victim].pop(), victim) if victim is not None else (None, None)
-        # asymo: the longest queue of the own cluster, then slower clusters (nearest first);
-        # never a faster cluster.
-        own = wk.cluster[w]
-        for ci in range(own, len(wk.by_cluster)):
-            victim = _longest(q, wk.by_cluster[ci], w)
-            if victim is not None:
-                return q[victim].pop(), victim
-        return None, None
+                return self.next_shared - 1, self.next_shared, -1
+            return None
+        return self.queues.pop_front(w, self.chunk[w])
+
+    def adapt(self, w, seconds):
+        if self.policy == "shared":
+            return
+        if seconds < CHUNK_TARGET_S:
+            if self.chunk[w] < CHUNK_MAX:
+                self.chunk[w] *= 2
+        elif seconds > 4 * CHUNK_TARGET_S and self.chunk[w] > 1:
+            self.chunk[w] //= 2
+
+    def steal(self, w):
+        """Move the back half of a victim's last range to the front of w's queue; return the
+        victim, or None when there is nothing w may steal."""
+        wk, q = self.workers, self.queues
+        if self.policy == "asymo":
+            # own cluster first (longest queue), then slower clusters, nearest first; a
+            # faster cluster is never a victim
+            candidates = (_longest(q, wk.by_cluster[ci], w)
+                          for ci in range(wk.cluster[w], len(wk.by_cluster)))
+            victim = next((v for v in candidates if v is not None), None)
+        elif self.policy == "steal":
+            # the next non-empty queue after w, in worker order (pthreadpool)
+            victim = next((v for v in ((w + i) % wk.n for i in range(1, wk.n))
+                           if q.pending[v] > 0), None)
+        else:
+            return None
+        if victim is None:
+            return None
+        lo, hi = q.steal_back(victim)
+        q.push_front(w, lo, hi, wk.cluster[victim])
+        return victim
 
 
 def _speeds(topology, speeds):
@@ -425,12 +519,17 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
         Run in order, each starting when the previous one has finished (a barrier, as
         ``parallel_for`` returns only when its job is done).
     policy : {"asymo", "even", "shared", "steal"}
-        ``asymo``: each cluster's tasks (from the job's split) go to the shortest queues of
-        that cluster's workers; an idle worker takes from its own queue front, then steals from
-        the back of the longest queue in its cluster, then from slower clusters (nearest first),
-        never from a faster cluster. ``even``: contiguous equal ranges per worker, no stealing.
-        ``shared``: one counter, every worker takes the next task id. ``steal``: the even
-        ranges, and an idle worker steals from the back of the longest queue anywhere.
+        The rules of ``csrc/pool.c``. Queues hold ranges of task ids; an owner takes a chunk
+        from the front of its first range (1 task at the start of a job, doubled while a chunk
+        runs under 20 us, halved above 80 us, never more than a quarter of the range); a thief
+        takes the back half of the victim's last range into the front of its own queue.
+        ``asymo``: each cluster's tasks (from the job's split) are water-filled into the
+        shortest queues of that cluster's workers, one contiguous range each; an idle worker
+        steals from the longest queue of its own cluster, then of slower clusters (nearest
+        first), never from a faster cluster. ``even``: equal contiguous ranges in worker order,
+        no stealing. ``shared``: one counter, every worker takes the next task id.
+        ``steal``: the even ranges; an idle worker steals from the next non-empty queue after
+        its own in worker order, in any direction.
     speeds : sequence of float, optional
         True per-cluster speed (fastest first), e.g. measured capabilities. Defaults to the
         topology's capacities. The asymo split still uses the capacities (what the pool
@@ -472,6 +571,7 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
     busy = np.zeros(workers.n)
     tasks_run = np.zeros(workers.n, dtype=np.int64)
     tasks_stolen = np.zeros(workers.n, dtype=np.int64)
+    steal_ops = np.zeros(workers.n, dtype=np.int64)
     steals = np.zeros((nclusters, nclusters), dtype=np.int64)
     total_speed = sum(workers.speed)
     now, ideal = 0.0, 0.0
@@ -498,26 +598,34 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
         end = start
         while heap:
             t, w = heapq.heappop(heap)
-            task, victim = state.take(w)
-            if task is None:
-                end = max(end, t)
-                continue
-            ci = workers.cluster[w]
-            over = overheads.task
-            if victim is not None:
-                over += overheads.steal
-                tasks_stolen[w] += 1
-                steals[ci, workers.cluster[victim]] += 1
             clock = clocks[w]
-            t_start = clock.finish(t, over)
-            t_end = clock.finish(t_start, float(cost_on[ci][task]))
+            r = state.pop(w)
+            t_take = t
+            if r is None:
+                if state.steal(w) is None:
+                    end = max(end, t)
+                    continue
+                # The thief goes straight back to its own queue, where the stolen range now
+                # sits in front: it takes its first chunk before anyone can steal it back
+                # (in pool.c a window of a few instructions).
+                steal_ops[w] += 1
+                t_take = clock.finish(t, overheads.steal)
+                r = state.pop(w)
+            lo, hi, origin = r
+            ci = workers.cluster[w]
+            t_start = clock.finish(t_take, overheads.task)
+            t_end = clock.finish(t_start, float(cost_on[ci][lo:hi].sum()))
             busy[w] += t_end - t_start
-            tasks_run[w] += 1
+            tasks_run[w] += hi - lo
+            if origin >= 0:
+                tasks_stolen[w] += hi - lo
+                steals[ci, origin] += hi - lo
+            state.adapt(w, t_end - t_start)
             heapq.heappush(heap, (t_end, w))
         job_makespans.append(end - now)
         now = end
 
     return SimResult(policy=policy, topology=topology, makespan=now,
                      job_makespans=job_makespans, busy=busy, tasks_run=tasks_run,
-                     tasks_stolen=tasks_stolen, steals=steals, ideal_makespan=ideal,
-                     overheads=overheads)
+                     tasks_stolen=tasks_stolen, steal_ops=steal_ops, steals=steals,
+                     ideal_makespan=ideal, overheads=overheads)
