@@ -11,6 +11,9 @@ __version__ = "0.1.0"
 # public name -> (module, attribute or None for the module itself)
 _LAZY = {
     "topology": ("asymo.topology", None),
+    "pool": ("asymo.pool", None),
+    "Pool": ("asymo.pool", "Pool"),
+    "get_pool": ("asymo.pool", "get_pool"),
     "sim": ("asymo.sim", None),
     "scaling": ("asymo.scaling", None),
 }

@@ -7,5 +7,6 @@
 #include <stddef.h>
 
 #include "cpu_features.h"
+#include "pool.h"
 
 #endif

@@ -1,0 +1,578 @@
+"""The asymmetry-aware thread pool: one pinned worker per core, tasks split per cluster.
+
+Every parallel operation in asymo, and any user kernel, runs through a `Pool`: a job is
+``ntasks`` calls of a C function ``void fn(int64_t task, void *ctx)``; the task ids are split
+into one contiguous block per cluster (fastest cluster first) and the pool's policy decides
+which worker runs each task (AsyMo, section 4.3):
+
+``"asymo"``
+    cluster *c*'s tasks go to the shortest queues of cluster *c*'s workers; an idle worker
+    steals from the longest queue of its own cluster, then from slower clusters; a slower
+    cluster never steals from a faster one.
+``"even"``
+    equal static split over all workers, no stealing (OpenMP static, OpenBLAS).
+``"shared"``
+    one shared atomic counter; every worker takes the next task (ARM Compute Library).
+``"steal"``
+    equal split, stealing in any direction (pthreadpool).
+
+The baseline policies ignore the per-cluster split (they do not know about clusters) but run
+the same tasks, so benchmarks isolate scheduling.
+
+Examples
+--------
+A user kernel written with Numba, run on the process-wide pool::
+
+    import numpy as np, numba, asymo
+    from numba import types
+
+    @numba.cfunc(types.void(types.int64, types.voidptr))
+    def square_rows(task, ctx):
+        a = numba.carray(ctx, (1000, 256), np.float64)   # ctx: the array's data pointer
+        for j in range(256):
+            a[task, j] = a[task, j] * a[task, j]
+
+    a = np.random.rand(1000, 256)
+    asymo.get_pool().parallel_for(square_rows, 1000, ctx=a)
+"""
+from __future__ import annotations
+
+import atexit
+import math
+import numbers
+import os
+import threading
+import warnings
+import weakref
+
+from asymo._ffi import ffi, lib
+from asymo.topology import Topology, detect, parse_spec
+
+__all__ = ["Pool", "POLICIES", "get_pool", "reset_default_pool"]
+
+#: policy name -> C constant
+POLICIES = {
+    "asymo": lib.ASYMO_POLICY_ASYMO,
+    "even": lib.ASYMO_POLICY_EVEN,
+    "shared": lib.ASYMO_POLICY_SHARED,
+    "steal": lib.ASYMO_POLICY_STEAL,
+}
+#: per-worker queue implementation name -> C constant (None: env ASYMO_POOL_QUEUE, else the
+#: one measured faster on this kind of machine, see bench/pool_queues.py)
+QUEUES = {"mutex": lib.ASYMO_QUEUE_MUTEX, "chaselev": lib.ASYMO_QUEUE_CHASELEV}
+_QUEUE_NAMES = {v: k for k, v in QUEUES.items()}
+MAX_CLUSTERS = 8  # asymo_worker_stats.stolen_from_cluster has 8 entries
+POLICY_ENV_VAR = "ASYMO_POOL_POLICY"
+
+_ERRORS = {
+    lib.ASYMO_EINVAL: (ValueError, "invalid argument"),
+    lib.ASYMO_ENOMEM: (MemoryError, "out of memory"),
+    lib.ASYMO_ETHREAD: (RuntimeError, "a worker thread could not be started"),
+}
+
+
+def _raise_for(rc, what):
+    exc, text = _ERRORS.get(rc, (RuntimeError, f"error code {rc}"))
+    raise exc(f"{what}: {text}")
+
+
+def _affinity():
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - non-Linux
+        return set(range(os.cpu_count() or 1))
+
+
+def _is_integral(x):
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _as_task_fn(fn):
+    """Coerce ``fn`` to a C ``asymo_task_fn``; raise ValueError/TypeError naming the problem."""
+    hint = ("pass a C function `void fn(int64_t task, void *ctx)`: a cffi function pointer, "
+            "a Numba @cfunc(types.void(types.int64, types.voidptr)) (or its .address), "
+            "or an integer address")
+    if fn is None:
+        raise ValueError(f"fn is None; {hint}")
+    if isinstance(fn, ffi.CData):
+        ft = t = ffi.typeof(fn)  # cffi's ctype of a function pointer has kind "function"
+        if t.kind != "function":
+            raise TypeError(f"fn is a cffi {t.cname!r}, not a function pointer; {hint}")
+        if (ft.result.kind != "void" or len(ft.args) != 2 or ft.args[0].kind != "primitive"
+                or ffi.sizeof(ft.args[0]) != 8 or ft.args[1].kind != "pointer"):
+            raise TypeError(f"fn has C type {t.cname!r}; expected void(*)(int64_t, void *)")
+        if fn == ffi.NULL:
+            raise ValueError("fn is a NULL function pointer")
+        return ffi.cast("asymo_task_fn", fn)
+    if type(fn).__module__.startswith("numba") and hasattr(fn, "address"):
+        sig = getattr(fn, "_sig", None)
+        if sig is not None:
+            args, ret = tuple(sig.args), sig.return_type
+            ok = (len(args) == 2 and str(ret) in ("none", "void")
+                  and str(args[0]) in ("int64", "intp", "uint64")
+                  and (str(args[1]) in ("void*", "voidptr") or str(args[1]).startswith("*")
+                       or "Pointer" in type(args[1]).__name__))
+            if not ok:
+                raise TypeError(f"Numba cfunc has signature {sig}; expected "
+                                "void(int64, voidptr)")
+        fn = fn.address
+    elif type(fn).__name__ == "builtin_function_or_method" and hasattr(lib, getattr(fn, "__name__", "")):
+        return ffi.cast("asymo_task_fn", fn)  # a function of asymo's own C core
+    elif hasattr(fn, "_objects") and hasattr(fn, "argtypes"):  # a ctypes function pointer
+        import ctypes
+        fn = ctypes.cast(fn, ctypes.c_void_p).value or 0
+    if _is_integral(fn):
+        if fn == 0:
+            raise ValueError("fn is a NULL function pointer (address 0)")
+        if fn < 0:
+            raise ValueError(f"fn address {fn} is negative")
+        return ffi.cast("asymo_task_fn", int(fn))
+    if callable(fn):
+        raise TypeError(f"fn is a Python callable ({type(fn).__name__}); {hint}. Python "
+                        "functions can be wrapped with numba.cfunc or ffi.callback.")
+    raise TypeError(f"fn has type {type(fn).__name__}; {hint}")
+
+
+def _as_ctx(ctx):
+    """Coerce ``ctx`` to ``void *``: None, an integer address, a cffi pointer, or an array."""
+    if ctx is None:
+        return ffi.NULL
+    if isinstance(ctx, ffi.CData):
+        kind = ffi.typeof(ctx).kind
+        if kind not in ("pointer", "array"):
+            raise TypeError(f"ctx is a cffi {ffi.typeof(ctx).cname!r}; expected a pointer")
+        return ffi.cast("void *", ctx)
+    if _is_integral(ctx):
+        if ctx < 0:
+            raise ValueError(f"ctx address {ctx} is negative")
+        return ffi.cast("void *", int(ctx))
+    iface = getattr(ctx, "__array_interface__", None)
+    if iface is not None:
+        return ffi.cast("void *", iface["data"][0])
+    try:
+        return ffi.from_buffer(ctx)
+    except TypeError:
+        raise TypeError(
+            f"ctx has type {type(ctx).__name__}; expected None, an integer address, a cffi "
+            "pointer, a NumPy array or a buffer") from None
+
+
+def _largest_remainder(n, weights):
+    """Integer counts summing to ``n``, proportional to ``weights`` (ties: earlier first)."""
+    total = float(sum(weights))
+    exact = [n * w / total for w in weights]
+    counts = [int(math.floor(x)) for x in exact]
+    short = n - sum(counts)
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - counts[i]), i))
+    for i in order[:short]:
+        counts[i] += 1
+    return counts
+
+
+class Pool:
+    """A pool of pinned workers, one per core of ``topology``.
+
+    Parameters
+    ----------
+    topology : Topology, str or None
+        The cores to use, grouped into clusters fastest first. None: ``asymo.topology.detect()``
+        (which honours ``ASYMO_TOPOLOGY``); a string is a topology override spec such as
+        ``"big:0@1.0,little:1@0.5"``.
+    policy : {"asymo", "even", "shared", "steal"}
+        Scheduling policy (see the module docstring).
+    spin_us : int, optional
+        How long an idle worker looks for work before it sleeps (default 200 us, or env
+        ``ASYMO_POOL_SPIN_US``).
+    queue : {"mutex", "chaselev"} or None
+        Per-worker queue implementation; None uses env ``ASYMO_POOL_QUEUE`` or the default
+        (the faster one measured by ``bench/pool_queues.py``). For benchmarking.
+
+    Notes
+    -----
+    A core that cannot be pinned (not in the process's affinity mask, or absent) gives a
+    ``RuntimeWarning`` and an unpinned worker. Use the pool as a context manager, or call
+    `close`, to stop its threads; pools are also closed at interpreter exit.
+    """
+
+    def __init__(self, topology=None, policy="asymo", *, spin_us=None, queue=None):
+        if topology is None:
+            topology = detect()
+        elif isinstance(topology, str):
+            topology = parse_spec(topology)  # explicit: cpus outside the mask become unpinned workers
+        elif not isinstance(topology, Topology):
+            raise TypeError(f"topology must be a Topology, an override spec string or None, "
+                            f"not {type(topology).__name__}")
+        if not isinstance(policy, str) or policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; expected one of {sorted(POLICIES)}")
+        if queue is not None and queue not in QUEUES:
+            raise ValueError(f"unknown queue {queue!r}; expected one of {sorted(QUEUES)}")
+        if topology.nclusters > MAX_CLUSTERS:
+            raise ValueError(f"topology has {topology.nclusters} clusters; the pool supports "
+                             f"at most {MAX_CLUSTERS}")
+        self._topology = topology
+        self._policy = policy
+        cpus, clusters = [], []
+        for ci, cl in enumerate(topology.clusters):
+            for cpu in cl.cpus:
+                cpus.append(int(cpu))
+                clusters.append(ci)
+        self._cpus = tuple(cpus)
+        self._worker_cluster = tuple(clusters)
+        err = ffi.new("int *")
+        handle = lib.asymo_pool_create_ex(
+            len(cpus), ffi.new("int[]", cpus), ffi.new("int[]", clusters), topology.nclusters,
+            POLICIES[policy], lib.ASYMO_QUEUE_DEFAULT if queue is None else QUEUES[queue], err)
+        if handle == ffi.NULL:
+            _raise_for(err[0], "asymo.Pool could not be created")
+        self._handle = handle
+        self._cond = threading.Condition()
+        self._inflight = 0
+        self._closed = False
+        self._finalizer = weakref.finalize(self, _destroy_handle, handle)
+        self._finalizer.atexit = False  # _close_all_at_exit closes it, after in-flight jobs
+        _live_pools.add(self)
+        if spin_us is not None:
+            self.spin_us = spin_us
+        if _global_limit is not None:
+            lib.asymo_pool_set_limit(handle, min(_global_limit, len(cpus)))
+        unpinned = [s.cpu for s in self._raw_stats() if s.cpu >= 0 and not s.pinned]
+        if unpinned:
+            warnings.warn(
+                f"asymo.Pool: could not pin workers to cpu(s) {unpinned} (not in this "
+                f"process's affinity mask {sorted(_affinity())}, or not present); they run "
+                "unpinned", RuntimeWarning, stacklevel=2)
+
+    # -- description ------------------------------------------------------------------------
+    @property
+    def topology(self):
+        """The `Topology` the workers were created from."""
+        return self._topology
+
+    @property
+    def policy(self):
+        """The scheduling policy name."""
+        return self._policy
+
+    @property
+    def queue(self):
+        """The per-worker queue implementation ("mutex" or "chaselev")."""
+        return _QUEUE_NAMES[lib.asymo_pool_queue(self._handle)]
+
+    @property
+    def nworkers(self):
+        """Number of workers (one per cpu of the topology)."""
+        return len(self._cpus)
+
+    @property
+    def nclusters(self):
+        return self._topology.nclusters
+
+    @property
+    def cpus(self):
+        """The cpu of each worker, in worker order (fastest cluster first)."""
+        return self._cpus
+
+    @property
+    def worker_cluster(self):
+        """The cluster index of each worker."""
+        return self._worker_cluster
+
+    @property
+    def closed(self):
+        return self._closed
+
+    @property
+    def limit(self):
+        """Number of workers that take tasks (threadpoolctl's cap); the rest stay idle."""
+        self._check_open()
+        return lib.asymo_pool_get_limit(self._handle)
+
+    @limit.setter
+    def limit(self, value):
+        self._check_open()
+        if value is None:
+            value = self.nworkers
+        if not _is_integral(value) or value < 1:
+            raise ValueError(f"limit must be a positive integer or None, not {value!r}")
+        lib.asymo_pool_set_limit(self._handle, int(min(value, self.nworkers)))
+
+    @property
+    def spin_us(self):
+        """How long (microseconds) an idle worker looks for work before sleeping."""
+        self._check_open()
+        return lib.asymo_pool_get_spin_us(self._handle)
+
+    @spin_us.setter
+    def spin_us(self, value):
+        self._check_open()
+        if not _is_integral(value) or not 0 <= value <= 1_000_000:
+            raise ValueError(f"spin_us must be an integer in [0, 1000000], not {value!r}")
+        lib.asymo_pool_set_spin_us(self._handle, int(value))
+
+    def active_workers_per_cluster(self):
+        """Workers per cluster that take tasks under the current `limit`."""
+        limit = self.limit
+        counts = [0] * self.nclusters
+        for i, c in enumerate(self._worker_cluster):
+            if i < limit:
+                counts[c] += 1
+        return tuple(counts)
+
+    def __repr__(self):
+        state = "closed" if self._closed else f"{self.nworkers} workers"
+        return (f"<asymo.Pool policy={self._policy!r} {state} "
+                f"topology={self._topology.to_spec()!r}>")
+
+    # -- work -------------------------------------------------------------------------------
+    def split_counts(self, ntasks, split=None):
+        """Per-cluster task counts for a job of ``ntasks`` tasks.
+
+        Parameters
+        ----------
+        ntasks : int
+        split : sequence of int, sequence of float, or None
+            Integers are the counts themselves (one per cluster, summing to ``ntasks``);
+            floats are a ratio (one non-negative weight per cluster); None is the default
+            ratio: cluster capacity x number of active workers.
+
+        Returns
+        -------
+        tuple of int
+        """
+        ntasks = self._check_ntasks(ntasks)
+        nc = self.nclusters
+        if split is None:
+            active = self.active_workers_per_cluster()
+            weights = [cl.capacity * a for cl, a in zip(self._topology.clusters, active)]
+            return tuple(_largest_remainder(ntasks, weights))
+        if isinstance(split, (str, bytes)) or not hasattr(split, "__len__"):
+            raise TypeError(f"split must be a sequence (one entry per cluster) or None, "
+                            f"not {type(split).__name__}")
+        split = list(split)
+        if len(split) != nc:
+            raise ValueError(f"split has {len(split)} entries but the pool has {nc} "
+                             f"cluster(s) ({', '.join(c.name for c in self._topology.clusters)})")
+        if all(_is_integral(x) for x in split):
+            counts = [int(x) for x in split]
+            if any(c < 0 for c in counts):
+                raise ValueError(f"split counts must be >= 0, got {counts}")
+            if sum(counts) != ntasks:
+                raise ValueError(f"split counts {counts} sum to {sum(counts)} but ntasks is "
+                                 f"{ntasks} (pass floats for a ratio)")
+            return tuple(counts)
+        try:
+            weights = [float(x) for x in split]
+        except (TypeError, ValueError):
+            raise TypeError(f"split entries must be numbers, got {split!r}") from None
+        if any(not math.isfinite(w) or w < 0 for w in weights):
+            raise ValueError(f"split ratio entries must be finite and >= 0, got {weights}")
+        if sum(weights) <= 0:
+            raise ValueError(f"split ratio {weights} has no positive entry")
+        return tuple(_largest_remainder(ntasks, weights))
+
+    def parallel_for(self, fn, ntasks, ctx=None, split=None):
+        """Run ``fn(task, ctx)`` for every task in ``range(ntasks)`` and wait for all of them.
+
+        Parameters
+        ----------
+        fn : cffi function pointer, Numba ``@cfunc``, or int
+            A C function ``void fn(int64_t task, void *ctx)`` (a Numba cfunc object or its
+            ``.address`` both work). It is called from the pool's threads, concurrently.
+        ntasks : int
+            Number of tasks (>= 0).
+        ctx : None, int, cffi pointer, NumPy array or buffer
+            Passed to every call as ``void *`` (for an array: its data pointer). The caller
+            keeps it alive; the call returns only when all tasks have finished.
+        split : sequence of int, sequence of float, or None
+            How many tasks each cluster gets (see `split_counts`): tasks ``[0, counts[0])``
+            belong to cluster 0 (the fastest), the next ``counts[1]`` to cluster 1, ...
+
+        Notes
+        -----
+        The calling thread waits with the GIL released. A ``parallel_for`` issued from inside
+        a task runs inline on the calling worker. Several threads may submit at once.
+        """
+        cfn = _as_task_fn(fn)
+        ntasks = self._check_ntasks(ntasks)
+        counts = self.split_counts(ntasks, split)
+        cctx = _as_ctx(ctx)
+        with self._cond:
+            if self._closed:
+                raise ValueError("parallel_for on a closed Pool")
+            self._inflight += 1
+        try:
+            rc = lib.asymo_pool_run(self._handle, cfn, cctx, ntasks,
+                                    ffi.new("int64_t[]", counts))
+        finally:
+            with self._cond:
+                self._inflight -= 1
+                if self._inflight == 0:
+                    self._cond.notify_all()
+        if rc != lib.ASYMO_OK:
+            _raise_for(rc, "parallel_for failed")
+
+    # -- instrumentation -------------------------------------------------------------------
+    def _raw_stats(self):
+        self._check_open()
+        out = ffi.new("asymo_worker_stats[]", self.nworkers)
+        lib.asymo_pool_stats(self._handle, out, self.nworkers)
+        return out
+
+    def stats(self):
+        """Per-worker and per-cluster counters since creation or the last `reset_stats`.
+
+        Returns
+        -------
+        dict
+            ``{"policy", "nworkers", "limit", "workers": [...], "clusters": [...]}``; each
+            worker has ``cpu``, ``cluster`` (index), ``cluster_name``, ``pinned``,
+            ``tasks_run``, ``tasks_stolen``, ``stolen_from`` (victim cluster name -> tasks),
+            ``steals`` (steal operations), ``tasks_inline`` (nested jobs run inline),
+            ``busy_s`` (time inside tasks) and ``sleeps``; each cluster the sums.
+        """
+        names = [c.name for c in self._topology.clusters]
+        workers = []
+        for i, s in enumerate(self._raw_stats()):
+            workers.append({
+                "worker": i,
+                "cpu": s.cpu,
+                "cluster": s.cluster,
+                "cluster_name": names[s.cluster],
+                "pinned": bool(s.pinned),
+                "tasks_run": s.tasks_run,
+                "tasks_stolen": s.tasks_stolen,
+                "stolen_from": {names[c]: s.stolen_from_cluster[c]
+                                for c in range(len(names)) if s.stolen_from_cluster[c]},
+                "steals": s.steals,
+                "tasks_inline": s.tasks_inline,
+                "busy_s": s.busy_ns * 1e-9,
+                "sleeps": s.sleeps,
+            })
+        clusters = []
+        for ci, name in enumerate(names):
+            mine = [w for w in workers if w["cluster"] == ci]
+            stolen_from = {}
+            for w in mine:
+                for k, v in w["stolen_from"].items():
+                    stolen_from[k] = stolen_from.get(k, 0) + v
+            clusters.append({
+                "cluster": ci, "name": name, "workers": len(mine),
+                "tasks_run": sum(w["tasks_run"] for w in mine),
+                "tasks_stolen": sum(w["tasks_stolen"] for w in mine),
+                "stolen_from": stolen_from,
+                "busy_s": sum(w["busy_s"] for w in mine),
+            })
+        return {"policy": self._policy, "nworkers": self.nworkers, "limit": self.limit,
+                "workers": workers, "clusters": clusters}
+
+    def reset_stats(self):
+        """Zero the counters reported by `stats`."""
+        self._check_open()
+        lib.asymo_pool_reset_stats(self._handle)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def close(self):
+        """Stop the workers (after in-flight jobs finish). Idempotent."""
+        if self._closed:
+            return
+        if lib.asymo_pool_current() == self._handle:
+            raise RuntimeError("a Pool cannot be closed from one of its own tasks")
+        with self._cond:
+            self._closed = True
+            while self._inflight:
+                self._cond.wait()
+        self._finalizer()
+        _live_pools.discard(self)
+
+    def __enter__(self):
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _check_open(self):
+        if self._closed:
+            raise ValueError("operation on a closed Pool")
+
+    @staticmethod
+    def _check_ntasks(ntasks):
+        if not _is_integral(ntasks):
+            raise TypeError(f"ntasks must be an integer, not {type(ntasks).__name__}")
+        ntasks = int(ntasks)
+        if ntasks < 0:
+            raise ValueError(f"ntasks must be >= 0, got {ntasks}")
+        return ntasks
+
+
+def _destroy_handle(handle):
+    if lib.asymo_pool_current() != ffi.NULL:
+        # Collected on a pool worker (e.g. the last reference dropped inside a Python task):
+        # joining from there could deadlock; finish on an ordinary thread instead.
+        _deferred.append(handle)
+        return
+    lib.asymo_pool_destroy(handle)
+    while _deferred:
+        lib.asymo_pool_destroy(_deferred.pop())
+
+
+_deferred = []
+_live_pools = weakref.WeakSet()
+_global_limit = None  # threadpoolctl's cap, applied to every pool
+
+_default_lock = threading.Lock()
+_default_pool = None
+
+
+def get_pool():
+    """The process-wide default `Pool` (created on first use from ``topology.detect()``).
+
+    Its policy is ``"asymo"`` unless env ``ASYMO_POOL_POLICY`` names another.
+    """
+    global _default_pool
+    pool = _default_pool
+    if pool is not None and not pool.closed:
+        return pool
+    with _default_lock:
+        if _default_pool is None or _default_pool.closed:
+            policy = os.environ.get(POLICY_ENV_VAR) or "asymo"
+            if policy not in POLICIES:
+                raise ValueError(f"env {POLICY_ENV_VAR}={policy!r} is not a policy; expected "
+                                 f"one of {sorted(POLICIES)}")
+            _default_pool = Pool(policy=policy)
+        return _default_pool
+
+
+def reset_default_pool():
+    """Close the default pool; the next `get_pool` builds a new one from the current topology.
+
+    Call it when the topology changes (the emulator does, for example).
+    """
+    global _default_pool
+    with _default_lock:
+        pool, _default_pool = _default_pool, None
+    if pool is not None:
+        pool.close()
+
+
+@atexit.register
+def _close_all_at_exit():
+    for pool in list(_live_pools):
+        try:
+            pool.close()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+
+
+def _after_fork_in_child():
+    # Threads that held these locks do not exist in the child. The C side has already reset
+    # every pool (pthread_atfork); workers restart on the first job.
+    global _default_lock
+    _default_lock = threading.Lock()
+    for pool in list(_live_pools):
+        pool._cond = threading.Condition()
+        pool._inflight = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

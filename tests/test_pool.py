@@ -1,0 +1,416 @@
+"""The thread pool: every task exactly once under every policy, stealing rules, lifecycle."""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+from asymo._ffi import ffi, lib
+from asymo.pool import POLICIES, Pool, get_pool, reset_default_pool
+from asymo.topology import parse_spec
+
+NCPU = len(os.sched_getaffinity(0))
+COUNT = ffi.addressof(lib, "asymo_task_count")
+SPIN = ffi.addressof(lib, "asymo_task_spin")
+
+# Topologies that work on any machine with >= 2 cores; the last one has more workers than
+# cores (cpus 2-3 are unpinned when absent) and two workers per cluster.
+TOPOLOGIES = ["big:0@1.0,little:1@0.5", "big:0-1@1.0,little:2-3@0.5", "c0:0-1@1.0"]
+
+
+def make_pool(spec, policy, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # unpinned workers on small machines
+        return Pool(spec, policy=policy, **kw)
+
+
+def run_counted(pool, ntasks, split=None):
+    counts = np.zeros(max(ntasks, 1), np.int32)
+    pool.parallel_for(COUNT, ntasks, ctx=counts, split=split)
+    return counts[:ntasks]
+
+
+pytestmark = pytest.mark.skipif(NCPU < 2, reason="needs 2 usable cores")
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("spec", TOPOLOGIES)
+def test_every_task_runs_exactly_once(policy, spec):
+    rng = np.random.default_rng(0)
+    with make_pool(spec, policy) as pool:
+        sizes = [0, 1, 2, 3, 5, 7, 64, 1000] + list(rng.integers(1, 5000, 40))
+        total = 0
+        for n in sizes:
+            counts = run_counted(pool, int(n))
+            assert (counts == 1).all(), (policy, spec, n, np.bincount(counts))
+            total += int(n)
+        # explicit uneven splits, including empty clusters
+        for n in (10, 999):
+            for split in ([n, 0] if pool.nclusters == 2 else [n],
+                          [0, n] if pool.nclusters == 2 else [n],
+                          [0.9, 0.1] if pool.nclusters == 2 else [1.0]):
+                counts = run_counted(pool, n, split)
+                assert (counts == 1).all()
+                total += n
+        st = pool.stats()
+        assert sum(w["tasks_run"] for w in st["workers"]) == total
+        assert all(w["busy_s"] >= 0 for w in st["workers"])
+
+
+def test_million_tasks_is_cheap():
+    with make_pool("big:0@1.0,little:1@0.5", "asymo") as pool:
+        counts = np.zeros(1_000_000, np.int32)
+        t0 = time.perf_counter()
+        pool.parallel_for(COUNT, counts.size, ctx=counts)
+        assert (counts == 1).all()
+        # queue operations are per chunk, not per task: far below a microsecond per task
+        assert time.perf_counter() - t0 < 5.0
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_concurrent_submitters(policy):
+    with make_pool("big:0-1@1.0,little:2-3@0.5", policy) as pool:
+        errors = []
+
+        def submit(seed):
+            rng = np.random.default_rng(seed)
+            try:
+                for _ in range(60):
+                    n = int(rng.integers(1, 3000))
+                    counts = run_counted(pool, n)
+                    if not (counts == 1).all():
+                        errors.append((seed, n, np.bincount(counts)))
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=submit, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), "a submitter hung"
+        assert not errors, errors[:3]
+
+
+def spin_ctx(iters):
+    return np.array([iters], np.int64)
+
+
+@pytest.mark.parametrize("spec", ["big:0@1.0,little:1@0.5", "big:0-1@1.0,little:2-3@0.5",
+                                  "a:0@1.0,b:1@0.7,c:2-3@0.4"])
+def test_asymo_never_steals_slower_to_faster(spec):
+    """Give all tasks to the slowest cluster(s) and then all to the fastest: only faster
+    workers may take the slower cluster's tasks; nobody may take the faster cluster's."""
+    with make_pool(spec, "asymo") as pool:
+        nc = pool.nclusters
+        ctx = spin_ctx(20000)
+        for _ in range(5):
+            for target in range(nc):
+                split = [0] * nc
+                split[target] = 200
+                pool.parallel_for(SPIN, 200, ctx=ctx, split=split)
+            pool.parallel_for(SPIN, 300, ctx=ctx)
+        st = pool.stats()
+        names = [c.name for c in pool.topology.clusters]
+        for w in st["workers"]:
+            for victim in w["stolen_from"]:
+                assert names.index(victim) >= w["cluster"], (w, names)
+        # the fastest cluster did steal from slower ones (all tasks queued there at first)
+        assert sum(st["clusters"][0]["stolen_from"].values()) > 0
+
+
+def test_steal_policy_steals_both_ways():
+    with make_pool("big:0@1.0,little:1@0.5", "steal") as pool:
+        ctx = spin_ctx(20000)
+        for _ in range(20):
+            pool.parallel_for(SPIN, 2, ctx=ctx)  # one task each: whoever wakes first steals
+            pool.parallel_for(SPIN, 64, ctx=ctx)
+        st = pool.stats()
+        assert sum(w["tasks_stolen"] for w in st["workers"]) > 0
+
+
+def test_even_policy_never_steals():
+    with make_pool("big:0@1.0,little:1@0.5", "even") as pool:
+        ctx = spin_ctx(20000)
+        for _ in range(5):
+            pool.parallel_for(SPIN, 101, ctx=ctx)
+        st = pool.stats()
+        assert all(w["tasks_stolen"] == 0 for w in st["workers"])
+        assert [w["tasks_run"] for w in st["workers"]] == [255, 250]
+
+
+def test_asymo_split_is_honoured_without_stealing():
+    with make_pool("big:0@1.0,little:1@0.5", "asymo") as pool:
+        pool.reset_stats()
+        # long tasks, split 2:1, both cores busy: per-cluster task counts follow the split
+        # up to a few steals at the end
+        pool.parallel_for(SPIN, 30, ctx=spin_ctx(200000), split=[20, 10])
+        st = pool.stats()
+        run = [c["tasks_run"] for c in st["clusters"]]
+        assert sum(run) == 30
+        assert st["clusters"][1]["tasks_stolen"] == 0
+
+
+def test_nested_job_runs_inline():
+    with make_pool("big:0@1.0,little:1@0.5", "asymo") as pool:
+        inner = np.zeros(50 * 20, np.int32)
+        seen = []
+
+        @ffi.callback("void(int64_t, void *)")
+        def outer(task, ctx):
+            view = inner[task * 20:(task + 1) * 20]
+            pool.parallel_for(COUNT, 20, ctx=view)
+            seen.append(lib.asymo_pool_current_worker())
+
+        pool.parallel_for(outer, 50)
+        assert (inner == 1).all()
+        assert len(seen) == 50 and all(w >= 0 for w in seen)
+        st = pool.stats()
+        assert sum(w["tasks_inline"] for w in st["workers"]) == 1000
+
+
+def test_worker_identity_visible_to_tasks():
+    with make_pool("big:0@1.0,little:1@0.5", "even") as pool:
+        out = np.full((2, 2), -9, np.int64)
+
+        @ffi.callback("void(int64_t, void *)")
+        def who(task, ctx):
+            out[task] = (lib.asymo_pool_current_worker(), lib.asymo_pool_current_cluster())
+
+        pool.parallel_for(who, 2)
+        assert out.tolist() == [[0, 0], [1, 1]]
+    assert lib.asymo_pool_current_worker() == -1
+    assert lib.asymo_pool_current_cluster() == -1
+
+
+def test_numba_cfunc_kernel():
+    numba = pytest.importorskip("numba")
+    from numba import types
+
+    @numba.cfunc(types.void(types.int64, types.voidptr))
+    def square_rows(task, ctx):
+        a = numba.carray(ctx, (300, 64), np.float64)
+        for j in range(64):
+            a[task, j] = a[task, j] * a[task, j]
+
+    a = np.random.default_rng(1).random((300, 64))
+    ref = a * a
+    with make_pool("big:0@1.0,little:1@0.5", "asymo") as pool:
+        pool.parallel_for(square_rows, 300, ctx=a)
+        np.testing.assert_array_equal(a, ref)
+        pool.parallel_for(square_rows.address, 300, ctx=a.ctypes.data)
+        np.testing.assert_array_equal(a, ref * ref)
+
+
+def test_split_counts():
+    with make_pool("big:0@1.0,little:1@0.5", "asymo") as pool:
+        assert pool.split_counts(9) == (6, 3)  # capacity x cores: 1.0 : 0.5
+        assert pool.split_counts(10) == (7, 3)
+        assert pool.split_counts(0) == (0, 0)
+        assert pool.split_counts(10, [4, 6]) == (4, 6)
+        assert pool.split_counts(10, [0.25, 0.75]) == (3, 7)  # 2.5 : 7.5, tie -> first
+        assert pool.split_counts(4, [1.0, 0.0]) == (4, 0)
+        assert sum(pool.split_counts(12345, [0.3, 0.7])) == 12345
+    with make_pool("big:0-1@1.0,little:2-3@0.5", "asymo") as pool:
+        assert pool.split_counts(12) == (8, 4)
+        pool.limit = 3  # the last little worker is idle
+        assert pool.split_counts(10) == (8, 2)
+        pool.limit = 1
+        assert pool.split_counts(10) == (10, 0)
+        counts = run_counted(pool, 100, [50, 50])  # little cluster's tasks go to big
+        assert (counts == 1).all()
+        st = pool.stats()
+        assert [w["tasks_run"] for w in st["workers"]] == [100, 0, 0, 0]
+
+
+def test_bad_arguments():
+    with make_pool("big:0@1.0,little:1@0.5", "asymo") as pool:
+        with pytest.raises(ValueError, match="fn is None"):
+            pool.parallel_for(None, 3)
+        with pytest.raises(ValueError, match="NULL"):
+            pool.parallel_for(0, 3)
+        with pytest.raises(ValueError, match="NULL"):
+            pool.parallel_for(ffi.cast("asymo_task_fn", 0), 3)
+        with pytest.raises(TypeError, match="Python callable"):
+            pool.parallel_for(lambda t, c: None, 3)
+        with pytest.raises(TypeError, match="expected void"):
+            pool.parallel_for(ffi.callback("int(int)", lambda x: x), 3)
+        with pytest.raises(ValueError, match="ntasks must be >= 0"):
+            pool.parallel_for(COUNT, -1)
+        with pytest.raises(TypeError, match="ntasks must be an integer"):
+            pool.parallel_for(COUNT, 2.5)
+        with pytest.raises(ValueError, match="split has 3 entries but the pool has 2"):
+            pool.parallel_for(COUNT, 3, split=[1, 1, 1])
+        with pytest.raises(ValueError, match=">= 0"):
+            pool.parallel_for(COUNT, 3, split=[4, -1])
+        with pytest.raises(ValueError, match="sum to 2 but ntasks is 3"):
+            pool.parallel_for(COUNT, 3, split=[1, 1])
+        with pytest.raises(ValueError, match="finite"):
+            pool.split_counts(3, [float("nan"), 1.0])
+        with pytest.raises(ValueError, match="no positive"):
+            pool.split_counts(3, [0.0, 0.0])
+        with pytest.raises(ValueError, match="limit"):
+            pool.limit = 0
+    with pytest.raises(ValueError, match="unknown policy 'fifo'"):
+        Pool("c0:0@1.0", policy="fifo")
+    with pytest.raises(TypeError, match="topology"):
+        Pool(3)
+    # the C layer refuses what Python would have caught
+    pool = make_pool("big:0@1.0,little:1@0.5", "asymo")
+    try:
+        bad = ffi.new("int64_t[2]", [2, -1])
+        assert lib.asymo_pool_run(pool._handle, COUNT, ffi.NULL, 1, bad) == lib.ASYMO_EINVAL
+        assert lib.asymo_pool_run(pool._handle, ffi.NULL, ffi.NULL, 1, ffi.NULL) == \
+            lib.ASYMO_EINVAL
+        assert lib.asymo_pool_run(pool._handle, COUNT, ffi.NULL, -1, ffi.NULL) == \
+            lib.ASYMO_EINVAL
+    finally:
+        pool.close()
+    err = ffi.new("int *")
+    cpus, cl = ffi.new("int[]", [0, 1]), ffi.new("int[]", [0, 0])
+    assert lib.asymo_pool_create(2, cpus, cl, 2, 0, err) == ffi.NULL  # cluster 1 empty
+    assert err[0] == lib.ASYMO_EINVAL
+    assert lib.asymo_pool_create(2, cpus, cl, 1, 7, err) == ffi.NULL  # unknown policy
+    assert err[0] == lib.ASYMO_EINVAL
+
+
+def test_unpinnable_core_warns_and_runs_unpinned():
+    bad = max(os.sched_getaffinity(0)) + 1000
+    with pytest.warns(RuntimeWarning, match=rf"could not pin workers to cpu\(s\) \[{bad}\]"):
+        pool = Pool(f"big:0@1.0,little:{bad}@0.5")
+    with pool:
+        counts = run_counted(pool, 500)
+        assert (counts == 1).all()
+        st = pool.stats()
+        assert [w["pinned"] for w in st["workers"]] == [True, False]
+
+
+def test_pinning_follows_topology():
+    with make_pool("big:1@1.0,little:0@0.5", "even") as pool:
+        assert pool.cpus == (1, 0)
+        cpu_of = np.full(2, -1, np.int64)
+
+        @ffi.callback("void(int64_t, void *)")
+        def where(task, ctx):
+            cpu_of[task] = os.sched_getaffinity(0).pop() if len(os.sched_getaffinity(0)) == 1 \
+                else -2
+
+        pool.parallel_for(where, 2)
+        assert cpu_of.tolist() == [1, 0]
+
+
+def test_close_and_context_manager():
+    pool = make_pool("c0:0-1@1.0", "asymo")
+    with pool as p:
+        assert p is pool
+        assert (run_counted(pool, 10) == 1).all()
+    assert pool.closed
+    with pytest.raises(ValueError, match="closed"):
+        pool.parallel_for(COUNT, 3, ctx=np.zeros(3, np.int32))
+    with pytest.raises(ValueError, match="closed"):
+        pool.stats()
+    pool.close()  # idempotent
+
+
+def test_close_waits_for_inflight_job():
+    pool = make_pool("c0:0-1@1.0", "asymo")
+    done = []
+
+    def submit():
+        pool.parallel_for(SPIN, 40, ctx=spin_ctx(2_000_000))
+        done.append(True)
+
+    t = threading.Thread(target=submit)
+    t.start()
+    time.sleep(0.02)
+    pool.close()
+    t.join(30)
+    assert done == [True]
+
+
+def test_idle_pool_uses_no_cpu():
+    with make_pool("c0:0-1@1.0", "asymo", spin_us=100) as pool:
+        run_counted(pool, 1000)
+        time.sleep(0.05)  # past the spin window
+        t0, c0 = time.perf_counter(), time.process_time()
+        time.sleep(0.5)
+        used = time.process_time() - c0
+        assert used < 0.05 * (time.perf_counter() - t0), used
+
+
+def test_default_pool_and_reset():
+    a = get_pool()
+    assert get_pool() is a
+    assert (run_counted(a, 100) == 1).all()
+    reset_default_pool()
+    assert a.closed
+    b = get_pool()
+    assert b is not a and not b.closed
+    import asymo
+    assert asymo.get_pool() is b and asymo.Pool is Pool
+
+
+def run_python(code, env=None, timeout=60):
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+        + [p for p in [full_env.get("PYTHONPATH")] if p])
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_fork_child_gets_a_working_pool():
+    code = """
+        import os, sys, numpy as np
+        from asymo._ffi import ffi, lib
+        import asymo
+        pool = asymo.get_pool()
+        count = ffi.addressof(lib, "asymo_task_count")
+        c = np.zeros(1000, np.int32); pool.parallel_for(count, 1000, ctx=c); assert (c == 1).all()
+        pid = os.fork()
+        if pid == 0:
+            ok = True
+            for n in (1, 10, 5000):
+                c = np.zeros(n, np.int32)
+                asymo.get_pool().parallel_for(count, n, ctx=c)
+                ok &= bool((c == 1).all())
+            st = asymo.get_pool().stats()
+            ok &= sum(w["tasks_run"] for w in st["workers"]) == 5011
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        c = np.zeros(777, np.int32); pool.parallel_for(count, 777, ctx=c); assert (c == 1).all()
+        print("child", os.waitstatus_to_exitcode(status))
+    """
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr
+    assert "child 0" in r.stdout
+
+
+def test_interpreter_exit_shuts_pool_down():
+    code = """
+        import numpy as np, threading
+        from asymo._ffi import ffi, lib
+        import asymo
+        spin = ffi.addressof(lib, "asymo_task_spin")
+        ctx = np.array([100000], np.int64)
+        pools = [asymo.get_pool(), asymo.Pool(policy="shared"), asymo.Pool(policy="steal")]
+        for p in pools:
+            p.parallel_for(spin, 100, ctx=ctx)
+        # a daemon thread still submitting jobs while the interpreter exits
+        def loop():
+            while True:
+                pools[0].parallel_for(spin, 10, ctx=ctx)
+        threading.Thread(target=loop, daemon=True).start()
+        print("bye")
+    """
+    t0 = time.perf_counter()
+    r = run_python(code, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "bye"
+    assert time.perf_counter() - t0 < 30
