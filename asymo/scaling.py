@@ -560,6 +560,7 @@ class ScalingResult:
     meta: dict = field(default_factory=dict)
     workloads: dict = field(default_factory=dict)   # name -> description
     validation: Optional[dict] = None
+    calibration: Optional[dict] = None
 
     def _fill_speedups(self):
         base = {(p.workload, p.policy): p.throughput for p in self.points if p.cores == 1}
@@ -720,10 +721,8 @@ def _machine_meta(topology):
 # --------------------------------------------------------------------------------------------
 # measuring
 
-def _time_runs(run, repeats, min_time):
-    """Median seconds per call: one warm-up call, then ``repeats`` samples, each of enough
-    calls to last at least ``min_time``."""
-    run()
+def _calls_for(run, min_time):
+    """How many calls of ``run`` make a sample of at least ``min_time`` seconds."""
     number = 1
     while True:
         t0 = time.perf_counter()
@@ -731,15 +730,44 @@ def _time_runs(run, repeats, min_time):
             run()
         dt = time.perf_counter() - t0
         if dt >= min_time or number >= 1 << 16:
-            break
+            return number
         number = max(number * 2, int(number * min_time / max(dt, 1e-9) * 1.2))
-    samples = [dt / number]
-    for _ in range(repeats - 1):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            run()
-        samples.append((time.perf_counter() - t0) / number)
-    return statistics.median(samples), samples
+
+
+def _measure_items(items, repeats, min_time, progress, desc="measuring"):
+    """Time every item ``repeats`` times, interleaved.
+
+    ``items`` is a list of ``(key, factory)``; ``factory()`` is a context manager giving a
+    zero-argument callable. Each round visits every item once (the order rotated by one each
+    round), so a drift in machine load (other users, thermal) hits every item alike instead of
+    whichever happened to run at the time. Each visit: enter the context (create the pool or
+    limit the BLAS threads), one warm-up call, then one timed sample of enough calls to last
+    ``min_time`` (the count is fixed on the first visit). Returns ``{key: [seconds per call,
+    ...]}``.
+    """
+    from tqdm import tqdm
+    samples = {key: [] for key, _ in items}
+    numbers = {}
+    n = len(items)
+    bar = tqdm(total=n * repeats, desc=desc, unit="run", disable=not progress, leave=False)
+    try:
+        for rnd in range(repeats):
+            shift = rnd % n if n else 0
+            for key, factory in items[shift:] + items[:shift]:
+                bar.set_postfix_str(" ".join(str(k) for k in key)[:40])
+                with factory() as run:
+                    run()
+                    if key not in numbers:
+                        numbers[key] = _calls_for(run, min_time)
+                    number = numbers[key]
+                    t0 = time.perf_counter()
+                    for _ in range(number):
+                        run()
+                    samples[key].append((time.perf_counter() - t0) / number)
+                bar.update(1)
+    finally:
+        bar.close()
+    return samples
 
 
 def _policies_for(workload, policies):
@@ -749,8 +777,51 @@ def _policies_for(workload, policies):
     return [p for p in policies if p in have]
 
 
+def _single_core(topology, ci):
+    c = topology.clusters[ci]
+    return topo.Topology(clusters=(topo.Cluster(name=c.name, cpus=(c.cpus[0],),
+                                                capacity=c.capacity),),
+                         source=topology.source, emulated=topology.emulated)
+
+
+def _calibration_items(topology, spin):
+    """What the simulator needs to model ``spin`` here (see :func:`calibrate_sim`)."""
+    items = []
+    for ci in range(topology.nclusters):
+        one = _single_core(topology, ci)
+        items.append((("cal", "task", ci),
+                       lambda one=one: spin.runner("asymo", one)))
+    _, noop = _spin_cfunc()
+    nw = topology.ncpus
+    for pol in POOL_POLICIES:
+        for size, ntasks in (("small", nw), ("big", 64 * nw)):
+            @contextlib.contextmanager
+            def factory(pol=pol, ntasks=ntasks):
+                with _open_pool(topology, pol) as pool:
+                    yield lambda: pool.parallel_for(_fn_arg(noop), ntasks)
+            items.append((("cal", "noop", pol, size), factory))
+    return items
+
+
+def _calibration_from(samples, topology, spin):
+    task_s = [statistics.median(samples[("cal", "task", ci)]) / spin.ntasks
+              for ci in range(topology.nclusters)]
+    nw = topology.ncpus
+    overheads = {}
+    for pol in POOL_POLICIES:
+        small = statistics.median(samples[("cal", "noop", pol, "small")])
+        big = statistics.median(samples[("cal", "noop", pol, "big")])
+        # a job of nw no-op tasks costs job + one take per worker; of 64*nw, job + 64 takes
+        # per worker (chunking makes that an upper bound on per-take cost x takes)
+        per_take = max(0.0, (big - small) / 63.0)
+        overheads[pol] = {"job": max(0.0, small - per_take), "task": per_take,
+                          "steal": per_take}
+    return {"task_s": task_s, "speeds": _speeds_from(task_s), "overheads": overheads,
+            "ntasks": spin.ntasks, "iters": spin.iters}
+
+
 def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, repeats=5,
-                    min_time=0.02, progress=True):
+                    min_time=0.02, progress=True, calibrate=None):
     """Measure throughput at 1 .. ncpus cores (fastest cluster first) on this machine.
 
     Parameters
@@ -764,11 +835,15 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
     max_cores : int, optional
         Stop at this many cores.
     repeats : int
-        Samples per point; the median is reported.
+        Samples per point, interleaved over all points (see ``_measure_items``); the median
+        is reported.
     min_time : float
         Each sample lasts at least this long (seconds).
     progress : bool
         Show a tqdm progress bar on stderr.
+    calibrate : SpinWorkload, optional
+        Also measure, in the same interleaved rounds, what the simulator needs to model this
+        spin workload here (stored as ``result.calibration``, used by :func:`validate_sim`).
 
     Returns
     -------
@@ -776,37 +851,39 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if min_time < 0:
+        raise ValueError(f"min_time must be >= 0, got {min_time}")
     topology = topology if topology is not None else topo.detect()
     ncores = topology.ncpus if max_cores is None else min(int(max_cores), topology.ncpus)
     if ncores < 1:
         raise ValueError(f"max_cores must be >= 1, got {max_cores}")
-    plan = []
+    items, meta = [], {}
     for wl in workloads:
         for pol in _policies_for(wl, policies):
             for k in range(1, ncores + 1):
-                plan.append((wl, pol, k))
-    if not plan:
+                sub = first_cores(topology, k)
+                items.append(((wl.name, pol, k),
+                              lambda wl=wl, pol=pol, sub=sub: wl.runner(pol, sub)))
+                meta[(wl.name, pol, k)] = (wl, sub)
+    if not items:
         raise RuntimeError("nothing to measure: none of the requested policies can run the "
                            "requested workloads in this build")
-    from tqdm import tqdm
+    if calibrate is not None:
+        items += _calibration_items(topology, calibrate)
+    samples = _measure_items(items, repeats, min_time, progress, desc="scaling")
     points = []
-    bar = tqdm(total=len(plan), desc="scaling", unit="pt", disable=not progress, leave=False)
-    try:
-        for wl, pol, k in plan:
-            sub = first_cores(topology, k)
-            bar.set_postfix_str(f"{wl.name} {pol} {k} cores")
-            with wl.runner(pol, sub) as run:
-                med, samples = _time_runs(run, repeats, min_time)
-            points.append(Point(workload=wl.name, policy=pol, cores=k,
-                                throughput=wl.throughput(med), unit=wl.unit, time_s=med,
-                                cpus=list(sub.cpus), times_s=samples))
-            bar.update(1)
-    finally:
-        bar.close()
+    for key, (wl, sub) in meta.items():
+        med = statistics.median(samples[key])
+        points.append(Point(workload=wl.name, policy=key[1], cores=key[2],
+                            throughput=wl.throughput(med), unit=wl.unit, time_s=med,
+                            cpus=list(sub.cpus), times_s=samples[key]))
     res = ScalingResult(points=points, mode="measured", topology=first_cores(topology, ncores),
                         meta=_machine_meta(topology) | {"repeats": repeats,
-                                                        "min_time_s": min_time},
+                                                        "min_time_s": min_time,
+                                                        "interleaved": True},
                         workloads={wl.name: wl.describe() for wl in workloads})
+    if calibrate is not None:
+        res.calibration = _calibration_from(samples, topology, calibrate)
     res._fill_speedups()
     return res
 
@@ -902,41 +979,21 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
 # --------------------------------------------------------------------------------------------
 # validating the simulator against this machine
 
-def calibrate_sim(topology, spin=None, *, repeats=5, min_time=0.02):
+def calibrate_sim(topology, spin=None, *, repeats=5, min_time=0.02, progress=False):
     """Measure what the simulator needs to model ``spin`` on this machine, independently of
     the sweep it will be compared with:
 
-    * the spin task's duration on the first core of each cluster (pool of that one core),
+    * the spin task's duration on the first core of each cluster (a pool of that one core),
       which gives each cluster's true speed;
-    * each policy's scheduling overheads on the whole machine, from jobs of no-op tasks: a
-      job of one task per worker (the per-job cost) and one of many tasks (the per-task cost).
+    * each policy's scheduling overheads on the whole machine, from jobs of no-op tasks: one
+      task per worker (the per-job cost) and 64 per worker (the per-take cost).
 
     Returns a dict of plain numbers.
     """
     spin = spin or SpinWorkload()
-    task_s = []
-    for c in topology.clusters:
-        one = topo.Topology(clusters=(topo.Cluster(name=c.name, cpus=(c.cpus[0],),
-                                                   capacity=c.capacity),),
-                            source=topology.source, emulated=topology.emulated)
-        with spin.runner("asymo", one) as run:
-            med, _ = _time_runs(run, repeats, min_time)
-        task_s.append(med / spin.ntasks)
-    _, noop = _spin_cfunc()
-    nw = topology.ncpus
-    many = 64 * nw
-    overheads = {}
-    for pol in POOL_POLICIES:
-        with _open_pool(topology, pol) as pool:
-            small, _ = _time_runs(lambda: pool.parallel_for(_fn_arg(noop), nw), repeats,
-                                  min_time)
-            big, _ = _time_runs(lambda: pool.parallel_for(_fn_arg(noop), many), repeats,
-                                min_time)
-        per_task = max(0.0, (big - small) / (many / nw - 1))
-        job = max(0.0, small - per_task)
-        overheads[pol] = {"job": job, "task": per_task, "steal": per_task}
-    return {"task_s": task_s, "speeds": _speeds_from(task_s), "overheads": overheads,
-            "ntasks": spin.ntasks, "iters": spin.iters}
+    items = _calibration_items(topology, spin)
+    samples = _measure_items(items, repeats, min_time, progress, desc="calibrating")
+    return _calibration_from(samples, topology, spin)
 
 
 def _speeds_from(task_s):
@@ -948,7 +1005,8 @@ def validate_sim(measured, *, calibration=None, topology=None, spin=None, repeat
     """Compare the simulator with a measured sweep of the ``spin`` workload on this machine.
 
     The simulator is given only the calibration (per-cluster task time on one core of each
-    cluster, per-policy overheads from no-op jobs) and the pool's split rule; the measured
+    cluster, per-policy overheads from no-op jobs; taken from ``measured.calibration`` when
+    the sweep measured it, else measured now) and the pool's split rule; the measured
     multi-core throughputs are what it must reproduce. Fills ``sim_throughput`` on the
     measured spin points and returns (and stores on ``measured``) a dict with per-point errors
     and ``sim_error`` per policy: the relative error at the largest core count.
@@ -958,8 +1016,10 @@ def validate_sim(measured, *, calibration=None, topology=None, spin=None, repeat
     pts = [p for p in measured.points if p.workload == "spin" and p.policy in POOL_POLICIES]
     if not pts:
         raise ValueError("validation needs the 'spin' workload measured with pool policies")
-    cal = calibration or calibrate_sim(topology, spin, repeats=repeats, min_time=min_time)
-    speeds = _speeds_from(cal["task_s"])
+    cal = calibration or getattr(measured, "calibration", None) or \
+        calibrate_sim(topology, spin, repeats=repeats, min_time=min_time)
+    if cal.get("ntasks") != spin.ntasks or cal.get("iters") != spin.iters:
+        raise ValueError("the calibration was measured for another spin workload")
     rows = []
     sim_error = {}
     kmax = max(p.cores for p in pts)
@@ -979,7 +1039,7 @@ def validate_sim(measured, *, calibration=None, topology=None, spin=None, repeat
         if p.cores == kmax:
             sim_error[p.policy] = err
     val = {"workload": "spin", "unit": spin.unit, "calibration": cal,
-           "measured_speeds": speeds, "points": rows, "sim_error": sim_error,
+           "measured_speeds": cal["speeds"], "points": rows, "sim_error": sim_error,
            "max_abs_error": max(abs(r["error"]) for r in rows), "tolerance": 0.10}
     measured.validation = val
     return val

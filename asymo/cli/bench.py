@@ -29,7 +29,7 @@ def _csv(text):
 def _overheads(text):
     from asymo.sim.engine import Overheads
     try:
-        vals = [float(v) * 1e-6 for v in text.split(",")]
+        vals = [float(v) / 1e6 for v in text.split(",")]
     except ValueError:
         raise ValueError(f"--sim-overheads {text!r}: expected JOB,TASK,STEAL in microseconds, "
                          "e.g. 10,0.2,0.5") from None
@@ -132,14 +132,14 @@ def run_scaling(args):
     else:
         with _emulation(emulate):
             t = topo.detect(override=args.topology)
+            spin = next((w for w in workloads if w.name == "spin"), None)
             result = scaling.measure_scaling(workloads, policies=args.policies, topology=t,
                                              max_cores=args.max_cores, repeats=args.repeats,
                                              min_time=args.min_time,
-                                             progress=not args.no_progress)
+                                             progress=not args.no_progress,
+                                             calibrate=spin if args.validate_sim else None)
             if args.validate_sim:
-                scaling.validate_sim(result, spin=next(w for w in workloads
-                                                       if w.name == "spin"),
-                                     repeats=args.repeats, min_time=args.min_time)
+                scaling.validate_sim(result, spin=spin)
     print(result.table())
     if args.json:
         with open(args.json, "w") as f:

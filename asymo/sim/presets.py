@@ -18,8 +18,8 @@ from is recorded in :attr:`Preset.sources`; the short version:
   by capacity for the others. These only set the unit of simulated throughput (GFLOP/s);
   speedups do not depend on them.
 * caches: AsyMo Table 3 (Kirin 970, Snapdragon 845), the ``*-cache-size`` properties of the
-  mainline device trees (RK3588), Arm's core documentation / Google's Tensor disclosures
-  (Pixel 6) and Intel's product specifications (i7-12700H).
+  mainline device trees (RK3588), the project's sysfs fixtures (Pixel 6,
+  ``tests/fixtures/make_sysfs.py``) and Intel's product specifications (i7-12700H).
 
 CPU numbers follow Linux on the real device (little cores first on Arm). On the Intel part one
 worker per physical P-core is listed (the first SMT thread): a GEMM gains nothing from the
@@ -85,7 +85,9 @@ def _kirin970():
                     "4x Cortex-A53 @1.84 GHz",
         topology=topo, gflops_per_core=(8.8, 5.1),
         sources={"capacity": "AsyMo (paper 003) Table 3 measured MM peak: A73 8.8, A53 5.1 "
-                             "GFLOP/s per core (ratio 0.58, the paper's 1.73x)",
+                             "GFLOP/s per core (ratio 0.58, the paper's 1.73x); Linux's "
+                             "cpu_capacity (capacity-dmips-mhz 592/1024 x 1.84/2.36 GHz) "
+                             "would say 0.45",
                  "gflops_per_core": "AsyMo Table 3 (measured with the authors' MM)",
                  "caches": "AsyMo Table 3: A73 64 KB L1d, 2 MB shared L2; A53 32 KB L1d, "
                            "1 MB shared L2",
@@ -142,11 +144,11 @@ def _pixel6():
     l3 = Cache(level=3, size=4 * MiB, shared_cpus=tuple(range(8)))
     big_gflops = 4 * 2 * 4 * fx1 / 1000   # X1: 4x128-bit FMA pipes
     topo = Topology(source="preset", clusters=(
-        _cluster("x1", (6, 7), 1.0, 64 * KiB, 1 * MiB, False, l3, fmin_mhz=500,
+        _cluster("x1", (6, 7), 1.0, 64 * KiB, 512 * KiB, False, l3, fmin_mhz=500,
                  fmax_mhz=fx1),
         _cluster("a76", (4, 5), cap_mid, 64 * KiB, 256 * KiB, False, l3, fmin_mhz=400,
                  fmax_mhz=fa76),
-        _cluster("a55", range(0, 4), cap_little, 32 * KiB, 128 * KiB, False, l3,
+        _cluster("a55", range(0, 4), cap_little, 32 * KiB, 64 * KiB, False, l3,
                  fmin_mhz=300, fmax_mhz=fa55),
     ))
     return Preset(
@@ -159,8 +161,9 @@ def _pixel6():
                              "X1 1024) x max frequency (1.80 / 2.25 / 2.80 GHz)",
                  "gflops_per_core": "estimate: X1 peak 32 FP32 FLOP/cycle x 2.8 GHz; others "
                                     "scaled by capacity",
-                 "caches": "Arm TRMs / Google Tensor disclosures: X1 1 MB, A76 256 KB, "
-                           "A55 128 KB private L2; 4 MB shared L3"})
+                 "caches": "as the project's Pixel 6 sysfs fixture (tests/fixtures/"
+                           "make_sysfs.py): X1 512 KB, A76 256 KB, A55 64 KB private L2; "
+                           "4 MB shared L3"})
 
 
 def _intel_6p8e():
