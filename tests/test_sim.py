@@ -214,7 +214,7 @@ def test_presets_load_and_are_consistent(name):
     assert len(p.gflops_per_core) == t.nclusters
     assert all(g > 0 for g in p.gflops_per_core)
     for c in t.clusters:
-        assert c.l1d.size >= 32 * 1024 and c.l2.size >= 128 * 1024 and c.max_freq_khz > 0
+        assert c.l1d.size >= 32 * 1024 and c.l2.size >= 64 * 1024 and c.max_freq_khz > 0
     assert {"capacity", "caches"} <= set(p.sources)
     assert Topology.from_dict(t.to_dict()) == t
     r = sim.simulate(name, sim.Job.uniform(40 * t.ncpus, 1e-4), policy="asymo")

@@ -13,6 +13,7 @@ frequency changes (express them as interference), SMT.
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections import deque
@@ -21,7 +22,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from asymo.topology import Cluster, Topology
+from asymo.topology import Topology
 
 __all__ = [
     "POLICIES", "Job", "Overheads", "Interference", "SimResult", "simulate", "split_counts",
@@ -185,11 +186,7 @@ def first_cores(topology, k):
             break
         take = c.cpus[:left]
         left -= len(take)
-        clusters.append(Cluster(name=c.name, cpus=take, capacity=c.capacity, l1d=c.l1d,
-                                l2=c.l2, l3=c.l3, min_freq_khz=c.min_freq_khz,
-                                max_freq_khz=c.max_freq_khz,
-                                available_freqs_khz=c.available_freqs_khz,
-                                cpufreq_policy=c.cpufreq_policy))
+        clusters.append(dataclasses.replace(c, cpus=take))
     # Keep capacities relative to the original fastest cluster (always present here).
     return Topology(clusters=tuple(clusters), source=topology.source,
                     emulated={cpu: s for cpu, s in topology.emulated.items()
