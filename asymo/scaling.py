@@ -459,6 +459,15 @@ class ModelWorkload(Workload):
     def _pool_ok(self):
         return _asymo_attr("Pool") is not None and self._zoo() is not None
 
+    def _baseline_ok(self, name):
+        if name != "torch" or _torch() is None or self._zoo() is None:
+            return False
+        try:
+            from asymo.models import torch_backend  # noqa: F401
+        except ImportError:
+            return False
+        return True
+
     def _load(self):
         if self._models is None:
             zoo = self._zoo()
@@ -477,14 +486,22 @@ class ModelWorkload(Workload):
 
     @contextlib.contextmanager
     def runner(self, policy, topology):
-        if policy not in POOL_POLICIES:
-            raise ValueError(f"models run on the pool only, not {policy!r}")
         models = self._load()
-        with _open_pool(topology, policy) as pool:
-            def run():
-                for m, x in models:
-                    m.run(x, pool=pool)
-            yield run
+        if policy in POOL_POLICIES:
+            with _open_pool(topology, policy) as pool:
+                def run():
+                    for m, x in models:
+                        m.run(x, pool=pool)
+                yield run
+        elif policy == "torch":
+            from asymo.models.torch_backend import torch_forward
+            with _baseline_threads(policy, topology.cpus):
+                def run():
+                    for m, x in models:
+                        torch_forward(m, x)
+                yield run
+        else:
+            raise ValueError(f"models run on the pool or torch, not {policy!r}")
 
     def sim_jobs(self, topology, gflops_per_core):
         jobs = []
