@@ -14,6 +14,8 @@ _LAZY = {
     "pool": ("asymo.pool", None),
     "Pool": ("asymo.pool", "Pool"),
     "get_pool": ("asymo.pool", "get_pool"),
+    "dvfs": ("asymo.dvfs", None),
+    "frequency_plan": ("asymo.dvfs.selection", "frequency_plan"),
     "sim": ("asymo.sim", None),
     "scaling": ("asymo.scaling", None),
 }

@@ -157,12 +157,17 @@ class SysfsReader:
         return value
 
     def read_cpulist(self, rel):
-        """Cpu list in ``rel`` (``0-3,6``), or None when absent; empty lists are errors."""
+        """Cpu list in ``rel``, or None when absent; empty lists are errors.
+
+        Both kernel spellings are accepted: ranges (``0-3,6``, used by ``cache/*/shared_cpu_list``
+        and ``devices/cpu_core/cpus``) and space-separated ids (``0 1 2 3``, used by cpufreq's
+        ``related_cpus`` / ``affected_cpus``).
+        """
         text = self.read(rel)
         if text is None:
             return None
         try:
-            cpus = parse_cpulist(text)
+            cpus = parse_cpulist(",".join(text.replace(",", " ").split()))
         except ValueError as exc:
             raise SysfsError(f"{rel}: {exc}") from None
         if not cpus:

@@ -11,6 +11,7 @@ import sys
 
 SUBCOMMANDS = [
     "info",
+    "dvfs",
     "bench",
 ]
 
