@@ -623,7 +623,7 @@ class ScalingResult:
 
     def label(self):
         if self.mode == "simulated":
-            return f"SIMULATED: {self.meta.get('preset', 'topology')} " \
+            return f"SIMULATED: {self.meta.get('preset') or 'topology'} " \
                    f"({self.topology.to_spec()})"
         emu = self.topology.emulated
         e = (", emulated " + ", ".join(f"cpu{c}@{s:g}" for c, s in sorted(emu.items()))) \

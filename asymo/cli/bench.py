@@ -79,7 +79,8 @@ def _register_scaling(bsub):
                    help="run under the asymmetry emulator, e.g. 1:0.5 slows cpu 1 to half "
                         "speed (needs SCHED_FIFO: root or CAP_SYS_NICE)")
     p.add_argument("--simulate", default=None, metavar="PRESET",
-                   help=f"simulate instead of measuring; one of {', '.join(preset_names())}")
+                   help=f"simulate instead of measuring: a preset ({', '.join(preset_names())}) "
+                        "or a topology spec such as 'big:0-3@1.0,little:4-7@0.45'")
     p.add_argument("--sim-overheads", type=str, default=None, metavar="JOB,TASK,STEAL",
                    help="simulator scheduling costs in microseconds (default: those measured "
                         "for the pool on the development machine)")
@@ -93,6 +94,15 @@ def _register_scaling(bsub):
     p.set_defaults(func=run_scaling)
 
 
+def _sim_target(text):
+    """A preset name, or a topology spec ('big:0-3@1.0,little:4-7@0.45') to simulate."""
+    from asymo.sim.presets import get_preset
+    from asymo.topology import parse_spec
+    if "@" in text or ":" in text:
+        return parse_spec(text)
+    return get_preset(text)
+
+
 def _default_workloads():
     from asymo.scaling import _asymo_attr
     names = ["spin"]
@@ -104,8 +114,6 @@ def _default_workloads():
 def run_scaling(args):
     from asymo import scaling
     from asymo import topology as topo
-    from asymo.sim.presets import get_preset
-
     try:
         if args.repeats < 1:
             raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
@@ -120,7 +128,7 @@ def run_scaling(args):
         workloads = scaling.make_workloads(names, quick=not args.full)
         overheads = _overheads(args.sim_overheads) if args.sim_overheads else None
         emulate = scaling.parse_emulate(args.emulate) if args.emulate else None
-        preset = get_preset(args.simulate) if args.simulate else None
+        preset = _sim_target(args.simulate) if args.simulate else None
     except (ValueError, TypeError) as exc:
         print(f"asymo bench scaling: error: {exc}", file=sys.stderr)
         return 2
