@@ -155,8 +155,6 @@ def _baseline_threads(policy, cpus):
                 yield
             finally:
                 torch.set_num_threads(old)
-    # Let BLAS / OpenMP workers stop spinning before the next measurement starts.
-    time.sleep(0.05)
 
 
 # --------------------------------------------------------------------------------------------
@@ -791,37 +789,58 @@ def _calls_for(run, min_time):
         number = max(number * 2, int(number * min_time / max(dt, 1e-9) * 1.2))
 
 
-def _measure_items(items, repeats, min_time, progress, desc="measuring"):
-    """Time every item ``repeats`` times, interleaved.
+BASELINE_SETTLE_S = 0.3
 
-    ``items`` is a list of ``(key, factory)``; ``factory()`` is a context manager giving a
-    zero-argument callable. Each round visits every item once (the order rotated by one each
-    round), so a drift in machine load (other users, thermal) hits every item alike instead of
-    whichever happened to run at the time. Each visit: enter the context (create the pool or
-    limit the BLAS threads), one warm-up call, then one timed sample of enough calls to last
-    ``min_time`` (the count is fixed on the first visit). Returns ``{key: [seconds per call,
-    ...]}``.
+
+def _measure_items(items, repeats, min_time, progress, desc="measuring"):
+    """Time every item ``repeats`` times.
+
+    ``items`` is a list of ``(key, factory, interleave)``; ``factory()`` is a context manager
+    giving a zero-argument callable. Items with ``interleave`` (asymo's pools, whose idle
+    workers sleep after 200 us) are measured in rounds: each round visits every one of them
+    once, the order rotated by one each round, so a drift in machine load (other users,
+    thermal) hits them all alike. The others (NumPy's BLAS and torch's OpenMP threads, which
+    keep spinning for up to ~0.1 s after a call and would slow whatever runs next) are
+    measured afterwards, each in one block of ``repeats`` samples between settling pauses.
+    Each sample: one warm-up call, then enough calls to last ``min_time`` (the count is fixed
+    on the first visit). Returns ``{key: [seconds per call, ...]}``.
     """
     from tqdm import tqdm
-    samples = {key: [] for key, _ in items}
+    samples = {key: [] for key, _, _ in items}
     numbers = {}
-    n = len(items)
-    bar = tqdm(total=n * repeats, desc=desc, unit="run", disable=not progress, leave=False)
+    inter = [(k, f) for k, f, i in items if i]
+    blocks = [(k, f) for k, f, i in items if not i]
+
+    def sample(key, run):
+        run()
+        if key not in numbers:
+            numbers[key] = _calls_for(run, min_time)
+        number = numbers[key]
+        t0 = time.perf_counter()
+        for _ in range(number):
+            run()
+        samples[key].append((time.perf_counter() - t0) / number)
+
+    bar = tqdm(total=len(items) * repeats, desc=desc, unit="run", disable=not progress,
+               leave=False)
     try:
-        for rnd in range(repeats):
-            shift = rnd % n if n else 0
-            for key, factory in items[shift:] + items[:shift]:
+        n = len(inter)
+        for rnd in range(repeats if n else 0):
+            shift = rnd % n
+            for key, factory in inter[shift:] + inter[:shift]:
                 bar.set_postfix_str(" ".join(str(k) for k in key)[:40])
                 with factory() as run:
-                    run()
-                    if key not in numbers:
-                        numbers[key] = _calls_for(run, min_time)
-                    number = numbers[key]
-                    t0 = time.perf_counter()
-                    for _ in range(number):
-                        run()
-                    samples[key].append((time.perf_counter() - t0) / number)
+                    sample(key, run)
                 bar.update(1)
+        for key, factory in blocks:
+            bar.set_postfix_str(" ".join(str(k) for k in key)[:40])
+            time.sleep(BASELINE_SETTLE_S)
+            with factory() as run:
+                for _ in range(repeats):
+                    sample(key, run)
+                    bar.update(1)
+        if blocks:
+            time.sleep(BASELINE_SETTLE_S)
     finally:
         bar.close()
     return samples
@@ -847,7 +866,7 @@ def _calibration_items(topology, spin):
     for ci in range(topology.nclusters):
         one = _single_core(topology, ci)
         items.append((("cal", "task", ci),
-                       lambda one=one: spin.runner("asymo", one)))
+                       lambda one=one: spin.runner("asymo", one), True))
     _, noop = _spin_cfunc()
     nw = topology.ncpus
     for pol in POOL_POLICIES:
@@ -856,7 +875,7 @@ def _calibration_items(topology, spin):
             def factory(pol=pol, ntasks=ntasks):
                 with _open_pool(topology, pol) as pool:
                     yield lambda: pool.parallel_for(_fn_arg(noop), ntasks)
-            items.append((("cal", "noop", pol, size), factory))
+            items.append((("cal", "noop", pol, size), factory, True))
     return items
 
 
@@ -892,8 +911,8 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
     max_cores : int, optional
         Stop at this many cores.
     repeats : int
-        Samples per point, interleaved over all points (see ``_measure_items``); the median
-        is reported.
+        Samples per point (pool policies interleaved over all points, baselines in blocks;
+        see ``_measure_items``); the median is reported.
     min_time : float
         Each sample lasts at least this long (seconds).
     progress : bool
@@ -920,7 +939,8 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
             for k in range(1, ncores + 1):
                 sub = first_cores(topology, k)
                 items.append(((wl.name, pol, k),
-                              lambda wl=wl, pol=pol, sub=sub: wl.runner(pol, sub)))
+                              lambda wl=wl, pol=pol, sub=sub: wl.runner(pol, sub),
+                              pol in POOL_POLICIES))
                 meta[(wl.name, pol, k)] = (wl, sub)
     if not items:
         raise RuntimeError("nothing to measure: none of the requested policies can run the "
