@@ -22,7 +22,6 @@ import os
 import platform
 import statistics
 import time
-import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
@@ -635,8 +634,9 @@ class ScalingResult:
         lines = [self.label()]
         if self.mode == "measured":
             m = self.meta
-            lines.append(f"{m.get('repeats')} interleaved runs per point (median); 1-min load "
-                         f"average {m.get('loadavg_before', float('nan')):.2f} before, "
+            lines.append(f"{m.get('repeats')} runs per point, median (pool policies "
+                         f"interleaved); 1-min load average "
+                         f"{m.get('loadavg_before', float('nan')):.2f} before, "
                          f"{m.get('loadavg_after', float('nan')):.2f} after")
             if self.topology.emulated:
                 lines.append("note: the emulator slows cores by time-slicing; it emulates "
