@@ -41,10 +41,12 @@ POOL_POLICIES = ("asymo", "even", "shared", "steal")
 BASELINES = ("numpy", "torch")
 SCHEMA = "asymo.bench.scaling/1"
 
-# Scheduling costs the simulator uses for preset CPUs unless told otherwise. Measured for
-# asymo's pool on the development machine (see README "Scaling"): a mobile core is slower,
-# so these are optimistic for phones; pass --sim-overheads to change them.
-DEFAULT_SIM_OVERHEADS = Overheads(job=10e-6, task=0.2e-6, steal=0.5e-6)
+# Scheduling costs the simulator uses for preset CPUs unless told otherwise: the per-job and
+# per-take costs of asymo's pool measured on the development machine with no-op jobs
+# (`calibrate_sim`: 16-20 us per job under asymo/steal, ~0.1 us per take); the steal cost is an
+# estimate (a lock on another core's queue: a few cache-line transfers). A phone core is
+# slower, so these are optimistic there; --sim-overheads changes them.
+DEFAULT_SIM_OVERHEADS = Overheads(job=20e-6, task=0.1e-6, steal=0.5e-6)
 
 
 # --------------------------------------------------------------------------------------------
