@@ -34,7 +34,7 @@ __all__ = [
     "POOL_POLICIES", "BASELINES", "WORKLOADS", "Point", "ScalingResult", "Workload",
     "SpinWorkload", "MatmulWorkload", "Conv2dWorkload", "ModelWorkload", "make_workloads",
     "measure_scaling", "simulate_scaling", "validate_sim", "calibrate_sim",
-    "parse_emulate", "process_affinity", "DEFAULT_SIM_OVERHEADS",
+    "parse_emulate", "parse_interference", "process_affinity", "DEFAULT_SIM_OVERHEADS",
 ]
 
 POOL_POLICIES = ("asymo", "even", "shared", "steal")
@@ -985,8 +985,33 @@ def _numpy_model_jobs(jobs, k):
     return out
 
 
+def parse_interference(text):
+    """Parse ``"4:0.5"`` / ``"4:0.5:2:10,5:0"`` into Interference windows.
+
+    Each item is ``CPU:SPEED[:START_MS:STOP_MS]``: the core runs at ``SPEED`` of its speed
+    from START to STOP milliseconds after the start of each simulated run (the whole run when
+    omitted).
+    """
+    from asymo.sim.engine import Interference
+    out = []
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        try:
+            if len(parts) == 2:
+                out.append(Interference(cpu=int(parts[0]), speed=float(parts[1])))
+            elif len(parts) == 4:
+                out.append(Interference(cpu=int(parts[0]), speed=float(parts[1]),
+                                        start=float(parts[2]) / 1e3,
+                                        stop=float(parts[3]) / 1e3))
+            else:
+                raise ValueError("expected CPU:SPEED or CPU:SPEED:START_MS:STOP_MS")
+        except ValueError as exc:
+            raise ValueError(f"bad interference item {item.strip()!r}: {exc}") from None
+    return out
+
+
 def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds=None,
-                     gflops_per_core=None, max_cores=None, progress=False):
+                     gflops_per_core=None, max_cores=None, interference=(), progress=False):
     """The scaling sweep from the simulator instead of the machine.
 
     Parameters
@@ -1003,6 +1028,8 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
         True per-cluster speeds (default: the capacities).
     gflops_per_core : sequence of float, optional
         Per-cluster FP32 rate; default: the preset's, or 10 GFLOP/s x capacity.
+    interference : sequence of Interference
+        Cores slowed in every simulated run (windows on cores not yet added are ignored).
     """
     from asymo.sim.presets import Preset, get_preset
     if isinstance(target, str):
@@ -1040,17 +1067,22 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
         sub = first_cores(topology, k)
         sub_rates = rates[:sub.nclusters]
         jobs = wl.sim_jobs(sub, sub_rates)
+        itf = [i for i in interference if i.cpu in sub.cpus]
         if pol == "numpy":
             jobs = _numpy_model_jobs(jobs, k)
-            res = simulate(sub, jobs, policy="even", overheads=overheads)
+            res = simulate(sub, jobs, policy="even", overheads=overheads, interference=itf)
         else:
-            res = simulate(sub, jobs, policy=pol, overheads=overheads)
+            res = simulate(sub, jobs, policy=pol, overheads=overheads, interference=itf)
         points.append(Point(workload=wl.name, policy=pol, cores=k,
                             throughput=wl.throughput(res.makespan), unit=wl.unit,
                             time_s=res.makespan, cpus=list(sub.cpus)))
     res = ScalingResult(points=points, mode="simulated", topology=first_cores(topology, ncores),
                         meta={"preset": preset_name, "gflops_per_core": rates,
                               "overheads_s": overheads.to_dict(),
+                              "interference": [{"cpu": i.cpu, "speed": i.speed,
+                                                "start_s": i.start,
+                                                "stop_s": i.stop if math.isfinite(i.stop)
+                                                else None} for i in interference],
                               "model": "discrete-event simulation of the pool (asymo.sim); "
                                        "compute only: no caches or memory bandwidth; 'numpy' "
                                        "modelled as a static equal split"},

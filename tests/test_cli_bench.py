@@ -146,3 +146,28 @@ def test_measured_spin_with_validation_tiny(tmp_path, capsys):
     assert all("sim_throughput" in p for p in doc["points"])
     assert "simulator vs measurement" in out
     assert png.exists()
+
+
+def test_simulate_with_interference(tmp_path, capsys):
+    js = tmp_path / "i.json"
+    rc, _, _ = _run(capsys, "--simulate", "kirin970", "--workload", "spin",
+                    "--policies", "asymo,steal", "--interfere", "5:0.3", "--json", str(js))
+    assert rc == 0
+    doc = json.loads(js.read_text())
+    assert doc["meta"]["interference"] == [{"cpu": 5, "speed": 0.3, "start_s": 0.0,
+                                            "stop_s": None}]
+    tp = {(p["policy"], p["cores"]): p["throughput"] for p in doc["points"]}
+    # cpu 5 (the second A73) joins at 2 cores: two cores then give less than 2x one core
+    assert tp[("asymo", 2)] < 1.5 * tp[("asymo", 1)]
+    # 'steal' may move the slowed big core's work to the little cores; asymo may not
+    assert tp[("steal", 8)] > tp[("asymo", 8)]
+
+
+def test_parse_interference():
+    w = scaling.parse_interference("4:0.5,5:0:2:10")
+    assert (w[0].cpu, w[0].speed, w[0].start) == (4, 0.5, 0.0)
+    assert (w[1].cpu, w[1].speed, w[1].start, w[1].stop) == (5, 0.0, 0.002, 0.01)
+    with pytest.raises(ValueError, match="bad interference"):
+        scaling.parse_interference("4:0.5:1")
+    with pytest.raises(ValueError, match="bad interference"):
+        scaling.parse_interference("4:2")

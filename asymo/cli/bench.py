@@ -84,6 +84,10 @@ def _register_scaling(bsub):
     p.add_argument("--sim-overheads", type=str, default=None, metavar="JOB,TASK,STEAL",
                    help="simulator scheduling costs in microseconds (default: those measured "
                         "for the pool on the development machine)")
+    p.add_argument("--interfere", default=None, metavar="CPU:SPEED[:START:STOP],...",
+                   help="with --simulate: slow core CPU to SPEED (0..1) for the whole run, or "
+                        "from START to STOP milliseconds into it (interference from other "
+                        "apps, thermal throttling)")
     p.add_argument("--validate-sim", action="store_true",
                    help="also calibrate and run the simulator for this machine and print "
                         "measured against simulated per-policy throughput (spin workload)")
@@ -129,6 +133,10 @@ def run_scaling(args):
         overheads = _overheads(args.sim_overheads) if args.sim_overheads else None
         emulate = scaling.parse_emulate(args.emulate) if args.emulate else None
         preset = _sim_target(args.simulate) if args.simulate else None
+        if args.interfere and not args.simulate:
+            raise ValueError("--interfere is a simulator option: use it with --simulate "
+                             "(use --emulate to slow cores of this machine)")
+        interference = scaling.parse_interference(args.interfere) if args.interfere else ()
     except (ValueError, TypeError) as exc:
         print(f"asymo bench scaling: error: {exc}", file=sys.stderr)
         return 2
@@ -136,6 +144,7 @@ def run_scaling(args):
     if preset is not None:
         result = scaling.simulate_scaling(preset, workloads, policies=args.policies,
                                           overheads=overheads, max_cores=args.max_cores,
+                                          interference=interference,
                                           progress=not args.no_progress)
     else:
         with _emulation(emulate):
