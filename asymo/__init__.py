@@ -16,6 +16,7 @@ _LAZY = {
     "get_pool": ("asymo.pool", "get_pool"),
     "dvfs": ("asymo.dvfs", None),
     "frequency_plan": ("asymo.dvfs.selection", "frequency_plan"),
+    "emulate": ("asymo.emulate", None),
     "sim": ("asymo.sim", None),
     "scaling": ("asymo.scaling", None),
 }

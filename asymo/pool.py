@@ -19,6 +19,11 @@ which worker runs each task (AsyMo, section 4.3):
 The baseline policies ignore the per-cluster split (they do not know about clusters) but run
 the same tasks, so benchmarks isolate scheduling.
 
+Environment: ``ASYMO_POOL_POLICY`` (policy of the default pool), ``ASYMO_POOL_SPIN_US`` (how
+long idle workers spin before sleeping, default 200), ``ASYMO_POOL_QUEUE`` (``mutex`` or
+``chaselev`` per-worker queues, for benchmarking), ``ASYMO_TOPOLOGY`` (through
+``topology.detect``). C callers use ``csrc/pool.h`` with ``Pool._handle``.
+
 Examples
 --------
 A user kernel written with Numba, run on the process-wide pool::
@@ -44,11 +49,14 @@ import os
 import threading
 import warnings
 import weakref
+from fractions import Fraction
 
 from asymo._ffi import ffi, lib
+from asymo.topology import ENV_VAR as TOPOLOGY_ENV_VAR
 from asymo.topology import Topology, detect, parse_spec
 
-__all__ = ["Pool", "POLICIES", "get_pool", "reset_default_pool"]
+__all__ = ["Pool", "POLICIES", "QUEUES", "get_pool", "reset_default_pool", "set_thread_limit",
+           "get_thread_limit"]
 
 #: policy name -> C constant
 POLICIES = {
@@ -142,27 +150,32 @@ def _as_ctx(ctx):
         if kind not in ("pointer", "array"):
             raise TypeError(f"ctx is a cffi {ffi.typeof(ctx).cname!r}; expected a pointer")
         return ffi.cast("void *", ctx)
-    if _is_integral(ctx):
-        if ctx < 0:
-            raise ValueError(f"ctx address {ctx} is negative")
-        return ffi.cast("void *", int(ctx))
-    iface = getattr(ctx, "__array_interface__", None)
-    if iface is not None:
+    if not _is_integral(ctx):
+        try:
+            return ffi.from_buffer(ctx)  # fast for contiguous arrays and buffers
+        except (TypeError, ValueError, BufferError):
+            pass
+        iface = getattr(ctx, "__array_interface__", None)  # a strided view: its data pointer
+        if iface is None:
+            raise TypeError(
+                f"ctx has type {type(ctx).__name__}; expected None, an integer address, a "
+                "cffi pointer, a NumPy array or a buffer")
         return ffi.cast("void *", iface["data"][0])
-    try:
-        return ffi.from_buffer(ctx)
-    except TypeError:
-        raise TypeError(
-            f"ctx has type {type(ctx).__name__}; expected None, an integer address, a cffi "
-            "pointer, a NumPy array or a buffer") from None
+    if ctx < 0:
+        raise ValueError(f"ctx address {ctx} is negative")
+    return ffi.cast("void *", int(ctx))
 
 
 def _largest_remainder(n, weights):
-    """Integer counts summing to ``n``, proportional to ``weights`` (ties: earlier first)."""
-    total = float(sum(weights))
+    """Integer counts summing to ``n``, proportional to ``weights`` (ties: earlier first).
+
+    Exact rational arithmetic: the counts never depend on float rounding.
+    """
+    weights = [Fraction(w) for w in weights]
+    total = sum(weights)
     exact = [n * w / total for w in weights]
-    counts = [int(math.floor(x)) for x in exact]
-    short = n - sum(counts)
+    counts = [math.floor(x) for x in exact]
+    short = n - sum(counts)  # 0 <= short < len(weights)
     order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - counts[i]), i))
     for i in order[:short]:
         counts[i] += 1
@@ -176,8 +189,8 @@ class Pool:
     ----------
     topology : Topology, str or None
         The cores to use, grouped into clusters fastest first. None: ``asymo.topology.detect()``
-        (which honours ``ASYMO_TOPOLOGY``); a string is a topology override spec such as
-        ``"big:0@1.0,little:1@0.5"``.
+        (which honours ``ASYMO_TOPOLOGY``); a string is an explicit topology spec such as
+        ``"big:0@1.0,little:1@0.5"`` (taken as given, not filtered by the affinity mask).
     policy : {"asymo", "even", "shared", "steal"}
         Scheduling policy (see the module docstring).
     spin_us : int, optional
@@ -206,6 +219,8 @@ class Pool:
             raise ValueError(f"unknown policy {policy!r}; expected one of {sorted(POLICIES)}")
         if queue is not None and queue not in QUEUES:
             raise ValueError(f"unknown queue {queue!r}; expected one of {sorted(QUEUES)}")
+        if spin_us is not None and (not _is_integral(spin_us) or not 0 <= spin_us <= 1_000_000):
+            raise ValueError(f"spin_us must be an integer in [0, 1000000], not {spin_us!r}")
         if topology.nclusters > MAX_CLUSTERS:
             raise ValueError(f"topology has {topology.nclusters} clusters; the pool supports "
                              f"at most {MAX_CLUSTERS}")
@@ -227,6 +242,7 @@ class Pool:
         self._handle = handle
         self._cond = threading.Condition()
         self._inflight = 0
+        self._split_cache = {}
         self._closed = False
         self._finalizer = weakref.finalize(self, _destroy_handle, handle)
         self._finalizer.atexit = False  # _close_all_at_exit closes it, after in-flight jobs
@@ -390,19 +406,40 @@ class Pool:
         Notes
         -----
         The calling thread waits with the GIL released. A ``parallel_for`` issued from inside
-        a task runs inline on the calling worker. Several threads may submit at once.
+        a task runs inline on the calling worker. Several threads may submit at once. An
+        exception raised by a Python ``ffi.callback`` task cannot propagate (cffi prints it and
+        the task counts as done): prefer Numba or C kernels.
         """
-        cfn = _as_task_fn(fn)
-        ntasks = self._check_ntasks(ntasks)
-        counts = self.split_counts(ntasks, split)
-        cctx = _as_ctx(ctx)
+        hit = _task_fn_cache.get(id(fn))
+        if hit is not None and hit[0] is fn:
+            cfn = hit[1]
+        else:
+            cfn = _as_task_fn(fn)
+            if len(_task_fn_cache) >= 256:
+                _task_fn_cache.clear()
+            _task_fn_cache[id(fn)] = (fn, cfn)  # holding fn keeps its id from being reused
+        if type(ntasks) is not int:
+            ntasks = self._check_ntasks(ntasks)
+        elif ntasks < 0:
+            raise ValueError(f"ntasks must be >= 0, got {ntasks}")
+        if split is None:
+            # the default split depends only on ntasks and the thread limit: cache it
+            key = (ntasks, lib.asymo_pool_get_limit(self._handle))
+            counts = self._split_cache.get(key)
+            if counts is None:
+                counts = ffi.new("int64_t[]", self.split_counts(ntasks))
+                if len(self._split_cache) >= 256:
+                    self._split_cache.clear()
+                self._split_cache[key] = counts  # read-only for C: safe to share
+        else:
+            counts = ffi.new("int64_t[]", self.split_counts(ntasks, split))
+        cctx = ffi.NULL if ctx is None else _as_ctx(ctx)
         with self._cond:
             if self._closed:
                 raise ValueError("parallel_for on a closed Pool")
             self._inflight += 1
         try:
-            rc = lib.asymo_pool_run(self._handle, cfn, cctx, ntasks,
-                                    ffi.new("int64_t[]", counts))
+            rc = lib.asymo_pool_run(self._handle, cfn, cctx, ntasks, counts)
         finally:
             with self._cond:
                 self._inflight -= 1
@@ -517,30 +554,46 @@ def _destroy_handle(handle):
 
 
 _deferred = []
+_task_fn_cache = {}  # id(fn) -> (fn, C function pointer)
 _live_pools = weakref.WeakSet()
 _global_limit = None  # threadpoolctl's cap, applied to every pool
 
 _default_lock = threading.Lock()
 _default_pool = None
+_default_built_for = None
+
+
+def _default_key():
+    return (os.environ.get(TOPOLOGY_ENV_VAR), os.environ.get(POLICY_ENV_VAR))
 
 
 def get_pool():
     """The process-wide default `Pool` (created on first use from ``topology.detect()``).
 
-    Its policy is ``"asymo"`` unless env ``ASYMO_POOL_POLICY`` names another.
+    Its policy is ``"asymo"`` unless env ``ASYMO_POOL_POLICY`` names another. When env
+    ``ASYMO_TOPOLOGY`` or ``ASYMO_POOL_POLICY`` changed since it was built (the emulator sets
+    the former), a new default pool is built and the old one closed.
     """
-    global _default_pool
+    global _default_pool, _default_built_for
     pool = _default_pool
-    if pool is not None and not pool.closed:
+    key = _default_key()
+    if pool is not None and not pool.closed and key == _default_built_for:
         return pool
+    old = None
     with _default_lock:
-        if _default_pool is None or _default_pool.closed:
-            policy = os.environ.get(POLICY_ENV_VAR) or "asymo"
+        if (_default_pool is None or _default_pool.closed
+                or _default_built_for != key):
+            policy = key[1] or "asymo"
             if policy not in POLICIES:
                 raise ValueError(f"env {POLICY_ENV_VAR}={policy!r} is not a policy; expected "
                                  f"one of {sorted(POLICIES)}")
+            old = _default_pool
             _default_pool = Pool(policy=policy)
-        return _default_pool
+            _default_built_for = key
+        pool = _default_pool
+    if old is not None:
+        old.close()
+    return pool
 
 
 def reset_default_pool():
@@ -553,6 +606,75 @@ def reset_default_pool():
         pool, _default_pool = _default_pool, None
     if pool is not None:
         pool.close()
+
+
+def set_thread_limit(limit):
+    """Cap every pool (existing and future) at ``limit`` active workers; None removes the cap.
+
+    This is what ``threadpoolctl.threadpool_limits(n, user_api="asymo")`` calls. Capped
+    workers take no tasks; the per-cluster split follows the remaining active workers.
+    """
+    global _global_limit
+    if limit is not None and (not _is_integral(limit) or limit < 1):
+        raise ValueError(f"thread limit must be a positive integer or None, not {limit!r}")
+    pools = [p for p in list(_live_pools) if not p.closed]
+    widest = max([p.nworkers for p in pools] + [detect().ncpus])
+    # threadpoolctl restores by setting what get_thread_limit read: the full width, no cap
+    _global_limit = None if limit is None or limit >= widest else int(limit)
+    for pool in pools:
+        try:
+            pool.limit = pool.nworkers if _global_limit is None else min(_global_limit,
+                                                                         pool.nworkers)
+        except ValueError:  # closed meanwhile
+            pass
+
+
+def get_thread_limit():
+    """The most workers any pool may use: the cap, else the widest open pool (else the
+    number of cpus ``topology.detect()`` reports). This is threadpoolctl's ``num_threads``."""
+    if _global_limit is not None:
+        return _global_limit
+    widths = [p.nworkers for p in list(_live_pools) if not p.closed]
+    return max(widths) if widths else detect().ncpus
+
+
+def _register_threadpoolctl():
+    try:
+        import threadpoolctl
+    except ImportError:  # pragma: no cover - a declared dependency
+        return
+    if not hasattr(threadpoolctl, "register") or not hasattr(threadpoolctl, "LibController"):
+        return  # threadpoolctl < 3.5 has no plug-in controllers
+
+    class AsymoPoolController(threadpoolctl.LibController):
+        """threadpoolctl view of asymo's pools (``user_api="asymo"``)."""
+
+        user_api = "asymo"
+        internal_api = "asymo"
+        filename_prefixes = ("_native",)
+        check_symbols = ("asymo_pool_create", "asymo_pool_set_limit")
+
+        def get_num_threads(self):
+            return get_thread_limit()
+
+        def set_num_threads(self, num_threads):
+            set_thread_limit(num_threads)
+
+        def get_version(self):
+            from asymo import __version__
+            return __version__
+
+        def set_additional_attributes(self):
+            pool = _default_pool
+            self.policy = pool.policy if pool is not None else (
+                os.environ.get(POLICY_ENV_VAR) or "asymo")
+
+    if not any(getattr(c, "user_api", None) == "asymo"
+               for c in getattr(threadpoolctl, "_ALL_CONTROLLERS", [])):
+        threadpoolctl.register(AsymoPoolController)
+
+
+_register_threadpoolctl()
 
 
 @atexit.register

@@ -8,5 +8,6 @@
 
 #include "cpu_features.h"
 #include "pool.h"
+#include "emulate.h"
 
 #endif

@@ -49,6 +49,8 @@
 /* The submitter polls its job this long before sleeping: long enough for a tiny job on hot
  * workers, short enough not to steal a core from a worker on a machine with few cores. */
 #define SUBMIT_SPIN_NS 10000
+/* Spinning threads yield the core every this many polling rounds (16 pauses each). */
+#define YIELD_EVERY 8
 /* The queue kind used unless env ASYMO_POOL_QUEUE or asymo_pool_create_ex says otherwise;
  * chosen by measurement (bench/pool_queues.py). */
 #define DEFAULT_QUEUE ASYMO_QUEUE_MUTEX
@@ -103,6 +105,7 @@ typedef struct job {
     void *ctx;
     int64_t ntasks;
     unsigned flags;
+    uint64_t seq;
     _Atomic int64_t remaining; /* tasks not finished yet */
     _Atomic uint32_t done;     /* futex word: 0 running, 2 submitter asleep, 1 done */
     /* shared policy only */
@@ -117,6 +120,7 @@ typedef struct {
     int64_t lo, hi;
     int origin;     /* -1: queued here by the submitter; c >= 0: stolen from a cluster-c worker */
     unsigned flags; /* the job's flags, copied so thieves never dereference `job` to decide */
+    uint64_t seq;   /* the job's number: job addresses are reused (submitters' stacks) */
 } range_t;
 
 /* A short mutex-protected deque of ranges (ring buffer). `pending` mirrors the number of
@@ -151,12 +155,13 @@ typedef struct worker {
     int index, cpu, cluster;
     int thread_started;
     _Atomic int pinned;
+    _Atomic int running; /* inside a task: a thread sharing this core should stay off it */
     /* QUEUE_MUTEX: q is the worker's queue. QUEUE_CHASELEV: q is the inbox submitters fill
      * (the owner moves its ranges into d, thieves may take from both). */
     rqueue_t q;
     cldeque_t d;
     /* scheduling state private to the worker */
-    const job_t *chunk_job;
+    uint64_t chunk_seq; /* job the chunk size was learnt on */
     int64_t chunk;
     /* counters: written by this worker only */
     int64_t tasks_run, tasks_stolen, stolen_from[MAX_CLUSTERS], busy_ns, steals, tasks_inline,
@@ -169,9 +174,12 @@ struct asymo_pool {
     int nworkers, nclusters, policy, queue;
     worker_t *workers;
     int *cluster_workers[MAX_CLUSTERS]; /* worker indices of each cluster, ascending */
+    int *cpu_worker; /* cpu -> index of the worker pinned there, or -1 */
+    int ncpu_map;
     int cluster_nw[MAX_CLUSTERS];
     _Atomic int limit;
     _Atomic int spin_us;
+    _Atomic uint64_t job_seq;
 
     _Atomic uint32_t wake_seq __attribute__((aligned(CACHELINE)));
     _Atomic int sleepers;
@@ -327,7 +335,7 @@ static int rq_push_front(rqueue_t *q, const range_t *r)
 /* Owner: take a chunk from the front range. The chunk starts at one task for each new job
  * and grows while chunks run short (run_range); never more than a quarter of what is left
  * is taken in hand, the rest stays stealable. */
-static int rq_pop_front(rqueue_t *q, const job_t **chunk_job, int64_t *chunk, range_t *out)
+static int rq_pop_front(rqueue_t *q, uint64_t *chunk_seq, int64_t *chunk, range_t *out)
 {
     if (atomic_load_explicit(&q->pending, memory_order_acquire) == 0)
         return 0;
@@ -340,8 +348,8 @@ static int rq_pop_front(rqueue_t *q, const job_t **chunk_job, int64_t *chunk, ra
             q->count--;
             continue;
         }
-        if (r->job != *chunk_job) {
-            *chunk_job = r->job;
+        if (r->seq != *chunk_seq) {
+            *chunk_seq = r->seq;
             *chunk = 1;
         }
         int64_t k = *chunk;
@@ -419,6 +427,7 @@ static inline void slot_store(range_t *s, const range_t *r)
     __atomic_store_n(&s->hi, r->hi, __ATOMIC_RELAXED);
     __atomic_store_n(&s->origin, r->origin, __ATOMIC_RELAXED);
     __atomic_store_n(&s->flags, r->flags, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->seq, r->seq, __ATOMIC_RELAXED);
 }
 
 static inline void slot_load(range_t *s, range_t *r)
@@ -428,6 +437,7 @@ static inline void slot_load(range_t *s, range_t *r)
     r->hi = __atomic_load_n(&s->hi, __ATOMIC_RELAXED);
     r->origin = __atomic_load_n(&s->origin, __ATOMIC_RELAXED);
     r->flags = __atomic_load_n(&s->flags, __ATOMIC_RELAXED);
+    r->seq = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
 }
 
 static int cl_init(cldeque_t *d)
@@ -551,10 +561,12 @@ static void run_range(worker_t *w, const range_t *r)
     asymo_task_fn fn = j->fn;
     void *ctx = j->ctx;
     int64_t k = r->hi - r->lo;
+    atomic_store_explicit(&w->running, 1, memory_order_relaxed);
     int64_t t0 = now_ns();
     for (int64_t t = r->lo; t < r->hi; t++)
         fn(t, ctx);
     int64_t dt = now_ns() - t0;
+    atomic_store_explicit(&w->running, 0, memory_order_relaxed);
     counter_add(&w->busy_ns, dt);
     counter_add(&w->tasks_run, k);
     if (r->origin >= 0) {
@@ -562,7 +574,7 @@ static void run_range(worker_t *w, const range_t *r)
         counter_add(&w->stolen_from[r->origin], k);
     }
     /* adapt the chunk to the task length */
-    if (w->chunk_job == j) {
+    if (w->chunk_seq == r->seq) {
         if (dt < CHUNK_TARGET_NS) {
             if (w->chunk < CHUNK_MAX)
                 w->chunk *= 2;
@@ -614,7 +626,7 @@ static void wq_push_own(worker_t *w, const range_t *r)
 static int pop_own(worker_t *w, range_t *r)
 {
     if (w->pool->queue != ASYMO_QUEUE_CHASELEV)
-        return rq_pop_front(&w->q, &w->chunk_job, &w->chunk, r);
+        return rq_pop_front(&w->q, &w->chunk_seq, &w->chunk, r);
     for (;;) {
         if (cl_take(&w->d, r))
             break;
@@ -623,8 +635,8 @@ static int pop_own(worker_t *w, range_t *r)
             return 0;
         cl_push_pieces(w, in);
     }
-    if (r->job != w->chunk_job) {
-        w->chunk_job = r->job;
+    if (r->seq != w->chunk_seq) {
+        w->chunk_seq = r->seq;
         w->chunk = 1;
     }
     if (r->hi - r->lo > w->chunk) {
@@ -650,7 +662,7 @@ static inline int worker_active(const asymo_pool *p, const worker_t *w)
     return w->index < atomic_load_explicit(&p->limit, memory_order_relaxed);
 }
 
-static int steal_from(asymo_pool *p, worker_t *w, worker_t *v)
+static int steal_from(worker_t *w, worker_t *v)
 {
     range_t r;
     if (!wq_steal(w, v, &r))
@@ -692,7 +704,7 @@ static int try_steal(asymo_pool *p, worker_t *w)
                 worker_t *v = longest_queue(p, c, w);
                 if (!v)
                     break;
-                if (steal_from(p, w, v))
+                if (steal_from(w, v))
                     return 1;
             }
         }
@@ -701,7 +713,7 @@ static int try_steal(asymo_pool *p, worker_t *w)
         for (int i = 1; i < p->nworkers; i++) {
             worker_t *v = &p->workers[(w->index + i) % p->nworkers];
             if (wq_pending(v) > 0 &&
-                steal_from(p, w, v))
+                steal_from(w, v))
                 return 1;
         }
         return 0;
@@ -780,9 +792,15 @@ static void worker_loop(asymo_pool *p, worker_t *w)
             return;
         int found = 0;
         int64_t deadline = now_ns() + (int64_t)atomic_load(&p->spin_us) * 1000;
+        unsigned spins = 0;
         do {
             for (int i = 0; i < 16; i++)
                 cpu_relax();
+            /* Spin politely: a submitting thread (which brings the next job) or another
+             * process may be waiting for this core. A yield costs a syscall, so not every
+             * round: a runnable thread waits a couple of microseconds at most. */
+            if (++spins % YIELD_EVERY == 0)
+                sched_yield();
             if (find_and_run(p, w)) {
                 found = 1;
                 break;
@@ -861,7 +879,7 @@ static int spawn_threads(asymo_pool *p)
     int rc = 0, launched = 0;
     for (int i = 0; i < p->nworkers; i++) {
         worker_t *w = &p->workers[i];
-        w->chunk_job = NULL;
+        w->chunk_seq = 0;
         w->chunk = 1;
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
             rc = ASYMO_ETHREAD;
@@ -997,6 +1015,18 @@ asymo_pool *asymo_pool_create_ex(int nworkers, const int *cpus, const int *worke
         if (!p->cluster_workers[c])
             goto fail_free;
     }
+    p->ncpu_map = 1;
+    for (int i = 0; i < nworkers; i++)
+        if (cpus[i] >= 0 && cpus[i] < CPU_SETSIZE && cpus[i] + 1 > p->ncpu_map)
+            p->ncpu_map = cpus[i] + 1;
+    p->cpu_worker = malloc(sizeof(int) * p->ncpu_map);
+    if (!p->cpu_worker)
+        goto fail_free;
+    for (int c = 0; c < p->ncpu_map; c++)
+        p->cpu_worker[c] = -1;
+    for (int i = 0; i < nworkers; i++)
+        if (cpus[i] >= 0 && cpus[i] < CPU_SETSIZE)
+            p->cpu_worker[cpus[i]] = i;
     int queues_ok = 0;
     for (int i = 0; i < nworkers; i++) {
         worker_t *w = &p->workers[i];
@@ -1041,6 +1071,7 @@ asymo_pool *asymo_pool_create_ex(int nworkers, const int *cpus, const int *worke
 fail_free:
     for (int c = 0; c < MAX_CLUSTERS; c++)
         free(p->cluster_workers[c]);
+    free(p->cpu_worker);
     free(p->workers);
     free(p);
 fail:
@@ -1070,6 +1101,7 @@ void asymo_pool_destroy(asymo_pool *pool)
     }
     for (int c = 0; c < MAX_CLUSTERS; c++)
         free(pool->cluster_workers[c]);
+    free(pool->cpu_worker);
     pthread_mutex_destroy(&pool->shared_lock);
     pthread_mutex_destroy(&pool->life_lock);
     pthread_mutex_destroy(&pool->start_lock);
@@ -1121,11 +1153,16 @@ int asymo_pool_current_cluster(void)
 
 const asymo_pool *asymo_pool_current(void) { return tls_pool; }
 
+int asymo_pool_worker_of(const asymo_pool *pool)
+{
+    return pool && tls_pool == pool ? tls_worker : -1;
+}
+
 /* Queue a range at worker w. Only a failed allocation (growing the ring) can stop that; then
  * the submitting thread runs the range itself, so no task is ever lost. */
 static void queue_or_run(asymo_pool *p, int w, job_t *j, int64_t lo, int64_t hi)
 {
-    range_t r = {j, lo, hi, -1, j->flags};
+    range_t r = {j, lo, hi, -1, j->flags, j->seq};
     if (rq_push_back(&p->workers[w].q, &r) == 0)
         return;
     for (int64_t t = lo; t < hi; t++)
@@ -1264,13 +1301,30 @@ static int submit_queues(asymo_pool *p, job_t *j, const int64_t *counts)
     return rc;
 }
 
-static void wait_job(job_t *j)
+/* The worker pinned to the core the calling thread runs on, if any. */
+static worker_t *worker_on_my_core(asymo_pool *p)
+{
+    int cpu = sched_getcpu();
+    if (cpu < 0 || cpu >= p->ncpu_map || p->cpu_worker[cpu] < 0)
+        return NULL;
+    worker_t *w = &p->workers[p->cpu_worker[cpu]];
+    return atomic_load_explicit(&w->pinned, memory_order_relaxed) ? w : NULL;
+}
+
+static void wait_job(asymo_pool *p, job_t *j)
 {
     int64_t deadline = now_ns() + SUBMIT_SPIN_NS;
+    unsigned spins = 0;
     while (atomic_load_explicit(&j->done, memory_order_acquire) != 1) {
         if (now_ns() < deadline) {
             for (int i = 0; i < 16; i++)
                 cpu_relax();
+            /* The submitter is one thread more than there are cores. When the worker pinned
+             * to this core has work, every polling round hands the core over to it. */
+            worker_t *mine = ++spins % YIELD_EVERY == 0 ? NULL : worker_on_my_core(p);
+            if (!mine || wq_pending(mine) > 0 ||
+                atomic_load_explicit(&mine->running, memory_order_relaxed))
+                sched_yield();
             continue;
         }
         uint32_t expect = 0;
@@ -1314,6 +1368,7 @@ int asymo_pool_run_flags(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t 
     j.ctx = ctx;
     j.ntasks = ntasks;
     j.flags = flags;
+    j.seq = atomic_fetch_add_explicit(&pool->job_seq, 1, memory_order_relaxed) + 1;
     atomic_store(&j.remaining, ntasks);
     atomic_store(&j.done, 0);
     atomic_store(&j.next, 0);
@@ -1335,7 +1390,7 @@ int asymo_pool_run_flags(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t 
             return rc; /* nothing was queued */
     }
     wake_workers(pool);
-    wait_job(&j);
+    wait_job(pool, &j);
     if (pool->policy == ASYMO_POLICY_SHARED) {
         /* unlink, then wait until no worker still holds a pointer to the job */
         pthread_mutex_lock(&pool->shared_lock);

@@ -58,12 +58,15 @@ int asymo_pool_set_limit(asymo_pool *pool, int max_workers);
 int asymo_pool_get_limit(const asymo_pool *pool);
 
 /* Run a job and wait for it. cluster_counts has nclusters entries summing to ntasks, or is NULL
- * for an even split by worker count. A job submitted from inside a task runs inline. Several
- * threads may submit at once. Returns ASYMO_OK or an error code. */
+ * for an even split by worker count. A job submitted from inside a task (of any pool) runs
+ * inline on the calling worker. Several threads may submit at once. The baseline policies
+ * (even, shared, steal) validate cluster_counts but ignore it: they know no clusters.
+ * Returns ASYMO_OK or an error code. */
 int asymo_pool_run(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks,
                    const int64_t *cluster_counts);
 
-/* Index of the calling pool worker (0..nworkers-1), or -1 when not called from a worker. */
+/* Index of the calling pool worker (0..nworkers-1 of the pool it belongs to), or -1 when not
+ * called from a worker. See asymo_pool_worker_of for jobs nested across pools. */
 int asymo_pool_current_worker(void);
 /* Cluster of the calling worker, or -1. */
 int asymo_pool_current_cluster(void);
@@ -95,6 +98,10 @@ int asymo_pool_get_spin_us(const asymo_pool *pool);
 
 /* The pool whose worker is calling, or NULL. */
 const asymo_pool *asymo_pool_current(void);
+/* Index of the calling thread among `pool`'s workers, or -1 if it is not one of them. A job
+ * submitted from a task of another pool runs inline on that pool's worker, so per-worker
+ * scratch of `pool` must be indexed with this, not asymo_pool_current_worker(). */
+int asymo_pool_worker_of(const asymo_pool *pool);
 
 /* Diagnostic tasks for tests, benchmarks and self-checks. */
 void asymo_task_noop(int64_t task, void *ctx);

@@ -355,6 +355,24 @@ def test_default_pool_and_reset():
     assert asymo.get_pool() is b and asymo.Pool is Pool
 
 
+def test_default_pool_follows_topology_env(monkeypatch):
+    a = get_pool()
+    monkeypatch.setenv("ASYMO_TOPOLOGY", "big:0@1.0,little:1@0.5")
+    b = get_pool()
+    assert a.closed and b is not a
+    assert [c.name for c in b.topology.clusters] == ["big", "little"]
+    assert get_pool() is b
+    monkeypatch.setenv("ASYMO_POOL_POLICY", "even")
+    c = get_pool()
+    assert c.policy == "even" and b.closed
+    monkeypatch.setenv("ASYMO_POOL_POLICY", "lifo")
+    with pytest.raises(ValueError, match="ASYMO_POOL_POLICY='lifo'"):
+        get_pool()
+    monkeypatch.delenv("ASYMO_POOL_POLICY")
+    d = get_pool()
+    assert d.policy == "asymo" and c.closed
+
+
 def run_python(code, env=None, timeout=60):
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = os.pathsep.join(
@@ -414,3 +432,110 @@ def test_interpreter_exit_shuts_pool_down():
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "bye"
     assert time.perf_counter() - t0 < 30
+
+
+def test_threadpoolctl_lists_and_caps_pools():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    if not hasattr(threadpoolctl, "register"):
+        pytest.skip("threadpoolctl without plug-in controllers")
+    pool = get_pool()
+    infos = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "asymo"]
+    assert len(infos) == 1
+    assert infos[0]["num_threads"] >= pool.nworkers
+    assert infos[0]["internal_api"] == "asymo"
+    with make_pool("big:0-1@1.0,little:2-3@0.5", "asymo") as extra:
+        with threadpoolctl.threadpool_limits(1, user_api="asymo"):
+            assert pool.limit == 1 and extra.limit == 1
+            infos = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "asymo"]
+            assert infos[0]["num_threads"] == 1
+            extra.reset_stats()
+            assert (run_counted(extra, 300) == 1).all()
+            assert [w["tasks_run"] for w in extra.stats()["workers"]] == [300, 0, 0, 0]
+            with make_pool("c0:0-1@1.0", "steal") as later:
+                assert later.limit == 1
+        assert pool.limit == pool.nworkers
+        assert extra.limit == extra.nworkers
+        # limiting every library also caps asymo
+        with threadpoolctl.threadpool_limits(1):
+            assert extra.limit == 1
+        assert extra.limit == extra.nworkers
+
+
+def test_worker_index_across_pools():
+    with make_pool("c0:0-1@1.0", "even") as a, make_pool("c0:0-1@1.0", "even") as b:
+        seen = []
+
+        @ffi.callback("void(int64_t, void *)")
+        def inner(task, ctx):
+            seen.append((lib.asymo_pool_worker_of(a._handle), lib.asymo_pool_worker_of(b._handle),
+                         lib.asymo_pool_current_worker()))
+
+        @ffi.callback("void(int64_t, void *)")
+        def outer(task, ctx):
+            b.parallel_for(inner, 1)  # runs inline on a's worker
+
+        a.parallel_for(outer, 2)
+        assert sorted(seen) == [(0, -1, 0), (1, -1, 1)]
+        assert lib.asymo_pool_worker_of(a._handle) == -1
+
+
+def test_split_ratio_properties():
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    pool = make_pool("a:0@1.0,b:1@0.7,c:2@0.3", "asymo")
+    try:
+        @hypothesis.settings(max_examples=200, deadline=None)
+        @hypothesis.given(n=st.integers(0, 10**9),
+                          w=st.lists(st.floats(0, 1e6, allow_nan=False), min_size=3,
+                                     max_size=3).filter(lambda w: sum(w) > 0))
+        def check(n, w):
+            counts = pool.split_counts(n, w)
+            assert sum(counts) == n and all(c >= 0 for c in counts)
+            for c, wi in zip(counts, w):
+                assert abs(c - n * wi / sum(w)) < 1 + 1e-6 * n
+
+        check()
+    finally:
+        pool.close()
+
+
+def test_numba_typed_pointer_signature():
+    numba = pytest.importorskip("numba")
+    from numba import types
+
+    @numba.cfunc(types.void(types.int64, types.CPointer(types.int32)))
+    def bump(task, counts):
+        counts[task] += 1
+
+    @numba.cfunc(types.int64(types.int64, types.voidptr))
+    def wrong(task, ctx):
+        return task
+
+    with make_pool("big:0@1.0,little:1@0.5", "shared") as pool:
+        counts = np.zeros(500, np.int32)
+        pool.parallel_for(bump, 500, ctx=counts)
+        assert (counts == 1).all()
+        with pytest.raises(TypeError, match="expected void"):
+            pool.parallel_for(wrong, 3)
+
+
+def test_ctx_forms():
+    with make_pool("big:0@1.0,little:1@0.5", "asymo") as pool:
+        base = np.zeros(40, np.int32)
+        pool.parallel_for(COUNT, 20, ctx=base[::2].copy())  # contiguous copy: untouched base
+        assert (base == 0).all()
+        view = base[10:]
+        pool.parallel_for(COUNT, 20, ctx=view)  # contiguous view: its own data pointer
+        assert (base[10:30] == 1).all() and (base[:10] == 0).all()
+        strided = np.zeros((20, 2), np.int32)[:, 0]  # strided: data pointer of the view
+        pool.parallel_for(COUNT, 1, ctx=strided)
+        pool.parallel_for(COUNT, 20, ctx=base.ctypes.data)
+        pool.parallel_for(COUNT, 20, ctx=ffi.cast("int32_t *", base.ctypes.data))
+        assert (base[:10] == 2).all() and (base[10:20] == 3).all()
+        buf = bytearray(8)
+        pool.parallel_for(COUNT, 2, ctx=buf)
+        assert np.frombuffer(buf, np.int32).tolist() == [1, 1]
+        with pytest.raises(TypeError, match="ctx has type str"):
+            pool.parallel_for(COUNT, 1, ctx="abc")
+        with pytest.raises(ValueError, match="negative"):
+            pool.parallel_for(COUNT, 1, ctx=-5)

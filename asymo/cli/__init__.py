@@ -12,6 +12,7 @@ import sys
 SUBCOMMANDS = [
     "info",
     "dvfs",
+    "emulate",
     "bench",
 ]
 

@@ -1,0 +1,38 @@
+"""The pool's C core under ThreadSanitizer: concurrent submitters, both queue kinds, every
+policy, nested jobs and cluster-local jobs; every task must run exactly once, no data race."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join(os.path.dirname(HERE), "csrc")
+
+
+@pytest.fixture(scope="module")
+def stress_binary(tmp_path_factory):
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    out = str(tmp_path_factory.mktemp("tsan") / "pool_stress")
+    cmd = [cc, "-O1", "-g", "-fsanitize=thread", "-std=gnu11", "-pthread", f"-I{CSRC}",
+           os.path.join(HERE, "c", "pool_stress.c"), os.path.join(CSRC, "pool.c"), "-o", out]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot build with -fsanitize=thread: {r.stderr[-300:]}")
+    probe = subprocess.run([out, "0", "0", "1"], capture_output=True, text=True, timeout=60)
+    if "FATAL: ThreadSanitizer" in probe.stderr:  # e.g. unsupported memory layout
+        pytest.skip(f"ThreadSanitizer cannot run here: {probe.stderr[-200:]}")
+    return out
+
+
+@pytest.mark.parametrize("queue", [0, 1], ids=["mutex", "chaselev"])
+@pytest.mark.parametrize("policy", [0, 1, 2, 3], ids=["asymo", "even", "shared", "steal"])
+def test_stress_under_tsan(stress_binary, queue, policy):
+    env = dict(os.environ, TSAN_OPTIONS="halt_on_error=1 exitcode=66")
+    r = subprocess.run([stress_binary, str(queue), str(policy), "60"], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "WARNING: ThreadSanitizer" not in r.stderr, r.stderr[-3000:]
+    assert r.stdout.startswith("ok ")
