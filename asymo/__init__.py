@@ -17,6 +17,7 @@ _LAZY = {
     "dvfs": ("asymo.dvfs", None),
     "frequency_plan": ("asymo.dvfs.selection", "frequency_plan"),
     "emulate": ("asymo.emulate", None),
+    "matmul": ("asymo.gemm", "matmul"),
     "sim": ("asymo.sim", None),
     "scaling": ("asymo.scaling", None),
 }

@@ -9,5 +9,6 @@
 #include "cpu_features.h"
 #include "pool.h"
 #include "emulate.h"
+#include "gemm.h"
 
 #endif

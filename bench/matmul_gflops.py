@@ -1,0 +1,340 @@
+"""GFLOP/s of asymo.matmul and numpy.matmul measured side by side, on the DL shape set.
+
+Run it alone on the machine (other benchmarks would disturb it)::
+
+    flock /tmp/asymo-bench.lock python3 bench/matmul_gflops.py            # both modes
+    flock /tmp/asymo-bench.lock python3 bench/matmul_gflops.py --mode symmetric --quick
+
+Shapes (float32, numpy.matmul orientation ``(M, K) @ (K, N)``):
+
+* MM: AsyMo's calibration set takes 15 MM sizes from the conv layers of VGG-16 and
+  MobileNet V1 (paper 003, section 5) without listing them. They are derived here as the
+  im2col GEMMs of those layers at 224 x 224, batch 1: M = output pixels, K = Cin * kh * kw,
+  N = Cout. All 9 distinct VGG-16 conv shapes, and 6 MobileNet V1 ones: the first 3x3 conv and
+  five pointwise convs spanning its resolutions.
+* MV: the paper's 20 MV sizes, (M, K) @ (K,) with M in {256, ..., 2048} and K in
+  {128, ..., 2048}, powers of two ("within range (256, 2048) and (124, 2048)").
+* 1024^3.
+
+Modes:
+
+* ``symmetric``: asymo on its default pool (every core) against NumPy/OpenBLAS limited to the
+  same number of threads (threadpoolctl).
+* ``emulated``: core ``--core`` runs at ``--speed`` (a SCHED_FIFO occupier takes the rest of it;
+  `asymo.emulate.slow_cores` when present, else a minimal occupier of this script). asymo runs
+  on the emulated topology (one cluster per core, capacities 1 and speed) against NumPy on all
+  cores and against asymo on the fast core alone. The emulator slows a core's speed, not its
+  caches.
+
+Every figure is a median over ``--rounds`` interleaved rounds (each round times every
+contender on the shape, in turn, after a pause that lets the previous contender's idle threads
+stop spinning), so slow drifts of the machine hit all contenders alike.
+Ratios are time(baseline) / time(asymo): above 1 means asymo is faster.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import asymo  # noqa: E402
+from asymo import gemm_plan  # noqa: E402
+from asymo.pool import Pool  # noqa: E402
+from asymo.topology import Cluster, Topology, detect, parse_spec  # noqa: E402
+
+MM_SHAPES = [
+    # name, M, K, N
+    ("vgg16.conv1_1", 50176, 27, 64),
+    ("vgg16.conv1_2", 50176, 576, 64),
+    ("vgg16.conv2_1", 12544, 576, 128),
+    ("vgg16.conv2_2", 12544, 1152, 128),
+    ("vgg16.conv3_1", 3136, 1152, 256),
+    ("vgg16.conv3_2", 3136, 2304, 256),
+    ("vgg16.conv4_1", 784, 2304, 512),
+    ("vgg16.conv4_2", 784, 4608, 512),
+    ("vgg16.conv5_x", 196, 4608, 512),
+    ("mobilenet.conv1", 12544, 27, 32),
+    ("mobilenet.pw1", 12544, 32, 64),
+    ("mobilenet.pw2", 3136, 64, 128),
+    ("mobilenet.pw4", 784, 128, 256),
+    ("mobilenet.pw6", 196, 256, 512),
+    ("mobilenet.pw13", 49, 1024, 1024),
+]
+MV_SHAPES = [(f"mv.{m}x{k}", m, k, 1) for m in (256, 512, 1024, 2048)
+             for k in (128, 256, 512, 1024, 2048)]
+CUBE = [("cube.1024", 1024, 1024, 1024)]
+#: seconds between contenders (see measure)
+SETTLE = 0.15
+QUICK = {"vgg16.conv2_2", "vgg16.conv3_2", "vgg16.conv4_2", "vgg16.conv5_x", "mobilenet.pw2",
+         "mobilenet.pw6", "mv.256x128", "mv.512x1024", "mv.1024x512", "mv.2048x2048",
+         "cube.1024"}
+
+
+# ---------------------------------------------------------------------------------------------
+# timing
+# ---------------------------------------------------------------------------------------------
+def _per_call(fn, target):
+    """Seconds per call of fn, timing enough calls to fill about ``target`` seconds."""
+    t0 = time.perf_counter()
+    fn()
+    one = time.perf_counter() - t0
+    n = max(1, min(10000, int(target / max(one, 1e-7))))
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n
+
+
+def measure(shape, contenders, rounds, target, dtype):
+    """Median seconds per call of every contender on one shape (interleaved rounds)."""
+    _, M, K, N = shape
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((M, K)).astype(dtype)
+    b = rng.standard_normal((K, N) if N > 1 else (K,)).astype(dtype)
+    out = np.empty((M, N) if N > 1 else (M,), dtype)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    calls = {}
+    for name, make in contenders.items():
+        fn = make(a, b, out)
+        fn()
+        err = np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30)
+        if err > 1e-3:
+            raise SystemExit(f"{name} is wrong on {shape}: relative error {err:.2e}")
+        calls[name] = fn
+    times = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            # Let the previous contender's idle threads stop spinning first: OpenBLAS workers
+            # busy-wait about 2^28 cycles (~0.1 s) after a call, asymo's 0.2 ms; either would
+            # otherwise take cycles from the next contender.
+            time.sleep(SETTLE)
+            times[name].append(_per_call(fn, target))
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def gflops(shape, seconds):
+    _, M, K, N = shape
+    return 2.0 * M * K * N / seconds / 1e9
+
+
+def geomean(xs):
+    xs = [x for x in xs if x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------
+# the emulator
+# ---------------------------------------------------------------------------------------------
+_OCCUPIER = r"""
+import ctypes, os, signal, sys, time
+cpu, busy, period, limit = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(1, signal.SIGKILL)                       # PR_SET_PDEATHSIG: die with the bench
+if os.getppid() == 1:
+    sys.exit(0)
+os.sched_setaffinity(0, {cpu})
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
+end = time.monotonic() + limit
+sys.stdout.write("ready\n"); sys.stdout.flush()
+while True:
+    t = time.monotonic()
+    if t > end:
+        break
+    stop = t + busy * period
+    while time.monotonic() < stop:
+        pass
+    time.sleep(max(0.0, (1.0 - busy) * period))
+"""
+
+
+@contextlib.contextmanager
+def _fallback_occupier(core, speed, time_limit=900.0, period=0.002):
+    """A SCHED_FIFO spinner on ``core`` leaving it ``speed`` of the time (dies with us)."""
+    proc = subprocess.Popen([sys.executable, "-c", _OCCUPIER, str(core), str(1.0 - speed),
+                             str(period), str(time_limit)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        if line.strip() != "ready":
+            err = proc.stderr.read()
+            raise SystemExit(f"the emulator helper did not start (SCHED_FIFO needs root or "
+                             f"CAP_SYS_NICE): {err.strip()}")
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
+@contextlib.contextmanager
+def emulation(core, speed):
+    """(topology, description) with ``core`` slowed to ``speed``."""
+    try:
+        from asymo.emulate import slow_cores
+    except ImportError:
+        slow_cores = None
+    if slow_cores is not None:
+        with slow_cores({core: speed}) as emu:
+            yield emu.topology, f"asymo.emulate.slow_cores({{{core}: {speed}}})"
+        return
+    base = detect()
+    cpus = [c for c in base.cpus if c != core]
+    spec = f"fast:{'+'.join(map(str, cpus))}@1.0,slow:{core}@{speed}"
+    with _fallback_occupier(core, speed):
+        yield parse_spec(spec), f"bench occupier: SCHED_FIFO spinner on cpu {core}, " \
+                                f"{1 - speed:.0%} of every 2 ms"
+
+
+# ---------------------------------------------------------------------------------------------
+# contenders
+# ---------------------------------------------------------------------------------------------
+def asymo_on(pool):
+    def make(a, b, out):
+        return lambda: asymo.matmul(a, b, out=out, pool=pool)
+    return make
+
+
+def numpy_call(a, b, out):
+    return lambda: np.matmul(a, b, out=out)
+
+
+def machine_line():
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model}, {len(os.sched_getaffinity(0))} usable cpus, numpy {np.__version__}"
+
+
+def blas_line():
+    try:
+        import threadpoolctl
+        info = [i for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
+        return ", ".join(f"{i.get('internal_api')} {i.get('version')}" for i in info)
+    except Exception:  # pragma: no cover
+        return "unknown"
+
+
+def run_mode(mode, shapes, args):
+    import threadpoolctl
+    dtype = np.dtype(args.dtype)
+    if mode == "symmetric":
+        pool = asymo.get_pool()
+        nthreads = pool.nworkers
+        contenders = {"asymo": asymo_on(pool), "numpy": numpy_call}
+        header = (f"symmetric: asymo pool {pool.topology.to_spec()} ({nthreads} workers), "
+                  f"NumPy/OpenBLAS {nthreads} threads")
+        with threadpoolctl.threadpool_limits(nthreads, user_api="blas"):
+            rows = _rows(shapes, contenders, args, dtype)
+        return header, rows, {"numpy": "asymo vs numpy"}
+    with emulation(args.core, args.speed) as (topo, how):
+        fast = topo.clusters[0]
+        pool = Pool(topology=topo)
+        pool_fast = Pool(topology=Topology(clusters=(Cluster(fast.name, fast.cpus, 1.0,
+                                                             fast.l1d, fast.l2, fast.l3),)))
+        nthreads = topo.ncpus
+        try:
+            contenders = {"asymo": asymo_on(pool), "numpy": numpy_call,
+                          "asymo_fast": asymo_on(pool_fast)}
+            header = (f"emulated: {how}; asymo pool {topo.to_spec()}, NumPy/OpenBLAS "
+                      f"{nthreads} threads, asymo_fast = asymo on cpus {fast.cpus} alone. "
+                      "(The emulator slows speed, not caches.)")
+            with threadpoolctl.threadpool_limits(nthreads, user_api="blas"):
+                rows = _rows(shapes, contenders, args, dtype)
+        finally:
+            pool.close()
+            pool_fast.close()
+    return header, rows, {"numpy": "asymo vs numpy", "asymo_fast": "asymo vs fast core alone"}
+
+
+def _rows(shapes, contenders, args, dtype):
+    rows = []
+    for shape in shapes:
+        t = measure(shape, contenders, args.rounds, args.target, dtype)
+        rows.append((shape, t))
+        if args.verbose:
+            print(f"  {shape[0]:>18} " + "  ".join(
+                f"{k} {gflops(shape, v):7.1f}" for k, v in t.items()), flush=True)
+    return rows
+
+
+def report(header, rows, baselines):
+    names = list(rows[0][1])
+    print()
+    print(header)
+    cols = "".join(f"{n + ' GF/s':>16}" for n in names)
+    cols += "".join(f"{'x ' + b:>16}" for b in baselines)
+    print(f"{'shape':>18} {'M x K x N':>18}{cols}")
+    groups = {"MM (VGG-16 + MobileNet V1)": [], "MV (20 sizes)": [], "1024^3": []}
+    for shape, t in rows:
+        name, M, K, N = shape
+        line = f"{name:>18} {f'{M}x{K}x{N}':>18}"
+        line += "".join(f"{gflops(shape, t[n]):16.1f}" for n in names)
+        ratios = {b: t[b] / t["asymo"] for b in baselines}
+        line += "".join(f"{ratios[b]:16.2f}" for b in baselines)
+        print(line)
+        group = ("MV (20 sizes)" if name.startswith("mv.") else
+                 "1024^3" if name.startswith("cube") else "MM (VGG-16 + MobileNet V1)")
+        groups[group].append(ratios)
+    summary = {}
+    for g, rs in groups.items():
+        if not rs:
+            continue
+        summary[g] = {b: geomean([r[b] for r in rs]) for b in baselines}
+        print(f"{'geomean ' + g:>37}" + " " * (16 * len(names))
+              + "".join(f"{summary[g][b]:16.2f}" for b in baselines))
+    return summary
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=["symmetric", "emulated", "both"], default="both")
+    ap.add_argument("--quick", action="store_true", help="a representative subset of shapes")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median)")
+    ap.add_argument("--target", type=float, default=0.03,
+                    help="seconds of calls per timing (default 0.03)")
+    ap.add_argument("--core", type=int, default=1, help="core the emulator slows")
+    ap.add_argument("--speed", type=float, default=0.5, help="speed of the slowed core")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    if len(os.sched_getaffinity(0)) < 2 and args.mode != "symmetric":
+        ap.error("the emulated mode needs at least 2 usable cpus")
+    shapes = MM_SHAPES + MV_SHAPES + CUBE
+    if args.quick:
+        shapes = [s for s in shapes if s[0] in QUICK]
+    print(f"machine: {machine_line()}; BLAS: {blas_line()}")
+    print(f"asymo GEMM: kernels {gemm_plan.best_isa()}, dtype {args.dtype}, medians of "
+          f"{args.rounds} interleaved rounds")
+    results = {}
+    modes = ["symmetric", "emulated"] if args.mode == "both" else [args.mode]
+    for mode in modes:
+        header, rows, baselines = run_mode(mode, shapes, args)
+        summary = report(header, rows, baselines)
+        results[mode] = {"header": header, "summary": summary,
+                         "rows": [{"shape": list(s), "seconds": t} for s, t in rows]}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return results
+
+
+if __name__ == "__main__":
+    main()
