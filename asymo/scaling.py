@@ -41,12 +41,12 @@ POOL_POLICIES = ("asymo", "even", "shared", "steal")
 BASELINES = ("numpy", "torch")
 SCHEMA = "asymo.bench.scaling/1"
 
-# Scheduling costs the simulator uses for preset CPUs unless told otherwise: the per-job and
-# per-take costs of asymo's pool measured on the development machine with no-op jobs
-# (`calibrate_sim`: 16-20 us per job under asymo/steal, ~0.1 us per take); the steal cost is an
-# estimate (a lock on another core's queue: a few cache-line transfers). A phone core is
-# slower, so these are optimistic there; --sim-overheads changes them.
-DEFAULT_SIM_OVERHEADS = Overheads(job=20e-6, task=0.1e-6, steal=0.5e-6)
+# Scheduling costs the simulator uses for preset CPUs unless told otherwise, from asymo's pool
+# on the development machine: an empty job through parallel_for 3.8 us (bench/pool_overhead.py,
+# README "Thread pool"), a take from the own queue one uncontended lock round trip (~50 ns);
+# a steal (locking another core's queue, a few cache-line transfers) is an estimate. A phone
+# core is slower, so these are optimistic there; --sim-overheads changes them.
+DEFAULT_SIM_OVERHEADS = Overheads(job=4e-6, task=50e-9, steal=0.5e-6)
 
 
 # --------------------------------------------------------------------------------------------
