@@ -602,6 +602,7 @@ class ScalingResult:
     workloads: dict = field(default_factory=dict)   # name -> description
     validation: Optional[dict] = None
     calibration: Optional[dict] = None
+    workload_objs: list = field(default_factory=list, repr=False, compare=False)
 
     def _fill_speedups(self):
         base = {(p.workload, p.policy): p.throughput for p in self.points if p.cores == 1}
@@ -862,13 +863,14 @@ def _single_core(topology, ci):
                          source=topology.source, emulated=topology.emulated)
 
 
-def _calibration_items(topology, spin):
-    """What the simulator needs to model ``spin`` here (see :func:`calibrate_sim`)."""
+def _calibration_items(topology, workloads):
+    """What the simulator needs to model ``workloads`` here (see :func:`calibrate_sim`)."""
     items = []
-    for ci in range(topology.nclusters):
-        one = _single_core(topology, ci)
-        items.append((("cal", "task", ci),
-                       lambda one=one: spin.runner("asymo", one), True))
+    for wl in workloads:
+        for ci in range(topology.nclusters):
+            one = _single_core(topology, ci)
+            items.append((("cal", wl.name, ci),
+                          lambda wl=wl, one=one: wl.runner("asymo", one), True))
     _, noop = _spin_cfunc()
     nw = topology.ncpus
     for pol in POOL_POLICIES:
@@ -881,25 +883,36 @@ def _calibration_items(topology, spin):
     return items
 
 
-def _calibration_from(samples, topology, spin):
-    task_s = [statistics.median(samples[("cal", "task", ci)]) / spin.ntasks
-              for ci in range(topology.nclusters)]
-    nw = topology.ncpus
+def _sim_seconds_at_1gflops(wl, topology):
+    """Simulated single-core seconds of one run of ``wl`` at 1 GFLOP/s (its modelled work)."""
+    one = _single_core(topology, 0)
+    return sum(float(j.costs.sum()) for j in wl.sim_jobs(one, [1.0]))
+
+
+def _calibration_from(samples, topology, workloads):
+    """Per workload: the run time on one core of each cluster, hence each cluster's rate on
+    the workload's modelled work; per policy: scheduling overheads from no-op jobs."""
+    per = {}
+    for wl in workloads:
+        t = [statistics.median(samples[("cal", wl.name, ci)])
+             for ci in range(topology.nclusters)]
+        work = _sim_seconds_at_1gflops(wl, topology)
+        per[wl.name] = {"time_s": t, "gflops_per_core": [work / x for x in t],
+                        "speeds": [t[0] / x for x in t]}
     overheads = {}
     for pol in POOL_POLICIES:
         small = statistics.median(samples[("cal", "noop", pol, "small")])
         big = statistics.median(samples[("cal", "noop", pol, "big")])
-        # a job of nw no-op tasks costs job + one take per worker; of 64*nw, job + 64 takes
-        # per worker (chunking makes that an upper bound on per-take cost x takes)
+        # a job of nw no-op tasks costs job + one take per worker; of 64*nw, job + at most 64
+        # takes per worker (chunking merges takes: an upper bound on the per-take cost)
         per_take = max(0.0, (big - small) / 63.0)
         overheads[pol] = {"job": max(0.0, small - per_take), "task": per_take,
                           "steal": per_take}
-    return {"task_s": task_s, "speeds": _speeds_from(task_s), "overheads": overheads,
-            "ntasks": spin.ntasks, "iters": spin.iters}
+    return {"workloads": per, "overheads": overheads}
 
 
 def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, repeats=5,
-                    min_time=0.02, progress=True, calibrate=None):
+                    min_time=0.02, progress=True, calibrate=False):
     """Measure throughput at 1 .. ncpus cores (fastest cluster first) on this machine.
 
     Parameters
@@ -919,9 +932,9 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
         Each sample lasts at least this long (seconds).
     progress : bool
         Show a tqdm progress bar on stderr.
-    calibrate : SpinWorkload, optional
-        Also measure, in the same interleaved rounds, what the simulator needs to model this
-        spin workload here (stored as ``result.calibration``, used by :func:`validate_sim`).
+    calibrate : bool
+        Also measure, in the same interleaved rounds, what the simulator needs to model the
+        workloads here (stored as ``result.calibration``, used by :func:`validate_sim`).
 
     Returns
     -------
@@ -947,8 +960,10 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
     if not items:
         raise RuntimeError("nothing to measure: none of the requested policies can run the "
                            "requested workloads in this build")
-    if calibrate is not None:
-        items += _calibration_items(topology, calibrate)
+    pool_workloads = [wl for wl in workloads
+                      if any(p in POOL_POLICIES for p in _policies_for(wl, policies))]
+    if calibrate:
+        items += _calibration_items(topology, pool_workloads)
     load_before = _loadavg()
     samples = _measure_items(items, repeats, min_time, progress, desc="scaling")
     load_after = _loadavg()
@@ -965,8 +980,9 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
                                                         "loadavg_before": load_before,
                                                         "loadavg_after": load_after},
                         workloads={wl.name: wl.describe() for wl in workloads})
-    if calibrate is not None:
-        res.calibration = _calibration_from(samples, topology, calibrate)
+    res.workload_objs = list(workloads)
+    if calibrate:
+        res.calibration = _calibration_from(samples, topology, pool_workloads)
     res._fill_speedups()
     return res
 
@@ -1094,87 +1110,99 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
 # --------------------------------------------------------------------------------------------
 # validating the simulator against this machine
 
-def calibrate_sim(topology, spin=None, *, repeats=5, min_time=0.02, progress=False):
-    """Measure what the simulator needs to model ``spin`` on this machine, independently of
-    the sweep it will be compared with:
+def calibrate_sim(topology, workloads=None, *, repeats=5, min_time=0.02, progress=False):
+    """Measure what the simulator needs to model ``workloads`` on this machine, independently
+    of the sweep it will be compared with:
 
-    * the spin task's duration on the first core of each cluster (a pool of that one core),
-      which gives each cluster's true speed;
+    * each workload's run time on the first core of each cluster (a pool of that one core),
+      which gives each cluster's rate on the work the simulator models for it (and so each
+      cluster's true speed);
     * each policy's scheduling overheads on the whole machine, from jobs of no-op tasks: one
       task per worker (the per-job cost) and 64 per worker (the per-take cost).
 
     Returns a dict of plain numbers.
     """
-    spin = spin or SpinWorkload()
-    items = _calibration_items(topology, spin)
+    workloads = list(workloads) if workloads is not None else [SpinWorkload()]
+    items = _calibration_items(topology, workloads)
     samples = _measure_items(items, repeats, min_time, progress, desc="calibrating")
-    return _calibration_from(samples, topology, spin)
+    return _calibration_from(samples, topology, workloads)
 
 
-def _speeds_from(task_s):
-    return [task_s[0] / t for t in task_s]
-
-
-def validate_sim(measured, *, calibration=None, topology=None, spin=None, repeats=5,
+def validate_sim(measured, *, calibration=None, topology=None, workloads=None, repeats=5,
                  min_time=0.02):
-    """Compare the simulator with a measured sweep of the ``spin`` workload on this machine.
+    """Compare the simulator with a measured sweep of this machine, workload by workload.
 
-    The simulator is given only the calibration (per-cluster task time on one core of each
+    The simulator is given only the calibration (each workload's time on one core of each
     cluster, per-policy overheads from no-op jobs; taken from ``measured.calibration`` when
-    the sweep measured it, else measured now) and the pool's split rule; the measured
-    multi-core throughputs are what it must reproduce. Fills ``sim_throughput`` on the
-    measured spin points and returns (and stores on ``measured``) a dict with per-point errors
-    and ``sim_error`` per policy: the relative error at the largest core count.
+    the sweep measured it, else measured now) and the pool's and planner's rules; the
+    measured multi-core throughputs are what it must reproduce. Fills ``sim_throughput`` on
+    the measured pool-policy points and returns (and stores on ``measured``) a dict with
+    per-point errors and, per workload, ``sim_error`` per policy: the relative error at the
+    largest core count. The top-level ``sim_error`` is the spin workload's (scheduling
+    alone), or the first workload's when spin was not measured.
     """
     topology = topology if topology is not None else measured.topology
-    spin = spin or SpinWorkload()
-    pts = [p for p in measured.points if p.workload == "spin" and p.policy in POOL_POLICIES]
+    workloads = list(workloads or measured.workload_objs or [])
+    byname = {wl.name: wl for wl in workloads}
+    pts = [p for p in measured.points if p.policy in POOL_POLICIES and p.workload in byname]
     if not pts:
-        raise ValueError("validation needs the 'spin' workload measured with pool policies")
+        raise ValueError("validation needs workloads measured with pool policies")
+    names = list(dict.fromkeys(p.workload for p in pts))
     cal = calibration or getattr(measured, "calibration", None) or \
-        calibrate_sim(topology, spin, repeats=repeats, min_time=min_time)
-    if cal.get("ntasks") != spin.ntasks or cal.get("iters") != spin.iters:
-        raise ValueError("the calibration was measured for another spin workload")
-    rows = []
-    sim_error = {}
-    kmax = max(p.cores for p in pts)
-    for p in sorted(pts, key=lambda q: (q.policy, q.cores)):
-        sub = first_cores(topology, p.cores)
-        task_on = [cal["task_s"][i] for i in range(sub.nclusters)]
-        costs = np.tile(np.asarray(task_on), (spin.ntasks, 1))
-        o = cal["overheads"][p.policy]
-        res = simulate(sub, [Job(costs=costs, name="spin")], policy=p.policy,
-                       overheads=Overheads(job=o["job"], task=o["task"], steal=o["steal"]))
-        sim_tp = spin.throughput(res.makespan)
-        p.sim_throughput = sim_tp
-        err = sim_tp / p.throughput - 1.0
-        best = spin.throughput(min(p.times_s)) if p.times_s else p.throughput
-        rows.append({"policy": p.policy, "cores": p.cores, "measured": p.throughput,
-                     "measured_best": best, "simulated": sim_tp, "error": err,
-                     "error_vs_best": sim_tp / best - 1.0,
-                     "steals_by_direction": res.steals_by_direction})
-        if p.cores == kmax:
-            sim_error[p.policy] = err
-    val = {"workload": "spin", "unit": spin.unit, "calibration": cal,
-           "measured_speeds": cal["speeds"], "points": rows, "sim_error": sim_error,
-           "max_abs_error": max(abs(r["error"]) for r in rows), "tolerance": 0.10}
+        calibrate_sim(topology, [byname[n] for n in names], repeats=repeats,
+                      min_time=min_time)
+    missing = [n for n in names if n not in cal["workloads"]]
+    if missing:
+        raise ValueError(f"the calibration does not cover workload(s) {missing}")
+    out = {}
+    for name in names:
+        wl = byname[name]
+        rates = cal["workloads"][name]["gflops_per_core"]
+        mine = sorted((p for p in pts if p.workload == name), key=lambda q: (q.policy, q.cores))
+        kmax = max(p.cores for p in mine)
+        rows, sim_error = [], {}
+        for p in mine:
+            sub = first_cores(topology, p.cores)
+            o = cal["overheads"][p.policy]
+            res = simulate(sub, wl.sim_jobs(sub, rates[:sub.nclusters]), policy=p.policy,
+                           overheads=Overheads(job=o["job"], task=o["task"], steal=o["steal"]))
+            sim_tp = wl.throughput(res.makespan)
+            p.sim_throughput = sim_tp
+            best = wl.throughput(min(p.times_s)) if p.times_s else p.throughput
+            rows.append({"policy": p.policy, "cores": p.cores, "measured": p.throughput,
+                         "measured_best": best, "simulated": sim_tp,
+                         "error": sim_tp / p.throughput - 1.0,
+                         "error_vs_best": sim_tp / best - 1.0,
+                         "steals_by_direction": res.steals_by_direction})
+            if p.cores == kmax:
+                sim_error[p.policy] = rows[-1]["error"]
+        out[name] = {"unit": wl.unit, "speeds": cal["workloads"][name]["speeds"],
+                     "points": rows, "sim_error": sim_error,
+                     "max_abs_error": max(abs(r["error"]) for r in rows)}
+    primary = "spin" if "spin" in out else names[0]
+    val = {"workloads": out, "primary": primary, "sim_error": dict(out[primary]["sim_error"]),
+           "max_abs_error": out[primary]["max_abs_error"], "tolerance": 0.10,
+           "calibration": cal}
     measured.validation = val
     return val
 
 
 def format_validation(val):
-    lines = [f"simulator vs measurement ({val['workload']}, {val['unit']}); simulator given "
-             f"only the calibration: per-cluster speed "
-             f"{', '.join(f'{s:.3f}' for s in val['measured_speeds'])}, no-op job overheads"]
-    lines.append(f"{'policy':<10}{'cores':>6}{'measured':>12}{'simulated':>12}{'error':>9}"
-                 f"{'best run':>12}{'error':>9}")
-    for r in val["points"]:
-        lines.append(f"{r['policy']:<10}{r['cores']:>6}{_fmt(r['measured']):>12}"
-                     f"{_fmt(r['simulated']):>12}{r['error'] * 100:>8.1f}%"
-                     f"{_fmt(r['measured_best']):>12}{r['error_vs_best'] * 100:>8.1f}%")
-    worst = val["max_abs_error"]
-    ok = "within" if worst <= val["tolerance"] else "OUTSIDE"
-    lines.append(f"measured = median of the interleaved runs; best run = the fastest (least "
-                 f"disturbed by other load). Largest |error| vs median {worst * 100:.1f}% "
-                 f"({ok} the {val['tolerance'] * 100:.0f}% target)")
+    lines = ["simulator vs measurement: the simulator is given only the calibration (each "
+             "workload on one core of each cluster; no-op jobs for the overheads)"]
+    for name, w in val["workloads"].items():
+        lines.append("")
+        lines.append(f"{name} [{w['unit']}]  measured cluster speeds "
+                     + ", ".join(f"{s:.3f}" for s in w["speeds"]))
+        lines.append(f"{'policy':<10}{'cores':>6}{'measured':>12}{'simulated':>12}"
+                     f"{'error':>9}{'best run':>12}{'error':>9}")
+        for r in w["points"]:
+            lines.append(f"{r['policy']:<10}{r['cores']:>6}{_fmt(r['measured']):>12}"
+                         f"{_fmt(r['simulated']):>12}{r['error'] * 100:>8.1f}%"
+                         f"{_fmt(r['measured_best']):>12}{r['error_vs_best'] * 100:>8.1f}%")
+        ok = "within" if w["max_abs_error"] <= val["tolerance"] else "OUTSIDE"
+        lines.append(f"largest |error| {w['max_abs_error'] * 100:.1f}% ({ok} the "
+                     f"{val['tolerance'] * 100:.0f}% target)")
+    lines.append("measured = median of the runs; best run = the fastest (least disturbed by "
+                 "other load).")
     return lines

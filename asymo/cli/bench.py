@@ -90,7 +90,8 @@ def _register_scaling(bsub):
                         "apps, thermal throttling)")
     p.add_argument("--validate-sim", action="store_true",
                    help="also calibrate and run the simulator for this machine and print "
-                        "measured against simulated per-policy throughput (spin workload)")
+                        "measured against simulated per-policy throughput (adds the spin "
+                        "workload, scheduling alone, when not selected)")
     p.add_argument("--json", metavar="FILE", default=None, help="write the points as JSON")
     p.add_argument("--plot", metavar="FILE", default=None,
                    help="write a PNG plot (needs matplotlib)")
@@ -149,14 +150,13 @@ def run_scaling(args):
     else:
         with _emulation(emulate):
             t = topo.detect(override=args.topology)
-            spin = next((w for w in workloads if w.name == "spin"), None)
             result = scaling.measure_scaling(workloads, policies=args.policies, topology=t,
                                              max_cores=args.max_cores, repeats=args.repeats,
                                              min_time=args.min_time,
                                              progress=not args.no_progress,
-                                             calibrate=spin if args.validate_sim else None)
+                                             calibrate=args.validate_sim)
             if args.validate_sim:
-                scaling.validate_sim(result, spin=spin)
+                scaling.validate_sim(result)
     print(result.table())
     if args.json:
         with open(args.json, "w") as f:
