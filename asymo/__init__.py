@@ -18,6 +18,7 @@ _LAZY = {
     "frequency_plan": ("asymo.dvfs.selection", "frequency_plan"),
     "emulate": ("asymo.emulate", None),
     "matmul": ("asymo.gemm", "matmul"),
+    "pipeline": ("asymo.pipeline", None),
     "sim": ("asymo.sim", None),
     "scaling": ("asymo.scaling", None),
 }

@@ -13,6 +13,8 @@ SUBCOMMANDS = [
     "info",
     "dvfs",
     "emulate",
+    "plan",
+    "pipeline",
     "bench",
 ]
 
