@@ -19,6 +19,8 @@ _LAZY = {
     "emulate": ("asymo.emulate", None),
     "matmul": ("asymo.gemm", "matmul"),
     "pipeline": ("asymo.pipeline", None),
+    "conv2d": ("asymo.conv", "conv2d"),
+    "models": ("asymo.models", None),
     "sim": ("asymo.sim", None),
     "scaling": ("asymo.scaling", None),
 }
