@@ -581,14 +581,14 @@ class Point:
     time_s: float
     cpus: list
     speedup: float = float("nan")     # over the same policy on one core
-    times_s: list = field(default_factory=list)
+    times_s: list = field(default_factory=list)   # the samples the median is taken over
     sim_throughput: Optional[float] = None
+    external_load: Optional[float] = None   # median share of the cores others used
+    samples_clean: Optional[int] = None     # samples with external load <= the limit
+    samples_total: Optional[int] = None
 
     def to_dict(self):
-        d = asdict(self)
-        if d["sim_throughput"] is None:
-            del d["sim_throughput"]
-        return d
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass
@@ -637,10 +637,19 @@ class ScalingResult:
         lines = [self.label()]
         if self.mode == "measured":
             m = self.meta
-            lines.append(f"{m.get('repeats')} runs per point, median (pool policies "
-                         f"interleaved); 1-min load average "
+            clean = sum(p.samples_clean or 0 for p in self.points)
+            total = sum(p.samples_total or 0 for p in self.points)
+            short = [f"{p.workload}/{p.policy}/{p.cores}" for p in self.points
+                     if (p.samples_clean or 0) < m.get("repeats", 0)]
+            lines.append(f"median of {m.get('repeats')} runs per point (pool policies "
+                         f"interleaved) taken while other processes used <= "
+                         f"{m.get('max_external_load', 1.0) * 100:.0f}% of the cores: "
+                         f"{clean} of {total} runs; 1-min load average "
                          f"{m.get('loadavg_before', float('nan')):.2f} before, "
                          f"{m.get('loadavg_after', float('nan')):.2f} after")
+            if short:
+                lines.append("too few undisturbed runs (figures less reliable): "
+                             + ", ".join(short[:8]) + (" ..." if len(short) > 8 else ""))
             if self.topology.emulated:
                 lines.append("note: the emulator slows cores by time-slicing; it emulates "
                              "speed, not cache size.")
@@ -795,8 +804,13 @@ def _calls_for(run, min_time):
 BASELINE_SETTLE_S = 0.3
 
 
-def _measure_items(items, repeats, min_time, progress, desc="measuring"):
-    """Time every item ``repeats`` times.
+DEFAULT_MAX_EXTERNAL = 0.05
+MAX_ROUNDS_FACTOR = 4
+
+
+def _measure_items(items, repeats, min_time, progress, desc="measuring",
+                   max_external=DEFAULT_MAX_EXTERNAL):
+    """Time every item until it has ``repeats`` undisturbed samples.
 
     ``items`` is a list of ``(key, factory, interleave)``; ``factory()`` is a context manager
     giving a zero-argument callable. Items with ``interleave`` (asymo's pools, whose idle
@@ -804,49 +818,84 @@ def _measure_items(items, repeats, min_time, progress, desc="measuring"):
     once, the order rotated by one each round, so a drift in machine load (other users,
     thermal) hits them all alike. The others (NumPy's BLAS and torch's OpenMP threads, which
     keep spinning for up to ~0.1 s after a call and would slow whatever runs next) are
-    measured afterwards, each in one block of ``repeats`` samples between settling pauses.
+    measured afterwards, each in one block between settling pauses.
+
     Each sample: one warm-up call, then enough calls to last ``min_time`` (the count is fixed
-    on the first visit). Returns ``{key: [seconds per call, ...]}``.
+    on the first visit), with the share of the machine other processes used meanwhile
+    (:class:`asymo._loadmon.OtherLoad`). A sample with more than ``max_external`` is kept but
+    does not count as undisturbed; an item is sampled again (up to ``4 * repeats`` times)
+    until it has ``repeats`` undisturbed samples. Returns ``{key: [(seconds per call,
+    external share), ...]}``.
     """
     from tqdm import tqdm
+
+    from asymo._loadmon import OtherLoad
+    mon = OtherLoad()
     samples = {key: [] for key, _, _ in items}
     numbers = {}
     inter = [(k, f) for k, f, i in items if i]
     blocks = [(k, f) for k, f, i in items if not i]
+    max_samples = MAX_ROUNDS_FACTOR * repeats
+
+    def clean(key):
+        return sum(1 for _, share in samples[key] if share <= max_external)
+
+    def done(key):
+        return clean(key) >= repeats or len(samples[key]) >= max_samples
 
     def sample(key, run):
         run()
         if key not in numbers:
             numbers[key] = _calls_for(run, min_time)
         number = numbers[key]
+        snap = mon.snapshot()
         t0 = time.perf_counter()
         for _ in range(number):
             run()
-        samples[key].append((time.perf_counter() - t0) / number)
+        dt = (time.perf_counter() - t0) / number
+        samples[key].append((dt, mon.share_since(snap)))
 
     bar = tqdm(total=len(items) * repeats, desc=desc, unit="run", disable=not progress,
                leave=False)
+
+    def tick(key):
+        if bar.n >= bar.total:
+            bar.total += 1
+        bar.set_postfix_str(" ".join(str(k) for k in key)[:40])
+        bar.update(1)
+
     try:
-        n = len(inter)
-        for rnd in range(repeats if n else 0):
-            shift = rnd % n
-            for key, factory in inter[shift:] + inter[:shift]:
-                bar.set_postfix_str(" ".join(str(k) for k in key)[:40])
+        rnd = 0
+        while True:
+            todo = [(k, f) for k, f in inter if not done(k)]
+            if not todo:
+                break
+            shift = rnd % len(todo)
+            for key, factory in todo[shift:] + todo[:shift]:
                 with factory() as run:
                     sample(key, run)
-                bar.update(1)
+                tick(key)
+            rnd += 1
         for key, factory in blocks:
-            bar.set_postfix_str(" ".join(str(k) for k in key)[:40])
             time.sleep(BASELINE_SETTLE_S)
             with factory() as run:
-                for _ in range(repeats):
+                while not done(key):
                     sample(key, run)
-                    bar.update(1)
+                    tick(key)
         if blocks:
             time.sleep(BASELINE_SETTLE_S)
     finally:
         bar.close()
     return samples
+
+
+def _summarize(samples, max_external=DEFAULT_MAX_EXTERNAL):
+    """(median seconds, the samples used, their external shares, how many were undisturbed):
+    the undisturbed samples when there are any, else all of them."""
+    good = [(t, sh) for t, sh in samples if sh <= max_external]
+    used = good or list(samples)
+    times = [t for t, _ in used]
+    return statistics.median(times), times, [sh for _, sh in used], len(good)
 
 
 def _policies_for(workload, policies):
@@ -889,20 +938,20 @@ def _sim_seconds_at_1gflops(wl, topology):
     return sum(float(j.costs.sum()) for j in wl.sim_jobs(one, [1.0]))
 
 
-def _calibration_from(samples, topology, workloads):
+def _calibration_from(samples, topology, workloads, max_external=DEFAULT_MAX_EXTERNAL):
     """Per workload: the run time on one core of each cluster, hence each cluster's rate on
     the workload's modelled work; per policy: scheduling overheads from no-op jobs."""
     per = {}
     for wl in workloads:
-        t = [statistics.median(samples[("cal", wl.name, ci)])
+        t = [_summarize(samples[("cal", wl.name, ci)], max_external)[0]
              for ci in range(topology.nclusters)]
         work = _sim_seconds_at_1gflops(wl, topology)
         per[wl.name] = {"time_s": t, "gflops_per_core": [work / x for x in t],
                         "speeds": [t[0] / x for x in t]}
     overheads = {}
     for pol in POOL_POLICIES:
-        small = statistics.median(samples[("cal", "noop", pol, "small")])
-        big = statistics.median(samples[("cal", "noop", pol, "big")])
+        small = _summarize(samples[("cal", "noop", pol, "small")], max_external)[0]
+        big = _summarize(samples[("cal", "noop", pol, "big")], max_external)[0]
         # a job of nw no-op tasks costs job + one take per worker; of 64*nw, job + at most 64
         # takes per worker (chunking merges takes: an upper bound on the per-take cost)
         per_take = max(0.0, (big - small) / 63.0)
@@ -912,7 +961,8 @@ def _calibration_from(samples, topology, workloads):
 
 
 def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, repeats=5,
-                    min_time=0.02, progress=True, calibrate=False):
+                    min_time=0.02, progress=True, calibrate=False,
+                    max_external=DEFAULT_MAX_EXTERNAL):
     """Measure throughput at 1 .. ncpus cores (fastest cluster first) on this machine.
 
     Parameters
@@ -935,6 +985,11 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
     calibrate : bool
         Also measure, in the same interleaved rounds, what the simulator needs to model the
         workloads here (stored as ``result.calibration``, used by :func:`validate_sim`).
+    max_external : float
+        A sample during which other processes used more than this share of the machine's
+        cores counts as disturbed: points are re-sampled (up to 4x ``repeats``) until they
+        have ``repeats`` undisturbed samples, and the median is over those (over all samples
+        when none was undisturbed; ``Point.samples_clean`` says which). 1.0 keeps everything.
 
     Returns
     -------
@@ -965,24 +1020,28 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
     if calibrate:
         items += _calibration_items(topology, pool_workloads)
     load_before = _loadavg()
-    samples = _measure_items(items, repeats, min_time, progress, desc="scaling")
+    samples = _measure_items(items, repeats, min_time, progress, desc="scaling",
+                             max_external=max_external)
     load_after = _loadavg()
     points = []
     for key, (wl, sub) in meta.items():
-        med = statistics.median(samples[key])
+        med, times, shares, nclean = _summarize(samples[key], max_external)
         points.append(Point(workload=wl.name, policy=key[1], cores=key[2],
                             throughput=wl.throughput(med), unit=wl.unit, time_s=med,
-                            cpus=list(sub.cpus), times_s=samples[key]))
+                            cpus=list(sub.cpus), times_s=times,
+                            external_load=statistics.median(shares),
+                            samples_clean=nclean, samples_total=len(samples[key])))
     res = ScalingResult(points=points, mode="measured", topology=first_cores(topology, ncores),
                         meta=_machine_meta(topology) | {"repeats": repeats,
                                                         "min_time_s": min_time,
                                                         "interleaved": True,
+                                                        "max_external_load": max_external,
                                                         "loadavg_before": load_before,
                                                         "loadavg_after": load_after},
                         workloads={wl.name: wl.describe() for wl in workloads})
     res.workload_objs = list(workloads)
     if calibrate:
-        res.calibration = _calibration_from(samples, topology, pool_workloads)
+        res.calibration = _calibration_from(samples, topology, pool_workloads, max_external)
     res._fill_speedups()
     return res
 
@@ -1110,7 +1169,8 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
 # --------------------------------------------------------------------------------------------
 # validating the simulator against this machine
 
-def calibrate_sim(topology, workloads=None, *, repeats=5, min_time=0.02, progress=False):
+def calibrate_sim(topology, workloads=None, *, repeats=5, min_time=0.02, progress=False,
+                  max_external=DEFAULT_MAX_EXTERNAL):
     """Measure what the simulator needs to model ``workloads`` on this machine, independently
     of the sweep it will be compared with:
 
@@ -1124,8 +1184,9 @@ def calibrate_sim(topology, workloads=None, *, repeats=5, min_time=0.02, progres
     """
     workloads = list(workloads) if workloads is not None else [SpinWorkload()]
     items = _calibration_items(topology, workloads)
-    samples = _measure_items(items, repeats, min_time, progress, desc="calibrating")
-    return _calibration_from(samples, topology, workloads)
+    samples = _measure_items(items, repeats, min_time, progress, desc="calibrating",
+                             max_external=max_external)
+    return _calibration_from(samples, topology, workloads, max_external)
 
 
 def validate_sim(measured, *, calibration=None, topology=None, workloads=None, repeats=5,
@@ -1203,6 +1264,5 @@ def format_validation(val):
         ok = "within" if w["max_abs_error"] <= val["tolerance"] else "OUTSIDE"
         lines.append(f"largest |error| {w['max_abs_error'] * 100:.1f}% ({ok} the "
                      f"{val['tolerance'] * 100:.0f}% target)")
-    lines.append("measured = median of the runs; best run = the fastest (least disturbed by "
-                 "other load).")
+    lines.append("measured = median of the undisturbed runs; best run = the fastest run.")
     return lines

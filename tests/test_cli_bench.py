@@ -123,7 +123,8 @@ def test_numpy_im2col_baseline_matches_reference():
 def test_measured_numpy_baseline_tiny(tmp_path, capsys):
     js = tmp_path / "np.json"
     rc, out, _ = _run(capsys, "--workload", "matmul", "--policies", "numpy", "--repeats", "1",
-                      "--min-time", "0", "--max-cores", "2", "--json", str(js))
+                      "--min-time", "0", "--max-cores", "2", "--max-external-load", "1",
+                      "--json", str(js))
     assert rc == 0
     doc = json.loads(js.read_text())
     _check_schema(doc, "measured")
@@ -135,7 +136,8 @@ def test_measured_spin_with_validation_tiny(tmp_path, capsys):
     pytest.importorskip("asymo.pool")
     js, png = tmp_path / "m.json", tmp_path / "m.png"
     rc, out, _ = _run(capsys, "--workload", "spin", "--repeats", "1", "--min-time", "0",
-                      "--validate-sim", "--json", str(js), "--plot", str(png))
+                      "--max-external-load", "1", "--validate-sim", "--json", str(js),
+                      "--plot", str(png))
     assert rc == 0
     doc = json.loads(js.read_text())
     _check_schema(doc, "measured")
@@ -149,6 +151,8 @@ def test_measured_spin_with_validation_tiny(tmp_path, capsys):
     assert val["calibration"]["workloads"]["spin"]["time_s"][0] > 0
     assert val["primary"] == "spin"
     assert all("sim_throughput" in p for p in doc["points"])
+    assert all(p["samples_total"] == p["samples_clean"] == 1 for p in doc["points"])
+    assert all(0.0 <= p["external_load"] <= 1.0 for p in doc["points"])
     assert "simulator vs measurement" in out
     assert png.exists()
 
@@ -176,3 +180,27 @@ def test_parse_interference():
         scaling.parse_interference("4:0.5:1")
     with pytest.raises(ValueError, match="bad interference"):
         scaling.parse_interference("4:2")
+
+
+def test_other_load_counts_foreign_processes_not_our_children():
+    import subprocess
+    import sys
+    import time
+
+    from asymo._loadmon import OtherLoad
+    mon = OtherLoad()
+    if not mon.available:
+        pytest.skip("no /proc/<pid>/schedstat here")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        assert child.pid in mon._ours([child.pid, os.getpid()])
+    finally:
+        child.kill()
+        child.wait()
+    # an orphan (its parent exits at once) is not ours: its busy loop must show up
+    subprocess.run(["sh", "-c", f"{sys.executable} -c 'import time\n"
+                    "t = time.time() + 0.8\nwhile time.time() < t: pass' &"], check=True)
+    time.sleep(0.1)
+    snap = mon.snapshot()
+    time.sleep(0.5)
+    assert mon.share_since(snap) >= 0.1

@@ -71,6 +71,10 @@ def _register_scaling(bsub):
     p.add_argument("--min-time", type=float, default=0.02, metavar="SEC",
                    help="each sample repeats the workload for at least this long (default "
                         "0.02)")
+    p.add_argument("--max-external-load", type=float, default=0.05, metavar="SHARE",
+                   help="a run during which other processes used more than SHARE of the "
+                        "cores is disturbed: it is repeated (up to 4x --repeats) and left out "
+                        "of the median (default 0.05; 1 keeps every run)")
     p.add_argument("--max-cores", type=int, default=None, metavar="K",
                    help="stop at K cores")
     p.add_argument("--topology", default=None, metavar="SPEC",
@@ -122,6 +126,9 @@ def run_scaling(args):
     try:
         if args.repeats < 1:
             raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+        if not 0 < args.max_external_load <= 1:
+            raise ValueError(f"--max-external-load must lie in (0, 1], got "
+                             f"{args.max_external_load}")
         if args.max_cores is not None and args.max_cores < 1:
             raise ValueError(f"--max-cores must be >= 1, got {args.max_cores}")
         if args.simulate and (args.validate_sim or args.emulate):
@@ -154,7 +161,8 @@ def run_scaling(args):
                                              max_cores=args.max_cores, repeats=args.repeats,
                                              min_time=args.min_time,
                                              progress=not args.no_progress,
-                                             calibrate=args.validate_sim)
+                                             calibrate=args.validate_sim,
+                                             max_external=args.max_external_load)
             if args.validate_sim:
                 scaling.validate_sim(result)
     print(result.table())
