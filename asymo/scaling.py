@@ -702,7 +702,13 @@ class ScalingResult:
             raise RuntimeError("--plot needs matplotlib (pip install matplotlib)") from None
         series = self.series()
         n = max(1, len(series))
-        fig, axes = plt.subplots(1, n, figsize=(5.2 * n, 4.2), squeeze=False)
+        ncols = min(n, 2)
+        nrows = math.ceil(n / ncols)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(6.2 * ncols, 4.3 * nrows + 0.4),
+                                 squeeze=False)
+        flat = [ax for row in axes for ax in row]
+        for ax in flat[n:]:
+            ax.set_visible(False)
         styles = {"asymo": ("tab:red", "o", "-"), "even": ("tab:blue", "s", "--"),
                   "shared": ("tab:green", "^", "-."), "steal": ("tab:purple", "v", ":"),
                   "numpy": ("black", "x", "--"), "torch": ("tab:orange", "d", "--")}
@@ -712,12 +718,15 @@ class ScalingResult:
         for c in self.topology.clusters[:-1]:
             acc += c.ncpus
             bounds.append(acc + 0.5)
-        for ax, (wl, by_policy) in zip(axes[0], series.items()):
+        for ax, (wl, by_policy) in zip(flat, series.items()):
             unit = next(p.unit for p in self.points if p.workload == wl)
             for pol, pts in by_policy.items():
                 color, marker, ls = styles.get(pol, (None, ".", "-"))
                 xs, ys = zip(*pts)
-                ax.plot(xs, ys, marker=marker, linestyle=ls, color=color, label=pol)
+                label = pol
+                if pol == "numpy" and self.mode == "simulated":
+                    label = "numpy (model: static even split)"
+                ax.plot(xs, ys, marker=marker, linestyle=ls, color=color, label=label)
                 sims = [(k, sim_pts.get((wl, pol, k))) for k in xs]
                 sims = [(k, v) for k, v in sims if v is not None]
                 if sims:
@@ -739,8 +748,10 @@ class ScalingResult:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         title = self.label()
+        if self.mode == "measured" and self.topology.emulated:
+            title += "\nthe emulator slows a core by time-slicing: speed only, not cache size"
         if sim_pts:
-            title += "  (hollow markers: simulator)"
+            title += "\nhollow markers: the simulator, calibrated on one core per cluster"
         fig.suptitle(title, fontsize=10)
         fig.tight_layout()
         fig.savefig(path, dpi=110)
