@@ -17,6 +17,7 @@ SUBCOMMANDS = [
     "pipeline",
     "demo",
     "calibrate",
+    "bench",
 ]
 
 
