@@ -52,3 +52,71 @@ def test_pool_queue_argument_type():
     from asymo.pool import Pool
     with pytest.raises(ValueError, match="queue"):
         Pool("a:0@1", queue=["mutex"])
+
+
+# -- pipeline --------------------------------------------------------------------------------
+def _fake_plan_inputs(W=6):
+    from types import SimpleNamespace
+
+    from asymo.pipeline.configs import core_configs
+    from asymo.pipeline.table import LayerTimes
+    from asymo.topology import parse_spec
+    top = parse_spec("big:0-1@1.0,little:2-3@0.5")
+    cfgs = core_configs(top)
+    work = np.linspace(4e-3, 1e-3, W)
+    cols = [work / top.clusters[c.cluster].capacity / c.count for c in cfgs]
+    table = LayerTimes(cfgs, np.stack(cols, 1), out_bytes=np.full(W, 1e5),
+                       kernel_level=work / 2, source="synthetic")
+    return SimpleNamespace(name="fake", layers=[None] * W), top, table
+
+
+@pytest.mark.parametrize("k", [float("nan"), -1e-6, float("inf")])
+def test_plan_rejects_nonsense_transfer_k(k):
+    from asymo.pipeline.plan import plan_pipeline
+    model, top, table = _fake_plan_inputs()
+    # NaN / negative k made stages look free: "inf img/s" and negative energy
+    with pytest.raises(ValueError, match="transfer_k"):
+        plan_pipeline(model, top, table=table, transfer_k=k)
+    cfg = table.configs[0]
+    with pytest.raises(ValueError, match="transfer_k"):
+        plan_pipeline(model, top, table=table, transfer_k={cfg: k})
+    plan = plan_pipeline(model, top, table=table, transfer_k=1e-9)
+    assert math.isfinite(plan.predicted_throughput) and plan.predicted_energy >= 0
+
+
+@pytest.mark.parametrize("t", [0, -5, float("nan"), float("inf")])
+def test_pipeline_rejects_bad_timeout(t):
+    from types import SimpleNamespace
+
+    from asymo.pipeline.runtime import Pipeline
+    from asymo.topology import parse_spec
+    cpu = min(os.sched_getaffinity(0))
+    model = SimpleNamespace(layers=[None], run_layers=lambda x, a, b, pool=None: x)
+    # NaN silently meant "wait forever"; 0 / negative timed out at once with a traceback
+    with pytest.raises(ValueError, match="timeout"):
+        Pipeline(model, [((cpu,), (0, 0))], topology=parse_spec(f"a:{cpu}@1"), timeout=t)
+
+
+def _cli(capsys, *argv):
+    """Run the CLI in-process: (exit status, stderr)."""
+    from asymo.cli import main
+    try:
+        rc = main(list(argv))
+    except SystemExit as exc:
+        rc = exc.code if isinstance(exc.code, int) else 1
+        if isinstance(exc.code, str):
+            print(exc.code, file=__import__("sys").stderr)
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "alexnet", "--transfer-k", "nan"],
+    ["plan", "alexnet", "--transfer-k=-1"],
+    ["pipeline", "alexnet", "--timeout", "0"],
+    ["pipeline", "alexnet", "--timeout", "nan"],
+    ["pipeline", "alexnet", "--warmup=-1"],
+])
+def test_pipeline_cli_bad_numbers_are_clear_errors(argv, capsys):
+    rc, err = _cli(capsys, *argv)  # an exception other than SystemExit fails the test
+    assert rc != 0
+    assert "transfer_k" in err or "--timeout" in err or "--warmup" in err
