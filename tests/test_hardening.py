@@ -120,3 +120,33 @@ def test_pipeline_cli_bad_numbers_are_clear_errors(argv, capsys):
     rc, err = _cli(capsys, *argv)  # an exception other than SystemExit fails the test
     assert rc != 0
     assert "transfer_k" in err or "--timeout" in err or "--warmup" in err
+
+
+# -- dvfs CLI and profile --------------------------------------------------------------------
+@pytest.mark.parametrize("argv", [
+    ["dvfs", "status", "--sysfs-root", "/nonexistent-asymo"],
+    ["dvfs", "status", "--topology", "not-a-spec"],
+    ["dvfs", "plan", "--shapes", "0,1,1"],
+    ["dvfs", "plan", "--shapes", ";"],
+])
+def test_dvfs_cli_bad_arguments_are_clear_errors(argv, capsys):
+    rc, err = _cli(capsys, *argv)  # these raised TopologyError / ValueError tracebacks
+    assert rc != 0
+    assert "asymo dvfs" in err
+
+
+def test_dvfs_plan_warns_when_explicit_profile_is_missing(tmp_path, capsys):
+    from asymo.profile import ProfileWarning
+    with pytest.warns(ProfileWarning, match="no calibration profile"):
+        rc, _ = _cli(capsys, "dvfs", "plan", "--shapes", "64,64,64", "--topology", "c0:0@1",
+                     "--profile", str(tmp_path / "typo.json"))
+    assert rc == 0
+
+
+def test_profile_deeply_nested_json_is_corrupt_not_a_crash(tmp_path):
+    from asymo.profile import ProfileWarning, load_profile
+    p = tmp_path / "deep.json"
+    p.write_text('{"format": "asymo-profile", "sections": ' + "[" * 100000 + "]" * 100000
+                 + "}")
+    with pytest.warns(ProfileWarning, match="corrupt"):
+        assert load_profile(str(p)) is None
