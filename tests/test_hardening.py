@@ -150,3 +150,35 @@ def test_profile_deeply_nested_json_is_corrupt_not_a_crash(tmp_path):
                  + "}")
     with pytest.warns(ProfileWarning, match="corrupt"):
         assert load_profile(str(p)) is None
+
+
+def _corrupt_cpufreq_tree(root, listed="-4 1 2"):
+    cpu = root / "devices/system/cpu"
+    (cpu / "cpu0").mkdir(parents=True)
+    (cpu / "online").write_text("0\n")
+    pol = cpu / "cpufreq/policy0"
+    pol.mkdir(parents=True)
+    (pol / "related_cpus").write_text("0\n")
+    (pol / "affected_cpus").write_text("0\n")
+    (pol / "cpuinfo_min_freq").write_text("-1\n")
+    (pol / "cpuinfo_max_freq").write_text("0\n")
+    (pol / "scaling_available_frequencies").write_text(listed + "\n")
+    return root
+
+
+def test_cpufreq_ignores_non_positive_frequencies(tmp_path):
+    from asymo.dvfs import CpuFreq
+    from asymo.topology import parse_spec
+    root = _corrupt_cpufreq_tree(tmp_path)
+    cf = CpuFreq(parse_spec("c0:0@1"), sysfs_root=str(root))
+    info = cf.info("c0")
+    # was frequencies (-4, 1, 2) and cpuinfo_min -1: a power model with C < 0 crashed
+    # `asymo dvfs status`
+    assert all(f > 0 for f in info.frequencies_khz)
+    assert info.cpuinfo_min_khz is None and info.cpuinfo_max_khz is None
+
+
+def test_dvfs_status_on_corrupt_cpufreq_tree(tmp_path, capsys):
+    root = _corrupt_cpufreq_tree(tmp_path, listed="abc")
+    rc, _ = _cli(capsys, "dvfs", "status", "--sysfs-root", str(root), "--topology", "c0:0@1")
+    assert rc == 0
