@@ -182,3 +182,21 @@ def test_dvfs_status_on_corrupt_cpufreq_tree(tmp_path, capsys):
     root = _corrupt_cpufreq_tree(tmp_path, listed="abc")
     rc, _ = _cli(capsys, "dvfs", "status", "--sysfs-root", str(root), "--topology", "c0:0@1")
     assert rc == 0
+
+
+# -- emulator --------------------------------------------------------------------------------
+def test_emulated_topology_validates_speeds_and_cpus():
+    from asymo.emulate import emulated_topology
+    from asymo.topology import parse_spec
+    base = parse_spec("c0:0-1@1")
+    with pytest.raises(ValueError, match="cpu ids"):
+        emulated_topology({-1: 0.5}, base=base, cpus=[0, 1])
+    with pytest.raises(ValueError, match="speed"):
+        emulated_topology({1: float("nan")}, base=base, cpus=[0, 1])
+    with pytest.raises(ValueError, match="speed"):
+        emulated_topology({1: 1.5}, base=base, cpus=[0, 1])
+    # a cpu the machine does not have was reported as emulated without any cluster slowed
+    t = emulated_topology({7: 0.5}, base=base, cpus=[0, 1])
+    assert t.emulated == {} and t.nclusters == 1
+    t = emulated_topology({np.int64(1): 0.5}, base=base, cpus=[0, 1])
+    assert t.emulated == {1: 0.5} and t.to_spec() == "c0:0@1,c0-emu0.5:1@0.5"
