@@ -22,6 +22,7 @@ import numpy as np
 
 from asymo._ffi import ffi, lib
 from asymo import gemm_plan as _plans
+from asymo.matmul_plan import plan_for_matmul as _plan_for_matmul
 
 __all__ = ["matmul", "gemm", "BACKENDS", "BACKEND_ENV_VAR"]
 
@@ -339,9 +340,8 @@ def _run(a2, b2, c2, batch, M, K, N, backend, pool):
 
 def _call(a, b, c, offsets, M, K, N, nbatch, backend, pool, plan=None):
     """Run one (possibly batched) product; a, b, c are the 2-D views of item 0."""
-    if plan is None:
-        plan = (_plans.cached_plan(M, K, N, a.dtype, pool) if nbatch == 1
-                else _plans.plan_gemm(M, K, N, a.dtype, pool, nbatch=nbatch))
+    if plan is None:  # calibrated by `asymo calibrate` when a profile exists, else default
+        plan = _plan_for_matmul(M, K, N, a.dtype, pool, nbatch)
     if backend == "numba":
         from asymo import _gemm_numba
         _gemm_numba.run(a, b, c, offsets, nbatch, plan, pool)

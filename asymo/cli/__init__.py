@@ -13,6 +13,11 @@ SUBCOMMANDS = [
     "info",
     "dvfs",
     "emulate",
+    "plan",
+    "pipeline",
+    "demo",
+    "calibrate",
+    "bench",
 ]
 
 

@@ -1,0 +1,124 @@
+"""``asymo pipeline``: run a planned pipeline on this machine and measure it."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import numpy as np
+
+from asymo.cli.pipeline_common import add_model_args, load_model, make_plan, positive_int
+
+
+def register(sub):
+    p = sub.add_parser(
+        "pipeline", help="run a CNN as a pipeline of cluster-local stages and measure it",
+        description="Plan a layer-level pipeline for a zoo CNN on this machine (as `asymo "
+                    "plan`), run --frames images through it, and report the measured "
+                    "throughput (images/s, steady state), latency and per-stage utilisation. "
+                    "--compare also runs, in the same process, the kernel-level baseline "
+                    "(every layer on all cores, one pool) and paper 001's parallel design "
+                    "(whole frames per cluster).")
+    add_model_args(p)
+    p.add_argument("--frames", type=positive_int, default=20, metavar="N",
+                   help="images to process (default 20)")
+    p.add_argument("--warmup", type=non_negative_int, default=2, metavar="N",
+                   help="images run first and not counted (default 2)")
+    p.add_argument("--compare", action="store_true",
+                   help="also measure kernel-level and the parallel design")
+    p.add_argument("--timeout", type=positive_seconds, default=600.0, metavar="S",
+                   help="give up if no image completes within S seconds (default 600)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=run)
+
+
+def run(args):
+    from asymo.pipeline.runtime import KernelLevel, ParallelFrames, Pipeline
+
+    if args.topology is not None:
+        import os
+
+        from asymo import topology as topo
+        try:
+            t = topo.parse_spec(args.topology)
+        except topo.TopologyError as exc:
+            raise SystemExit(f"asymo: {exc}") from None
+        allowed = os.sched_getaffinity(0)
+        if not set(t.cpus) <= allowed:
+            raise SystemExit(f"asymo: --topology names cpus {sorted(set(t.cpus) - allowed)} "
+                             "this process cannot run on; `asymo pipeline` runs on this "
+                             "machine (use `asymo plan` for another one)")
+    model = load_model(args)
+    plan, top = make_plan(model, args, this_machine=True)
+    rng = np.random.default_rng(0)
+    frames = rng.standard_normal((args.frames,) + tuple(model.input_shape), dtype=np.float32)
+    warm = rng.standard_normal((max(0, args.warmup),) + tuple(model.input_shape),
+                               dtype=np.float32)
+    model.materialize()
+    result = {"model": model.name, "topology": top.to_spec(),
+              "emulated": {str(k): v for k, v in top.emulated.items()},
+              "frames": args.frames, "plan": plan.to_dict()}
+    try:
+        with Pipeline(model, plan, topology=top, timeout=args.timeout) as p:
+            st = _measure_with(p, warm, frames, args.timeout)
+    except TimeoutError as exc:
+        raise SystemExit(f"asymo: pipeline gave up: {exc} (raise --timeout?)") from None
+    result.update({"throughput": st.throughput, "latency_s": st.latency,
+                   "latency_p90_s": st.latency_p90, "wall_throughput": st.wall_throughput,
+                   "stage_utilisation": st.stage_utilisation,
+                   "stage_time_s": st.stage_time,
+                   "predicted_throughput": plan.predicted_throughput})
+    if args.compare:
+        try:
+            with KernelLevel(model, topology=top, timeout=args.timeout) as k:
+                sk = _measure_with(k, warm, frames, args.timeout)
+            with ParallelFrames(model, topology=top, timeout=args.timeout) as pf:
+                sp = _measure_with(pf, warm, frames, args.timeout)
+        except TimeoutError as exc:
+            raise SystemExit(f"asymo: comparison run gave up: {exc} (raise --timeout?)") \
+                from None
+        result["kernel_level"] = {"throughput": sk.throughput, "latency_s": sk.latency,
+                                  "predicted_throughput":
+                                      plan.kernel_level_predicted_throughput}
+        result["parallel"] = {"throughput": sp.throughput, "latency_s": sp.latency,
+                              "stage_utilisation": sp.stage_utilisation}
+        result["speedup_vs_kernel_level"] = st.throughput / sk.throughput
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"model {model.name} on {top.to_spec()}"
+          + (f" (emulated: {top.emulated})" if top.emulated else ""))
+    print(f"pipeline {plan.describe()} ({plan.method}); times: {plan.source}")
+    for i, (s, u, t) in enumerate(zip(plan.stages, st.stage_utilisation, st.stage_time)):
+        print(f"  stage {i}: cpus {list(s.cpus)} layers [{s.layers[0]}, {s.layers[1]}]  "
+              f"{1e3 * t:8.2f} ms/img (predicted {1e3 * s.predicted_time:8.2f})  "
+              f"utilisation {100 * u:5.1f}%")
+    print(f"{'':<14}{'img/s':>9}{'latency ms':>12}")
+    print(f"{'pipeline':<14}{st.throughput:9.2f}{1e3 * st.latency:12.2f}"
+          f"   (predicted {plan.predicted_throughput:.2f} img/s)")
+    if args.compare:
+        print(f"{'kernel-level':<14}{sk.throughput:9.2f}{1e3 * sk.latency:12.2f}")
+        print(f"{'parallel':<14}{sp.throughput:9.2f}{1e3 * sp.latency:12.2f}")
+        print(f"pipeline / kernel-level: {st.throughput / sk.throughput:.2f}x")
+    return 0
+
+
+def non_negative_int(text):
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def positive_seconds(text):
+    v = float(text)
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return v
+
+
+def _measure_with(runner, warm, frames, timeout):
+    if len(warm):
+        runner.run(warm, timeout=timeout)
+    _, st = runner.run(frames, timeout=timeout)
+    return st

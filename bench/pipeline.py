@@ -1,0 +1,142 @@
+"""Benchmark: planned pipeline vs kernel-level vs the parallel design, per zoo model.
+
+Runs under the asymmetry emulator (default: core 1 at speed 0.5, ``asymo.emulate``) unless
+``--no-emulate``. For each model it plans a pipeline (stages, cores, layer ranges), then runs,
+side by side in this process, the same frames through
+
+- the planned pipeline (``asymo.pipeline.Pipeline``),
+- kernel-level: every layer on all cores, one asymo pool (``KernelLevel``),
+- paper 001's parallel design: whole frames per cluster (``ParallelFrames``),
+
+and prints images/s (steady-state output rate) and median latency, medians over ``--repeats``
+runs, plus the planner's predicted throughput against the measured one.
+
+Layer times for the plan: ``--times measured`` (default; each layer measured on each core
+configuration, Pipe-it's "measured layer time") or ``--times model`` (the calibrated time
+model, or the default model scaled by capacity). The time-model prediction of the chosen plan
+is printed in both cases.
+
+Run it alone: ``flock /tmp/asymo-bench.lock python3 bench/pipeline.py``.
+"""
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+
+def _median_runs(runner, frames, warm, repeats, timeout):
+    runner.run(warm, timeout=timeout)
+    sts = [runner.run(frames, timeout=timeout)[1] for _ in range(repeats)]
+    return (statistics.median(s.throughput for s in sts),
+            statistics.median(s.latency for s in sts), sts)
+
+
+def bench_model(name, top, args):
+    import asymo.models as zoo
+    from asymo.pipeline.calibrate import measure_layer_times
+    from asymo.pipeline.configs import core_configs
+    from asymo.pipeline.plan import plan_pipeline
+    from asymo.pipeline.runtime import KernelLevel, ParallelFrames, Pipeline
+    from asymo.pipeline.timemodel import LayerTimeModel
+
+    model = zoo.get(name, image_size=args.image_size)
+    model.materialize()
+    tm = LayerTimeModel.load(top)
+    model_table = tm.table(model, core_configs(top))
+    table = measure_layer_times(model, top) \
+        if args.times == "measured" else model_table
+    plan = plan_pipeline(model, top, table=table, allow_kernel_level=False)
+    # the time model's view of the same plan
+    pred_model = 1.0 / max(model_table.stage_time(s.config, s.layers[0], s.layers[1] + 1)
+                           for s in plan.stages)
+    rng = np.random.default_rng(0)
+    frames = rng.standard_normal((args.frames,) + model.input_shape, dtype=np.float32)
+    warm = frames[:2]
+    res = {"model": name, "layers": len(model.layers), "pipeline": plan.describe(),
+           "stages": [{"cpus": list(s.cpus), "layers": list(s.layers)} for s in plan.stages],
+           "predicted_throughput": plan.predicted_throughput,
+           "predicted_throughput_timemodel": pred_model, "times": table.source}
+    with Pipeline(model, plan, topology=top, timeout=args.timeout) as p:
+        thr, lat, sts = _median_runs(p, frames, warm, args.repeats, args.timeout)
+        res["pipeline_stage_utilisation"] = sts[-1].stage_utilisation
+    with KernelLevel(model, topology=top, timeout=args.timeout) as k:
+        kthr, klat, _ = _median_runs(k, frames, warm, args.repeats, args.timeout)
+    with ParallelFrames(model, topology=top, timeout=args.timeout) as pf:
+        pthr, plat, _ = _median_runs(pf, frames, warm, args.repeats, args.timeout)
+    res.update(pipeline_throughput=thr, pipeline_latency=lat, kernel_level_throughput=kthr,
+               kernel_level_latency=klat, parallel_throughput=pthr, parallel_latency=plat,
+               speedup_vs_kernel_level=thr / kthr,
+               prediction_error=plan.predicted_throughput / thr - 1,
+               prediction_error_timemodel=pred_model / thr - 1)
+    return res
+
+
+def main(argv=None):
+    import asymo.models as zoo
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(zoo.names()))
+    ap.add_argument("--frames", type=int, default=12)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--image-size", type=int, default=None)
+    ap.add_argument("--times", choices=("measured", "model"), default="measured")
+    ap.add_argument("--core", type=int, default=1, help="core to slow down (default 1)")
+    ap.add_argument("--speed", type=float, default=0.5, help="its speed (default 0.5)")
+    ap.add_argument("--no-emulate", action="store_true")
+    ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--json", default=None, metavar="PATH", help="also write results here")
+    args = ap.parse_args(argv)
+
+    from asymo import topology as topo
+    if args.no_emulate:
+        ctx = contextlib.nullcontext()
+    else:
+        from asymo.emulate import slow_cores
+        ctx = slow_cores({args.core: args.speed})
+    rows = []
+    with ctx:
+        top = topo.detect()
+        print(f"machine: {platform.processor() or platform.machine()}, "
+              f"{len(os.sched_getaffinity(0))} usable cpus; topology {top.to_spec()} "
+              f"({top.source})")
+        print("emulation: " + ("none" if args.no_emulate else
+                               f"core {args.core} at speed {args.speed} (SCHED_FIFO occupier; "
+                               "emulates speed, not cache size)"))
+        print(f"frames per run {args.frames}, median of {args.repeats} runs; image size "
+              f"{args.image_size or 'native'}; plan from {args.times} layer times\n")
+        hdr = (f"{'model':<13}{'pipeline':<12}{'pipe/s':>8}{'kl/s':>8}{'par/s':>8}"
+               f"{'pipe/kl':>8}{'lat ms p/kl/par':>21}{'pred/s':>8}{'err':>7}{'err(tm)':>8}")
+        print(hdr)
+        for name in args.models.split(","):
+            r = bench_model(name, top, args)
+            rows.append(r)
+            lat = (f"{1e3 * r['pipeline_latency']:.0f}/{1e3 * r['kernel_level_latency']:.0f}/"
+                   f"{1e3 * r['parallel_latency']:.0f}")
+            print(f"{r['model']:<13}{r['pipeline']:<12}{r['pipeline_throughput']:8.2f}"
+                  f"{r['kernel_level_throughput']:8.2f}{r['parallel_throughput']:8.2f}"
+                  f"{r['speedup_vs_kernel_level']:7.2f}x{lat:>21}"
+                  f"{r['predicted_throughput']:8.2f}{100 * r['prediction_error']:6.1f}%"
+                  f"{100 * r['prediction_error_timemodel']:7.1f}%", flush=True)
+    sp = [r["speedup_vs_kernel_level"] for r in rows]
+    err = [abs(r["prediction_error"]) for r in rows]
+    errtm = [abs(r["prediction_error_timemodel"]) for r in rows]
+    print(f"\naverage pipeline / kernel-level: {statistics.mean(sp):.2f}x (target >= 1.25x); "
+          f"geometric mean {float(np.exp(np.mean(np.log(sp)))):.2f}x")
+    print(f"mean |throughput prediction error|: {100 * statistics.mean(err):.1f}% "
+          f"({args.times} layer times; target <= 15%), time model: "
+          f"{100 * statistics.mean(errtm):.1f}%")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "topology": top.to_spec(), "rows": rows}, f,
+                      indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
