@@ -278,9 +278,9 @@ def _matmul_2d(a, b, out, pool):
             return None
         rsc, csc = rsc // es, csc // es
     pool = _resolve_pool(pool)
-    plan, cplan = _plans.cached_plan(M, K, N, dt, pool, with_cdata=True)
+    plan = _plan_for_matmul(M, K, N, dt, pool, 1)
     rc = lib.asymo_gemm_2d(
-        _NULL if plan.in_caller() else pool._handle, cplan, code, M, K, N,
+        _NULL if plan.in_caller() else pool._handle, plan.cdata(), code, M, K, N,
         _from_buffer(a) if a.flags.c_contiguous else _addr(a), rsa // es, csa // es,
         _from_buffer(b) if b.flags.c_contiguous else _addr(b), rsb // es, csb // es,
         _from_buffer(c, require_writable=True) if c.flags.c_contiguous else _addr(c), rsc, csc)

@@ -31,7 +31,6 @@ import contextlib
 import math
 import os
 import threading
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,7 +40,6 @@ from asymo._ffi import ffi, lib
 __all__ = [
     "GemmPlan", "plan_gemm", "default_blocks", "block_candidates", "set_block_chooser",
     "isa_names", "supported_isas", "best_isa", "force_isa", "kernel_tile", "clear_plan_cache",
-    "cached_plan",
     "SKINNY_MAX", "ISA_ENV_VAR",
 ]
 
@@ -473,32 +471,8 @@ def clear_plan_cache():
     """Forget every cached plan (the next calls plan again)."""
     with _cache_lock:
         _plan_cache.clear()
-        _hot_plans.clear()
 
 
-_hot_plans = {}
-
-
-def cached_plan(M, K, N, dtype, pool, with_cdata=False):
-    """`plan_gemm(M, K, N, dtype, pool)` through a lean cache for the call path of matmul.
-
-    Keyed by the pool's identity and worker limit, the forced ISA and the block chooser; a
-    hit costs a dictionary lookup. With ``with_cdata``, returns ``(plan, plan.cdata())``."""
-    limit = _get_limit(pool._handle) if pool is not None else 0
-    key = (M, K, N, dtype, id(pool), limit, _forced_isa, _block_chooser)
-    hit = _hot_plans.get(key)
-    if hit is not None and hit[1]() is pool:
-        return (hit[0], hit[2]) if with_cdata else hit[0]
-    plan = plan_gemm(M, K, N, dtype, pool)
-    cdata = plan.cdata()
-    with _cache_lock:
-        if len(_hot_plans) >= _PLAN_CACHE_MAX:
-            _hot_plans.clear()
-        _hot_plans[key] = (plan, (lambda: None) if pool is None else weakref.ref(pool), cdata)
-    return (plan, cdata) if with_cdata else plan
-
-
-_get_limit = lib.asymo_pool_get_limit
 
 
 def _largest_remainder(n, weights):
