@@ -302,6 +302,12 @@ def _gemm_job(M, K, N, topology, gflops_per_core, name=""):
     except ImportError:
         return Job(costs=_gemm_tiles(M, K, N, topology, gflops_per_core), name=name)
     plan = plan_gemm(M, K, N, "float32", topology=topology)
+    if getattr(plan, "serial", False):
+        # too small to be worth the pool: the calling thread runs it (model: one task on a
+        # core of the fastest cluster)
+        flops = 2.0 * M * K * N
+        return Job(costs=[[flops / (g * 1e9) for g in gflops_per_core]],
+                   split=[1] + [0] * (topology.nclusters - 1), name=name)
     counts = list(plan.task_counts())
     size = {"M": M, "N": N, "batch": 1}[plan.split_dim]
     flops = []
@@ -312,6 +318,21 @@ def _gemm_job(M, K, N, topology, gflops_per_core, name=""):
     flops = np.asarray(flops)
     costs = np.stack([flops / (g * 1e9) for g in gflops_per_core], axis=1)
     return Job(costs=costs, split=counts, name=name)
+
+
+def _conv_gemm_jobs(M, K, N, topology, gflops_per_core, name=""):
+    """Simulator jobs of one convolution's GEMM, ``weight (M x K) @ col (K x N pixels)``, as
+    asymo.conv2d runs it: in chunks of columns whose column matrix fits its chunk size, one
+    GEMM per chunk (im2col's own tasks are not modelled: the calibration folds their time
+    into the per-cluster rate)."""
+    try:
+        from asymo.conv import COL_CHUNK_BYTES
+    except ImportError:
+        COL_CHUNK_BYTES = 8 << 20
+    nchunks = max(1, math.ceil(K * N * 4 / COL_CHUNK_BYTES))
+    edges = [N * i // nchunks for i in range(nchunks + 1)]
+    return [_gemm_job(M, K, b - a, topology, gflops_per_core, name=name)
+            for a, b in zip(edges, edges[1:]) if b > a]
 
 
 class MatmulWorkload(Workload):
@@ -449,10 +470,11 @@ class Conv2dWorkload(Workload):
 
     def sim_jobs(self, topology, gflops_per_core):
         jobs = []
-        for c, h, w, oc, k, s, p in self.layers:
-            oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
-            jobs.append(_gemm_job(self.batch * oh * ow, c * k * k, oc, topology,
-                                  gflops_per_core, name=f"conv{c}x{h}x{w}"))
+        for _ in range(self.batch):
+            for c, h, w, oc, k, s, p in self.layers:
+                oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+                jobs.extend(_conv_gemm_jobs(oc, c * k * k, oh * ow, topology, gflops_per_core,
+                                            name=f"conv{c}x{h}x{w}"))
         return jobs
 
 
@@ -530,10 +552,11 @@ class ModelWorkload(Workload):
     def sim_jobs(self, topology, gflops_per_core):
         jobs = []
         for m, _ in self._load():
-            for layer in m.layers:
-                for (M, K, N) in layer.matmul_shapes():
-                    jobs.append(_gemm_job(M * self.batch, K, N, topology, gflops_per_core,
-                                          name=f"{m.name}:{layer.name}"))
+            for _ in range(self.batch):      # conv2d runs image by image
+                for layer in m.layers:
+                    for (M, K, N) in layer.matmul_shapes():
+                        jobs.extend(_conv_gemm_jobs(M, K, N, topology, gflops_per_core,
+                                                    name=f"{m.name}:{layer.name}"))
         return jobs
 
 
