@@ -22,6 +22,7 @@ import os
 import platform
 import statistics
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
@@ -123,15 +124,34 @@ def _asymo_attr(name):
         return None
 
 
+_OPEN_POOLS = []   # pools opened by runners, innermost last (the measurement reads its stats)
+
+
+@contextlib.contextmanager
+def _pinned_thread(cpu):
+    """Pin the calling thread to ``cpu`` for the block (None: leave it alone)."""
+    if cpu is None:
+        yield
+        return
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
 @contextlib.contextmanager
 def _open_pool(topology, policy):
     Pool = _asymo_attr("Pool")
     if Pool is None:
         raise RuntimeError("asymo's pool (asymo.Pool) is not available in this build")
     pool = Pool(topology=topology, policy=policy)
+    _OPEN_POOLS.append(pool)
     try:
         yield pool
     finally:
+        _OPEN_POOLS.remove(pool)
         for name in ("close", "shutdown"):
             fn = getattr(pool, name, None)
             if callable(fn):
@@ -144,7 +164,11 @@ def _baseline_threads(policy, cpus):
     """NumPy's BLAS / torch limited to len(cpus) threads, every thread on ``cpus``."""
     from threadpoolctl import threadpool_limits
     k = len(cpus)
-    with process_affinity(cpus):
+    with process_affinity(cpus), warnings.catch_warnings():
+        # threadpoolctl asks asymo's controller for its pools, which re-reads the topology:
+        # with the process narrowed to fewer cpus than an emulated topology names, that
+        # would warn about cpus outside the affinity mask, which is intended here
+        warnings.simplefilter("ignore", topo.TopologyWarning)
         if policy == "numpy":
             with threadpool_limits(limits=k, user_api="blas"):
                 yield
@@ -843,7 +867,7 @@ MAX_ROUNDS_FACTOR = 4
 
 
 def _measure_items(items, repeats, min_time, progress, desc="measuring",
-                   max_external=DEFAULT_MAX_EXTERNAL):
+                   max_external=DEFAULT_MAX_EXTERNAL, main_cpu=None):
     """Time every item until it has ``repeats`` undisturbed samples.
 
     ``items`` is a list of ``(key, factory, interleave)``; ``factory()`` is a context manager
@@ -856,10 +880,14 @@ def _measure_items(items, repeats, min_time, progress, desc="measuring",
 
     Each sample: one warm-up call, then enough calls to last ``min_time`` (the count is fixed
     on the first visit), with the share of the machine other processes used meanwhile
-    (:class:`asymo._loadmon.OtherLoad`). A sample with more than ``max_external`` is kept but
-    does not count as undisturbed; an item is sampled again (up to ``4 * repeats`` times)
-    until it has ``repeats`` undisturbed samples. Returns ``{key: [(seconds per call,
-    external share), ...]}``.
+    (:class:`asymo._loadmon.OtherLoad`) and, for pool runs, the time the pool's workers
+    spent inside tasks. A sample with more than ``max_external`` is kept but does not count
+    as undisturbed; an item is sampled again (up to ``4 * repeats`` times) until it has
+    ``repeats`` undisturbed samples. The calling (submitting) thread runs on ``main_cpu``
+    while it samples, as an application's main thread would on the fastest core: left to
+    float, it would run the Python side of every call on whichever core, slowed or not.
+    Returns ``{key: [(seconds per call, external share, task seconds per call or None),
+    ...]}``.
     """
     from tqdm import tqdm
 
@@ -872,22 +900,30 @@ def _measure_items(items, repeats, min_time, progress, desc="measuring",
     max_samples = MAX_ROUNDS_FACTOR * repeats
 
     def clean(key):
-        return sum(1 for _, share in samples[key] if share <= max_external)
+        return sum(1 for _, share, _ in samples[key] if share <= max_external)
 
     def done(key):
         return clean(key) >= repeats or len(samples[key]) >= max_samples
 
     def sample(key, run):
-        run()
-        if key not in numbers:
-            numbers[key] = _calls_for(run, min_time)
-        number = numbers[key]
-        snap = mon.snapshot()
-        t0 = time.perf_counter()
-        for _ in range(number):
+        with _pinned_thread(main_cpu):
             run()
-        dt = (time.perf_counter() - t0) / number
-        samples[key].append((dt, mon.share_since(snap)))
+            if key not in numbers:
+                numbers[key] = _calls_for(run, min_time)
+            number = numbers[key]
+            pool = _OPEN_POOLS[-1] if _OPEN_POOLS else None
+            if pool is not None:
+                pool.reset_stats()
+            snap = mon.snapshot()
+            t0 = time.perf_counter()
+            for _ in range(number):
+                run()
+            dt = (time.perf_counter() - t0) / number
+            share = mon.share_since(snap)
+            busy = None
+            if pool is not None:
+                busy = sum(w["busy_s"] for w in pool.stats()["workers"]) / number
+        samples[key].append((dt, share, busy))
 
     bar = tqdm(total=len(items) * repeats, desc=desc, unit="run", disable=not progress,
                leave=False)
@@ -926,10 +962,20 @@ def _measure_items(items, repeats, min_time, progress, desc="measuring",
 def _summarize(samples, max_external=DEFAULT_MAX_EXTERNAL):
     """(median seconds, the samples used, their external shares, how many were undisturbed):
     the undisturbed samples when there are any, else all of them."""
-    good = [(t, sh) for t, sh in samples if sh <= max_external]
+    good = [x for x in samples if x[1] <= max_external]
     used = good or list(samples)
-    times = [t for t, _ in used]
-    return statistics.median(times), times, [sh for _, sh in used], len(good)
+    times = [x[0] for x in used]
+    return statistics.median(times), times, [x[1] for x in used], len(good)
+
+
+def _serial_seconds(samples, max_external=DEFAULT_MAX_EXTERNAL):
+    """Median time per call spent outside the pool's tasks (the submitting thread's own work:
+    Python glue, planning, job submission), over the samples ``_summarize`` would use."""
+    good = [x for x in samples if x[1] <= max_external and x[2] is not None]
+    used = good or [x for x in samples if x[2] is not None]
+    if not used:
+        return 0.0
+    return max(0.0, statistics.median(t - busy for t, _, busy in used))
 
 
 def _policies_for(workload, policies):
@@ -979,9 +1025,14 @@ def _calibration_from(samples, topology, workloads, max_external=DEFAULT_MAX_EXT
     for wl in workloads:
         t = [_summarize(samples[("cal", wl.name, ci)], max_external)[0]
              for ci in range(topology.nclusters)]
+        # the fastest core's run time splits into time inside the pool's tasks and the
+        # submitting thread's serial work; rates come from the time inside tasks
+        serial = _serial_seconds(samples[("cal", wl.name, 0)], max_external)
+        inside = [max(x - serial, 1e-12) for x in t]
         work = _sim_seconds_at_1gflops(wl, topology)
-        per[wl.name] = {"time_s": t, "gflops_per_core": [work / x for x in t],
-                        "speeds": [t[0] / x for x in t]}
+        per[wl.name] = {"time_s": t, "serial_s": serial,
+                        "gflops_per_core": [work / x for x in inside],
+                        "speeds": [inside[0] / x for x in inside]}
     overheads = {}
     for pol in POOL_POLICIES:
         small = _summarize(samples[("cal", "noop", pol, "small")], max_external)[0]
@@ -1055,7 +1106,7 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
         items += _calibration_items(topology, pool_workloads)
     load_before = _loadavg()
     samples = _measure_items(items, repeats, min_time, progress, desc="scaling",
-                             max_external=max_external)
+                             max_external=max_external, main_cpu=topology.cpus[0])
     load_after = _loadavg()
     points = []
     for key, (wl, sub) in meta.items():
@@ -1219,7 +1270,7 @@ def calibrate_sim(topology, workloads=None, *, repeats=5, min_time=0.02, progres
     workloads = list(workloads) if workloads is not None else [SpinWorkload()]
     items = _calibration_items(topology, workloads)
     samples = _measure_items(items, repeats, min_time, progress, desc="calibrating",
-                             max_external=max_external)
+                             max_external=max_external, main_cpu=topology.cpus[0])
     return _calibration_from(samples, topology, workloads, max_external)
 
 
@@ -1256,11 +1307,15 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
         mine = sorted((p for p in pts if p.workload == name), key=lambda q: (q.policy, q.cores))
         kmax = max(p.cores for p in mine)
         rows, sim_error = [], {}
+        serial = cal["workloads"][name].get("serial_s", 0.0)
         for p in mine:
             sub = first_cores(topology, p.cores)
             o = cal["overheads"][p.policy]
-            res = simulate(sub, wl.sim_jobs(sub, rates[:sub.nclusters]), policy=p.policy,
-                           overheads=Overheads(job=o["job"], task=o["task"], steal=o["steal"]))
+            jobs = wl.sim_jobs(sub, rates[:sub.nclusters])
+            # the submitting thread's serial work, spread over the run's jobs
+            job_cost = max(o["job"], serial / max(1, len(jobs)))
+            res = simulate(sub, jobs, policy=p.policy,
+                           overheads=Overheads(job=job_cost, task=o["task"], steal=o["steal"]))
             sim_tp = wl.throughput(res.makespan)
             p.sim_throughput = sim_tp
             best = wl.throughput(min(p.times_s)) if p.times_s else p.throughput
@@ -1272,6 +1327,7 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
             if p.cores == kmax:
                 sim_error[p.policy] = rows[-1]["error"]
         out[name] = {"unit": wl.unit, "speeds": cal["workloads"][name]["speeds"],
+                     "serial_s": serial,
                      "points": rows, "sim_error": sim_error,
                      "max_abs_error": max(abs(r["error"]) for r in rows)}
     primary = "spin" if "spin" in out else names[0]
@@ -1284,11 +1340,13 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
 
 def format_validation(val):
     lines = ["simulator vs measurement: the simulator is given only the calibration (each "
-             "workload on one core of each cluster; no-op jobs for the overheads)"]
+             "workload on one core of each cluster, split into time inside the pool's tasks "
+             "and the submitting thread's serial work; no-op jobs for the overheads)"]
     for name, w in val["workloads"].items():
         lines.append("")
         lines.append(f"{name} [{w['unit']}]  measured cluster speeds "
-                     + ", ".join(f"{s:.3f}" for s in w["speeds"]))
+                     + ", ".join(f"{s:.3f}" for s in w["speeds"])
+                     + f"; serial work per run {w.get('serial_s', 0.0) * 1e3:.2f} ms")
         lines.append(f"{'policy':<10}{'cores':>6}{'measured':>12}{'simulated':>12}"
                      f"{'error':>9}{'best run':>12}{'error':>9}")
         for r in w["points"]:
