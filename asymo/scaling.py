@@ -792,6 +792,7 @@ class ScalingResult:
             ax.set_ylabel(unit)
             ax.set_ylim(bottom=0)
             ax.set_xticks(range(1, self.topology.ncpus + 1))
+            ax.set_xlim(0.5, self.topology.ncpus + 0.5)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         title = self.label()
