@@ -22,6 +22,7 @@ import os
 import platform
 import statistics
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
@@ -123,15 +124,34 @@ def _asymo_attr(name):
         return None
 
 
+_OPEN_POOLS = []   # pools opened by runners, innermost last (the measurement reads its stats)
+
+
+@contextlib.contextmanager
+def _pinned_thread(cpu):
+    """Pin the calling thread to ``cpu`` for the block (None: leave it alone)."""
+    if cpu is None:
+        yield
+        return
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
 @contextlib.contextmanager
 def _open_pool(topology, policy):
     Pool = _asymo_attr("Pool")
     if Pool is None:
         raise RuntimeError("asymo's pool (asymo.Pool) is not available in this build")
     pool = Pool(topology=topology, policy=policy)
+    _OPEN_POOLS.append(pool)
     try:
         yield pool
     finally:
+        _OPEN_POOLS.remove(pool)
         for name in ("close", "shutdown"):
             fn = getattr(pool, name, None)
             if callable(fn):
@@ -144,7 +164,11 @@ def _baseline_threads(policy, cpus):
     """NumPy's BLAS / torch limited to len(cpus) threads, every thread on ``cpus``."""
     from threadpoolctl import threadpool_limits
     k = len(cpus)
-    with process_affinity(cpus):
+    with process_affinity(cpus), warnings.catch_warnings():
+        # threadpoolctl asks asymo's controller for its pools, which re-reads the topology:
+        # with the process narrowed to fewer cpus than an emulated topology names, that
+        # would warn about cpus outside the affinity mask, which is intended here
+        warnings.simplefilter("ignore", topo.TopologyWarning)
         if policy == "numpy":
             with threadpool_limits(limits=k, user_api="blas"):
                 yield
@@ -302,6 +326,12 @@ def _gemm_job(M, K, N, topology, gflops_per_core, name=""):
     except ImportError:
         return Job(costs=_gemm_tiles(M, K, N, topology, gflops_per_core), name=name)
     plan = plan_gemm(M, K, N, "float32", topology=topology)
+    if getattr(plan, "serial", False):
+        # too small to be worth the pool: the calling thread runs it (model: one task on a
+        # core of the fastest cluster)
+        flops = 2.0 * M * K * N
+        return Job(costs=[[flops / (g * 1e9) for g in gflops_per_core]],
+                   split=[1] + [0] * (topology.nclusters - 1), name=name)
     counts = list(plan.task_counts())
     size = {"M": M, "N": N, "batch": 1}[plan.split_dim]
     flops = []
@@ -312,6 +342,21 @@ def _gemm_job(M, K, N, topology, gflops_per_core, name=""):
     flops = np.asarray(flops)
     costs = np.stack([flops / (g * 1e9) for g in gflops_per_core], axis=1)
     return Job(costs=costs, split=counts, name=name)
+
+
+def _conv_gemm_jobs(M, K, N, topology, gflops_per_core, name=""):
+    """Simulator jobs of one convolution's GEMM, ``weight (M x K) @ col (K x N pixels)``, as
+    asymo.conv2d runs it: in chunks of columns whose column matrix fits its chunk size, one
+    GEMM per chunk (im2col's own tasks are not modelled: the calibration folds their time
+    into the per-cluster rate)."""
+    try:
+        from asymo.conv import COL_CHUNK_BYTES
+    except ImportError:
+        COL_CHUNK_BYTES = 8 << 20
+    nchunks = max(1, math.ceil(K * N * 4 / COL_CHUNK_BYTES))
+    edges = [N * i // nchunks for i in range(nchunks + 1)]
+    return [_gemm_job(M, K, b - a, topology, gflops_per_core, name=name)
+            for a, b in zip(edges, edges[1:]) if b > a]
 
 
 class MatmulWorkload(Workload):
@@ -449,10 +494,11 @@ class Conv2dWorkload(Workload):
 
     def sim_jobs(self, topology, gflops_per_core):
         jobs = []
-        for c, h, w, oc, k, s, p in self.layers:
-            oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
-            jobs.append(_gemm_job(self.batch * oh * ow, c * k * k, oc, topology,
-                                  gflops_per_core, name=f"conv{c}x{h}x{w}"))
+        for _ in range(self.batch):
+            for c, h, w, oc, k, s, p in self.layers:
+                oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+                jobs.extend(_conv_gemm_jobs(oc, c * k * k, oh * ow, topology, gflops_per_core,
+                                            name=f"conv{c}x{h}x{w}"))
         return jobs
 
 
@@ -530,10 +576,11 @@ class ModelWorkload(Workload):
     def sim_jobs(self, topology, gflops_per_core):
         jobs = []
         for m, _ in self._load():
-            for layer in m.layers:
-                for (M, K, N) in layer.matmul_shapes():
-                    jobs.append(_gemm_job(M * self.batch, K, N, topology, gflops_per_core,
-                                          name=f"{m.name}:{layer.name}"))
+            for _ in range(self.batch):      # conv2d runs image by image
+                for layer in m.layers:
+                    for (M, K, N) in layer.matmul_shapes():
+                        jobs.extend(_conv_gemm_jobs(M, K, N, topology, gflops_per_core,
+                                                    name=f"{m.name}:{layer.name}"))
         return jobs
 
 
@@ -745,6 +792,7 @@ class ScalingResult:
             ax.set_ylabel(unit)
             ax.set_ylim(bottom=0)
             ax.set_xticks(range(1, self.topology.ncpus + 1))
+            ax.set_xlim(0.5, self.topology.ncpus + 0.5)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         title = self.label()
@@ -820,7 +868,7 @@ MAX_ROUNDS_FACTOR = 4
 
 
 def _measure_items(items, repeats, min_time, progress, desc="measuring",
-                   max_external=DEFAULT_MAX_EXTERNAL):
+                   max_external=DEFAULT_MAX_EXTERNAL, main_cpu=None):
     """Time every item until it has ``repeats`` undisturbed samples.
 
     ``items`` is a list of ``(key, factory, interleave)``; ``factory()`` is a context manager
@@ -833,10 +881,14 @@ def _measure_items(items, repeats, min_time, progress, desc="measuring",
 
     Each sample: one warm-up call, then enough calls to last ``min_time`` (the count is fixed
     on the first visit), with the share of the machine other processes used meanwhile
-    (:class:`asymo._loadmon.OtherLoad`). A sample with more than ``max_external`` is kept but
-    does not count as undisturbed; an item is sampled again (up to ``4 * repeats`` times)
-    until it has ``repeats`` undisturbed samples. Returns ``{key: [(seconds per call,
-    external share), ...]}``.
+    (:class:`asymo._loadmon.OtherLoad`) and, for pool runs, the time the pool's workers
+    spent inside tasks. A sample with more than ``max_external`` is kept but does not count
+    as undisturbed; an item is sampled again (up to ``4 * repeats`` times) until it has
+    ``repeats`` undisturbed samples. The calling (submitting) thread runs on ``main_cpu``
+    while it samples, as an application's main thread would on the fastest core: left to
+    float, it would run the Python side of every call on whichever core, slowed or not.
+    Returns ``{key: [(seconds per call, external share, task seconds per call or None),
+    ...]}``.
     """
     from tqdm import tqdm
 
@@ -849,22 +901,30 @@ def _measure_items(items, repeats, min_time, progress, desc="measuring",
     max_samples = MAX_ROUNDS_FACTOR * repeats
 
     def clean(key):
-        return sum(1 for _, share in samples[key] if share <= max_external)
+        return sum(1 for _, share, _ in samples[key] if share <= max_external)
 
     def done(key):
         return clean(key) >= repeats or len(samples[key]) >= max_samples
 
     def sample(key, run):
-        run()
-        if key not in numbers:
-            numbers[key] = _calls_for(run, min_time)
-        number = numbers[key]
-        snap = mon.snapshot()
-        t0 = time.perf_counter()
-        for _ in range(number):
+        with _pinned_thread(main_cpu):
             run()
-        dt = (time.perf_counter() - t0) / number
-        samples[key].append((dt, mon.share_since(snap)))
+            if key not in numbers:
+                numbers[key] = _calls_for(run, min_time)
+            number = numbers[key]
+            pool = _OPEN_POOLS[-1] if _OPEN_POOLS else None
+            if pool is not None:
+                pool.reset_stats()
+            snap = mon.snapshot()
+            t0 = time.perf_counter()
+            for _ in range(number):
+                run()
+            dt = (time.perf_counter() - t0) / number
+            share = mon.share_since(snap)
+            busy = None
+            if pool is not None:
+                busy = sum(w["busy_s"] for w in pool.stats()["workers"]) / number
+        samples[key].append((dt, share, busy))
 
     bar = tqdm(total=len(items) * repeats, desc=desc, unit="run", disable=not progress,
                leave=False)
@@ -903,10 +963,20 @@ def _measure_items(items, repeats, min_time, progress, desc="measuring",
 def _summarize(samples, max_external=DEFAULT_MAX_EXTERNAL):
     """(median seconds, the samples used, their external shares, how many were undisturbed):
     the undisturbed samples when there are any, else all of them."""
-    good = [(t, sh) for t, sh in samples if sh <= max_external]
+    good = [x for x in samples if x[1] <= max_external]
     used = good or list(samples)
-    times = [t for t, _ in used]
-    return statistics.median(times), times, [sh for _, sh in used], len(good)
+    times = [x[0] for x in used]
+    return statistics.median(times), times, [x[1] for x in used], len(good)
+
+
+def _serial_seconds(samples, max_external=DEFAULT_MAX_EXTERNAL):
+    """Median time per call spent outside the pool's tasks (the submitting thread's own work:
+    Python glue, planning, job submission), over the samples ``_summarize`` would use."""
+    good = [x for x in samples if x[1] <= max_external and x[2] is not None]
+    used = good or [x for x in samples if x[2] is not None]
+    if not used:
+        return 0.0
+    return max(0.0, statistics.median(t - busy for t, _, busy in used))
 
 
 def _policies_for(workload, policies):
@@ -956,9 +1026,14 @@ def _calibration_from(samples, topology, workloads, max_external=DEFAULT_MAX_EXT
     for wl in workloads:
         t = [_summarize(samples[("cal", wl.name, ci)], max_external)[0]
              for ci in range(topology.nclusters)]
+        # the fastest core's run time splits into time inside the pool's tasks and the
+        # submitting thread's serial work; rates come from the time inside tasks
+        serial = _serial_seconds(samples[("cal", wl.name, 0)], max_external)
+        inside = [max(x - serial, 1e-12) for x in t]
         work = _sim_seconds_at_1gflops(wl, topology)
-        per[wl.name] = {"time_s": t, "gflops_per_core": [work / x for x in t],
-                        "speeds": [t[0] / x for x in t]}
+        per[wl.name] = {"time_s": t, "serial_s": serial,
+                        "gflops_per_core": [work / x for x in inside],
+                        "speeds": [inside[0] / x for x in inside]}
     overheads = {}
     for pol in POOL_POLICIES:
         small = _summarize(samples[("cal", "noop", pol, "small")], max_external)[0]
@@ -1032,7 +1107,7 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
         items += _calibration_items(topology, pool_workloads)
     load_before = _loadavg()
     samples = _measure_items(items, repeats, min_time, progress, desc="scaling",
-                             max_external=max_external)
+                             max_external=max_external, main_cpu=topology.cpus[0])
     load_after = _loadavg()
     points = []
     for key, (wl, sub) in meta.items():
@@ -1196,7 +1271,7 @@ def calibrate_sim(topology, workloads=None, *, repeats=5, min_time=0.02, progres
     workloads = list(workloads) if workloads is not None else [SpinWorkload()]
     items = _calibration_items(topology, workloads)
     samples = _measure_items(items, repeats, min_time, progress, desc="calibrating",
-                             max_external=max_external)
+                             max_external=max_external, main_cpu=topology.cpus[0])
     return _calibration_from(samples, topology, workloads, max_external)
 
 
@@ -1233,11 +1308,15 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
         mine = sorted((p for p in pts if p.workload == name), key=lambda q: (q.policy, q.cores))
         kmax = max(p.cores for p in mine)
         rows, sim_error = [], {}
+        serial = cal["workloads"][name].get("serial_s", 0.0)
         for p in mine:
             sub = first_cores(topology, p.cores)
             o = cal["overheads"][p.policy]
-            res = simulate(sub, wl.sim_jobs(sub, rates[:sub.nclusters]), policy=p.policy,
-                           overheads=Overheads(job=o["job"], task=o["task"], steal=o["steal"]))
+            jobs = wl.sim_jobs(sub, rates[:sub.nclusters])
+            # the submitting thread's serial work, spread over the run's jobs
+            job_cost = max(o["job"], serial / max(1, len(jobs)))
+            res = simulate(sub, jobs, policy=p.policy,
+                           overheads=Overheads(job=job_cost, task=o["task"], steal=o["steal"]))
             sim_tp = wl.throughput(res.makespan)
             p.sim_throughput = sim_tp
             best = wl.throughput(min(p.times_s)) if p.times_s else p.throughput
@@ -1249,6 +1328,7 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
             if p.cores == kmax:
                 sim_error[p.policy] = rows[-1]["error"]
         out[name] = {"unit": wl.unit, "speeds": cal["workloads"][name]["speeds"],
+                     "serial_s": serial,
                      "points": rows, "sim_error": sim_error,
                      "max_abs_error": max(abs(r["error"]) for r in rows)}
     primary = "spin" if "spin" in out else names[0]
@@ -1261,11 +1341,13 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
 
 def format_validation(val):
     lines = ["simulator vs measurement: the simulator is given only the calibration (each "
-             "workload on one core of each cluster; no-op jobs for the overheads)"]
+             "workload on one core of each cluster, split into time inside the pool's tasks "
+             "and the submitting thread's serial work; no-op jobs for the overheads)"]
     for name, w in val["workloads"].items():
         lines.append("")
         lines.append(f"{name} [{w['unit']}]  measured cluster speeds "
-                     + ", ".join(f"{s:.3f}" for s in w["speeds"]))
+                     + ", ".join(f"{s:.3f}" for s in w["speeds"])
+                     + f"; serial work per run {w.get('serial_s', 0.0) * 1e3:.2f} ms")
         lines.append(f"{'policy':<10}{'cores':>6}{'measured':>12}{'simulated':>12}"
                      f"{'error':>9}{'best run':>12}{'error':>9}")
         for r in w["points"]:
