@@ -64,6 +64,8 @@ _get_pool = None
 def _resolve_pool(pool):
     """The pool to run on: the given one, else the process-wide default."""
     global _get_pool
+    if pool is None and _get_pool is not None:
+        return _get_pool()
     if pool is not None:
         if not hasattr(pool, "_handle") or not hasattr(pool, "topology"):
             raise TypeError(f"pool must be an asymo.Pool, not {type(pool).__name__}")
@@ -73,6 +75,14 @@ def _resolve_pool(pool):
     if _get_pool is None:
         from asymo.pool import get_pool as _get_pool
     return _get_pool()
+
+
+_NULL = ffi.NULL
+_from_buffer = ffi.from_buffer
+
+
+def _addr(x):
+    return ffi.cast("void *", x.__array_interface__["data"][0])
 
 
 def _wptr(x):
@@ -169,12 +179,14 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     ``out`` None or of that dtype). Other dtypes, mixed dtypes, ndarray subclasses and other
     array types go to `numpy.matmul` and return exactly its result.
     """
-    backend = _check_backend(backend)
-    if (out is None and backend == "c" and type(a) is np.ndarray and type(b) is np.ndarray
-            and a.ndim == 2 and 0 < b.ndim <= 2):
-        res = _matmul_2d(a, b, pool)
+    if backend is None:
+        backend = _default_backend
+    if (backend == "c" and type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2
+            and 0 < b.ndim <= 2 and (out is None or type(out) is np.ndarray)):
+        res = _matmul_2d(a, b, out, pool)
         if res is not None:
             return res
+    backend = _check_backend(backend)
     if type(a) is not np.ndarray:
         if _foreign(a):
             return np.matmul(a, b, out=out)
@@ -224,8 +236,9 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     return res[()] if scalar else res
 
 
-def _matmul_2d(a, b, pool):
-    """The common case on a short path: 2-D @ 2-D or 2-D @ 1-D, float32/float64, no out.
+def _matmul_2d(a, b, out, pool):
+    """The common case on a short path: 2-D @ 2-D or 2-D @ 1-D, float32/float64, ``out``
+    None or a plain writeable array of the result's shape and dtype, not overlapping.
 
     Returns None when anything is unusual (the general path then handles it)."""
     dt = a.dtype
@@ -248,12 +261,29 @@ def _matmul_2d(a, b, pool):
     if ((rsa | csa | rsb | csb) % es  # itemsize is a power of two
             or not (a.flags.aligned and b.flags.aligned)):
         return None
-    c = np.empty(rshape, dt)
+    if out is None:
+        c = np.empty(rshape, dt)
+        rsc, csc = N, 1
+    else:
+        if (out.dtype != dt or out.shape != rshape or not out.flags.writeable
+                or not out.flags.aligned or np.may_share_memory(out, a)
+                or np.may_share_memory(out, b)):
+            return None
+        c = out
+        if len(rshape) == 2:
+            rsc, csc = out.strides
+        else:
+            rsc, csc = out.strides[0], es
+        if (rsc | csc) % es:
+            return None
+        rsc, csc = rsc // es, csc // es
     pool = _resolve_pool(pool)
-    plan = _plans.cached_plan(M, K, N, dt, pool)
-    handle = ffi.NULL if pool is None or plan.serial else pool._handle
-    rc = lib.asymo_gemm_2d(handle, plan.cdata(), code, M, K, N, _ptr(a), rsa // es, csa // es,
-                           _ptr(b), rsb // es, csb // es, ffi.from_buffer(c), N, 1)
+    plan, cplan = _plans.cached_plan(M, K, N, dt, pool, with_cdata=True)
+    rc = lib.asymo_gemm_2d(
+        _NULL if plan.serial else pool._handle, cplan, code, M, K, N,
+        _from_buffer(a) if a.flags.c_contiguous else _addr(a), rsa // es, csa // es,
+        _from_buffer(b) if b.flags.c_contiguous else _addr(b), rsb // es, csb // es,
+        _from_buffer(c, require_writable=True) if c.flags.c_contiguous else _addr(c), rsc, csc)
     if rc != lib.ASYMO_OK:
         raise RuntimeError(f"asymo GEMM failed ({_ERRORS.get(rc, rc)}) for shape "
                            f"(M, K, N) = ({M}, {K}, {N}), plan {plan}")

@@ -62,10 +62,19 @@ _FALLBACK_L1 = 32 * 1024
 _FALLBACK_L2 = 512 * 1024
 #: tasks per worker the default planner aims for (room for stealing to even out lag)
 TASKS_PER_WORKER = 8
+#: ... and at most this many FLOPs per task: a job ends when its last task does, so on a core
+#: that is preempted or slower than planned the expected wait is about half a task (about
+#: 0.25 ms here, below the 1 ms period of the asymmetry emulator)
+TASK_FLOPS = 50e6
 #: products of a batch smaller than this (FLOPs) are given whole to tasks
 BATCH_SPLIT_FLOPS = 4e6
-#: products (whole batches) below this many FLOPs run in the calling thread
-SERIAL_FLOPS = 2e5
+#: products (whole batches) below this many FLOPs are not worth a pool job: on a symmetric
+#: machine they run in the calling thread, on an asymmetric one on the fastest cluster.
+#: Measured on the development machine (2-core Zen 4 VM): a pool job costs about 10 us more
+#: than a call in the calling thread; GEMMs gain from the second core above about 4 MFLOP,
+#: matrix-vector products (no packing, each core streams its own rows) above about 0.5 MFLOP.
+SERIAL_FLOPS = 4e6
+SERIAL_FLOPS_MV = 5e5
 
 
 # ---------------------------------------------------------------------------------------------
@@ -362,19 +371,19 @@ def block_candidates(M, N, K, cluster, nthreads, mr, nr, itemsize, max_i=64):
     l1, l2 = _cache_budget(cluster)
     kc = _kc_for(K, l1, mr, nr, itemsize)
     budget = l2 // itemsize
+    M, N, T = max(M, 1), max(N, 1), max(nthreads, 1)
     out = []
     for i in range(1, max_i + 1):
-        side = math.sqrt(max(M, 1) * max(N, 1) / (i * max(nthreads, 1)))
-        mc = min(_round_up(max(int(side), 1), mr), _round_up(max(M, 1), mr))
-        nc = min(_round_up(max(int(side), 1), nr), _round_up(max(N, 1), nr))
-        if mc >= M:  # short M: give tasks the whole of it, partition N only
-            nc = min(_round_up(-(-N * M // max(M * i * max(nthreads, 1), 1)), nr), nc)
-        if nc >= N:
-            mc = min(_round_up(-(-M // (i * max(nthreads, 1))), mr), mc)
-        if mc * kc + nc * kc + mc * nc <= budget:
-            cand = (max(mc, 1), max(nc, 1), kc)
-            if cand not in out:
-                out.append(cand)
+        tasks = i * T
+        side = math.sqrt(M * N / tasks)
+        if side >= M:    # M << N: whole M per task, partition N only
+            mc, nc = _round_up(M, mr), _round_up(-(-N // tasks), nr)
+        elif side >= N:  # N << M: partition M only
+            mc, nc = _round_up(-(-M // tasks), mr), _round_up(N, nr)
+        else:
+            mc, nc = _round_up(int(side), mr), _round_up(int(side), nr)
+        if mc * kc + nc * kc + mc * nc <= budget and (mc, nc, kc) not in out:
+            out.append((mc, nc, kc))
     return out
 
 
@@ -385,9 +394,10 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
       micro-panel rows stay in L1), with equal-size K panels.
     * nc: as wide as the cluster's columns while a kc x nc panel of B takes at most 3/4 of the
       per-thread L2 (wide panels keep A from being repacked), cut into equal blocks.
-    * mc: about ``TASKS_PER_WORKER`` tasks per worker (small tasks balance, and let stealing
-      even out lagging cores), at most 8 micro-tiles, and within AsyMo's cache constraint
-      ``mc*kc + nc*kc + mc*nc <= L2`` per thread.
+    * mc: at least ``TASKS_PER_WORKER`` tasks per worker and tasks of at most ``TASK_FLOPS``
+      (small tasks balance, and let stealing even out lagging cores; when M is short the
+      columns are cut finer instead), at most 8 micro-tiles, and within AsyMo's cache
+      constraint ``mc*kc + nc*kc + mc*nc <= L2`` per thread.
 
     Measured on the development machine (2 cores, AVX2 kernel), smaller tasks (mc 24-96 rows,
     tens of tasks) beat a few large ones by up to 20% on the DL shapes.
@@ -396,7 +406,7 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
     kc = _kc_for(K, l1, mr, nr, itemsize)
     budget = l2 // itemsize
     M, N = max(M, 1), max(N, 1)
-    want = max(1, TASKS_PER_WORKER * max(nthreads, 1))
+    want = max(1, TASKS_PER_WORKER * max(nthreads, 1), int(2.0 * M * N * K / TASK_FLOPS))
     nc_max = max(nr, (budget * 3 // 4 // kc) // nr * nr)
     ntn = -(-N // nc_max)
     # short M: find the parallelism along N instead (columns blocks of at least 4 slivers)
@@ -449,23 +459,26 @@ def clear_plan_cache():
 _hot_plans = {}
 
 
-def cached_plan(M, K, N, dtype, pool):
+def cached_plan(M, K, N, dtype, pool, with_cdata=False):
     """`plan_gemm(M, K, N, dtype, pool)` through a lean cache for the call path of matmul.
 
     Keyed by the pool's identity and worker limit, the forced ISA and the block chooser; a
-    hit costs a dictionary lookup."""
-    limit = lib.asymo_pool_get_limit(pool._handle) if pool is not None else 0
+    hit costs a dictionary lookup. With ``with_cdata``, returns ``(plan, plan.cdata())``."""
+    limit = _get_limit(pool._handle) if pool is not None else 0
     key = (M, K, N, dtype, id(pool), limit, _forced_isa, _block_chooser)
     hit = _hot_plans.get(key)
     if hit is not None and hit[1]() is pool:
-        return hit[0]
+        return (hit[0], hit[2]) if with_cdata else hit[0]
     plan = plan_gemm(M, K, N, dtype, pool)
-    plan.cdata()
+    cdata = plan.cdata()
     with _cache_lock:
         if len(_hot_plans) >= _PLAN_CACHE_MAX:
             _hot_plans.clear()
-        _hot_plans[key] = (plan, (lambda: None) if pool is None else weakref.ref(pool))
-    return plan
+        _hot_plans[key] = (plan, (lambda: None) if pool is None else weakref.ref(pool), cdata)
+    return (plan, cdata) if with_cdata else plan
+
+
+_get_limit = lib.asymo_pool_get_limit
 
 
 def _largest_remainder(n, weights):
@@ -619,6 +632,10 @@ def _make_plan(M, K, N, dname, nbatch, isa, topo, active, pool, split, blocks, k
         raise ValueError(f"kind {kind!r} is not one of {sorted(KINDS)}")
 
     per_item = 2.0 * M * K * N
+    small = per_item * nbatch < (SERIAL_FLOPS_MV if kind == "mv" else SERIAL_FLOPS)
+    serial = small and split is None and not topo.is_asymmetric
+    if small and split is None and topo.is_asymmetric:
+        split = [1.0] + [0.0] * (ncl - 1)
     if split_dim is None:
         if nbatch > 1 and per_item < BATCH_SPLIT_FLOPS and nbatch >= total_workers:
             split_dim = "batch"
@@ -669,4 +686,4 @@ def _make_plan(M, K, N, dname, nbatch, isa, topo, active, pool, split, blocks, k
             chunks.append(max(floor, _round_up(-(-n // (TASKS_PER_WORKER * threads)), 16)))
     return GemmPlan(shape=(M, K, N), dtype=dname, kind=kind, split_dim=split_dim,
                     cluster_ranges=ranges, blocks=tuple(blks), chunks=tuple(chunks), isa=isa,
-                    nbatch=nbatch, serial=per_item * nbatch < SERIAL_FLOPS)
+                    nbatch=nbatch, serial=serial)

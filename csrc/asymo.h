@@ -10,5 +10,7 @@
 #include "pool.h"
 #include "emulate.h"
 #include "gemm.h"
+#include "conv.h"
+#include "pooling.h"
 
 #endif

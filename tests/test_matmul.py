@@ -368,3 +368,19 @@ def test_nan_and_inf_propagate():
     a[7, 2] = np.inf
     b = np.ones((20, 20))
     np.testing.assert_array_equal(asymo.matmul(a, b), np.matmul(a, b))
+
+
+def test_tasks_stolen_across_clusters_pack_their_own_panels(asym_pool):
+    """All tasks queued on the slow cluster: the fast worker steals them and must compute them
+    correctly (it packs B privately instead of sharing the slow cluster's panels)."""
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((600, 700)).astype(np.float32)
+    b = rng.standard_normal((700, 300)).astype(np.float32)
+    plan = gemm_plan.plan_gemm(600, 700, 300, np.float32, asym_pool, split=(0.0, 1.0),
+                               blocks=(12, 64, 128))
+    assert plan.cluster_ranges[0] == (0, 0) and sum(plan.task_counts()) > 100
+    asym_pool.reset_stats()
+    for _ in range(5):
+        check_close(gemm.gemm(a, b, plan=plan, pool=asym_pool), a, b)
+    stats = asym_pool.stats()
+    assert stats["workers"][0]["tasks_stolen"] > 0

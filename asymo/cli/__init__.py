@@ -15,7 +15,9 @@ SUBCOMMANDS = [
     "emulate",
     "plan",
     "pipeline",
+    "demo",
     "calibrate",
+    "bench",
 ]
 
 

@@ -1,0 +1,189 @@
+"""``asymo bench``: benchmarks. ``asymo bench scaling``: throughput as cores are added.
+
+Measured on this machine (optionally under the asymmetry emulator), or simulated for a preset
+CPU, or both compared (``--validate-sim``). Wrap measured runs in
+``flock /tmp/asymo-bench.lock`` on shared machines so measurements never overlap.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+
+BENCHES = ["scaling"]
+
+
+def register(sub):
+    p = sub.add_parser("bench", help="benchmarks (scaling over cores, ...)",
+                       description="Benchmarks. Each prints a table with the machine, thread "
+                                   "count and emulation settings beside the figures.")
+    bsub = p.add_subparsers(dest="bench", metavar="BENCH")
+    bsub.required = True
+    _register_scaling(bsub)
+
+
+def _csv(text):
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _overheads(text):
+    from asymo.sim.engine import Overheads
+    try:
+        vals = [float(v) / 1e6 for v in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--sim-overheads {text!r}: expected JOB,TASK,STEAL in microseconds, "
+                         "e.g. 10,0.2,0.5") from None
+    if len(vals) != 3:
+        raise ValueError(f"--sim-overheads {text!r}: expected three numbers JOB,TASK,STEAL")
+    return Overheads(job=vals[0], task=vals[1], steal=vals[2])
+
+
+def _register_scaling(bsub):
+    from asymo.scaling import BASELINES, POOL_POLICIES, WORKLOADS
+    from asymo.sim.presets import preset_names
+    p = bsub.add_parser(
+        "scaling", help="throughput as cores are added, per pool policy, NumPy and torch",
+        description="Throughput of matmul, conv2d, whole zoo models (and 'spin', equal "
+                    "compute-bound pool tasks) on 1..N cores, adding the fastest cluster's "
+                    "cores first, for each pool policy (asymo, even, shared, steal), NumPy "
+                    "(BLAS threads limited with threadpoolctl) and torch when installed. "
+                    "On an asymmetric CPU an even split gets slower when the slow cores join; "
+                    "asymo's split should keep scaling. Measured here, or simulated for a "
+                    "preset CPU with --simulate.",
+        epilog="examples:\n"
+               "  flock /tmp/asymo-bench.lock asymo bench scaling --emulate 1:0.5 "
+               "--plot scaling.png\n"
+               "  asymo bench scaling --simulate kirin970 --workload matmul --json k970.json\n"
+               "  flock /tmp/asymo-bench.lock asymo bench scaling --emulate 1:0.5 "
+               "--validate-sim --json v.json",
+        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p.add_argument("--workload", "-w", type=_csv, default=None, metavar="LIST",
+                   help=f"comma-separated workloads from {', '.join(WORKLOADS)} "
+                        "(default: spin, plus matmul when asymo.matmul is built)")
+    p.add_argument("--policies", type=_csv, default=None, metavar="LIST",
+                   help=f"subset of {', '.join(POOL_POLICIES + BASELINES)} "
+                        "(default: all available)")
+    p.add_argument("--full", action="store_true",
+                   help="larger workloads (several shapes/layers/models) instead of the quick "
+                        "default")
+    p.add_argument("--repeats", type=int, default=5, metavar="N",
+                   help="samples per point; the median is reported (default 5)")
+    p.add_argument("--min-time", type=float, default=0.02, metavar="SEC",
+                   help="each sample repeats the workload for at least this long (default "
+                        "0.02)")
+    p.add_argument("--max-external-load", type=float, default=0.05, metavar="SHARE",
+                   help="a run during which other processes used more than SHARE of the "
+                        "cores is disturbed: it is repeated (up to 4x --repeats) and left out "
+                        "of the median (default 0.05; 1 keeps every run)")
+    p.add_argument("--max-cores", type=int, default=None, metavar="K",
+                   help="stop at K cores")
+    p.add_argument("--topology", default=None, metavar="SPEC",
+                   help="explicit topology for measured runs, e.g. 'big:0@1.0,little:1@0.5'")
+    p.add_argument("--emulate", default=None, metavar="CPU:SPEED[,...]",
+                   help="run under the asymmetry emulator, e.g. 1:0.5 slows cpu 1 to half "
+                        "speed (needs SCHED_FIFO: root or CAP_SYS_NICE)")
+    p.add_argument("--simulate", default=None, metavar="PRESET",
+                   help=f"simulate instead of measuring: a preset ({', '.join(preset_names())}) "
+                        "or a topology spec such as 'big:0-3@1.0,little:4-7@0.45'")
+    p.add_argument("--sim-overheads", type=str, default=None, metavar="JOB,TASK,STEAL",
+                   help="simulator scheduling costs in microseconds (default: those measured "
+                        "for the pool on the development machine)")
+    p.add_argument("--interfere", default=None, metavar="CPU:SPEED[:START:STOP],...",
+                   help="with --simulate: slow core CPU to SPEED (0..1) for the whole run, or "
+                        "from START to STOP milliseconds into it (interference from other "
+                        "apps, thermal throttling)")
+    p.add_argument("--validate-sim", action="store_true",
+                   help="also calibrate and run the simulator for this machine and print "
+                        "measured against simulated per-policy throughput (adds the spin "
+                        "workload, scheduling alone, when not selected)")
+    p.add_argument("--json", metavar="FILE", default=None, help="write the points as JSON")
+    p.add_argument("--plot", metavar="FILE", default=None,
+                   help="write a PNG plot (needs matplotlib)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_scaling)
+
+
+def _sim_target(text):
+    """A preset name, or a topology spec ('big:0-3@1.0,little:4-7@0.45') to simulate."""
+    from asymo.sim.presets import get_preset
+    from asymo.topology import parse_spec
+    if "@" in text or ":" in text:
+        return parse_spec(text)
+    return get_preset(text)
+
+
+def _default_workloads():
+    from asymo.scaling import _asymo_attr
+    names = ["spin"]
+    if _asymo_attr("matmul") is not None:
+        names.append("matmul")
+    return names
+
+
+def run_scaling(args):
+    from asymo import scaling
+    from asymo import topology as topo
+    try:
+        if args.repeats < 1:
+            raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+        if not 0 < args.max_external_load <= 1:
+            raise ValueError(f"--max-external-load must lie in (0, 1], got "
+                             f"{args.max_external_load}")
+        if args.max_cores is not None and args.max_cores < 1:
+            raise ValueError(f"--max-cores must be >= 1, got {args.max_cores}")
+        if args.simulate and (args.validate_sim or args.emulate):
+            raise ValueError("--simulate does not measure: it cannot be combined with "
+                             "--validate-sim or --emulate")
+        names = args.workload or _default_workloads()
+        if args.validate_sim and "spin" not in names:
+            names = ["spin"] + list(names)
+        workloads = scaling.make_workloads(names, quick=not args.full)
+        overheads = _overheads(args.sim_overheads) if args.sim_overheads else None
+        emulate = scaling.parse_emulate(args.emulate) if args.emulate else None
+        preset = _sim_target(args.simulate) if args.simulate else None
+        if args.interfere and not args.simulate:
+            raise ValueError("--interfere is a simulator option: use it with --simulate "
+                             "(use --emulate to slow cores of this machine)")
+        interference = scaling.parse_interference(args.interfere) if args.interfere else ()
+    except (ValueError, TypeError) as exc:
+        print(f"asymo bench scaling: error: {exc}", file=sys.stderr)
+        return 2
+
+    if preset is not None:
+        result = scaling.simulate_scaling(preset, workloads, policies=args.policies,
+                                          overheads=overheads, max_cores=args.max_cores,
+                                          interference=interference,
+                                          progress=not args.no_progress)
+    else:
+        with _emulation(emulate):
+            t = topo.detect(override=args.topology)
+            result = scaling.measure_scaling(workloads, policies=args.policies, topology=t,
+                                             max_cores=args.max_cores, repeats=args.repeats,
+                                             min_time=args.min_time,
+                                             progress=not args.no_progress,
+                                             calibrate=args.validate_sim,
+                                             max_external=args.max_external_load)
+            if args.validate_sim:
+                scaling.validate_sim(result)
+    print(result.table())
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result.to_dict(), f, indent=1)
+        print(f"wrote {args.json}")
+    if args.plot:
+        result.plot(args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+@contextlib.contextmanager
+def _emulation(spec):
+    if not spec:
+        yield
+        return
+    try:
+        from asymo.emulate import slow_cores
+    except ImportError:
+        raise RuntimeError("--emulate needs asymo.emulate, which is not in this build") from None
+    with slow_cores(spec):
+        yield

@@ -1,0 +1,168 @@
+"""Shared parts of bench/conv_layers.py and bench/models.py: the NumPy im2col + matmul
+baseline, side-by-side timing, the machine description, and the emulator context."""
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from asymo.models.model import AsymoOps  # noqa: E402
+
+
+class NumpyOps(AsymoOps):
+    """A forward-pass backend on NumPy alone: im2col (sliding_window_view + copy) and
+    numpy.matmul for convolutions and FC layers, NumPy max / mean for pooling."""
+
+    def __init__(self):
+        pass
+
+    def conv(self, x, step, weight, bias, out=None, residual=None, activation="step"):
+        act = step.activation if activation == "step" else activation
+        n, c, h, w = x.shape
+        cout, cin_g, kh, kw = weight.shape
+        g = step.groups
+        (sh, sw), (ph, pw), (dh, dw) = step.stride, step.padding, step.dilation
+        _, oh, ow = step.out_shape
+        if (kh, kw) == (1, 1) and (sh, sw) == (1, 1) and (ph, pw) == (0, 0):
+            col = x.reshape(n, g, cin_g, h * w)
+        else:
+            xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else x
+            win = np.lib.stride_tricks.sliding_window_view(
+                xp, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(2, 3))
+            win = win[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :oh, :ow]
+            col = np.ascontiguousarray(win.transpose(0, 1, 4, 5, 2, 3)).reshape(
+                n, g, cin_g * kh * kw, oh * ow)
+        y = np.matmul(weight.reshape(g, cout // g, -1), col).reshape(n, cout, oh, ow)
+        if bias is not None:
+            y += bias[:, None, None]
+        if residual is not None:
+            y += residual
+        y = self._act(y, act)
+        if out is not None:
+            out[...] = y
+            return out
+        return y
+
+    @staticmethod
+    def _act(y, act):
+        if act == "relu":
+            np.maximum(y, 0, out=y)
+        elif act == "relu6":
+            np.clip(y, 0, 6, out=y)
+        return y
+
+    def linear(self, x, step, weight, bias):
+        y = x @ weight.T
+        if bias is not None:
+            y += bias
+        return self._act(y, step.activation)
+
+    def pool(self, x, step):
+        if step.is_global:
+            return x.mean(axis=(2, 3), keepdims=True, dtype=x.dtype)
+        (kh, kw), (sh, sw), (ph, pw) = step.kernel, step.stride, step.padding
+        _, oh, ow = step.out_shape
+        h, w = x.shape[2:]
+        # pad to the extent the (ceil-mode) windows reach
+        eh = max(0, (oh - 1) * sh + kh - h - ph)
+        ew = max(0, (ow - 1) * sw + kw - w - pw)
+        fill = -np.inf if step.kind == "max" else 0.0
+        xp = np.pad(x, ((0, 0), (0, 0), (ph, eh), (pw, ew)), constant_values=fill)
+        win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))
+        win = win[:, :, ::sh, ::sw][:, :, :oh, :ow]
+        if step.kind == "max":
+            return win.max(axis=(4, 5))
+        return win.mean(axis=(4, 5), dtype=x.dtype)  # zoo average pools are global
+
+
+def median_time(fn, repeats, inner=1):
+    """Median over ``repeats`` of the mean time of ``inner`` consecutive calls."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        times.append((time.perf_counter() - t0) / inner)
+    return statistics.median(times)
+
+
+def side_by_side(fns, repeats, min_time=0.05):
+    """Time several implementations in alternating rounds (so drift and interference hit
+    them alike); each round runs one implementation ``inner`` times back to back. Returns
+    {name: median seconds per call}."""
+    inner = {}
+    for name, fn in fns.items():
+        fn()  # warm-up (first-use allocations, weight generation, plan caches)
+        t0 = time.perf_counter()
+        fn()
+        dt = max(time.perf_counter() - t0, 1e-6)
+        inner[name] = max(1, int(min_time / dt))
+    samples = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(repeats):
+        order = names if r % 2 == 0 else names[::-1]
+        for name in order:
+            fn = fns[name]
+            t0 = time.perf_counter()
+            for _ in range(inner[name]):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / inner[name])
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def machine_lines(pool, emulation, torch_threads):
+    import threadpoolctl
+
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    blas = [(i.get("internal_api"), i.get("num_threads"))
+            for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
+    from asymo.conv import kernel_isa
+
+    lines = [
+        f"machine: {cpu}, {os.cpu_count()} cpus, affinity {sorted(os.sched_getaffinity(0))}",
+        f"asymo pool: {pool.nworkers} workers, topology {pool.topology.to_spec()}, "
+        f"policy {pool.policy}, conv kernels {kernel_isa()}",
+        f"emulation: {emulation or 'none (symmetric machine)'}"
+        + ("  [speed only: the slowed core keeps its caches and bandwidth]" if emulation else ""),
+        f"threads: torch {torch_threads}, NumPy BLAS {blas}",
+    ]
+    return lines
+
+
+@contextlib.contextmanager
+def emulated(spec):
+    """``spec`` like "1:0.5" (cpu:speed,...): slow those cores for the block (asymo.emulate,
+    branch emu); None: no emulation."""
+    if not spec:
+        yield None
+        return
+    try:
+        from asymo import emulate
+    except ImportError:
+        raise SystemExit("this build has no asymo.emulate (the emulator); cannot run --emulate")
+    speeds = {}
+    for item in spec.split(","):
+        cpu, speed = item.split(":")
+        speeds[int(cpu)] = float(speed)
+    with emulate.slow_cores(speeds):
+        yield spec
+
+
+def fmt_ratio(a, b):
+    return f"{b / a:5.2f}x" if a > 0 and b > 0 else "   - "

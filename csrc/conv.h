@@ -1,0 +1,111 @@
+/* Convolution kernels: im2col (the producer of a convolution's GEMM), a direct depthwise
+ * convolution, and a bias + activation epilogue.
+ *
+ * Each kernel is a job struct plus a task function `void fn(int64_t task, void *job)` with the
+ * pool's asymo_task_fn signature, so Python hands the job to asymo_pool_run and chooses which
+ * cluster runs which tasks (im2col tasks go to the cluster whose GEMM consumes their columns).
+ * The task functions never fail: Python validates shapes before building a job.
+ *
+ * Layouts: images are NCHW, C-contiguous within an image. dtype codes are those of gemm.h's
+ * ASYMO_DTYPE_F32 (0) and ASYMO_DTYPE_F64 (1) (declared there, once, for cffi).
+ */
+#ifndef ASYMO_CONV_H
+#define ASYMO_CONV_H
+
+#include <stdint.h>
+
+/* CDEF BEGIN */
+enum {
+    ASYMO_ACT_NONE = 0,
+    ASYMO_ACT_RELU = 1,
+    ASYMO_ACT_RELU6 = 2
+};
+
+/* Geometry of a 2-D sliding window over channels x height x width planes. pad_h / pad_w are
+ * the top / left padding; out_h / out_w fix the bottom / right extent, so asymmetric
+ * ("same" with an even kernel) padding needs no extra fields. Input outside the plane is 0. */
+typedef struct {
+    int64_t channels, height, width;
+    int64_t kernel_h, kernel_w;
+    int64_t stride_h, stride_w;
+    int64_t pad_h, pad_w;
+    int64_t dilation_h, dilation_w;
+    int64_t out_h, out_w;
+} asymo_conv_geometry;
+
+/* im2col of one image (one group's channels): col row r = (c * kernel_h + ky) * kernel_w + kx,
+ * column n = oy * out_w + ox. Tasks are (column block, row block) pairs, column blocks
+ * outermost, so the tasks of a contiguous run of column blocks form a contiguous task range:
+ * give that range to the cluster whose GEMM reads those columns. */
+typedef struct {
+    asymo_conv_geometry geom;
+    int32_t dtype;
+    const void *x;              /* channels x height x width */
+    void *col;                  /* K x ldcol, K = channels * kernel_h * kernel_w */
+    int64_t ldcol;              /* elements between rows of col */
+    int64_t col_offset;         /* column index held in col's first column (col may hold a
+                                   chunk [col_offset, col_offset + ldcol) of the columns) */
+    const int64_t *col_bounds;  /* ncolblocks + 1 increasing column indices */
+    int64_t ncolblocks;
+    int64_t nrowblocks;         /* row blocks per column block: ntasks = ncolblocks * nrowblocks */
+} asymo_im2col_job;
+
+void asymo_im2col_task(int64_t task, void *job);
+/* The same, single-threaded, for rows [k0, k1) and columns [n0, n1). */
+void asymo_im2col(const asymo_im2col_job *job, int64_t k0, int64_t k1, int64_t n0, int64_t n1);
+
+/* Direct depthwise convolution (groups == channels, one input channel per group, out_channels
+ * = multiplier * channels) with fused bias and activation. Output channel oc reads input
+ * channel oc / multiplier; weight is out_channels x kernel_h x kernel_w.
+ *
+ * A task is one image, a block of ASYMO_DW_LANES output channels and rows_per_task output
+ * rows: ntasks = batch * ceil(out_channels / ASYMO_DW_LANES) * ceil(out_h / rows_per_task).
+ * The task transposes its input rows to channel-interleaved order so that the innermost loop
+ * runs over channels (vector lanes) for any plane size, stride or dilation. */
+enum { ASYMO_DW_LANES = 16 };
+
+typedef struct {
+    asymo_conv_geometry geom;   /* channels = input channels */
+    int32_t dtype;
+    int32_t activation;
+    int64_t batch;
+    int64_t out_channels;
+    const void *x;              /* batch x channels x height x width, contiguous */
+    const void *weight;
+    const void *bias;           /* out_channels values or NULL */
+    void *y;                    /* image n, channel oc at y + n * y_image_stride + oc * out_h * out_w */
+    int64_t y_image_stride;
+    int64_t rows_per_task;
+    int32_t method;             /* 0: channel-interleaved kernel; 1: plane-by-plane reference
+                                   loop (slow; the fallback when scratch memory is short) */
+} asymo_dwconv_job;
+
+void asymo_dwconv_task(int64_t task, void *job);
+
+/* y[n, c, :] = act(y[n, c, :] + bias[c] + residual[n, c, :]) over planes of plane_size
+ * contiguous elements (the convolution epilogue; residual is a ResNet shortcut). A task is
+ * channels_per_task channels of one image. */
+typedef struct {
+    int32_t dtype;
+    int32_t activation;
+    void *y;
+    const void *bias;           /* channels values or NULL */
+    const void *residual;       /* same layout as y (own image_stride below) or NULL */
+    int64_t residual_image_stride;
+    int64_t batch, channels, plane_size;
+    int64_t image_stride;       /* elements between images */
+    int64_t channels_per_task;
+    int64_t channel_blocks;     /* ntasks = batch * channel_blocks */
+} asymo_bias_act_job;
+
+void asymo_bias_act_task(int64_t task, void *job);
+
+/* The ISA variant (ASYMO_ISA_*) the convolution, depthwise and pooling kernels run: the best
+ * the CPU supports unless set. asymo_conv_set_isa(isa) selects one (isa < 0: back to the
+ * best); it returns 0, or -1 when the CPU cannot run it or the build lacks it. For tests and
+ * benchmarks; not to be changed while kernels run. */
+int asymo_conv_isa(void);
+int asymo_conv_set_isa(int isa);
+/* CDEF END */
+
+#endif

@@ -1,0 +1,372 @@
+"""asymo.conv2d against the direct reference and torch; validation of bad input."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import asymo
+from asymo.conv import conv2d
+from asymo.models import reference
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # pragma: no cover - torch is optional
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
+
+TOL = {np.float32: dict(rtol=2e-5, atol=2e-5), np.float64: dict(rtol=1e-11, atol=1e-11)}
+
+
+def _close(y, ref, dtype):
+    """Compare with a tolerance scaled to the result's magnitude (float32 sums of K terms)."""
+    scale = max(1.0, float(np.max(np.abs(ref))) if ref.size else 1.0)
+    tol = TOL[dtype]
+    np.testing.assert_allclose(y, ref, rtol=tol["rtol"], atol=tol["atol"] * scale)
+
+
+def _torch_conv(x, w, b, stride, padding, dilation, groups, activation=None):
+    y = F.conv2d(torch.from_numpy(x), torch.from_numpy(w),
+                 None if b is None else torch.from_numpy(b), stride, padding, dilation, groups)
+    if activation == "relu":
+        y = y.relu()
+    elif activation == "relu6":
+        y = y.clamp(0, 6)
+    return y.numpy()
+
+
+@st.composite
+def conv_configs(draw):
+    depthwise = draw(st.booleans())
+    if depthwise:
+        c = draw(st.integers(1, 6))
+        groups = c
+        cin_g = 1
+        cout = c * draw(st.integers(1, 2))
+    else:
+        groups = draw(st.integers(1, 3))
+        cin_g = draw(st.integers(1, 4))
+        c = cin_g * groups
+        cout = groups * draw(st.integers(1, 4))
+    kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    padding = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
+    eff = (dilation[0] * (kh - 1) + 1, dilation[1] * (kw - 1) + 1)
+    h = draw(st.integers(max(1, eff[0] - 2 * padding[0]), 14))
+    w = draw(st.integers(max(1, eff[1] - 2 * padding[1]), 14))
+    return dict(n=draw(st.integers(1, 2)), c=c, h=h, w=w, cout=cout, cin_g=cin_g, kh=kh, kw=kw,
+                stride=stride, padding=padding, dilation=dilation, groups=groups,
+                dtype=draw(st.sampled_from([np.float32, np.float64])),
+                bias=draw(st.booleans()),
+                activation=draw(st.sampled_from([None, "relu", "relu6"])),
+                seed=draw(st.integers(0, 2**31)))
+
+
+def _make(cfg):
+    rng = np.random.default_rng(cfg["seed"])
+    dt = cfg["dtype"]
+    x = rng.standard_normal((cfg["n"], cfg["c"], cfg["h"], cfg["w"])).astype(dt)
+    w = rng.standard_normal((cfg["cout"], cfg["cin_g"], cfg["kh"], cfg["kw"])).astype(dt)
+    b = rng.standard_normal(cfg["cout"]).astype(dt) if cfg["bias"] else None
+    return x, w, b
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conv_configs())
+def test_random_configs_match_reference(cfg):
+    x, w, b = _make(cfg)
+    y = conv2d(x, w, b, cfg["stride"], cfg["padding"], cfg["dilation"], cfg["groups"],
+               activation=cfg["activation"])
+    ref = reference.conv2d(x, w, b, cfg["stride"], cfg["padding"], cfg["dilation"],
+                           cfg["groups"], cfg["activation"])
+    assert y.dtype == cfg["dtype"]
+    assert y.shape == ref.shape
+    _close(y, ref, cfg["dtype"])
+
+
+@needs_torch
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conv_configs())
+def test_random_configs_match_torch(cfg):
+    x, w, b = _make(cfg)
+    y = conv2d(x, w, b, cfg["stride"], cfg["padding"], cfg["dilation"], cfg["groups"],
+               activation=cfg["activation"])
+    ref = _torch_conv(x, w, b, cfg["stride"], cfg["padding"], cfg["dilation"], cfg["groups"],
+                      cfg["activation"])
+    _close(y, ref, cfg["dtype"])
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
+@pytest.mark.parametrize("k,d", [(1, 1), (2, 1), (3, 1), (4, 2), (5, 1), ((2, 3), (1, 2))])
+def test_padding_same_and_valid(k, d):
+    rng = np.random.default_rng(3)
+    kh, kw = (k, k) if isinstance(k, int) else k
+    x = rng.standard_normal((2, 4, 9, 11)).astype(np.float32)
+    w = rng.standard_normal((5, 4, kh, kw)).astype(np.float32)
+    y = conv2d(x, w, padding="same", dilation=d)
+    assert y.shape[2:] == x.shape[2:]
+    dh, dw = (d, d) if isinstance(d, int) else d
+    th, tw = dh * (kh - 1), dw * (kw - 1)
+    ref = reference.conv2d(x, w, None, 1, ((th // 2, th - th // 2), (tw // 2, tw - tw // 2)),
+                           d)
+    _close(y, ref, np.float32)
+    if torch is not None:
+        _close(y, _torch_conv(x, w, None, 1, "same", d, 1), np.float32)
+    valid = conv2d(x, w, padding="valid", dilation=d)
+    _close(valid, reference.conv2d(x, w, None, 1, 0, d), np.float32)
+
+
+def test_unbatched_input_gives_unbatched_output():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 8, 8))
+    w = rng.standard_normal((4, 3, 3, 3))
+    y = conv2d(x, w, padding=1)
+    assert y.shape == (4, 8, 8)
+    _close(y, reference.conv2d(x[None], w, None, 1, 1)[0], np.float64)
+
+
+def test_out_argument_and_non_contiguous_input():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 6, 10, 12)).astype(np.float32)[:, ::2, :, ::-1]
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    big = np.full((2, 9, 10, 12), 7.0, np.float32)
+    out = big[:, 2:6]  # a channel slice: each image contiguous, images strided
+    y = conv2d(x, w, b, padding=1, activation="relu", out=out)
+    assert y is out
+    ref = reference.conv2d(x, w, b, 1, 1, activation="relu")
+    _close(big[:, 2:6], ref, np.float32)
+    assert np.all(big[:, :2] == 7.0) and np.all(big[:, 6:] == 7.0)
+    # an output view that is not contiguous inside an image goes through a temporary
+    big2 = np.zeros((2, 4, 10, 24), np.float32)
+    y2 = conv2d(x, w, b, padding=1, out=big2[..., ::2])
+    _close(y2, reference.conv2d(x, w, b, 1, 1), np.float32)
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+def test_residual_is_added_before_activation(groups):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 4, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((4, 4 // groups, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    r = rng.standard_normal((2, 4, 7, 7)).astype(np.float32)
+    y = conv2d(x, w, b, padding=1, groups=groups, activation="relu", residual=r)
+    ref = np.maximum(reference.conv2d(x, w, b, 1, 1, groups=groups) + r, 0)
+    _close(y, ref, np.float32)
+
+
+def test_large_column_matrix_is_chunked(monkeypatch):
+    # force several column chunks, including a partial last one
+    import asymo.conv as conv_mod
+
+    monkeypatch.setattr(conv_mod, "COL_CHUNK_BYTES", 3 * 27 * 13 * 4)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 3, 20, 26)).astype(np.float32)
+    w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    y = conv2d(x, w, stride=(2, 2), padding=1)
+    _close(y, reference.conv2d(x, w, None, 2, 1), np.float32)
+    # unit stride with out_w == width (the shifted-copy im2col), chunks starting mid-image
+    for pad, dil in (((1, 1), 1), ((2, 3), (2, 1)), ((0, 1), 1)):
+        w2 = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+        y = conv2d(x, w2, padding=pad, dilation=dil)
+        _close(y, reference.conv2d(x, w2, None, 1, pad, dil), np.float32)
+
+
+def test_byte_swapped_and_list_inputs():
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((1, 2, 5, 5))
+    w = rng.standard_normal((3, 2, 3, 3))
+    y = conv2d(x.astype(">f8"), w.astype(">f8"), padding=1)
+    assert y.dtype == np.float64
+    _close(y, reference.conv2d(x, w, None, 1, 1), np.float64)
+    _close(conv2d(x.tolist(), w.tolist()), reference.conv2d(x, w), np.float64)
+
+
+def test_zero_batch_and_lazy_attribute():
+    assert asymo.conv2d is conv2d
+    y = conv2d(np.zeros((0, 3, 5, 5), np.float32), np.zeros((2, 3, 3, 3), np.float32))
+    assert y.shape == (0, 2, 3, 3)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,kwargs,exc,words", [
+    ((1, 3, 8, 8), (4, 2, 3, 3), {}, ValueError, ["3 channels", "(4, 2, 3, 3)"]),
+    ((1, 4, 8, 8), (3, 2, 3, 3), {"groups": 2}, ValueError, ["not divisible by groups=2"]),
+    ((1, 3, 4, 4), (2, 3, 7, 7), {}, ValueError, ["larger than the padded input", "(1, 3, 4, 4)"]),
+    ((1, 3, 4, 4), (2, 3, 3, 3), {"dilation": 3}, ValueError, ["larger than the padded input"]),
+    ((3, 8), (2, 3, 3, 3), {}, ValueError, ["(3, 8)"]),
+    ((1, 1, 3, 8, 8), (2, 3, 3, 3), {}, ValueError, ["(1, 1, 3, 8, 8)"]),
+    ((1, 3, 8, 8), (2, 3, 3), {}, ValueError, ["(2, 3, 3)"]),
+    ((1, 3, 8, 8), (2, 3, 3, 3), {"padding": "same", "stride": 2}, ValueError, ["same"]),
+    ((1, 3, 8, 8), (2, 3, 3, 3), {"padding": "full"}, ValueError, ["'full'"]),
+    ((1, 3, 8, 8), (2, 3, 3, 3), {"padding": -1}, ValueError, ["padding"]),
+    ((1, 3, 8, 8), (2, 3, 3, 3), {"stride": 0}, ValueError, ["stride"]),
+    ((1, 3, 8, 8), (2, 3, 3, 3), {"stride": (1, 2, 3)}, ValueError, ["stride"]),
+    ((1, 3, 8, 8), (2, 3, 3, 3), {"groups": 0}, ValueError, ["groups"]),
+    ((1, 3, 8, 8), (2, 3, 3, 3), {"activation": "gelu"}, ValueError, ["gelu"]),
+])
+def test_bad_input_raises_with_shapes(x_shape, w_shape, kwargs, exc, words):
+    x = np.zeros(x_shape, np.float32)
+    w = np.zeros(w_shape, np.float32)
+    with pytest.raises(exc) as info:
+        conv2d(x, w, **kwargs)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_bad_dtypes_raise_type_error():
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    w = np.zeros((2, 3, 3, 3), np.float32)
+    with pytest.raises(TypeError, match="int64"):
+        conv2d(x.astype(np.int64), w)
+    with pytest.raises(TypeError, match="float16"):
+        conv2d(x, w.astype(np.float16))
+    with pytest.raises(TypeError, match="same dtype"):
+        conv2d(x, w.astype(np.float64))
+    with pytest.raises(TypeError, match="bias"):
+        conv2d(x, w, np.zeros(2, np.float64))
+    with pytest.raises(ValueError, match=r"\(3,\)"):
+        conv2d(x, w, np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match="out has shape"):
+        conv2d(x, w, out=np.zeros((1, 2, 5, 5), np.float32))
+    with pytest.raises(TypeError, match="out has dtype"):
+        conv2d(x, w, out=np.zeros((1, 2, 6, 6), np.float64))
+
+
+@pytest.fixture(scope="module")
+def two_cluster_pool():
+    import os
+
+    from asymo.topology import parse_spec
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two usable cores")
+    spec = f"big:{cpus[0]}@1.0,little:{cpus[1]}@0.5"
+    with asymo.Pool(topology=parse_spec(spec)) as pool:
+        yield pool
+
+
+@pytest.mark.parametrize("case", ["im2col", "pointwise", "depthwise", "grouped"])
+def test_two_cluster_pool_matches_reference(two_cluster_pool, case):
+    rng = np.random.default_rng(11)
+    cfg = {"im2col": ((2, 6, 23, 19), (8, 6, 3, 3), 2, 1, 1),
+           "pointwise": ((2, 6, 23, 19), (8, 6, 1, 1), 1, 0, 1),
+           "depthwise": ((2, 6, 23, 19), (12, 1, 3, 3), 1, 1, 6),
+           "grouped": ((1, 6, 23, 19), (4, 3, 5, 5), 1, 2, 2)}[case]
+    xs, ws, stride, pad, groups = cfg
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    y = conv2d(x, w, b, stride, pad, 1, groups, activation="relu6", pool=two_cluster_pool)
+    _close(y, reference.conv2d(x, w, b, stride, pad, 1, groups, "relu6"), np.float32)
+
+
+def _supported_isas():
+    from asymo._ffi import lib
+
+    names = []
+    for name in ("portable", "avx2_fma", "avx512", "neon"):
+        try:
+            with asymo.conv.use_kernel_isa(name):
+                pass
+        except ValueError:
+            continue
+        names.append(name)
+    return names
+
+
+FIXED_CASES = [  # (x shape, w shape, stride, padding, dilation, groups)
+    ((2, 5, 13, 17), (7, 5, 3, 3), 1, 1, 1, 1),
+    ((1, 4, 20, 20), (4, 2, 3, 2), (2, 1), (0, 2), (1, 2), 2),
+    ((2, 24, 19, 21), (24, 1, 3, 3), 1, 1, 1, 24),
+    ((1, 20, 37, 35), (40, 1, 3, 3), 2, 1, 1, 20),
+    ((1, 17, 9, 40), (17, 1, 5, 3), (1, 2), (2, 0), (2, 1), 17),
+    ((1, 3, 8, 8), (3, 1, 1, 1), 3, 0, 1, 3),
+]
+
+
+@pytest.mark.parametrize("isa", _supported_isas())
+@pytest.mark.parametrize("method", [0, 1])
+def test_every_isa_variant_and_depthwise_method(isa, method, monkeypatch):
+    import asymo.conv as conv_mod
+    from asymo.pooling import avg_pool2d, max_pool2d
+
+    monkeypatch.setattr(conv_mod, "DEPTHWISE_METHOD", method)
+    rng = np.random.default_rng(12)
+    with conv_mod.use_kernel_isa(isa):
+        assert conv_mod.kernel_isa() == isa
+        for dt in (np.float32, np.float64):
+            for xs, ws, s, p, d, g in FIXED_CASES:
+                x = rng.standard_normal(xs).astype(dt)
+                w = rng.standard_normal(ws).astype(dt)
+                b = rng.standard_normal(ws[0]).astype(dt)
+                y = conv2d(x, w, b, s, p, d, g, activation="relu")
+                _close(y, reference.conv2d(x, w, b, s, p, d, g, "relu"), dt)
+            x = rng.standard_normal((2, 3, 15, 14)).astype(dt)
+            np.testing.assert_array_equal(max_pool2d(x, 3, 2, 1, True),
+                                          reference.max_pool2d(x, 3, 2, 1, True))
+            np.testing.assert_allclose(avg_pool2d(x, 3, 2, 1, True, False),
+                                       reference.avg_pool2d(x, 3, 2, 1, True, False),
+                                       rtol=1e-5, atol=1e-6)
+    assert conv_mod.kernel_isa() == _supported_isas()[-1]
+    with pytest.raises(ValueError, match="unknown ISA"):
+        conv_mod.use_kernel_isa("sse9")
+
+
+@pytest.mark.parametrize("groups", [1, 3])
+@pytest.mark.parametrize("activation", [None, "relu", "relu6"])
+def test_nan_and_inf_propagate_like_numpy(groups, activation):
+    from asymo.pooling import max_pool2d
+
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((1, 3, 9, 9)).astype(np.float32)
+    x[0, 0, 4, 4] = np.nan
+    x[0, 1, 2, 2] = np.inf
+    w = np.abs(rng.standard_normal((3, 3 // groups, 3, 3))).astype(np.float32)
+    y = conv2d(x, w, None, 1, 1, 1, groups, activation=activation)
+    ref = reference.conv2d(x, w, None, 1, 1, 1, groups, activation)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(y), np.isinf(ref))
+    assert np.isnan(y).any()
+    mp = max_pool2d(x, 3, 2, 1)
+    np.testing.assert_array_equal(np.isnan(mp), np.isnan(reference.max_pool2d(x, 3, 2, 1)))
+
+
+def test_im2col_columns_follow_the_gemm_split(two_cluster_pool):
+    """Cluster c's im2col tasks write exactly the columns cluster c's GEMM reads."""
+    from asymo.conv import _im2col_split
+    from asymo.conv_gemm import column_split, plan_conv_gemm
+
+    pool = two_cluster_pool
+    m, k, n = 64, 576, 3136  # ResNet-50 res2 3x3: N-split (N > M)
+    plan = plan_conv_gemm(m, k, n, np.float32, pool)
+    assert plan.split_dim == "N"
+    ranges = column_split(plan, n, pool)
+    assert tuple(ranges) == tuple(plan.cluster_ranges)
+    assert ranges[1][1] - ranges[1][0] > 0  # the slow cluster gets some columns
+    bounds, ncol, nrow, counts, ntasks, inline = _im2col_split(pool, plan, k, 0, n,
+                                                               np.dtype(np.float32))
+    bounds = [bounds[i] for i in range(ncol + 1)]
+    counts = [counts[i] for i in range(2)]
+    assert sum(counts) == ntasks == ncol * nrow and not inline
+    # the column blocks of cluster 0 end where the plan's cluster-0 range ends
+    blocks0 = counts[0] // nrow
+    assert bounds[blocks0] == ranges[0][1] and bounds[-1] == n
+    # a plan split along M: every cluster reads all columns; im2col split by capacity
+    plan_m = plan_conv_gemm(1024, 512, 196, np.float32, pool)
+    assert plan_m.split_dim == "M"
+    assert sum(b - a for a, b in column_split(plan_m, 196, pool)) == 196
+
+
+def test_layer_without_weighted_steps_describes_its_pooling():
+    from asymo.models.spec import Layer, Pool
+
+    p = Pool(kind="max", in_shape=(8, 9, 9), out_shape=(8, 4, 4), kernel=(3, 3),
+             stride=(2, 2))
+    layer = Layer(index=0, name="p", kind="pool", input_shape=(8, 9, 9),
+                  output_shape=(8, 4, 4), steps=(p,))
+    assert layer.kernel == (3, 3) and layer.stride == (2, 2) and layer.groups == 1
+    assert layer.flops == 0 and layer.gemm_dims == (0, 0, 0) and layer.major_count == 0
+    assert layer.matmul_shapes() == [] and layer.describe()["kind"] == "pool"
