@@ -389,7 +389,8 @@ def gemm(a, b, out=None, *, plan=None, pool=None, backend=None):
     out : ndarray, shape (M, N), optional
         Must not overlap ``a`` or ``b``.
     plan : GemmPlan, optional
-        Default `asymo.gemm_plan.plan_gemm` for the pool.
+        Default: the plan `asymo.matmul` uses (`asymo.plan_matmul`: calibrated when
+        ``asymo calibrate`` made a profile for this CPU, else `asymo.gemm_plan.plan_gemm`).
     pool : asymo.Pool, optional
     backend : {"c", "numba"}, optional
 

@@ -359,7 +359,7 @@ def _cli(args, env, timeout=120):
 def test_calibrate_help():
     r = _cli(["calibrate", "--help"], dict(os.environ))
     assert r.returncode == 0
-    for word in ("--quick", "--profile", "ASYMO_PROFILE", "resume", "--restart"):
+    for word in ("--quick", "--profile", "ASYMO_PROFILE", "resume", "--restart", "--energy"):
         assert word in r.stdout
 
 
@@ -480,6 +480,28 @@ def test_calibrated_plan_computes_the_product(gemm):
             plan = mp.plan_matmul(M, K, N, pool=pool)
             out = run_gemm(a, b, plan=plan, pool=pool)
             np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+
+
+def test_matmul_uses_the_active_profile(gemm):
+    gp, mp = gemm
+    import asymo
+    from asymo.pool import Pool
+    from asymo.topology import detect
+    topo = detect()
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((300, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 500)).astype(np.float32)
+    with Pool(topo) as pool:
+        assert mp.plan_for_matmul(300, 200, 500, np.dtype(np.float32), pool).source == "default"
+        _calibrate(_real_tile_timer(gp, {c.name: 1.0 for c in topo.clusters}), topo)
+        plan = mp.plan_for_matmul(300, 200, 500, np.dtype(np.float32), pool)
+        assert plan.source == "profile" and plan.predicted_s > 0
+        assert mp.plan_for_matmul(300, 200, 500, np.dtype(np.float32), pool) is plan  # cached
+        np.testing.assert_allclose(asymo.matmul(a, b, pool=pool), a @ b, rtol=1e-4,
+                                   atol=1e-3)
+        # a batch of products: calibrated split, default blocks
+        x = rng.standard_normal((3, 40, 200)).astype(np.float32)
+        np.testing.assert_allclose(asymo.matmul(x, b, pool=pool), x @ b, rtol=1e-4, atol=1e-3)
 
 
 def test_plan_matmul_arguments(gemm):
