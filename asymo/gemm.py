@@ -278,7 +278,7 @@ def _matmul_2d(a, b, out, pool):
             return None
         rsc, csc = rsc // es, csc // es
     pool = _resolve_pool(pool)
-    plan, cplan = _plans.cached_plan(M, K, N, dt, pool, with_cdata=True)
+    plan, cplan = _plan_for_matmul(M, K, N, dt, pool, 1, with_cdata=True)
     rc = lib.asymo_gemm_2d(
         _NULL if plan.serial else pool._handle, cplan, code, M, K, N,
         _from_buffer(a) if a.flags.c_contiguous else _addr(a), rsa // es, csa // es,
