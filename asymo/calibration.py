@@ -23,6 +23,7 @@ import math
 import os
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass
 
@@ -826,12 +827,13 @@ def format_report(section):
             lines.append("    " + "  ".join(v.ljust(w) if i == 0 else v.rjust(w)
                                             for i, (v, w) in enumerate(zip(r, widths))))
     lines.append("")
-    lines.append("  R^2, err: 10-fold cross-validation, held-out folds (err: median relative "
-                 "error); regret: latency of the model's choice vs the best setting, sizes "
-                 "held out (grouped 10-fold; median and mean over sizes); gap: the same on "
-                 "shapes outside the training set, every candidate measured (median and max "
-                 "over shapes). * = model used for planning (least median regret among those "
-                 f"with R^2 >= {R2_TARGET}); table2 = the paper's model.")
+    lines += textwrap.wrap(
+        "R^2, err: 10-fold cross-validation, held-out folds (err: median relative error); "
+        "regret: latency of the model's choice vs the best setting, sizes held out (grouped "
+        "10-fold; median and mean over sizes); gap: the same on shapes outside the training "
+        "set, every candidate measured (median and max over shapes). * = model used for "
+        f"planning (least median regret among those with R^2 >= {R2_TARGET}); table2 = the "
+        "paper's model.", width=94, initial_indent="  ", subsequent_indent="  ")
     lines.append("  split ratios (fastest cluster first): "
                  + "; ".join(f"{k.upper()} " + " : ".join(f"{x:.3f}" for x in v)
                              for k, v in section["split"].items()))

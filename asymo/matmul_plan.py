@@ -212,40 +212,48 @@ def clear_cache():
     gp.clear_plan_cache()
 
 
-def plan_for_matmul(M, K, N, dtype, pool, nbatch=1):
+def plan_for_matmul(M, K, N, dtype, pool, nbatch=1, with_cdata=False):
     """The plan `asymo.matmul` runs: `plan_matmul` through a lean cache.
 
     A hit costs a dictionary lookup (and, on an asymmetric machine with load adjustment, a
     clock read: the cache key includes the load window, which changes at most every
-    `LOAD_INTERVAL_S`).
+    `LOAD_INTERVAL_S`). With ``with_cdata``, returns ``(plan, plan.cdata())``.
     """
     entry = _pool_cals.get(id(pool))
     if entry is None or entry[0]() is not pool:
-        _, topo, _ = _context(pool, None)
-        cal = calibration_for(topo)
-        source = cal.load_source if cal is not None and topo.nclusters > 1 and \
-            _load_enabled() else None
-        ref = (lambda: None) if pool is None else weakref.ref(pool)
-        entry = (ref, source)
-        with _plan_lock:
-            _pool_cals[id(pool)] = entry
+        entry = _pool_entry(pool)
     epoch = 0
     if entry[1] is not None:
-        monitor = _monitor(entry[1])
+        monitor = entry[1]
         monitor.loads()
         epoch = monitor.epoch
-    limit = lib.asymo_pool_get_limit(pool._handle) if pool is not None else 0
-    key = (M, K, N, dtype, nbatch, id(pool), limit, epoch, _generation, gp._forced_isa)
+    key = (M, K, N, dtype, nbatch, id(pool), _get_limit(pool._handle) if pool is not None
+           else 0, epoch, _generation, gp._forced_isa)
     hit = _hot.get(key)
     if hit is not None and hit[1]() is pool:
-        return hit[0]
+        return (hit[0], hit[2]) if with_cdata else hit[0]
     plan = plan_matmul(M, K, N, dtype, pool=pool, nbatch=nbatch)
-    plan.cdata()
+    cdata = plan.cdata()
     with _plan_lock:
         if len(_hot) >= _PLANS_MAX:
             _hot.clear()
-        _hot[key] = (plan, (lambda: None) if pool is None else weakref.ref(pool))
-    return plan
+        _hot[key] = (plan, (lambda: None) if pool is None else weakref.ref(pool), cdata)
+    return (plan, cdata) if with_cdata else plan
+
+
+_get_limit = lib.asymo_pool_get_limit
+
+
+def _pool_entry(pool):
+    """(weak reference to the pool, load monitor or None) for the lean cache."""
+    _, topo, _ = _context(pool, None)
+    cal = calibration_for(topo)
+    monitor = (_monitor(cal.load_source)
+               if cal is not None and topo.nclusters > 1 and _load_enabled() else None)
+    entry = ((lambda: None) if pool is None else weakref.ref(pool), monitor)
+    with _plan_lock:
+        _pool_cals[id(pool)] = entry
+    return entry
 
 
 def _context(pool, topology):
