@@ -435,9 +435,24 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
     ntn = -(-N // nc)
     # ... and at most 16 micro-tiles (smaller A blocks measured faster on large M)
     ntm = max(1, min(-(-want // ntn), ntm_max), -(-M // (2 * mc_min)))
-    mc = _round_up(-(-M // ntm), mr)
     mc_cap = max(mr, ((budget - nc * kc) // (kc + nc)) // mr * mr)
-    return (min(mc, mc_cap), nc, kc)
+    return (_balanced_mc(M, mr, ntm, ntn, max(nthreads, 1), mc_cap), nc, kc)
+
+
+def _balanced_mc(M, mr, ntm, ntn, threads, cap):
+    """mc (at most ``cap``) for about ``ntm`` row blocks, preferring a number of tasks that is
+    a multiple of the thread count (AsyMo's constraint (2)): with 13 tasks on 4 workers one
+    worker runs 4 and the others wait, whatever stealing does."""
+    def blocks(n):
+        mc = min(cap, _round_up(-(-M // n), mr))
+        return mc, -(-M // mc)
+    ntm = max(ntm, -(-M // cap))
+    lo, hi = max(1, ntm // 2), max(ntm, min(2 * ntm, -(-M // mr)))
+    for n in sorted(range(lo, hi + 1), key=lambda n: (abs(n - ntm), -n)):
+        mc, nb = blocks(n)
+        if (nb * ntn) % threads == 0:
+            return mc
+    return blocks(ntm)[0]
 
 
 _chooser_lock = threading.Lock()
