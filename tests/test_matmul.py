@@ -395,6 +395,7 @@ def test_matmul_in_a_forked_child():
     pid = os.fork()
     if pid == 0:  # child: fresh pool workers, a usable packed-buffer cache
         signal.alarm(60)
+        ok = False
         try:
             ok = np.allclose(asymo.matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
         finally:
