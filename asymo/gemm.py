@@ -40,6 +40,14 @@ _ERRORS = {
 }
 
 
+def _fail(rc, M, K, N, plan):
+    msg = (f"asymo GEMM failed ({_ERRORS.get(rc, rc)}) for shape (M, K, N) = ({M}, {K}, {N}), "
+           f"plan {plan}")
+    if rc == lib.ASYMO_ENOMEM:
+        return MemoryError(msg)
+    return RuntimeError(msg)
+
+
 #: default backend: env ASYMO_GEMM_BACKEND, read once at import
 _default_backend = os.environ.get(BACKEND_ENV_VAR) or "c"
 
@@ -285,8 +293,7 @@ def _matmul_2d(a, b, out, pool):
         _from_buffer(b) if b.flags.c_contiguous else _addr(b), rsb // es, csb // es,
         _from_buffer(c, require_writable=True) if c.flags.c_contiguous else _addr(c), rsc, csc)
     if rc != lib.ASYMO_OK:
-        raise RuntimeError(f"asymo GEMM failed ({_ERRORS.get(rc, rc)}) for shape "
-                           f"(M, K, N) = ({M}, {K}, {N}), plan {plan}")
+        raise _fail(rc, M, K, N, plan)
     return c
 
 
@@ -354,8 +361,7 @@ def _call(a, b, c, offsets, M, K, N, nbatch, backend, pool, plan=None):
             a.strides[1] // es, _ptr(b), b.strides[0] // es, b.strides[1] // es, _wptr(c),
             c.strides[0] // es, c.strides[1] // es)
         if rc != lib.ASYMO_OK:
-            raise RuntimeError(f"asymo GEMM failed ({_ERRORS.get(rc, rc)}) for shape "
-                               f"(M, K, N) = ({M}, {K}, {N}), plan {plan}")
+            raise _fail(rc, M, K, N, plan)
         return
     g = ffi.new("asymo_gemm_args *")
     g.dtype = _plans.DTYPES[a.dtype.name]
@@ -372,8 +378,7 @@ def _call(a, b, c, offsets, M, K, N, nbatch, backend, pool, plan=None):
     rc = lib.asymo_gemm(handle, g, plan.cdata())
     del keep
     if rc != lib.ASYMO_OK:
-        raise RuntimeError(f"asymo GEMM failed ({_ERRORS.get(rc, rc)}) for shape "
-                           f"(M, K, N) = ({M}, {K}, {N}), plan {plan}")
+        raise _fail(rc, M, K, N, plan)
 
 
 def gemm(a, b, out=None, *, plan=None, pool=None, backend=None):

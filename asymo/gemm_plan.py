@@ -435,18 +435,24 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
     ntn = -(-N // nc)
     # ... and at most 16 micro-tiles (smaller A blocks measured faster on large M)
     ntm = max(1, min(-(-want // ntn), ntm_max), -(-M // (2 * mc_min)))
-    mc = _round_up(-(-M // ntm), mr)
     mc_cap = max(mr, ((budget - nc * kc) // (kc + nc)) // mr * mr)
-    mc = min(mc, mc_cap)
-    # a task count that is a multiple of the threads: with few tasks per thread, 10 tasks on
-    # 4 cores take 3 rounds where 2.5 would do (asymo.sim, Kirin 970-like 4+4, 784x1152x128:
-    # the big cluster lost 20% and adding the little cores lost throughput)
-    if nthreads > 1:
-        for mc_even in range(mc, max(mr, mc // 2) - 1, -mr):
-            if (-(-M // mc_even)) * ntn % nthreads == 0:
-                mc = mc_even
-                break
-    return (mc, nc, kc)
+    return (_balanced_mc(M, mr, ntm, ntn, max(nthreads, 1), mc_cap), nc, kc)
+
+
+def _balanced_mc(M, mr, ntm, ntn, threads, cap):
+    """mc (at most ``cap``) for about ``ntm`` row blocks, preferring a number of tasks that is
+    a multiple of the thread count (AsyMo's constraint (2)): with 13 tasks on 4 workers one
+    worker runs 4 and the others wait, whatever stealing does."""
+    def blocks(n):
+        mc = min(cap, _round_up(-(-M // n), mr))
+        return mc, -(-M // mc)
+    ntm = max(ntm, -(-M // cap))
+    lo, hi = max(1, ntm // 2), max(ntm, min(2 * ntm, -(-M // mr)))
+    for n in sorted(range(lo, hi + 1), key=lambda n: (abs(n - ntm), -n)):
+        mc, nb = blocks(n)
+        if (nb * ntn) % threads == 0:
+            return mc
+    return blocks(ntm)[0]
 
 
 _chooser_lock = threading.Lock()

@@ -50,6 +50,20 @@ static struct {
     size_t size;
 } ws_cache[WS_SLOTS];
 
+/* A fork while another thread holds ws_lock would leave the child's copy locked forever:
+ * the child starts with a fresh lock and an empty cache (the parent's buffers are leaked
+ * there, not freed: they may be in use by the parent's threads' copies). */
+static void ws_after_fork_child(void)
+{
+    pthread_mutex_init(&ws_lock, NULL);
+    memset(ws_cache, 0, sizeof ws_cache);
+}
+
+__attribute__((constructor)) static void ws_register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, ws_after_fork_child);
+}
+
 static void *ws_alloc(size_t size)
 {
     void *p = NULL;

@@ -135,3 +135,13 @@ def test_invalid_plans_are_rejected():
         P.GemmPlan.from_dict({"shape": [1, 2, 3]})
     with pytest.raises(TypeError, match="float32 and float64"):
         P.plan_gemm(5, 5, 5, "int32", topology=SYM)
+
+
+def test_task_counts_are_a_multiple_of_the_threads():
+    """AsyMo's constraint (2): tasks a multiple of the thread count, so no worker runs one
+    more task than the others."""
+    quad = topo("big:0-3@1.0")
+    for shape in [(784, 1152, 128), (3136, 576, 64), (1024, 1024, 1024), (684, 1152, 128),
+                  (12544, 27, 32)]:
+        counts = P.plan_gemm(*shape, "float32", topology=quad).task_counts()
+        assert counts[0] % 4 == 0, (shape, counts)

@@ -384,3 +384,21 @@ def test_tasks_stolen_across_clusters_pack_their_own_panels(asym_pool):
         check_close(gemm.gemm(a, b, plan=plan, pool=asym_pool), a, b)
     stats = asym_pool.stats()
     assert stats["workers"][0]["tasks_stolen"] > 0
+
+
+def test_matmul_in_a_forked_child():
+    import signal
+    rng = np.random.default_rng(10)
+    a = rng.standard_normal((300, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 100)).astype(np.float32)
+    asymo.matmul(a, b)
+    pid = os.fork()
+    if pid == 0:  # child: fresh pool workers, a usable packed-buffer cache
+        signal.alarm(60)
+        ok = False
+        try:
+            ok = np.allclose(asymo.matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
