@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 
 from asymo.models.spec import (
-    LRN, Concat, Conv, Flatten, Linear, Pool, Residual, Softmax, weighted_steps,
+    LRN, Concat, Conv, Flatten, Linear, Pool, Residual, Softmax,
 )
 
 __all__ = ["Model", "AsymoOps", "run_steps"]
@@ -52,16 +52,12 @@ def _concat(step, x, ops, parameters, out):
     y = ops.empty(shape, x) if out is None else out
     c0 = 0
     for branch in step.branches:
-        c1 = c0 + weighted_steps(branch)[-1].out_channels if _ends_in_conv(branch) else None
-        if c1 is None:  # pragma: no cover - every zoo branch ends in a convolution
-            raise ValueError("concat branches must end in a convolution")
+        # each branch writes its channel slice (a convolution ending the branch writes there
+        # directly: no copy for the concatenation)
+        c1 = c0 + branch[-1].out_shape[0]
         run_steps(branch, x, ops, parameters, out=y[:, c0:c1])
         c0 = c1
     return y
-
-
-def _ends_in_conv(branch):
-    return len(branch) > 0 and isinstance(branch[-1], Conv)
 
 
 def _residual(step, x, ops, parameters, out):
