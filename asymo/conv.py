@@ -30,7 +30,7 @@ __all__ = ["conv2d", "conv_output_shape", "kernel_isa", "use_kernel_isa"]
 # The column matrix is built and multiplied in chunks of whole output rows, about
 # COL_CHUNK_COLUMNS columns each (enough for the GEMM to amortise packing the weights, few
 # enough to stay in the last-level cache), and never more than COL_CHUNK_BYTES.
-COL_CHUNK_COLUMNS = 2048
+COL_CHUNK_COLUMNS = 8192
 COL_CHUNK_BYTES = 32 << 20
 # Aim for this many tasks per worker in element-wise kernels (load balance vs overhead).
 TASKS_PER_WORKER = 4
