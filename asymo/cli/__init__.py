@@ -15,6 +15,7 @@ SUBCOMMANDS = [
     "emulate",
     "plan",
     "pipeline",
+    "models",
 ]
 
 
