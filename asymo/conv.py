@@ -2,16 +2,20 @@
 
 How it runs (NCHW, per image and group):
 
-- a depthwise convolution (one input channel per group) runs a direct C kernel, one pool task
-  per block of output rows of an output plane, with bias and activation fused;
+- a depthwise convolution (one input channel per group) runs a direct C kernel: a pool task
+  is a block of 16 channels (one vector lane each) and output rows, bias and activation fused;
 - a 1x1 convolution with stride 1 and no padding is a GEMM on the image itself:
   ``weight[Cout x Cin] @ x[Cin x H*W]``;
 - any other convolution is im2col + GEMM: the C im2col kernel writes the ``K x N`` column
   matrix (``K = Cin/groups * kh * kw``, ``N = OH * OW``) as pool tasks, the columns each cluster
   will consume produced by that cluster's tasks, then ``weight[Cout/groups x K] @ col`` lands
-  in the output, which is already NCHW. Column matrices larger than a few MB are produced and
-  consumed in chunks of output rows, so they stay in cache;
-- bias and ReLU / ReLU6 are applied in one pass over each output image right after its GEMM.
+  in the output, which is already NCHW. The column matrix is produced and consumed in chunks
+  of output rows (about COL_CHUNK_COLUMNS columns), so it stays in cache;
+- bias, ReLU / ReLU6 and a residual are applied in one pass over each output image right after
+  its GEMM.
+
+Everything that depends only on the shapes and the pool (GEMM plans, task splits, job
+geometry) is computed once and cached per pool; a call only fills in pointers.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ __all__ = ["conv2d", "conv_output_shape", "kernel_isa", "use_kernel_isa"]
 # The column matrix is built and multiplied in chunks of whole output rows, about
 # COL_CHUNK_COLUMNS columns each (enough for the GEMM to amortise packing the weights, few
 # enough to stay in the last-level cache), and never more than COL_CHUNK_BYTES.
-COL_CHUNK_COLUMNS = 2048
+COL_CHUNK_COLUMNS = 8192
 COL_CHUNK_BYTES = 32 << 20
 # Aim for this many tasks per worker in element-wise kernels (load balance vs overhead).
 TASKS_PER_WORKER = 4
@@ -57,7 +61,6 @@ class use_kernel_isa:
         self.name = name
 
     def __enter__(self):
-        self.previous = lib.asymo_conv_isa()
         if lib.asymo_conv_set_isa(self.code) != 0:
             raise ValueError(f"this CPU or build cannot run the {self.name!r} kernels")
         return self

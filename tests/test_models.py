@@ -246,3 +246,20 @@ def test_concurrent_runs_share_weights_and_agree():
     for i in range(3):
         np.testing.assert_array_equal(results[i], results[0])
     np.testing.assert_array_equal(m.run(x), results[0])
+
+
+def test_cli_lists_and_describes(capsys):
+    import json
+
+    from asymo.cli import main
+
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "resnet50" in out and " 54 " in out
+    assert main(["models", "googlenet", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["major_count"] == 58 and len(d["layers"]) == 13
+    assert d["layers"][3]["kind"] == "inception"
+    assert main(["models", "lenet"]) == 2
+    assert "unknown model" in capsys.readouterr().err
+    assert main(["models", "--image-size", "16"]) == 2

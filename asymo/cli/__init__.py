@@ -18,6 +18,7 @@ SUBCOMMANDS = [
     "demo",
     "calibrate",
     "bench",
+    "models",
 ]
 
 
