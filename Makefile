@@ -23,6 +23,9 @@ $(VENV)/.torch-tried: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/asymo info
 	$(VENV)/bin/asymo emulate --core 1 --speed 0.5 -- $(VENV)/bin/asymo info
+	$(VENV)/bin/asymo demo
+	$(VENV)/bin/asymo emulate --core 1 --speed 0.5 -- $(VENV)/bin/asymo demo
+	$(VENV)/bin/asymo plan resnet50
 
 test: $(STAMP) $(VENV)/.torch-tried
 	$(PY) -m pytest -q

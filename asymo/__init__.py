@@ -21,6 +21,7 @@ _LAZY = {
     "pipeline": ("asymo.pipeline", None),
     "conv2d": ("asymo.conv", "conv2d"),
     "models": ("asymo.models", None),
+    "plan_matmul": ("asymo.matmul_plan", "plan_matmul"),
     "sim": ("asymo.sim", None),
     "scaling": ("asymo.scaling", None),
 }

@@ -12,8 +12,8 @@ The register tile is a small accumulator in L1 (Numba cannot pin a tile in regis
 backend reaches roughly a third of the C kernels' speed; it exists as a second, independent
 implementation on the pool and as a template for user kernels.
 
-Batches run product by product. Kernels compile on first use (about ten seconds per dtype,
-cached on disk by Numba afterwards).
+Batches run product by product. The task functions compile on first use (about ten seconds
+per dtype) and are cached on disk by Numba afterwards.
 """
 from __future__ import annotations
 
@@ -45,17 +45,9 @@ NPARAMS = CL0 + 8 * CLW
 
 
 @intrinsic
-def _ptr_f32(typingctx, addr):
-    sig = types.CPointer(types.float32)(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
-    return sig, codegen
-
-
-@intrinsic
-def _ptr_f64(typingctx, addr):
-    sig = types.CPointer(types.float64)(types.int64)
+def _ptr_like(typingctx, addr, like):
+    """Typed pointer (element type of the array ``like``) from an integer address."""
+    sig = types.CPointer(like.dtype)(addr, like)
 
     def codegen(context, builder, signature, args):
         return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
@@ -92,179 +84,249 @@ def _tile(kb, mr, nr, ap, aoff, bp, boff, acc):
                 arow[j] += av * brow[j]
 
 
-def _make_kernels(ptr, dtype):
-    """Build the task functions for one element type."""
-
-    @njit(**_JIT)
-    def pack_task(t, P):
-        c = _find_cluster(P, t, C_PT0, C_PNT)
-        if c < 0:
-            return
-        cl = CL0 + c * CLW
-        nr = P[H_NR]
-        nsl = P[cl + C_NSL]
-        lt = t - P[cl + C_PT0]
-        s = lt % nsl
-        panel = lt // nsl
-        tn = panel // P[cl + C_NPC]
-        pc = panel % P[cl + C_NPC]
-        j0 = P[cl + C_Q0] + tn * P[cl + C_NC]
-        j1 = min(j0 + P[cl + C_NC], P[cl + C_Q1])
-        jj = j0 + s * nr
-        if jj >= j1:
-            return
-        cols = min(nr, j1 - jj)
-        K = P[H_K]
-        p0 = pc * P[cl + C_KC]
-        kb = min(P[cl + C_KC], K - p0)
-        b = carray(ptr(P[H_B]), (P[H_BSPAN],))
-        bp = carray(ptr(P[cl + C_BP]), (P[cl + C_NTN] * P[cl + C_NPC] * P[cl + C_PANEL],))
-        dst = panel * P[cl + C_PANEL] + s * kb * nr
-        rsb, csb, boff = P[H_RSB], P[H_CSB], P[H_BOFF]
-        for p in range(kb):
-            src = boff + (p0 + p) * rsb + jj * csb
+@njit(**_JIT)
+def _pack_task(t, P, like):
+    c = _find_cluster(P, t, C_PT0, C_PNT)
+    if c < 0:
+        return
+    cl = CL0 + c * CLW
+    nr = P[H_NR]
+    nsl = P[cl + C_NSL]
+    lt = t - P[cl + C_PT0]
+    s = lt % nsl
+    panel = lt // nsl
+    tn = panel // P[cl + C_NPC]
+    pc = panel % P[cl + C_NPC]
+    j0 = P[cl + C_Q0] + tn * P[cl + C_NC]
+    j1 = min(j0 + P[cl + C_NC], P[cl + C_Q1])
+    jj = j0 + s * nr
+    if jj >= j1:
+        return
+    cols = min(nr, j1 - jj)
+    K = P[H_K]
+    p0 = pc * P[cl + C_KC]
+    kb = min(P[cl + C_KC], K - p0)
+    b = carray(_ptr_like(P[H_B], like), (P[H_BSPAN],))
+    bp = carray(_ptr_like(P[cl + C_BP], like),
+                (P[cl + C_NTN] * P[cl + C_NPC] * P[cl + C_PANEL],))
+    dst = panel * P[cl + C_PANEL] + s * kb * nr
+    rsb, csb, boff = P[H_RSB], P[H_CSB], P[H_BOFF]
+    for p in range(kb):
+        src = boff + (p0 + p) * rsb + jj * csb
+        d = dst + p * nr
+        if csb == 1:
+            bp[d:d + cols] = b[src:src + cols]
+        else:
             for j in range(cols):
-                bp[dst + p * nr + j] = b[src + j * csb]
-            for j in range(cols, nr):
-                bp[dst + p * nr + j] = 0
+                bp[d + j] = b[src + j * csb]
+        for j in range(cols, nr):
+            bp[d + j] = 0
 
-    @njit(**_JIT)
-    def mm_task(t, P):
-        c = _find_cluster(P, t, C_T0, C_NT)
-        if c < 0:
-            return
-        cl = CL0 + c * CLW
-        mr, nr, K = P[H_MR], P[H_NR], P[H_K]
-        ntm = P[cl + C_NTM]
-        lt = t - P[cl + C_T0]
-        tn, tm = lt // ntm, lt % ntm
-        mc, nc, kc = P[cl + C_MC], P[cl + C_NC], P[cl + C_KC]
-        i0 = P[cl + C_R0] + tm * mc
-        i1 = min(i0 + mc, P[cl + C_R1])
-        j0 = P[cl + C_Q0] + tn * nc
-        j1 = min(j0 + nc, P[cl + C_Q1])
-        a = carray(ptr(P[H_A]), (P[H_ASPAN],))
-        cm = carray(ptr(P[H_C]), (P[H_CSPAN],))
-        bp = carray(ptr(P[cl + C_BP]), (P[cl + C_NTN] * P[cl + C_NPC] * P[cl + C_PANEL],))
-        rows_pad = (i1 - i0 + mr - 1) // mr * mr
-        ap = np.zeros(rows_pad * min(kc, K), dtype)
-        acc = np.empty(mr * nr, dtype)
-        rsa, csa, aoff = P[H_RSA], P[H_CSA], P[H_AOFF]
-        rsc, csc, coff = P[H_RSC], P[H_CSC], P[H_COFF]
-        npc = P[cl + C_NPC]
-        for pc in range(npc):
-            p0 = pc * kc
-            kb = min(kc, K - p0)
-            for ii in range(i1 - i0):
-                src = aoff + (i0 + ii) * rsa + p0 * csa
+
+
+@njit(**_JIT)
+def _mm_task(t, P, like):
+    c = _find_cluster(P, t, C_T0, C_NT)
+    if c < 0:
+        return
+    cl = CL0 + c * CLW
+    mr, nr, K = P[H_MR], P[H_NR], P[H_K]
+    ntm = P[cl + C_NTM]
+    lt = t - P[cl + C_T0]
+    tn, tm = lt // ntm, lt % ntm
+    mc, nc, kc = P[cl + C_MC], P[cl + C_NC], P[cl + C_KC]
+    i0 = P[cl + C_R0] + tm * mc
+    i1 = min(i0 + mc, P[cl + C_R1])
+    j0 = P[cl + C_Q0] + tn * nc
+    j1 = min(j0 + nc, P[cl + C_Q1])
+    a = carray(_ptr_like(P[H_A], like), (P[H_ASPAN],))
+    cm = carray(_ptr_like(P[H_C], like), (P[H_CSPAN],))
+    bp = carray(_ptr_like(P[cl + C_BP], like),
+                (P[cl + C_NTN] * P[cl + C_NPC] * P[cl + C_PANEL],))
+    rows_pad = (i1 - i0 + mr - 1) // mr * mr
+    ap = np.zeros(rows_pad * min(kc, K), like.dtype)
+    acc = np.empty(mr * nr, like.dtype)
+    rsa, csa, aoff = P[H_RSA], P[H_CSA], P[H_AOFF]
+    rsc, csc, coff = P[H_RSC], P[H_CSC], P[H_COFF]
+    npc = P[cl + C_NPC]
+    for pc in range(npc):
+        p0 = pc * kc
+        kb = min(kc, K - p0)
+        for ii in range(i1 - i0):
+            src = aoff + (i0 + ii) * rsa + p0 * csa
+            if csa == 1:
+                ap[ii * kb:ii * kb + kb] = a[src:src + kb]
+            else:
                 for p in range(kb):
                     ap[ii * kb + p] = a[src + p * csa]
-            for ii in range(i1 - i0, rows_pad):
-                for p in range(kb):
-                    ap[ii * kb + p] = 0
-            pbase = (tn * npc + pc) * P[cl + C_PANEL]
-            s = 0
-            for jj in range(j0, j1, nr):
-                cols = min(nr, j1 - jj)
-                boff = pbase + s * kb * nr
-                for ib in range(i0, i1, mr):
-                    rows = min(mr, i1 - ib)
-                    _tile(kb, mr, nr, ap, (ib - i0) * kb, bp, boff, acc)
-                    for i in range(rows):
-                        dst = coff + (ib + i) * rsc + jj * csc
+        for ii in range(i1 - i0, rows_pad):
+            for p in range(kb):
+                ap[ii * kb + p] = 0
+        pbase = (tn * npc + pc) * P[cl + C_PANEL]
+        s = 0
+        for jj in range(j0, j1, nr):
+            cols = min(nr, j1 - jj)
+            boff = pbase + s * kb * nr
+            for ib in range(i0, i1, mr):
+                rows = min(mr, i1 - ib)
+                _tile(kb, mr, nr, ap, (ib - i0) * kb, bp, boff, acc)
+                for i in range(rows):
+                    dst = coff + (ib + i) * rsc + jj * csc
+                    arow = acc[i * nr:i * nr + cols]
+                    if csc == 1:
+                        crow = cm[dst:dst + cols]
                         if pc == 0:
-                            for j in range(cols):
-                                cm[dst + j * csc] = acc[i * nr + j]
+                            crow[:] = arow
                         else:
                             for j in range(cols):
-                                cm[dst + j * csc] += acc[i * nr + j]
-                s += 1
+                                crow[j] += arow[j]
+                    elif pc == 0:
+                        for j in range(cols):
+                            cm[dst + j * csc] = arow[j]
+                    else:
+                        for j in range(cols):
+                            cm[dst + j * csc] += arow[j]
+            s += 1
 
-    @njit(**_JIT)
-    def mv_task(t, P):
-        c = _find_cluster(P, t, C_T0, C_NT)
-        if c < 0:
-            return
-        cl = CL0 + c * CLW
-        K = P[H_K]
-        long_m = P[H_LONGM] == 1
-        if P[H_SPLIT] == 0:
-            start, stop = P[cl + C_R0], P[cl + C_R1]
-        else:
-            start, stop = P[cl + C_Q0], P[cl + C_Q1]
-        l0 = start + (t - P[cl + C_T0]) * P[cl + C_CHUNK]
-        l1 = min(l0 + P[cl + C_CHUNK], stop)
-        a = carray(ptr(P[H_A]), (P[H_ASPAN],))
-        b = carray(ptr(P[H_B]), (P[H_BSPAN],))
-        cm = carray(ptr(P[H_C]), (P[H_CSPAN],))
-        # out(L x S) = mat(L x K) @ vec(K x S)
-        if long_m:
-            mat, moff, rsl, csp = a, P[H_AOFF], P[H_RSA], P[H_CSA]
-            vec, voff, rsp, css = b, P[H_BOFF], P[H_RSB], P[H_CSB]
-            ns = P[H_N]
-            orl, ocs = P[H_RSC], P[H_CSC]
-        else:
-            mat, moff, rsl, csp = b, P[H_BOFF], P[H_CSB], P[H_RSB]
-            vec, voff, rsp, css = a, P[H_AOFF], P[H_CSA], P[H_RSA]
-            ns = P[H_M]
-            orl, ocs = P[H_CSC], P[H_RSC]
-        coff = P[H_COFF]
-        if csp == 1 or rsl != 1:  # dot form (also the strided fallback)
-            for l in range(l0, l1):
-                for s in range(ns):
-                    acc = dtype(0)
-                    mb = moff + l * rsl
-                    vb = voff + s * css
-                    for p in range(K):
-                        acc += mat[mb + p * csp] * vec[vb + p * rsp]
-                    cm[coff + l * orl + s * ocs] = acc
-        else:  # axpy form: mat columns are contiguous along l
-            n = l1 - l0
-            accs = np.zeros(ns * n, dtype)
-            for p in range(K):
-                mb = moff + p * csp + l0
-                for s in range(ns):
-                    w = vec[voff + p * rsp + s * css]
-                    base = s * n
-                    for j in range(n):
-                        accs[base + j] += w * mat[mb + j]
+
+
+@njit(**_JIT)
+def _mv_task(t, P, like):
+    c = _find_cluster(P, t, C_T0, C_NT)
+    if c < 0:
+        return
+    cl = CL0 + c * CLW
+    K = P[H_K]
+    long_m = P[H_LONGM] == 1
+    if P[H_SPLIT] == 0:
+        start, stop = P[cl + C_R0], P[cl + C_R1]
+    else:
+        start, stop = P[cl + C_Q0], P[cl + C_Q1]
+    l0 = start + (t - P[cl + C_T0]) * P[cl + C_CHUNK]
+    l1 = min(l0 + P[cl + C_CHUNK], stop)
+    a = carray(_ptr_like(P[H_A], like), (P[H_ASPAN],))
+    b = carray(_ptr_like(P[H_B], like), (P[H_BSPAN],))
+    cm = carray(_ptr_like(P[H_C], like), (P[H_CSPAN],))
+    # out(L x S) = mat(L x K) @ vec(K x S)
+    if long_m:
+        mat, moff, rsl, csp = a, P[H_AOFF], P[H_RSA], P[H_CSA]
+        vec, voff, rsp, css = b, P[H_BOFF], P[H_RSB], P[H_CSB]
+        ns = P[H_N]
+        orl, ocs = P[H_RSC], P[H_CSC]
+    else:
+        mat, moff, rsl, csp = b, P[H_BOFF], P[H_CSB], P[H_RSB]
+        vec, voff, rsp, css = a, P[H_AOFF], P[H_CSA], P[H_RSA]
+        ns = P[H_M]
+        orl, ocs = P[H_CSC], P[H_RSC]
+    coff = P[H_COFF]
+    if csp == 1 and rsp == 1:  # dot form, contiguous: slices let LLVM vectorize
+        for l in range(l0, l1):
+            mrow = mat[moff + l * rsl:moff + l * rsl + K]
             for s in range(ns):
+                v = vec[voff + s * css:voff + s * css + K]
+                acc = like[0]
+                for p in range(K):
+                    acc += mrow[p] * v[p]
+                cm[coff + l * orl + s * ocs] = acc
+    elif csp == 1 or rsl != 1:  # dot form with strides (also the general fallback)
+        for l in range(l0, l1):
+            for s in range(ns):
+                acc = like[0]
+                mb = moff + l * rsl
+                vb = voff + s * css
+                for p in range(K):
+                    acc += mat[mb + p * csp] * vec[vb + p * rsp]
+                cm[coff + l * orl + s * ocs] = acc
+    else:  # axpy form: mat columns are contiguous along l
+        n = l1 - l0
+        accs = np.zeros(ns * n, like.dtype)
+        for p in range(K):
+            mcol = mat[moff + p * csp + l0:moff + p * csp + l0 + n]
+            for s in range(ns):
+                w = vec[voff + p * rsp + s * css]
+                arow = accs[s * n:s * n + n]
                 for j in range(n):
-                    cm[coff + (l0 + j) * orl + s * ocs] = accs[s * n + j]
+                    arow[j] += w * mcol[j]
+        for s in range(ns):
+            for j in range(n):
+                cm[coff + (l0 + j) * orl + s * ocs] = accs[s * n + j]
 
-    @njit(**_JIT)
-    def outer_task(t, P):
-        c = _find_cluster(P, t, C_T0, C_NT)
-        if c < 0:
-            return
-        cl = CL0 + c * CLW
-        i0, i1, j0, j1 = 0, P[H_M], 0, P[H_N]
-        first = (t - P[cl + C_T0]) * P[cl + C_CHUNK]
-        if P[H_SPLIT] == 0:
-            i0 = P[cl + C_R0] + first
-            i1 = min(i0 + P[cl + C_CHUNK], P[cl + C_R1])
-        else:
-            j0 = P[cl + C_Q0] + first
-            j1 = min(j0 + P[cl + C_CHUNK], P[cl + C_Q1])
-        a = carray(ptr(P[H_A]), (P[H_ASPAN],))
-        b = carray(ptr(P[H_B]), (P[H_BSPAN],))
-        cm = carray(ptr(P[H_C]), (P[H_CSPAN],))
-        rsa, csb, rsc, csc = P[H_RSA], P[H_CSB], P[H_RSC], P[H_CSC]
-        for i in range(i0, i1):
-            ai = a[P[H_AOFF] + i * rsa]
-            for j in range(j0, j1):
-                cm[P[H_COFF] + i * rsc + j * csc] = ai * b[P[H_BOFF] + j * csb]
 
-    sig = types.void(types.int64, types.voidptr)
-    out = {"_jit": {"pack": pack_task, "mm": mm_task, "mv": mv_task, "outer": outer_task}}
-    for name, fn in (("pack", pack_task), ("mm", mm_task), ("mv", mv_task),
-                     ("outer", outer_task)):
-        def make(fn=fn):
-            def task(t, ctx):
-                fn(t, carray(ctx, (NPARAMS,), np.int64))
-            return cfunc(sig, nopython=True, cache=True)(task)
-        out[name] = make()
-    return out
+
+@njit(**_JIT)
+def _outer_task(t, P, like):
+    c = _find_cluster(P, t, C_T0, C_NT)
+    if c < 0:
+        return
+    cl = CL0 + c * CLW
+    i0, i1, j0, j1 = 0, P[H_M], 0, P[H_N]
+    first = (t - P[cl + C_T0]) * P[cl + C_CHUNK]
+    if P[H_SPLIT] == 0:
+        i0 = P[cl + C_R0] + first
+        i1 = min(i0 + P[cl + C_CHUNK], P[cl + C_R1])
+    else:
+        j0 = P[cl + C_Q0] + first
+        j1 = min(j0 + P[cl + C_CHUNK], P[cl + C_Q1])
+    a = carray(_ptr_like(P[H_A], like), (P[H_ASPAN],))
+    b = carray(_ptr_like(P[H_B], like), (P[H_BSPAN],))
+    cm = carray(_ptr_like(P[H_C], like), (P[H_CSPAN],))
+    rsa, csb, rsc, csc = P[H_RSA], P[H_CSB], P[H_RSC], P[H_CSC]
+    for i in range(i0, i1):
+        ai = a[P[H_AOFF] + i * rsa]
+        for j in range(j0, j1):
+            cm[P[H_COFF] + i * rsc + j * csc] = ai * b[P[H_BOFF] + j * csb]
+
+
+
+_SIG = types.void(types.int64, types.voidptr)
+_LIKE32 = np.zeros(1, np.float32)
+_LIKE64 = np.zeros(1, np.float64)
+
+
+# One cfunc per task kind and dtype, at module level so that Numba's on-disk cache keeps them
+# across processes.
+@cfunc(_SIG, nopython=True, cache=True)
+def _pack_f32(t, ctx):
+    _pack_task(t, carray(ctx, (NPARAMS,), np.int64), _LIKE32)
+
+
+@cfunc(_SIG, nopython=True, cache=True)
+def _pack_f64(t, ctx):
+    _pack_task(t, carray(ctx, (NPARAMS,), np.int64), _LIKE64)
+
+
+@cfunc(_SIG, nopython=True, cache=True)
+def _mm_f32(t, ctx):
+    _mm_task(t, carray(ctx, (NPARAMS,), np.int64), _LIKE32)
+
+
+@cfunc(_SIG, nopython=True, cache=True)
+def _mm_f64(t, ctx):
+    _mm_task(t, carray(ctx, (NPARAMS,), np.int64), _LIKE64)
+
+
+@cfunc(_SIG, nopython=True, cache=True)
+def _mv_f32(t, ctx):
+    _mv_task(t, carray(ctx, (NPARAMS,), np.int64), _LIKE32)
+
+
+@cfunc(_SIG, nopython=True, cache=True)
+def _mv_f64(t, ctx):
+    _mv_task(t, carray(ctx, (NPARAMS,), np.int64), _LIKE64)
+
+
+@cfunc(_SIG, nopython=True, cache=True)
+def _outer_f32(t, ctx):
+    _outer_task(t, carray(ctx, (NPARAMS,), np.int64), _LIKE32)
+
+
+@cfunc(_SIG, nopython=True, cache=True)
+def _outer_f64(t, ctx):
+    _outer_task(t, carray(ctx, (NPARAMS,), np.int64), _LIKE64)
+
+
+_CFUNCS = {"float32": {"pack": _pack_f32, "mm": _mm_f32, "mv": _mv_f32, "outer": _outer_f32},
+           "float64": {"pack": _pack_f64, "mm": _mm_f64, "mv": _mv_f64, "outer": _outer_f64}}
 
 
 _kernels = {}
@@ -272,15 +334,12 @@ _kernels_lock = threading.Lock()
 
 
 def _kernels_for(dtype_name):
+    """Task function pointers for one dtype (the cfuncs compile, or load, on first use)."""
     with _kernels_lock:
         k = _kernels.get(dtype_name)
         if k is None:
-            if dtype_name == "float32":
-                k = _make_kernels(_ptr_f32, np.float32)
-            else:
-                k = _make_kernels(_ptr_f64, np.float64)
-            k = {name: ffi.cast("asymo_task_fn", fn.address) for name, fn in k.items()
-                 if not name.startswith("_")} | {"_keep": k}
+            k = {name: ffi.cast("asymo_task_fn", fn.address)
+                 for name, fn in _CFUNCS[dtype_name].items()}
             _kernels[dtype_name] = k
         return k
 
@@ -387,6 +446,8 @@ def run(a, b, c, offsets, nbatch, plan, pool):
                                    else plan.split_dim)
         if plan.split_dim == "batch":  # pragma: no cover - nbatch=1 never splits by batch
             raise AssertionError(plan)
+    if plan.in_caller():
+        pool = None
     if offsets is None:
         _run_one(a, b, c, plan, pool, kern, tile)
         return

@@ -167,7 +167,7 @@ class SysfsReader:
         if text is None:
             return None
         try:
-            cpus = parse_cpulist(",".join(text.replace(",", " ").split()))
+            cpus = parse_cpulist(text if "," in text else ",".join(text.split()))
         except ValueError as exc:
             raise SysfsError(f"{rel}: {exc}") from None
         if not cpus:

@@ -27,8 +27,11 @@ from asymo._tasks import (ACTIVATION_CODES, DTYPE_CODES, INLINE_BYTES, resolve_p
 
 __all__ = ["conv2d", "conv_output_shape", "kernel_isa", "use_kernel_isa"]
 
-# Column matrices up to this size are built whole; larger ones in chunks of output rows.
-COL_CHUNK_BYTES = 8 << 20
+# The column matrix is built and multiplied in chunks of whole output rows, about
+# COL_CHUNK_COLUMNS columns each (enough for the GEMM to amortise packing the weights, few
+# enough to stay in the last-level cache), and never more than COL_CHUNK_BYTES.
+COL_CHUNK_COLUMNS = 2048
+COL_CHUNK_BYTES = 32 << 20
 # Aim for this many tasks per worker in element-wise kernels (load balance vs overhead).
 TASKS_PER_WORKER = 4
 # Depthwise kernel: 0 = channel-interleaved vector kernel, 1 = plain per-plane loop (the
@@ -290,7 +293,7 @@ _plan_lock = threading.Lock()
 def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, activation,
                has_bias, has_residual):
     key = (xshape, wshape, dtype.num, stride, pads, dilation, groups, activation, has_bias,
-           has_residual, DEPTHWISE_METHOD, COL_CHUNK_BYTES, pool.limit)
+           has_residual, DEPTHWISE_METHOD, COL_CHUNK_BYTES, COL_CHUNK_COLUMNS, pool.limit)
     try:
         per_pool = _plan_cache.get(pool)
     except TypeError:  # a pool object that cannot be weakly referenced: no caching
@@ -414,8 +417,7 @@ class _GemmConvPlan:
         job = self.job = ffi.new("asymo_im2col_job *")
         _geometry(job.geom, cin_g, h, w, (kh, kw), stride, pads, dilation, oh, ow)
         job.dtype = DTYPE_CODES[dtype]
-        # chunks of whole output rows whose column matrix fits COL_CHUNK_BYTES
-        rows = min(oh, max(1, COL_CHUNK_BYTES // (k * ow * dtype.itemsize)))
+        rows = _chunk_rows(oh, ow, k, dtype.itemsize)
         self.col_elems = k * rows * ow
         self.chunks = []
         plans = {}
@@ -460,6 +462,14 @@ class _GemmConvPlan:
                 template, ntasks, inline = self.epilogue
                 _run_bias_act(template, ntasks, inline, y[i], bias,
                               None if residual is None else residual[i], pool)
+
+
+def _chunk_rows(oh, ow, k, itemsize):
+    """Output rows per im2col + GEMM chunk: the rows split evenly into chunks of about
+    COL_CHUNK_COLUMNS columns, each at most COL_CHUNK_BYTES (but at least one row)."""
+    nchunks = max(1, round(oh * ow / COL_CHUNK_COLUMNS))
+    rows = -(-oh // nchunks)
+    return max(1, min(rows, COL_CHUNK_BYTES // (k * ow * itemsize)))
 
 
 def _out_hw(h, w, kh, kw, stride, pads, dilation):

@@ -14,14 +14,15 @@ import numpy as np
 
 from asymo.gemm import gemm as _gemm
 from asymo.gemm import matmul as _matmul
-from asymo.gemm_plan import plan_gemm as _plan_gemm
+from asymo.matmul_plan import plan_matmul as _plan_matmul
 
 __all__ = ["plan_conv_gemm", "column_split", "gemm_into", "matmul_into"]
 
 
 def plan_conv_gemm(m, k, n, dtype, pool):
-    """The (cached) GEMM plan for ``(m x k) @ (k x n)`` on ``pool``."""
-    return _plan_gemm(m, k, n, np.dtype(dtype).name, pool)
+    """The (cached) GEMM plan for ``(m x k) @ (k x n)`` on ``pool``: calibrated when
+    ``asymo calibrate`` made a profile for this CPU (`asymo.plan_matmul`), else the default."""
+    return _plan_matmul(m, k, n, np.dtype(dtype).name, pool=pool)
 
 
 def column_split(plan, n, pool):

@@ -160,15 +160,17 @@ def emulated_topology(speeds, base=None, cpus=None):
     Topology
         ``emulated`` holds ``base.emulated`` plus the slowed cpus of ``speeds``.
     """
+    speeds = _check_speeds(speeds, "approximate")  # types, cpu >= 0, speed in (0, 1]
     if base is None:
         base = _topology.detect()
     allowed = set(cpus) if cpus is not None else _affinity()
-    clusters, used_names = [], set()
+    clusters, used_names, placed = [], set(), set()
     for cl in base.clusters:
         by_speed = {}
         for c in cl.cpus:
             if c in allowed:
                 by_speed.setdefault(float(speeds.get(c, 1.0)), []).append(c)
+                placed.add(c)
         for s in sorted(by_speed, reverse=True):
             name = cl.name if s == 1.0 else f"{cl.name}-emu{s:g}"
             while name in used_names:
@@ -182,7 +184,8 @@ def emulated_topology(speeds, base=None, cpus=None):
     clusters = sorted((dataclasses.replace(c, capacity=c.capacity / top) for c in clusters),
                       key=lambda c: -c.capacity)
     emulated = dict(base.emulated)
-    emulated.update({c: float(s) for c, s in speeds.items() if float(s) != 1.0})
+    # only cpus of the result: a cpu outside it was not slowed, whatever ``speeds`` said
+    emulated.update({c: s for c, s in speeds.items() if s != 1.0 and c in placed})
     return base.replace(clusters=tuple(clusters), emulated=emulated)
 
 

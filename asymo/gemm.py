@@ -22,6 +22,7 @@ import numpy as np
 
 from asymo._ffi import ffi, lib
 from asymo import gemm_plan as _plans
+from asymo.matmul_plan import plan_for_matmul as _plan_for_matmul
 
 __all__ = ["matmul", "gemm", "BACKENDS", "BACKEND_ENV_VAR"]
 
@@ -37,6 +38,14 @@ _ERRORS = {
     lib.ASYMO_EINVAL: "invalid argument",
     lib.ASYMO_ENOMEM: "out of memory",
 }
+
+
+def _fail(rc, M, K, N, plan):
+    msg = (f"asymo GEMM failed ({_ERRORS.get(rc, rc)}) for shape (M, K, N) = ({M}, {K}, {N}), "
+           f"plan {plan}")
+    if rc == lib.ASYMO_ENOMEM:
+        return MemoryError(msg)
+    return RuntimeError(msg)
 
 
 #: default backend: env ASYMO_GEMM_BACKEND, read once at import
@@ -63,6 +72,8 @@ _get_pool = None
 def _resolve_pool(pool):
     """The pool to run on: the given one, else the process-wide default."""
     global _get_pool
+    if pool is None and _get_pool is not None:
+        return _get_pool()
     if pool is not None:
         if not hasattr(pool, "_handle") or not hasattr(pool, "topology"):
             raise TypeError(f"pool must be an asymo.Pool, not {type(pool).__name__}")
@@ -72,6 +83,14 @@ def _resolve_pool(pool):
     if _get_pool is None:
         from asymo.pool import get_pool as _get_pool
     return _get_pool()
+
+
+_NULL = ffi.NULL
+_from_buffer = ffi.from_buffer
+
+
+def _addr(x):
+    return ffi.cast("void *", x.__array_interface__["data"][0])
 
 
 def _wptr(x):
@@ -168,12 +187,14 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     ``out`` None or of that dtype). Other dtypes, mixed dtypes, ndarray subclasses and other
     array types go to `numpy.matmul` and return exactly its result.
     """
-    backend = _check_backend(backend)
-    if (out is None and backend == "c" and type(a) is np.ndarray and type(b) is np.ndarray
-            and a.ndim == 2 and 0 < b.ndim <= 2):
-        res = _matmul_2d(a, b, pool)
+    if backend is None:
+        backend = _default_backend
+    if (backend == "c" and type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2
+            and 0 < b.ndim <= 2 and (out is None or type(out) is np.ndarray)):
+        res = _matmul_2d(a, b, out, pool)
         if res is not None:
             return res
+    backend = _check_backend(backend)
     if type(a) is not np.ndarray:
         if _foreign(a):
             return np.matmul(a, b, out=out)
@@ -223,8 +244,9 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     return res[()] if scalar else res
 
 
-def _matmul_2d(a, b, pool):
-    """The common case on a short path: 2-D @ 2-D or 2-D @ 1-D, float32/float64, no out.
+def _matmul_2d(a, b, out, pool):
+    """The common case on a short path: 2-D @ 2-D or 2-D @ 1-D, float32/float64, ``out``
+    None or a plain writeable array of the result's shape and dtype, not overlapping.
 
     Returns None when anything is unusual (the general path then handles it)."""
     dt = a.dtype
@@ -247,15 +269,31 @@ def _matmul_2d(a, b, pool):
     if ((rsa | csa | rsb | csb) % es  # itemsize is a power of two
             or not (a.flags.aligned and b.flags.aligned)):
         return None
-    c = np.empty(rshape, dt)
+    if out is None:
+        c = np.empty(rshape, dt)
+        rsc, csc = N, 1
+    else:
+        if (out.dtype != dt or out.shape != rshape or not out.flags.writeable
+                or not out.flags.aligned or np.may_share_memory(out, a)
+                or np.may_share_memory(out, b)):
+            return None
+        c = out
+        if len(rshape) == 2:
+            rsc, csc = out.strides
+        else:
+            rsc, csc = out.strides[0], es
+        if (rsc | csc) % es:
+            return None
+        rsc, csc = rsc // es, csc // es
     pool = _resolve_pool(pool)
-    plan = _plans.cached_plan(M, K, N, dt, pool)
-    handle = ffi.NULL if pool is None or plan.serial else pool._handle
-    rc = lib.asymo_gemm_2d(handle, plan.cdata(), code, M, K, N, _ptr(a), rsa // es, csa // es,
-                           _ptr(b), rsb // es, csb // es, ffi.from_buffer(c), N, 1)
+    plan = _plan_for_matmul(M, K, N, dt, pool, 1)
+    rc = lib.asymo_gemm_2d(
+        _NULL if plan.in_caller() else pool._handle, plan.cdata(), code, M, K, N,
+        _from_buffer(a) if a.flags.c_contiguous else _addr(a), rsa // es, csa // es,
+        _from_buffer(b) if b.flags.c_contiguous else _addr(b), rsb // es, csb // es,
+        _from_buffer(c, require_writable=True) if c.flags.c_contiguous else _addr(c), rsc, csc)
     if rc != lib.ASYMO_OK:
-        raise RuntimeError(f"asymo GEMM failed ({_ERRORS.get(rc, rc)}) for shape "
-                           f"(M, K, N) = ({M}, {K}, {N}), plan {plan}")
+        raise _fail(rc, M, K, N, plan)
     return c
 
 
@@ -278,35 +316,24 @@ def _run(a2, b2, c2, batch, M, K, N, backend, pool):
         _call(a2, b2, c2, None, M, K, N, 1, backend, pool)
         return
     nbatch = math.prod(batch)
-    b_batched = any(n != 1 and s != 0
-                    for n, s in zip(np.broadcast_to(b2, batch + (K, N)).shape[:nb],
-                                    np.broadcast_to(b2, batch + (K, N)).strides[:nb]))
-    if nbatch > 1 and not b_batched:
+    ab = np.broadcast_to(a2, batch + (M, K))
+    bb = np.broadcast_to(b2, batch + (K, N))
+    idx = (0,) * nb
+    if nbatch == 1:
+        _call(ab[idx], bb[idx], c2[idx], None, M, K, N, 1, backend, pool)
+        return
+    if not any(n != 1 and s != 0 for n, s in zip(batch, bb.strides[:nb])):
         # one B for every product: fold the batch into M when A and C allow it (x @ W)
         ra = _merged_rows(a2, batch + (M, K))
         rc = _merged_rows(c2, batch + (M, N))
         if ra is not None and rc is not None:
-            b_one = b2[(0,) * (b2.ndim - 2)] if b2.ndim > 2 else b2
-            a_one = np.broadcast_to(a2, batch + (M, K))
-            c_one = c2
-            es = a2.itemsize
             rows = nbatch * M
             a_view = np.lib.stride_tricks.as_strided(
-                a_one, shape=(rows, K), strides=(ra, a_one.strides[-1]), writeable=False)
+                ab, shape=(rows, K), strides=(ra, ab.strides[-1]), writeable=False)
             c_view = np.lib.stride_tricks.as_strided(
-                c_one, shape=(rows, N), strides=(rc, c_one.strides[-1]))
-            del es
-            _call(a_view, b_one, c_view, None, rows, K, N, 1, backend, pool)
+                c2, shape=(rows, N), strides=(rc, c2.strides[-1]))
+            _call(a_view, bb[idx], c_view, None, rows, K, N, 1, backend, pool)
             return
-    if nbatch == 1:
-        idx = (0,) * nb
-        a1 = np.broadcast_to(a2, batch + (M, K))[idx]
-        b1 = np.broadcast_to(b2, batch + (K, N))[idx]
-        c1 = c2[idx] if nb else c2
-        _call(a1, b1, c1, None, M, K, N, 1, backend, pool)
-        return
-    ab = np.broadcast_to(a2, batch + (M, K))
-    bb = np.broadcast_to(b2, batch + (K, N))
     offsets = []
     for arr in (ab, bb, c2):
         off = np.zeros(batch, np.int64)
@@ -315,29 +342,26 @@ def _run(a2, b2, c2, batch, M, K, N, backend, pool):
             shape[d] = batch[d]
             off = off + (np.arange(batch[d], dtype=np.int64) * arr.strides[d]).reshape(shape)
         offsets.append(np.ascontiguousarray(off.reshape(-1)))
-    idx = (0,) * nb
     _call(ab[idx], bb[idx], c2[idx], offsets, M, K, N, nbatch, backend, pool)
 
 
 def _call(a, b, c, offsets, M, K, N, nbatch, backend, pool, plan=None):
     """Run one (possibly batched) product; a, b, c are the 2-D views of item 0."""
-    if plan is None:
-        plan = (_plans.cached_plan(M, K, N, a.dtype, pool) if nbatch == 1
-                else _plans.plan_gemm(M, K, N, a.dtype, pool, nbatch=nbatch))
+    if plan is None:  # calibrated by `asymo calibrate` when a profile exists, else default
+        plan = _plan_for_matmul(M, K, N, a.dtype, pool, nbatch)
     if backend == "numba":
         from asymo import _gemm_numba
         _gemm_numba.run(a, b, c, offsets, nbatch, plan, pool)
         return
     es = a.itemsize
-    handle = pool._handle if pool is not None and not plan.serial else ffi.NULL
+    handle = pool._handle if pool is not None and not plan.in_caller() else ffi.NULL
     if offsets is None:
         rc = lib.asymo_gemm_2d(
             handle, plan.cdata(), _CODES[a.dtype], M, K, N, _ptr(a), a.strides[0] // es,
             a.strides[1] // es, _ptr(b), b.strides[0] // es, b.strides[1] // es, _wptr(c),
             c.strides[0] // es, c.strides[1] // es)
         if rc != lib.ASYMO_OK:
-            raise RuntimeError(f"asymo GEMM failed ({_ERRORS.get(rc, rc)}) for shape "
-                               f"(M, K, N) = ({M}, {K}, {N}), plan {plan}")
+            raise _fail(rc, M, K, N, plan)
         return
     g = ffi.new("asymo_gemm_args *")
     g.dtype = _plans.DTYPES[a.dtype.name]
@@ -354,8 +378,7 @@ def _call(a, b, c, offsets, M, K, N, nbatch, backend, pool, plan=None):
     rc = lib.asymo_gemm(handle, g, plan.cdata())
     del keep
     if rc != lib.ASYMO_OK:
-        raise RuntimeError(f"asymo GEMM failed ({_ERRORS.get(rc, rc)}) for shape "
-                           f"(M, K, N) = ({M}, {K}, {N}), plan {plan}")
+        raise _fail(rc, M, K, N, plan)
 
 
 def gemm(a, b, out=None, *, plan=None, pool=None, backend=None):
@@ -371,7 +394,8 @@ def gemm(a, b, out=None, *, plan=None, pool=None, backend=None):
     out : ndarray, shape (M, N), optional
         Must not overlap ``a`` or ``b``.
     plan : GemmPlan, optional
-        Default `asymo.gemm_plan.plan_gemm` for the pool.
+        Default: the plan `asymo.matmul` uses (`asymo.plan_matmul`: calibrated when
+        ``asymo calibrate`` made a profile for this CPU, else `asymo.gemm_plan.plan_gemm`).
     pool : asymo.Pool, optional
     backend : {"c", "numba"}, optional
 

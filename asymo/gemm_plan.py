@@ -31,7 +31,6 @@ import contextlib
 import math
 import os
 import threading
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,7 +40,6 @@ from asymo._ffi import ffi, lib
 __all__ = [
     "GemmPlan", "plan_gemm", "default_blocks", "block_candidates", "set_block_chooser",
     "isa_names", "supported_isas", "best_isa", "force_isa", "kernel_tile", "clear_plan_cache",
-    "cached_plan",
     "SKINNY_MAX", "ISA_ENV_VAR",
 ]
 
@@ -62,10 +60,19 @@ _FALLBACK_L1 = 32 * 1024
 _FALLBACK_L2 = 512 * 1024
 #: tasks per worker the default planner aims for (room for stealing to even out lag)
 TASKS_PER_WORKER = 8
+#: ... and at most this many FLOPs per task: a job ends when its last task does, so on a core
+#: that is preempted or slower than planned the expected wait is about half a task (about
+#: 0.25 ms here, below the 1 ms period of the asymmetry emulator)
+TASK_FLOPS = 50e6
 #: products of a batch smaller than this (FLOPs) are given whole to tasks
 BATCH_SPLIT_FLOPS = 4e6
-#: products (whole batches) below this many FLOPs run in the calling thread
-SERIAL_FLOPS = 2e5
+#: products (whole batches) below this many FLOPs are not worth a pool job: on a symmetric
+#: machine they run in the calling thread, on an asymmetric one on the fastest cluster.
+#: Measured on the development machine (2-core Zen 4 VM): a pool job costs about 10 us more
+#: than a call in the calling thread; GEMMs gain from the second core above about 4 MFLOP,
+#: matrix-vector products (no packing, each core streams its own rows) above about 0.5 MFLOP.
+SERIAL_FLOPS = 4e6
+SERIAL_FLOPS_MV = 5e5
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,6 +200,10 @@ class GemmPlan:
     serial : bool
         Run in the calling thread without the pool: for tiny products, where waking the
         workers costs more than the work.
+    serial_cpus : tuple of int
+        Run in the calling thread when it is on one of these cpus, else as planned (tiny
+        products on an asymmetric machine: the fastest cluster's cpus, where the plan puts
+        all the work).
     """
 
     shape: tuple
@@ -205,6 +216,7 @@ class GemmPlan:
     isa: str
     nbatch: int = 1
     serial: bool = False
+    serial_cpus: tuple = ()
     _cdata: object = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):
@@ -217,6 +229,7 @@ class GemmPlan:
         object.__setattr__(self, "chunks", tuple(int(x) for x in self.chunks))
         object.__setattr__(self, "nbatch", int(self.nbatch))
         object.__setattr__(self, "serial", bool(self.serial))
+        object.__setattr__(self, "serial_cpus", tuple(int(c) for c in self.serial_cpus))
         self._validate()
 
     def _validate(self):
@@ -267,6 +280,11 @@ class GemmPlan:
         M, K, N = self.shape
         return 2.0 * M * K * N * self.nbatch
 
+    def in_caller(self):
+        """True when this call should run in the calling thread (see ``serial``)."""
+        return self.serial or (bool(self.serial_cpus) and lib.asymo_gemm_current_cpu()
+                               in self.serial_cpus)
+
     def cdata(self):
         """The ``asymo_gemm_plan`` struct for the C driver (built once, kept alive here)."""
         if self._cdata is None:
@@ -284,7 +302,11 @@ class GemmPlan:
         return self._cdata
 
     def task_counts(self):
-        """Pool tasks per cluster for one product (for the whole batch when split by batch)."""
+        """Pool tasks per cluster for one product (for the whole batch when split by batch).
+
+        A "mv" plan whose big operand runs along the long dimension (``x @ W``, W row-major)
+        is run with the same cluster shares applied to K instead (see csrc/gemm.c); its task
+        counts then follow K."""
         g = ffi.new("asymo_gemm_args *")
         M, K, N = self.shape
         g.dtype = DTYPES[self.dtype]
@@ -307,7 +329,8 @@ class GemmPlan:
                 "split_dim": self.split_dim,
                 "cluster_ranges": [list(r) for r in self.cluster_ranges],
                 "blocks": [list(b) for b in self.blocks], "chunks": list(self.chunks),
-                "isa": self.isa, "nbatch": self.nbatch, "serial": self.serial}
+                "isa": self.isa, "nbatch": self.nbatch, "serial": self.serial,
+                "serial_cpus": list(self.serial_cpus)}
 
     @classmethod
     def from_dict(cls, d):
@@ -317,7 +340,8 @@ class GemmPlan:
                        cluster_ranges=tuple(tuple(r) for r in d["cluster_ranges"]),
                        blocks=tuple(tuple(b) for b in d["blocks"]), chunks=tuple(d["chunks"]),
                        isa=d["isa"], nbatch=d.get("nbatch", 1),
-                       serial=d.get("serial", False))
+                       serial=d.get("serial", False),
+                       serial_cpus=tuple(d.get("serial_cpus", ())))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a GemmPlan dict: {exc}") from None
 
@@ -362,19 +386,19 @@ def block_candidates(M, N, K, cluster, nthreads, mr, nr, itemsize, max_i=64):
     l1, l2 = _cache_budget(cluster)
     kc = _kc_for(K, l1, mr, nr, itemsize)
     budget = l2 // itemsize
+    M, N, T = max(M, 1), max(N, 1), max(nthreads, 1)
     out = []
     for i in range(1, max_i + 1):
-        side = math.sqrt(max(M, 1) * max(N, 1) / (i * max(nthreads, 1)))
-        mc = min(_round_up(max(int(side), 1), mr), _round_up(max(M, 1), mr))
-        nc = min(_round_up(max(int(side), 1), nr), _round_up(max(N, 1), nr))
-        if mc >= M:  # short M: give tasks the whole of it, partition N only
-            nc = min(_round_up(-(-N * M // max(M * i * max(nthreads, 1), 1)), nr), nc)
-        if nc >= N:
-            mc = min(_round_up(-(-M // (i * max(nthreads, 1))), mr), mc)
-        if mc * kc + nc * kc + mc * nc <= budget:
-            cand = (max(mc, 1), max(nc, 1), kc)
-            if cand not in out:
-                out.append(cand)
+        tasks = i * T
+        side = math.sqrt(M * N / tasks)
+        if side >= M:    # M << N: whole M per task, partition N only
+            mc, nc = _round_up(M, mr), _round_up(-(-N // tasks), nr)
+        elif side >= N:  # N << M: partition M only
+            mc, nc = _round_up(-(-M // tasks), mr), _round_up(N, nr)
+        else:
+            mc, nc = _round_up(int(side), mr), _round_up(int(side), nr)
+        if mc * kc + nc * kc + mc * nc <= budget and (mc, nc, kc) not in out:
+            out.append((mc, nc, kc))
     return out
 
 
@@ -385,31 +409,50 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
       micro-panel rows stay in L1), with equal-size K panels.
     * nc: as wide as the cluster's columns while a kc x nc panel of B takes at most 3/4 of the
       per-thread L2 (wide panels keep A from being repacked), cut into equal blocks.
-    * mc: about ``TASKS_PER_WORKER`` tasks per worker (small tasks balance, and let stealing
-      even out lagging cores), at most 8 micro-tiles, and within AsyMo's cache constraint
+    * mc, nc: at least ``TASKS_PER_WORKER`` tasks per worker and tasks of at most
+      ``TASK_FLOPS`` (small tasks balance, and let stealing even out lagging cores), but at
+      least 8 micro-tiles a side: a short M is not cut, the columns are cut instead (down to
+      nc = 8 nr); mc at most 16 micro-tiles; within AsyMo's cache constraint
       ``mc*kc + nc*kc + mc*nc <= L2`` per thread.
 
-    Measured on the development machine (2 cores, AVX2 kernel), smaller tasks (mc 24-96 rows,
-    tens of tasks) beat a few large ones by up to 20% on the DL shapes.
+    Measured on the development machine (2 cores, AVX2 kernel): tens of tasks of 48-96 rows
+    beat a few large ones by up to 20% on the DL shapes, and blocks of fewer than 8
+    micro-tiles a side lost up to 40% on short-M shapes (49 x 1024 x 1024).
     """
     l1, l2 = _cache_budget(cluster)
     kc = _kc_for(K, l1, mr, nr, itemsize)
     budget = l2 // itemsize
     M, N = max(M, 1), max(N, 1)
-    want = max(1, TASKS_PER_WORKER * max(nthreads, 1))
+    want = max(1, TASKS_PER_WORKER * max(nthreads, 1), int(2.0 * M * N * K / TASK_FLOPS))
     nc_max = max(nr, (budget * 3 // 4 // kc) // nr * nr)
     ntn = -(-N // nc_max)
-    # short M: find the parallelism along N instead (columns blocks of at least 4 slivers)
-    mc_min = 4 * mr
-    ntm_max = -(-M // mc_min)
+    # tasks of at least 8 micro-tiles a side; a short M is not cut but N is, instead
+    mc_min = 8 * mr
+    ntm_max = max(1, M // mc_min)
     if ntm_max * ntn < want:
-        ntn = max(ntn, min(-(-N // (4 * nr)), -(-want // ntm_max)))
+        ntn = max(ntn, min(-(-N // (8 * nr)), -(-want // ntm_max)))
     nc = _round_up(-(-N // ntn), nr)
     ntn = -(-N // nc)
-    ntm = max(1, min(-(-want // ntn), ntm_max))
-    mc = _round_up(-(-M // ntm), mr)
-    mc_cap = max(mr, min(8 * mr, ((budget - nc * kc) // (kc + nc)) // mr * mr))
-    return (min(mc, mc_cap), nc, kc)
+    # ... and at most 16 micro-tiles (smaller A blocks measured faster on large M)
+    ntm = max(1, min(-(-want // ntn), ntm_max), -(-M // (2 * mc_min)))
+    mc_cap = max(mr, ((budget - nc * kc) // (kc + nc)) // mr * mr)
+    return (_balanced_mc(M, mr, ntm, ntn, max(nthreads, 1), mc_cap), nc, kc)
+
+
+def _balanced_mc(M, mr, ntm, ntn, threads, cap):
+    """mc (at most ``cap``) for about ``ntm`` row blocks, preferring a number of tasks that is
+    a multiple of the thread count (AsyMo's constraint (2)): with 13 tasks on 4 workers one
+    worker runs 4 and the others wait, whatever stealing does."""
+    def blocks(n):
+        mc = min(cap, _round_up(-(-M // n), mr))
+        return mc, -(-M // mc)
+    ntm = max(ntm, -(-M // cap))
+    lo, hi = max(1, ntm // 2), max(ntm, min(2 * ntm, -(-M // mr)))
+    for n in sorted(range(lo, hi + 1), key=lambda n: (abs(n - ntm), -n)):
+        mc, nb = blocks(n)
+        if (nb * ntn) % threads == 0:
+            return mc
+    return blocks(ntm)[0]
 
 
 _chooser_lock = threading.Lock()
@@ -443,29 +486,8 @@ def clear_plan_cache():
     """Forget every cached plan (the next calls plan again)."""
     with _cache_lock:
         _plan_cache.clear()
-        _hot_plans.clear()
 
 
-_hot_plans = {}
-
-
-def cached_plan(M, K, N, dtype, pool):
-    """`plan_gemm(M, K, N, dtype, pool)` through a lean cache for the call path of matmul.
-
-    Keyed by the pool's identity and worker limit, the forced ISA and the block chooser; a
-    hit costs a dictionary lookup."""
-    limit = lib.asymo_pool_get_limit(pool._handle) if pool is not None else 0
-    key = (M, K, N, dtype, id(pool), limit, _forced_isa, _block_chooser)
-    hit = _hot_plans.get(key)
-    if hit is not None and hit[1]() is pool:
-        return hit[0]
-    plan = plan_gemm(M, K, N, dtype, pool)
-    plan.cdata()
-    with _cache_lock:
-        if len(_hot_plans) >= _PLAN_CACHE_MAX:
-            _hot_plans.clear()
-        _hot_plans[key] = (plan, (lambda: None) if pool is None else weakref.ref(pool))
-    return plan
 
 
 def _largest_remainder(n, weights):
@@ -619,6 +641,12 @@ def _make_plan(M, K, N, dname, nbatch, isa, topo, active, pool, split, blocks, k
         raise ValueError(f"kind {kind!r} is not one of {sorted(KINDS)}")
 
     per_item = 2.0 * M * K * N
+    small = per_item * nbatch < (SERIAL_FLOPS_MV if kind == "mv" else SERIAL_FLOPS)
+    serial = small and split is None and not topo.is_asymmetric
+    serial_cpus = ()
+    if small and split is None and topo.is_asymmetric:
+        split = [1.0] + [0.0] * (ncl - 1)
+        serial_cpus = clusters[0].cpus
     if split_dim is None:
         if nbatch > 1 and per_item < BATCH_SPLIT_FLOPS and nbatch >= total_workers:
             split_dim = "batch"
@@ -669,4 +697,4 @@ def _make_plan(M, K, N, dname, nbatch, isa, topo, active, pool, split, blocks, k
             chunks.append(max(floor, _round_up(-(-n // (TASKS_PER_WORKER * threads)), 16)))
     return GemmPlan(shape=(M, K, N), dtype=dname, kind=kind, split_dim=split_dim,
                     cluster_ranges=ranges, blocks=tuple(blks), chunks=tuple(chunks), isa=isa,
-                    nbatch=nbatch, serial=per_item * nbatch < SERIAL_FLOPS)
+                    nbatch=nbatch, serial=serial, serial_cpus=serial_cpus)

@@ -134,6 +134,8 @@ def _as_task_fn(fn):
             raise ValueError("fn is a NULL function pointer (address 0)")
         if fn < 0:
             raise ValueError(f"fn address {fn} is negative")
+        if fn >= _ADDRESS_LIMIT:
+            raise ValueError(f"fn address {fn:#x} does not fit in a pointer")
         return ffi.cast("asymo_task_fn", int(fn))
     if callable(fn):
         raise TypeError(f"fn is a Python callable ({type(fn).__name__}); {hint}. Python "
@@ -163,7 +165,13 @@ def _as_ctx(ctx):
         return ffi.cast("void *", iface["data"][0])
     if ctx < 0:
         raise ValueError(f"ctx address {ctx} is negative")
+    if ctx >= _ADDRESS_LIMIT:  # ffi.cast would silently keep only the low bits
+        raise ValueError(f"ctx address {ctx:#x} does not fit in a pointer")
     return ffi.cast("void *", int(ctx))
+
+
+_ADDRESS_LIMIT = 1 << (8 * ffi.sizeof("void *"))
+_NTASKS_LIMIT = 1 << 63  # the C side counts tasks in int64_t
 
 
 def _largest_remainder(n, weights):
@@ -217,7 +225,7 @@ class Pool:
                             f"not {type(topology).__name__}")
         if not isinstance(policy, str) or policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; expected one of {sorted(POLICIES)}")
-        if queue is not None and queue not in QUEUES:
+        if queue is not None and (not isinstance(queue, str) or queue not in QUEUES):
             raise ValueError(f"unknown queue {queue!r}; expected one of {sorted(QUEUES)}")
         if spin_us is not None and (not _is_integral(spin_us) or not 0 <= spin_us <= 1_000_000):
             raise ValueError(f"spin_us must be an integer in [0, 1000000], not {spin_us!r}")
@@ -272,6 +280,7 @@ class Pool:
     @property
     def queue(self):
         """The per-worker queue implementation ("mutex" or "chaselev")."""
+        self._check_open()
         return _QUEUE_NAMES[lib.asymo_pool_queue(self._handle)]
 
     @property
@@ -418,10 +427,24 @@ class Pool:
             if len(_task_fn_cache) >= 256:
                 _task_fn_cache.clear()
             _task_fn_cache[id(fn)] = (fn, cfn)  # holding fn keeps its id from being reused
-        if type(ntasks) is not int:
+        if type(ntasks) is not int or not 0 <= ntasks < _NTASKS_LIMIT:
             ntasks = self._check_ntasks(ntasks)
-        elif ntasks < 0:
-            raise ValueError(f"ntasks must be >= 0, got {ntasks}")
+        cctx = ffi.NULL if ctx is None else _as_ctx(ctx)
+        # Count the job in flight before touching the C handle: close() (from any thread)
+        # waits for in-flight jobs before freeing it.
+        with self._cond:
+            if self._closed:
+                raise ValueError("parallel_for on a closed Pool")
+            self._inflight += 1
+        try:
+            self._run(cfn, cctx, ntasks, split)
+        finally:
+            with self._cond:
+                self._inflight -= 1
+                if self._inflight == 0:
+                    self._cond.notify_all()
+
+    def _run(self, cfn, cctx, ntasks, split):
         if split is None:
             # the default split depends only on ntasks and the thread limit: cache it
             key = (ntasks, lib.asymo_pool_get_limit(self._handle))
@@ -433,18 +456,7 @@ class Pool:
                 self._split_cache[key] = counts  # read-only for C: safe to share
         else:
             counts = ffi.new("int64_t[]", self.split_counts(ntasks, split))
-        cctx = ffi.NULL if ctx is None else _as_ctx(ctx)
-        with self._cond:
-            if self._closed:
-                raise ValueError("parallel_for on a closed Pool")
-            self._inflight += 1
-        try:
-            rc = lib.asymo_pool_run(self._handle, cfn, cctx, ntasks, counts)
-        finally:
-            with self._cond:
-                self._inflight -= 1
-                if self._inflight == 0:
-                    self._cond.notify_all()
+        rc = lib.asymo_pool_run(self._handle, cfn, cctx, ntasks, counts)
         if rc != lib.ASYMO_OK:
             _raise_for(rc, "parallel_for failed")
 
@@ -539,6 +551,8 @@ class Pool:
         ntasks = int(ntasks)
         if ntasks < 0:
             raise ValueError(f"ntasks must be >= 0, got {ntasks}")
+        if ntasks >= _NTASKS_LIMIT:
+            raise ValueError(f"ntasks {ntasks} does not fit in int64")
         return ntasks
 
 

@@ -110,7 +110,7 @@ def load_profile(path=None, topology=None, *, warn_missing=False):
             raise ValueError("not an asymo profile")
         if not isinstance(data.get("sections"), dict):
             raise ValueError("missing sections")
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         warnings.warn(f"calibration profile {path} is corrupt ({exc}); using defaults",
                       ProfileWarning, stacklevel=2)
         return None

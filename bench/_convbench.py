@@ -60,7 +60,7 @@ class NumpyOps(AsymoOps):
         return y
 
     def linear(self, x, step, weight, bias):
-        y = x @ weight
+        y = x @ weight.T
         if bias is not None:
             y += bias
         return self._act(y, step.activation)
@@ -118,6 +118,53 @@ def side_by_side(fns, repeats, min_time=0.05):
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
+def core_speeds(cpus, seconds=0.05, rounds=3):
+    """Single-thread speed of each cpu relative to the first (a Python loop timed on a helper
+    thread pinned to each cpu in turn): shows what the emulator, or anything else running,
+    leaves of each core while the benchmark runs."""
+    import threading
+
+    result = {}
+
+    def loop(n):
+        x = 0
+        for i in range(n):
+            x += i
+        return x
+
+    def probe():
+        n = 20000
+        os.sched_setaffinity(0, {cpus[0]})
+        while True:
+            t0 = time.perf_counter()
+            loop(n)
+            if time.perf_counter() - t0 > seconds:
+                break
+            n *= 2
+        times = {c: [] for c in cpus}
+        for _ in range(rounds):
+            for c in cpus:
+                os.sched_setaffinity(0, {c})
+                t0 = time.perf_counter()
+                loop(n)
+                times[c].append(time.perf_counter() - t0)
+        base = statistics.median(times[cpus[0]])
+        for c in cpus:
+            result[c] = base / statistics.median(times[c])
+
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    return result
+
+
+def speeds_line(pool, when):
+    cpus = sorted(c for cl in pool.topology.clusters for c in cl.cpus)
+    sp = core_speeds(cpus)
+    return f"measured single-thread speed {when}: " + ", ".join(
+        f"cpu{c} {v:.2f}" for c, v in sp.items())
+
+
 def machine_lines(pool, emulation, torch_threads):
     import threadpoolctl
 
@@ -141,6 +188,7 @@ def machine_lines(pool, emulation, torch_threads):
         f"emulation: {emulation or 'none (symmetric machine)'}"
         + ("  [speed only: the slowed core keeps its caches and bandwidth]" if emulation else ""),
         f"threads: torch {torch_threads}, NumPy BLAS {blas}",
+        speeds_line(pool, "before"),
     ]
     return lines
 

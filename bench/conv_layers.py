@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _convbench import (NumpyOps, emulated, fmt_ratio, machine_lines,  # noqa: E402
-                        side_by_side)
+                        side_by_side, speeds_line)
 
 
 def main(argv=None):
@@ -101,6 +101,7 @@ def main(argv=None):
                 print(f"{name:<13} asymo {ta * 1e3:8.2f} ms  torch {tt * 1e3:8.2f} ms  "
                       f"numpy {tn * 1e3:8.2f} ms  vs torch {fmt_ratio(ta, tt)}  "
                       f"vs numpy {fmt_ratio(ta, tn)}")
+            print(speeds_line(pool, "after"))
         finally:
             pool.close()
     return 0

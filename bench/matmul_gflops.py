@@ -20,16 +20,15 @@ Modes:
 
 * ``symmetric``: asymo on its default pool (every core) against NumPy/OpenBLAS limited to the
   same number of threads (threadpoolctl).
-* ``emulated``: core ``--core`` runs at ``--speed`` (a SCHED_FIFO occupier takes the rest of it;
-  `asymo.emulate.slow_cores` when present, else a minimal occupier of this script). asymo runs
-  on the emulated topology (one cluster per core, capacities 1 and speed) against NumPy on all
-  cores and against asymo on the fast core alone. The emulator slows a core's speed, not its
-  caches.
+* ``emulated``: core ``--core`` runs at ``--speed`` (`asymo.emulate.slow_cores`: a SCHED_FIFO
+  occupier takes the rest of it). asymo runs on the emulated topology (capacities 1 and speed)
+  against NumPy on all cores and against asymo on the fast core alone (its pool and the
+  calling thread pinned there). The emulator slows a core's speed, not its caches.
 
-Every figure is a median over ``--rounds`` interleaved rounds (each round times every
-contender on the shape, in turn, after a pause that lets the previous contender's idle threads
-stop spinning), so slow drifts of the machine hit all contenders alike.
-Ratios are time(baseline) / time(asymo): above 1 means asymo is faster.
+Each round times every contender on the shape in turn (after a pause that lets the previous
+contender's idle threads stop spinning). GFLOP/s are medians over ``--rounds`` rounds; a ratio
+is the median over rounds of time(baseline) / time(asymo) within the round, so load from other
+jobs, which drifts slowly, hits both sides of each ratio alike. Above 1 means asymo is faster.
 """
 from __future__ import annotations
 
@@ -39,8 +38,6 @@ import json
 import math
 import os
 import platform
-import signal
-import subprocess
 import sys
 import time
 
@@ -51,7 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import asymo  # noqa: E402
 from asymo import gemm_plan  # noqa: E402
 from asymo.pool import Pool  # noqa: E402
-from asymo.topology import Cluster, Topology, detect, parse_spec  # noqa: E402
+from asymo.topology import Cluster, Topology  # noqa: E402
 
 MM_SHAPES = [
     # name, M, K, N
@@ -86,10 +83,24 @@ QUICK = {"vgg16.conv2_2", "vgg16.conv3_2", "vgg16.conv4_2", "vgg16.conv5_x", "mo
 # ---------------------------------------------------------------------------------------------
 def _per_call(fn, target):
     """Seconds per call of fn, timing enough calls to fill about ``target`` seconds."""
-    t0 = time.perf_counter()
-    fn()
-    one = time.perf_counter() - t0
-    n = max(1, min(10000, int(target / max(one, 1e-7))))
+    if isinstance(fn, _Pinned):
+        saved = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, fn.cpus)
+        try:
+            return _per_call(fn.fn, target)
+        finally:
+            os.sched_setaffinity(0, saved)
+    # warm up (threads that went to sleep during the pause wake on the first calls), then size
+    # the timed loop from the warm-up's fastest call
+    fastest, spent = float("inf"), 0.0
+    for i in range(1000):
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        fastest, spent = min(fastest, dt), spent + dt
+        if i >= 2 and spent > 0.1 * target:
+            break
+    n = max(3, min(100000, int(target / max(fastest, 1e-7))))
     t0 = time.perf_counter()
     for _ in range(n):
         fn()
@@ -97,7 +108,8 @@ def _per_call(fn, target):
 
 
 def measure(shape, contenders, rounds, target, dtype):
-    """Median seconds per call of every contender on one shape (interleaved rounds)."""
+    """Seconds per call of every contender on one shape, one list entry per interleaved
+    round."""
     _, M, K, N = shape
     rng = np.random.default_rng(0)
     a = rng.standard_normal((M, K)).astype(dtype)
@@ -120,7 +132,7 @@ def measure(shape, contenders, rounds, target, dtype):
             # otherwise take cycles from the next contender.
             time.sleep(SETTLE)
             times[name].append(_per_call(fn, target))
-    return {name: float(np.median(t)) for name, t in times.items()}
+    return times
 
 
 def gflops(shape, seconds):
@@ -136,63 +148,12 @@ def geomean(xs):
 # ---------------------------------------------------------------------------------------------
 # the emulator
 # ---------------------------------------------------------------------------------------------
-_OCCUPIER = r"""
-import ctypes, os, signal, sys, time
-cpu, busy, period, limit = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-libc = ctypes.CDLL(None, use_errno=True)
-libc.prctl(1, signal.SIGKILL)                       # PR_SET_PDEATHSIG: die with the bench
-if os.getppid() == 1:
-    sys.exit(0)
-os.sched_setaffinity(0, {cpu})
-os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
-end = time.monotonic() + limit
-sys.stdout.write("ready\n"); sys.stdout.flush()
-while True:
-    t = time.monotonic()
-    if t > end:
-        break
-    stop = t + busy * period
-    while time.monotonic() < stop:
-        pass
-    time.sleep(max(0.0, (1.0 - busy) * period))
-"""
-
-
-@contextlib.contextmanager
-def _fallback_occupier(core, speed, time_limit=900.0, period=0.002):
-    """A SCHED_FIFO spinner on ``core`` leaving it ``speed`` of the time (dies with us)."""
-    proc = subprocess.Popen([sys.executable, "-c", _OCCUPIER, str(core), str(1.0 - speed),
-                             str(period), str(time_limit)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        if line.strip() != "ready":
-            err = proc.stderr.read()
-            raise SystemExit(f"the emulator helper did not start (SCHED_FIFO needs root or "
-                             f"CAP_SYS_NICE): {err.strip()}")
-        yield proc
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-
-
 @contextlib.contextmanager
 def emulation(core, speed):
-    """(topology, description) with ``core`` slowed to ``speed``."""
-    try:
-        from asymo.emulate import slow_cores
-    except ImportError:
-        slow_cores = None
-    if slow_cores is not None:
-        with slow_cores({core: speed}) as emu:
-            yield emu.topology, f"asymo.emulate.slow_cores({{{core}: {speed}}})"
-        return
-    base = detect()
-    cpus = [c for c in base.cpus if c != core]
-    spec = f"fast:{'+'.join(map(str, cpus))}@1.0,slow:{core}@{speed}"
-    with _fallback_occupier(core, speed):
-        yield parse_spec(spec), f"bench occupier: SCHED_FIFO spinner on cpu {core}, " \
-                                f"{1 - speed:.0%} of every 2 ms"
+    """(topology, description) with ``core`` slowed to ``speed`` by asymo's emulator."""
+    from asymo.emulate import slow_cores
+    with slow_cores({core: speed}) as emu:
+        yield emu.topology, f"asymo.emulate.slow_cores({{{core}: {speed}}})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,6 +163,16 @@ def asymo_on(pool):
     def make(a, b, out):
         return lambda: asymo.matmul(a, b, out=out, pool=pool)
     return make
+
+
+class _Pinned:
+    """Keep the calling thread on ``cpus`` while timing (for the fast-core-alone contender)."""
+
+    def __init__(self, fn, cpus):
+        self.fn, self.cpus = fn, cpus
+
+    def __call__(self):
+        return self.fn()
 
 
 def numpy_call(a, b, out):
@@ -249,11 +220,13 @@ def run_mode(mode, shapes, args):
                                                              fast.l1d, fast.l2, fast.l3),)))
         nthreads = topo.ncpus
         try:
+            fast_make = asymo_on(pool_fast)
             contenders = {"asymo": asymo_on(pool), "numpy": numpy_call,
-                          "asymo_fast": asymo_on(pool_fast)}
+                          "asymo_fast": lambda a, b, out: _Pinned(fast_make(a, b, out),
+                                                                  set(fast.cpus))}
             header = (f"emulated: {how}; asymo pool {topo.to_spec()}, NumPy/OpenBLAS "
-                      f"{nthreads} threads, asymo_fast = asymo on cpus {fast.cpus} alone. "
-                      "(The emulator slows speed, not caches.)")
+                      f"{nthreads} threads, asymo_fast = asymo on cpus {fast.cpus} alone (pool "
+                      "and calling thread). (The emulator slows speed, not caches.)")
             with threadpoolctl.threadpool_limits(nthreads, user_api="blas"):
                 rows = _rows(shapes, contenders, args, dtype)
         finally:
@@ -284,8 +257,10 @@ def report(header, rows, baselines):
     for shape, t in rows:
         name, M, K, N = shape
         line = f"{name:>18} {f'{M}x{K}x{N}':>18}"
-        line += "".join(f"{gflops(shape, t[n]):16.1f}" for n in names)
-        ratios = {b: t[b] / t["asymo"] for b in baselines}
+        line += "".join(f"{gflops(shape, float(np.median(t[n]))):16.1f}" for n in names)
+        # the median of per-round ratios: both contenders of a round saw the same machine
+        ratios = {b: float(np.median(np.asarray(t[b]) / np.asarray(t["asymo"])))
+                  for b in baselines}
         line += "".join(f"{ratios[b]:16.2f}" for b in baselines)
         print(line)
         group = ("MV (20 sizes)" if name.startswith("mv.") else
@@ -306,7 +281,9 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mode", choices=["symmetric", "emulated", "both"], default="both")
     ap.add_argument("--quick", action="store_true", help="a representative subset of shapes")
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median)")
+    ap.add_argument("--only", choices=["mm", "mv", "cube"], action="append",
+                    help="only these shape groups (repeatable)")
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds (median)")
     ap.add_argument("--target", type=float, default=0.03,
                     help="seconds of calls per timing (default 0.03)")
     ap.add_argument("--core", type=int, default=1, help="core the emulator slows")
@@ -317,19 +294,23 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if len(os.sched_getaffinity(0)) < 2 and args.mode != "symmetric":
         ap.error("the emulated mode needs at least 2 usable cpus")
-    shapes = MM_SHAPES + MV_SHAPES + CUBE
+    groups = {"mm": MM_SHAPES, "mv": MV_SHAPES, "cube": CUBE}
+    shapes = [s for g in (args.only or ["mm", "mv", "cube"]) for s in groups[g]]
     if args.quick:
         shapes = [s for s in shapes if s[0] in QUICK]
-    print(f"machine: {machine_line()}; BLAS: {blas_line()}")
+    print(f"machine: {machine_line()}; BLAS: {blas_line()}; load average at start "
+          f"{os.getloadavg()[0]:.2f} (other jobs share the machine)")
     print(f"asymo GEMM: kernels {gemm_plan.best_isa()}, dtype {args.dtype}, medians of "
-          f"{args.rounds} interleaved rounds")
+          f"{args.rounds} interleaved rounds; ratio = time(baseline) / time(asymo)")
     results = {}
     modes = ["symmetric", "emulated"] if args.mode == "both" else [args.mode]
     for mode in modes:
         header, rows, baselines = run_mode(mode, shapes, args)
         summary = report(header, rows, baselines)
         results[mode] = {"header": header, "summary": summary,
+                         "load_average_end": os.getloadavg()[0],
                          "rows": [{"shape": list(s), "seconds": t} for s, t in rows]}
+        print(f"load average now {os.getloadavg()[0]:.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

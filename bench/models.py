@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _convbench import (NumpyOps, emulated, fmt_ratio, machine_lines,  # noqa: E402
-                        side_by_side)
+                        side_by_side, speeds_line)
 
 
 def main(argv=None):
@@ -98,6 +98,7 @@ def main(argv=None):
                           f"{fmt_ratio(ta, tt):>8} {fmt_ratio(ta, tn):>8} "
                           f"{fmt_ratio(ta, ts):>8}", flush=True)
                     del model
+            print(speeds_line(pool, "after"))
         finally:
             pool.close()
             if single is not None:

@@ -8,7 +8,8 @@
  * claimed sliver is always being packed by a running thread that never waits while packing,
  * so no task ever waits for work that needs the waiting thread (or any queued task): a stolen
  * task cannot deadlock, and no barrier exists. Each panel is packed exactly once per cluster,
- * by the cluster that computes with it (or by a faster core that stole one of its tasks). */
+ * by the cluster that computes with it; a task stolen by another cluster packs a private copy. */
+#define _GNU_SOURCE /* sched_getcpu */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -48,6 +49,20 @@ static struct {
     void *p;
     size_t size;
 } ws_cache[WS_SLOTS];
+
+/* A fork while another thread holds ws_lock would leave the child's copy locked forever:
+ * the child starts with a fresh lock and an empty cache (the parent's buffers are leaked
+ * there, not freed: they may be in use by the parent's threads' copies). */
+static void ws_after_fork_child(void)
+{
+    pthread_mutex_init(&ws_lock, NULL);
+    memset(ws_cache, 0, sizeof ws_cache);
+}
+
+__attribute__((constructor)) static void ws_register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, ws_after_fork_child);
+}
 
 static void *ws_alloc(size_t size)
 {
@@ -194,6 +209,15 @@ static int double_pumped_avx512(void)
 }
 #endif
 
+int asymo_gemm_current_cpu(void)
+{
+#if defined(__linux__)
+    return sched_getcpu();
+#else
+    return -1;
+#endif
+}
+
 int asymo_gemm_default_isa(void)
 {
     int best = asymo_isa_best();
@@ -328,6 +352,21 @@ int asymo_gemm_kernel_tile(int isa, int dtype, int *mr, int *nr)
             }                                                                                  \
         }                                                                                      \
     }                                                                                          \
+    /* out[l, s] = sum over t of part[t][s][l] (parts of stride `stride` elements) */       \
+    static void reduce_##SUFFIX(void *out_, int64_t orl, int64_t ocs, void *part_,           \
+                                int64_t nparts, int64_t stride, int64_t ns, int64_t l)       \
+    {                                                                                          \
+        T *out = (T *)out_;                                                                    \
+        T *acc = (T *)part_;                                                                   \
+        for (int64_t t = 1; t < nparts; t++) {                                                 \
+            const T *p = acc + t * stride;                                                     \
+            for (int64_t i = 0; i < ns * l; i++)                                               \
+                acc[i] += p[i];                                                                \
+        }                                                                                      \
+        for (int64_t s = 0; s < ns; s++)                                                       \
+            for (int64_t i = 0; i < l; i++)                                                    \
+                out[i * orl + s * ocs] = acc[s * l + i];                                       \
+    }                                                                                          \
     static void zero_##SUFFIX(void *c_, int64_t rsc, int64_t csc, int64_t m, int64_t n)      \
     {                                                                                          \
         T *c = (T *)c_;                                                                        \
@@ -348,6 +387,7 @@ typedef struct {
     asymo_skinny_fn skinny_strided;
     void (*outer)(const void *, int64_t, const void *, int64_t, void *, int64_t, int64_t,
                   int64_t, int64_t, int64_t, int64_t);
+    void (*reduce)(void *, int64_t, int64_t, void *, int64_t, int64_t, int64_t, int64_t);
     void (*zero)(void *, int64_t, int64_t, int64_t, int64_t);
 } dtype_ops;
 
@@ -358,7 +398,7 @@ typedef struct {
                int))pack_b_##SUFFIX,                                                           \
      (void (*)(void *, int64_t, int64_t, const void *, int, int64_t, int64_t,                 \
                int))merge_tile_##SUFFIX,                                                       \
-     skinny_strided_##SUFFIX, outer_##SUFFIX, zero_##SUFFIX}
+     skinny_strided_##SUFFIX, outer_##SUFFIX, reduce_##SUFFIX, zero_##SUFFIX}
 
 static const dtype_ops ops_f32 = OPS(f32);
 static const dtype_ops ops_f64 = OPS(f64);
@@ -397,6 +437,7 @@ typedef struct {
     int64_t mc, nc, kc;
     int64_t ntm, ntn, npc;  /* blocks along M, N and panels along K */
     int64_t chunk;          /* MV / OUTER: elements of the split dimension per task */
+    int64_t k0, k1, kchunk; /* MV in axpy form: the cluster's share of K, K per task */
     int64_t task0, ntasks;
     /* MM only */
     int64_t nsl;            /* slivers in a full-width panel */
@@ -415,6 +456,11 @@ typedef struct {
     const asymo_pool *pool;
     int long_is_m;          /* MV: orientation */
     int vec_copied;         /* MV dot form: vec copied into vecbuf */
+    int ksplit;             /* MV axpy form: tasks own K ranges, partial sums reduced */
+    char *partial;          /* ksplit: one S x L partial result per task */
+    size_t partial_bytes;
+    int64_t ktasks;
+    _Atomic int64_t *kdone; /* ksplit: tasks finished; the last one reduces */
     operands o;
     skinny_view sv;
     asymo_skinny_fn skinny;
@@ -517,10 +563,26 @@ static void mm_task(int64_t t, void *ctx)
     char *apack = J->apack + J->apack_bytes * slot;
     char *tile = J->tile + J->tile_bytes * slot;
     const int es = J->es, nr = J->nr;
+    /* A task stolen by a worker of another (faster) cluster packs its B panels into that
+     * worker's own scratch: it never waits on the owning cluster's packers, one of which may
+     * be descheduled mid-sliver, and it keeps its data in the thief's caches. */
+    const int stolen = J->bslot_bytes > 0 && J->pool && asymo_pool_current() == J->pool
+                       && asymo_pool_current_cluster() != c;
 
     for (int64_t pc = 0; pc < C->npc; pc++) {
         const int64_t p0 = pc * C->kc, kb = min64(C->kc, o->k - p0);
         const int64_t panel = tn * C->npc + pc;
+        if (stolen) {
+            char *own = J->bslot + J->bslot_bytes * slot;
+            for (int64_t s = 0; s < nsl; s++) {
+                const int64_t jj = j0 + s * nr;
+                J->ops->pack_b(own + (size_t)(s * kb * nr) * es, o->b, o->rsb, o->csb, jj,
+                               min64(nr, j1 - jj), p0, kb, nr);
+            }
+            J->ops->pack_a(apack, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr);
+            mm_macro(J, o, apack, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0, own);
+            continue;
+        }
         char *bpanel = C->bpack + (size_t)(panel * C->panel_elems) * es;
         /* help pack the shared panel */
         if (atomic_load_explicit(&C->claim[panel], memory_order_relaxed) < nsl) {
@@ -607,6 +669,29 @@ static void mv_task(int64_t t, void *ctx)
     const int64_t stop = J->split_dim == ASYMO_SPLIT_M ? C->r1 : C->q1;
     const int64_t l0 = start + (t - C->task0) * C->chunk, l1 = min64(l0 + C->chunk, stop);
     skinny_run(J, v, J->skinny, J->vec_copied ? J->vecbuf : v->vec, J->vec_copied, l0, l1);
+}
+
+/* MV whose big operand runs along the long dimension (x @ W with W row-major): splitting the
+ * long dimension would cut every row of W into short pieces read by different cores, so the
+ * clusters' shares are applied to K instead. Each task reads whole rows of W for its K range
+ * into a private partial result; the last task to finish adds the partials up (no task ever
+ * waits). */
+static void mv_ksplit_task(int64_t t, void *ctx)
+{
+    const job *J = (const job *)ctx;
+    int c = 0;
+    while (t >= J->cl[c].task0 + J->cl[c].ntasks)
+        c++;
+    const cluster_part *C = &J->cl[c];
+    const skinny_view *v = &J->sv;
+    const int es = J->es;
+    const int64_t p0 = C->k0 + (t - C->task0) * C->kchunk, p1 = min64(p0 + C->kchunk, C->k1);
+    char *part = J->partial + J->partial_bytes * (size_t)t;
+    J->skinny(0, v->l, v->s, p1 - p0, v->mat + p0 * v->csp * es, v->rsl, v->csp,
+              v->vec + p0 * v->rsp * es, v->rsp, v->css, part, 1, v->l);
+    if (atomic_fetch_add_explicit(J->kdone, 1, memory_order_acq_rel) == J->ktasks - 1)
+        J->ops->reduce(v->out, v->orl, v->ocs, J->partial, J->ktasks,
+                       (int64_t)(J->partial_bytes / (size_t)es), v->s, v->l);
 }
 
 static void outer_task(int64_t t, void *ctx)
@@ -837,12 +922,38 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
         J.apack_bytes = round_up((size_t)(cdiv(min64(max_mc, g->m), mr) * mr * kcap) * es,
                                  ASYMO_ALIGN);
         J.tile_bytes = round_up((size_t)(mr * nr) * es, ASYMO_ALIGN);
-        if (batch_split)
+        if (batch_split || (pool && p->nclusters > 1))
             J.bslot_bytes = round_up(
                 (size_t)(cdiv(min64(max_nc, g->n), nr) * nr * kcap) * es, ASYMO_ALIGN);
     }
     if (p->kind == ASYMO_GEMM_MV && g->k > 0)
         J.vec_bytes = round_up((size_t)(ASYMO_SKINNY_MAX * g->k) * es, ASYMO_ALIGN);
+    int64_t ntasks = total;
+    if (p->kind == ASYMO_GEMM_MV && !batch_split && g->k > 1) {
+        /* the layout decides the form; every item of a batch has the same strides */
+        int copy;
+        J.o = item_operands(g, 0);
+        J.sv = skinny_orient(&J.o, J.long_is_m);
+        if (skinny_pick(&J, &J.sv, &copy) == J.kern->skinny_axpy && J.sv.l > 1) {
+            const int64_t L = J.sv.l, K = g->k;
+            J.ksplit = 1;
+            ntasks = 0;
+            for (int c = 0; c < p->nclusters; c++) {
+                cluster_part *C = &J.cl[c];
+                const int64_t a = p->split_dim == ASYMO_SPLIT_M ? C->r0 : C->q0;
+                const int64_t b = p->split_dim == ASYMO_SPLIT_M ? C->r1 : C->q1;
+                C->k0 = a * K / L;
+                C->k1 = c == p->nclusters - 1 ? K : b * K / L;
+                C->kchunk = cdiv(p->chunk[c] * K, L);
+                C->kchunk = C->kchunk < 128 ? 128 : C->kchunk;
+                C->task0 = ntasks;
+                C->ntasks = C->k1 > C->k0 ? cdiv(C->k1 - C->k0, C->kchunk) : 0;
+                ntasks += C->ntasks;
+            }
+            J.ktasks = ntasks;
+            J.partial_bytes = round_up((size_t)(J.sv.s * L) * es, ASYMO_ALIGN);
+        }
+    }
 
     size_t need = 0;
     carve cv = {NULL, 0};
@@ -852,6 +963,8 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
         J.tile = carve_take(&cv, J.tile_bytes * J.nslots);
         J.bslot = carve_take(&cv, J.bslot_bytes * J.nslots);
         J.vecbuf = carve_take(&cv, J.vec_bytes * (batch_split ? J.nslots : 1));
+        J.partial = carve_take(&cv, J.partial_bytes * (size_t)J.ktasks);
+        J.kdone = carve_take(&cv, sizeof(_Atomic int64_t));
         if (need_mm && !batch_split) {
             for (int c = 0; c < p->nclusters; c++) {
                 cluster_part *C = &J.cl[c];
@@ -895,9 +1008,14 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
             J.sv = skinny_orient(&J.o, J.long_is_m);
             J.skinny = skinny_pick(&J, &J.sv, &copy);
             J.vec_copied = copy;
-            if (copy)
-                copy_vectors(&J, &J.sv, J.vecbuf);
-            err = run_tasks(pool, mv_task, &J, total);
+            if (J.ksplit) {
+                atomic_init(J.kdone, 0);
+                err = run_tasks(pool, mv_ksplit_task, &J, ntasks);
+            } else {
+                if (copy)
+                    copy_vectors(&J, &J.sv, J.vecbuf);
+                err = run_tasks(pool, mv_task, &J, total);
+            }
         } else {
             err = run_tasks(pool, outer_task, &J, total);
         }

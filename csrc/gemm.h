@@ -99,6 +99,9 @@ int asymo_gemm_2d(struct asymo_pool *pool, const asymo_gemm_plan *plan, int dtyp
  * it with every core busy. */
 int asymo_gemm_default_isa(void);
 
+/* The cpu the calling thread runs on (sched_getcpu), -1 when unknown. */
+int asymo_gemm_current_cpu(void);
+
 /* Register tile of the micro-kernel for (isa, dtype); returns ASYMO_OK or ASYMO_EINVAL when
  * that kernel family is not compiled into this build or the CPU cannot run it. */
 int asymo_gemm_kernel_tile(int isa, int dtype, int *mr, int *nr);

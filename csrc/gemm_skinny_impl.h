@@ -3,7 +3,8 @@
  *   SK_SUFFIX   name suffix (e.g. avx2_f32)
  *   SK_LANES    independent accumulator lanes in the dot form (a multiple of the vector width
  *               large enough to hide FMA latency)
- *   SK_ATTR     the function attributes of its ISA (__attribute__((target(...))) or empty).
+ *   SK_ATTR     the function attributes of its ISA (__attribute__((target(...))) or empty)
+ *   SK_NO_DOT   (optional) leave out the dot form (the ISA has its own).
  * The loops are written so the compiler vectorizes them without -ffast-math: element-wise
  * over lanes, never a scalar reduction inside the hot loop. */
 
@@ -11,6 +12,7 @@
 #define SK_CAT(a, b) SK_CAT2(a, b)
 #define SK_FN(name) SK_CAT(name, SK_SUFFIX)
 
+#ifndef SK_NO_DOT
 /* Dot form: mat rows contiguous along p (mat_csp == 1), vectors contiguous along p
  * (vec_rsp == 1, vector s starts at vec + s * vec_css). Four rows share each vector load. */
 static SK_ATTR void SK_FN(skinny_dot)(int64_t l0, int64_t l1, int64_t ns, int64_t k,
@@ -81,6 +83,8 @@ static SK_ATTR void SK_FN(skinny_dot)(int64_t l0, int64_t l1, int64_t ns, int64_
         }
     }
 }
+
+#endif /* SK_NO_DOT */
 
 /* Axpy form: mat columns contiguous along l (mat_rsl == 1). The task's rows are processed in
  * chunks whose accumulators (ns x chunk) stay in L1; each pass streams the chunk of every

@@ -264,7 +264,6 @@ def test_two_cluster_pool_matches_reference(two_cluster_pool, case):
 
 
 def _supported_isas():
-    from asymo._ffi import lib
 
     names = []
     for name in ("portable", "avx2_fma", "avx512", "neon"):

@@ -368,3 +368,37 @@ def test_nan_and_inf_propagate():
     a[7, 2] = np.inf
     b = np.ones((20, 20))
     np.testing.assert_array_equal(asymo.matmul(a, b), np.matmul(a, b))
+
+
+def test_tasks_stolen_across_clusters_pack_their_own_panels(asym_pool):
+    """All tasks queued on the slow cluster: the fast worker steals them and must compute them
+    correctly (it packs B privately instead of sharing the slow cluster's panels)."""
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((600, 700)).astype(np.float32)
+    b = rng.standard_normal((700, 300)).astype(np.float32)
+    plan = gemm_plan.plan_gemm(600, 700, 300, np.float32, asym_pool, split=(0.0, 1.0),
+                               blocks=(12, 64, 128))
+    assert plan.cluster_ranges[0] == (0, 0) and sum(plan.task_counts()) > 100
+    asym_pool.reset_stats()
+    for _ in range(5):
+        check_close(gemm.gemm(a, b, plan=plan, pool=asym_pool), a, b)
+    stats = asym_pool.stats()
+    assert stats["workers"][0]["tasks_stolen"] > 0
+
+
+def test_matmul_in_a_forked_child():
+    import signal
+    rng = np.random.default_rng(10)
+    a = rng.standard_normal((300, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 100)).astype(np.float32)
+    asymo.matmul(a, b)
+    pid = os.fork()
+    if pid == 0:  # child: fresh pool workers, a usable packed-buffer cache
+        signal.alarm(60)
+        ok = False
+        try:
+            ok = np.allclose(asymo.matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

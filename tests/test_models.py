@@ -109,7 +109,7 @@ def test_known_descriptors():
     assert res3a.gemm_dims == (28 * 28, 3 * 3 * 128, 128) and res3a.stride == (2, 2)
     assert len(res3a.gemm_list) == 4  # three convolutions + the projection shortcut
     assert r.layers[-1].gemm_dims == (1, 2048, 1000)
-    assert r.layers[-1].matmul_shapes() == [(1, 2048, 1000)]
+    assert r.layers[-1].matmul_shapes() == [(1000, 2048, 1)]  # weight[out x in] @ x
 
     mb = asymo.models.get("mobilenet_v1")
     dw = mb.layers[1]
@@ -222,6 +222,8 @@ def test_weights_are_seeded_read_only_and_shared():
     np.testing.assert_array_equal(wa, b.parameters(step)[0])
     assert not np.array_equal(wa, c.parameters(step)[0])
     assert wa.dtype == np.float32 and wa.shape == (64, 32, 1, 1)
+    fc = a.layers[-1].weighted[0]
+    assert a.parameters(fc)[0].shape == (1000, 1024)  # (out_features, in_features)
     assert not wa.flags.writeable and not ba.flags.writeable
     with pytest.raises(ValueError):
         wa[0, 0, 0, 0] = 1.0

@@ -15,6 +15,8 @@ SUBCOMMANDS = [
     "emulate",
     "plan",
     "pipeline",
+    "demo",
+    "calibrate",
     "bench",
 ]
 

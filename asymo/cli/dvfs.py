@@ -55,7 +55,10 @@ def register(sub):
 
 
 def _topology(args):
-    return topo.detect(sysfs_root=args.sysfs_root, override=args.topology)
+    try:
+        return topo.detect(sysfs_root=args.sysfs_root, override=args.topology)
+    except topo.TopologyError as exc:
+        raise SystemExit(f"asymo dvfs: {exc}") from None
 
 
 def run_status(args):
@@ -122,10 +125,13 @@ def run_plan(args):
     profile = None
     if args.profile:
         from asymo.profile import load_profile
-        profile = load_profile(args.profile, t)
+        profile = load_profile(args.profile, t, warn_missing=True)
     cf = CpuFreq(t, sysfs_root=args.sysfs_root)
-    plan = frequency_plan(ops, mode=args.mode, cpufreq=cf, profile=profile,
-                          fixed_at_max=() if args.scale_all else None)
+    try:
+        plan = frequency_plan(ops, mode=args.mode, cpufreq=cf, profile=profile,
+                              fixed_at_max=() if args.scale_all else None)
+    except ValueError as exc:  # e.g. a zero dimension, no shapes at all
+        raise SystemExit(f"asymo dvfs plan: {exc}") from None
     plan.report.applied_reason = "asymo dvfs plan only predicts; use asymo.frequency_plan()"
     if args.json:
         print(json.dumps(plan.report.to_dict(), indent=2))

@@ -42,9 +42,11 @@ def register(sub):
 
 def build_info(topology, sysfs_root="/sys"):
     """The data ``asymo info`` shows, as JSON-ready sections (``{"topology": ...}``)."""
+    from asymo.calibration import profile_summary
     return {
         "sysfs_root": os.fspath(sysfs_root),
         "topology": topology.to_dict(),
+        "profile": profile_summary(topology),
     }
 
 
@@ -124,8 +126,14 @@ def _render_topology(t):
 
 
 # section key -> function(section) -> text; sections without one appear only in --json
+def _render_profile(p):
+    from asymo.calibration import render_profile_summary
+    return render_profile_summary(p)
+
+
 RENDERERS = {
     "topology": _render_topology,
+    "profile": _render_profile,
 }
 
 

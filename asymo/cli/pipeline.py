@@ -1,7 +1,9 @@
 """``asymo pipeline``: run a planned pipeline on this machine and measure it."""
 from __future__ import annotations
 
+import argparse
 import json
+import math
 
 import numpy as np
 
@@ -20,11 +22,11 @@ def register(sub):
     add_model_args(p)
     p.add_argument("--frames", type=positive_int, default=20, metavar="N",
                    help="images to process (default 20)")
-    p.add_argument("--warmup", type=int, default=2, metavar="N",
+    p.add_argument("--warmup", type=non_negative_int, default=2, metavar="N",
                    help="images run first and not counted (default 2)")
     p.add_argument("--compare", action="store_true",
                    help="also measure kernel-level and the parallel design")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
+    p.add_argument("--timeout", type=positive_seconds, default=600.0, metavar="S",
                    help="give up if no image completes within S seconds (default 600)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
@@ -56,18 +58,25 @@ def run(args):
     result = {"model": model.name, "topology": top.to_spec(),
               "emulated": {str(k): v for k, v in top.emulated.items()},
               "frames": args.frames, "plan": plan.to_dict()}
-    with Pipeline(model, plan, topology=top, timeout=args.timeout) as p:
-        st = _measure_with(p, warm, frames, args.timeout)
+    try:
+        with Pipeline(model, plan, topology=top, timeout=args.timeout) as p:
+            st = _measure_with(p, warm, frames, args.timeout)
+    except TimeoutError as exc:
+        raise SystemExit(f"asymo: pipeline gave up: {exc} (raise --timeout?)") from None
     result.update({"throughput": st.throughput, "latency_s": st.latency,
                    "latency_p90_s": st.latency_p90, "wall_throughput": st.wall_throughput,
                    "stage_utilisation": st.stage_utilisation,
                    "stage_time_s": st.stage_time,
                    "predicted_throughput": plan.predicted_throughput})
     if args.compare:
-        with KernelLevel(model, topology=top, timeout=args.timeout) as k:
-            sk = _measure_with(k, warm, frames, args.timeout)
-        with ParallelFrames(model, topology=top, timeout=args.timeout) as pf:
-            sp = _measure_with(pf, warm, frames, args.timeout)
+        try:
+            with KernelLevel(model, topology=top, timeout=args.timeout) as k:
+                sk = _measure_with(k, warm, frames, args.timeout)
+            with ParallelFrames(model, topology=top, timeout=args.timeout) as pf:
+                sp = _measure_with(pf, warm, frames, args.timeout)
+        except TimeoutError as exc:
+            raise SystemExit(f"asymo: comparison run gave up: {exc} (raise --timeout?)") \
+                from None
         result["kernel_level"] = {"throughput": sk.throughput, "latency_s": sk.latency,
                                   "predicted_throughput":
                                       plan.kernel_level_predicted_throughput}
@@ -92,6 +101,20 @@ def run(args):
         print(f"{'parallel':<14}{sp.throughput:9.2f}{1e3 * sp.latency:12.2f}")
         print(f"pipeline / kernel-level: {st.throughput / sk.throughput:.2f}x")
     return 0
+
+
+def non_negative_int(text):
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def positive_seconds(text):
+    v = float(text)
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return v
 
 
 def _measure_with(runner, warm, frames, timeout):

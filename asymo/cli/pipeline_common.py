@@ -59,8 +59,11 @@ def make_plan(model, args, *, this_machine=False):
             raise SystemExit("asymo: --measured measures this machine; drop --topology")
         from asymo.pipeline.calibrate import measure_layer_times
         table = measure_layer_times(model, top)
-    plan = plan_pipeline(model, top, objective=args.objective, method=args.method,
-                         table=table, transfer_k=args.transfer_k or None)
+    try:
+        plan = plan_pipeline(model, top, objective=args.objective, method=args.method,
+                             table=table, transfer_k=args.transfer_k or None)
+    except ValueError as exc:
+        raise SystemExit(f"asymo: {exc}") from None
     return plan, top
 
 

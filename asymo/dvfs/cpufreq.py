@@ -427,7 +427,12 @@ class CpuFreq:
                 freqs = tuple(sorted({int(x) for x in listed.split()}))
             except ValueError:
                 freqs = ()
-        cmin, cmax = _read_int(f("cpuinfo_min_freq")), _read_int(f("cpuinfo_max_freq"))
+            if any(x <= 0 for x in freqs):  # a corrupt list: ignore it, as an unparsable one
+                freqs = ()
+            listed = listed if freqs else None
+        # a frequency of 0 kHz or less is corrupt data, not a bound
+        cmin, cmax = (x if x is not None and x > 0 else None for x in
+                      (_read_int(f("cpuinfo_min_freq")), _read_int(f("cpuinfo_max_freq"))))
         if not freqs:
             freqs = tuple(sorted({x for x in (cmin, cmax) if x}))
         smin, smax = _read_int(f(_MIN)), _read_int(f(_MAX))

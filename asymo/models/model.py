@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 
 from asymo.models.spec import (
-    LRN, Concat, Conv, Flatten, Linear, Pool, Residual, Softmax, weighted_steps,
+    LRN, Concat, Conv, Flatten, Linear, Pool, Residual, Softmax,
 )
 
 __all__ = ["Model", "AsymoOps", "run_steps"]
@@ -52,16 +52,12 @@ def _concat(step, x, ops, parameters, out):
     y = ops.empty(shape, x) if out is None else out
     c0 = 0
     for branch in step.branches:
-        c1 = c0 + weighted_steps(branch)[-1].out_channels if _ends_in_conv(branch) else None
-        if c1 is None:  # pragma: no cover - every zoo branch ends in a convolution
-            raise ValueError("concat branches must end in a convolution")
+        # each branch writes its channel slice (a convolution ending the branch writes there
+        # directly: no copy for the concatenation)
+        c1 = c0 + branch[-1].out_shape[0]
         run_steps(branch, x, ops, parameters, out=y[:, c0:c1])
         c0 = c1
     return y
-
-
-def _ends_in_conv(branch):
-    return len(branch) > 0 and isinstance(branch[-1], Conv)
 
 
 def _residual(step, x, ops, parameters, out):
@@ -95,8 +91,9 @@ class AsymoOps:
     def linear(self, x, step, weight, bias):
         from asymo.conv_gemm import matmul_into
 
+        # y.T = weight @ x.T: dot products with contiguous weight rows (streamed once)
         y = np.empty((x.shape[0], step.out_features), x.dtype)
-        matmul_into(x, weight, y, self.thread_pool)
+        matmul_into(weight, x.T, y.T, self.thread_pool)
         if bias is not None:
             y += bias
         if step.activation == "relu":
@@ -206,8 +203,8 @@ class Model:
     def parameters(self, step):
         """``(weight, bias)`` of a Conv or Linear step (read-only float32 arrays).
 
-        Conv weights are (Cout, Cin/groups, kh, kw); Linear weights are stored
-        (in_features, out_features), the layout ``x @ weight`` reads row by row.
+        Conv weights are (Cout, Cin/groups, kh, kw); Linear weights are (out_features,
+        in_features), as in torch: ``y = x @ weight.T + bias``.
         """
         p = self._params.get(step.name)
         if p is None:
@@ -220,16 +217,13 @@ class Model:
     def _make(self, step):
         key = zlib.crc32(f"{self.name}/{step.name}".encode())
         rng = np.random.default_rng([self.seed, key])
-        if isinstance(step, Conv):
-            shape = step.weight_shape
-        else:
-            shape = (step.in_features, step.out_features)
+        shape = step.weight_shape
         gain = 2.0 if step.activation in ("relu", "relu6") else 1.0
         if step.activation is None and "branch2c" in step.name:
             gain = 0.25  # residual branch: keep the sum's variance from doubling per block
         w = rng.standard_normal(shape, dtype=np.float32)
         w *= np.float32(np.sqrt(gain / step.fan_in))
-        b = rng.uniform(-0.1, 0.1, size=shape[0] if isinstance(step, Conv) else shape[1])
+        b = rng.uniform(-0.1, 0.1, size=shape[0])
         b = b.astype(np.float32)
         w.setflags(write=False)
         b.setflags(write=False)

@@ -68,8 +68,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
 
 
 def linear(x, weight, bias=None, activation=None):
-    """``x @ weight + bias`` with ``weight`` stored (in_features, out_features)."""
-    y = np.asarray(x, dtype=np.float64) @ np.asarray(weight, dtype=np.float64)
+    """``x @ weight.T + bias`` with ``weight`` stored (out_features, in_features)."""
+    y = np.asarray(x, dtype=np.float64) @ np.asarray(weight, dtype=np.float64).T
     if bias is not None:
         y = y + np.asarray(bias, dtype=np.float64)
     return activate(y, activation)

@@ -141,6 +141,8 @@ class Linear:
 
     @property
     def weight_shape(self):
+        """(out_features, in_features), torch's layout: each output is a dot product with one
+        contiguous row, the fastest way to stream a weight matrix that does not fit in cache."""
         return (self.out_features, self.in_features)
 
     @property
@@ -167,7 +169,8 @@ class Linear:
     groups = 1
 
     def matmul_shapes(self):
-        return [(1, self.in_features, self.out_features)]
+        """``weight[out x in] @ x[in x 1]`` per image."""
+        return [(self.out_features, self.in_features, 1)]
 
 
 @dataclass(frozen=True)

@@ -59,9 +59,7 @@ class TorchOps:
         return y
 
     def linear(self, x, step, weight, bias):
-        y = self.torch.matmul(x, _tensor(weight))
-        if bias is not None:
-            y += _tensor(bias)
+        y = self.F.linear(x, _tensor(weight), None if bias is None else _tensor(bias))
         return self._act(y, step.activation)
 
     def pool(self, x, step):

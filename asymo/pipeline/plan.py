@@ -17,6 +17,8 @@ The plan also carries the kernel-level prediction and paper 004's Pareto set of
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -135,6 +137,21 @@ def _metrics(stages, power):
     return 1.0 / period if period > 0 else float("inf"), float(sum(times)), float(energy)
 
 
+def _check_transfer_k(transfer_k):
+    """A negative or NaN ``k`` makes stages look free (infinite throughput): refuse it."""
+    if transfer_k is None:
+        return
+    values = transfer_k.values() if hasattr(transfer_k, "values") else [transfer_k]
+    for k in values:
+        try:
+            ok = math.isfinite(float(k)) and float(k) >= 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"transfer_k must be finite and >= 0 (seconds per byte), "
+                             f"got {k!r}")
+
+
 def plan_pipeline(model, topology=None, *, objective="throughput", method="optimal",
                   table=None, timemodel=None, transfer_k=None, power=None,
                   allow_kernel_level=True):
@@ -168,6 +185,7 @@ def plan_pipeline(model, topology=None, *, objective="throughput", method="optim
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    _check_transfer_k(transfer_k)
     if topology is None:
         from asymo.topology import detect
         topology = detect()

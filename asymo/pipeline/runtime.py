@@ -164,6 +164,20 @@ def _default_pool_factory(topology, spin_us):
     return Pool(topology=topology, spin_us=spin_us)
 
 
+def _check_timeout(timeout):
+    """None (no limit) or a positive finite number of seconds; NaN would mean "never"."""
+    if timeout is None:
+        return None
+    try:
+        t = float(timeout)
+    except (TypeError, ValueError):
+        raise TypeError(f"timeout must be a number of seconds or None, not "
+                        f"{type(timeout).__name__}") from None
+    if not (t > 0 and t != float("inf")):
+        raise ValueError(f"timeout must be > 0 and finite (seconds) or None, got {timeout!r}")
+    return t
+
+
 class _Base:
     """Shared plumbing: pools, threads, failure propagation, clean close."""
 
@@ -177,7 +191,7 @@ class _Base:
         self.topology = topology
         self._pool_factory = pool_factory or _default_pool_factory
         self._spin_us = spin_us
-        self.timeout = timeout
+        self.timeout = _check_timeout(timeout)
         self._owned = {}      # thread name -> the pool that thread uses
         self._unowned = []    # pools no thread owns (kernel-level: the caller's)
         self._pool_lock = threading.Lock()
@@ -247,6 +261,7 @@ class _Base:
 
     def _await(self, q, deadline_s):
         """Next item of the output queue, or raise the stage error / a timeout."""
+        deadline_s = _check_timeout(deadline_s)
         t_end = None if deadline_s is None else time.perf_counter() + deadline_s
         while True:
             self._raise_if_failed()

@@ -1,0 +1,147 @@
+"""GEMM plans: plain data, cached, split by capability, block sizes within the cache limits."""
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from asymo import gemm_plan as P
+from asymo.topology import Cache, parse_spec
+
+L1, L2 = 32 * 1024, 1024 * 1024
+
+
+def topo(spec, l1=L1, l2=L2):
+    t = parse_spec(spec)
+    return t.replace(clusters=tuple(
+        dataclasses.replace(c, l1d=Cache(1, l1, (c.cpus[0],)), l2=Cache(2, l2, (c.cpus[0],)))
+        for c in t.clusters))
+
+
+ASYM = topo("big:0-1@1.0,little:2-3@0.5")
+SYM = topo("c0:0-1@1.0")
+
+
+def test_plan_is_data_and_cached():
+    p = P.plan_gemm(1000, 300, 200, "float32", topology=SYM)
+    assert p is P.plan_gemm(1000, 300, 200, np.float32, topology=SYM)
+    assert p.kind == "mm" and p.split_dim == "M" and p.cluster_ranges == ((0, 1000),)
+    d = json.loads(json.dumps(p.to_dict()))
+    assert P.GemmPlan.from_dict(d) == p
+    assert sum(p.task_counts()) >= 2
+    assert p.isa in P.supported_isas()
+
+
+def test_split_follows_capacity_and_can_leave_a_cluster_idle():
+    mr, _ = P.kernel_tile(P.best_isa(), "float32")
+    p = P.plan_gemm(6000, 512, 256, "float32", topology=ASYM)
+    (a0, b0), (a1, b1) = p.cluster_ranges
+    assert a0 == 0 and b0 == a1 and b1 == 6000
+    assert abs(b0 / 6000 - 2 / 3) < 0.01 and b0 % mr == 0       # 1.0 x 2 : 0.5 x 2
+    # the bigger operand is divided: B bigger -> columns are split
+    assert P.plan_gemm(256, 512, 6000, "float32", topology=ASYM).split_dim == "N"
+    only_big = P.plan_gemm(6000, 512, 256, "float32", topology=ASYM, split=(1, 0))
+    assert only_big.cluster_ranges == ((0, 6000), (6000, 6000))
+    assert only_big.task_counts()[1] == 0
+    with pytest.raises(ValueError, match="split"):
+        P.plan_gemm(60, 50, 40, "float32", topology=ASYM, split=(1, 2, 3))
+    with pytest.raises(ValueError, match="split"):
+        P.plan_gemm(60, 50, 40, "float32", topology=ASYM, split=(0, 0))
+
+
+@pytest.mark.parametrize("isa", P.supported_isas())
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(3136, 576, 64), (196, 4608, 512), (49, 1024, 1024),
+                                   (50176, 27, 64), (1024, 1024, 1024)])
+def test_default_blocks_respect_asymo_cache_constraints(isa, dtype, shape):
+    M, K, N = shape
+    mr, nr = P.kernel_tile(isa, dtype)
+    es = np.dtype(dtype).itemsize
+    mc, nc, kc = P.default_blocks(M, N, K, SYM.clusters[0], 2, mr, nr, es)
+    assert kc <= K and (kc == K or (mr * kc + nr * kc + mr * nr) * es <= L1)   # constraint (1)
+    assert (mc * kc + nc * kc + mc * nc) * es <= L2                              # L2 (per core)
+    assert mc % mr == 0 and nc % nr == 0 and mc >= 1 and nc >= 1
+    assert nc <= -(-N // nr) * nr and mc <= -(-M // mr) * mr
+
+
+def test_unknown_caches_fall_back():
+    bare = parse_spec("c0:0-1@1.0")
+    assert bare.clusters[0].l1d is None
+    p = P.plan_gemm(2000, 2000, 2000, "float32", topology=bare)
+    mr, nr = P.kernel_tile(p.isa, "float32")
+    mc, nc, kc = p.blocks[0]
+    assert (mr * kc + nr * kc + mr * nr) * 4 <= 32 * 1024
+    assert (mc * kc + nc * kc + mc * nc) * 4 <= 512 * 1024
+
+
+def test_block_candidates_follow_constraint_two():
+    cl = SYM.clusters[0]
+    cands = P.block_candidates(1024, 1024, 1024, cl, 2, 6, 16, 4)
+    assert cands
+    for mc, nc, kc in cands:
+        assert abs(mc - nc) <= 16 and (mc * kc + nc * kc + mc * nc) * 4 <= L2
+    # M << N: the block would exceed M, so M is not partitioned (only N is)
+    short = P.block_candidates(49, 1024, 1024, cl, 2, 6, 16, 4)
+    assert short[0][0] == 54 and short[0][1] < 1024 and all(mc <= 54 for mc, _, _ in short)
+
+
+def test_kinds_and_small_products():
+    assert P.plan_gemm(4096, 4096, 1, "float32", topology=SYM).kind == "mv"
+    assert P.plan_gemm(1, 4096, 4096, "float32", topology=SYM).split_dim == "N"
+    assert P.plan_gemm(300, 1, 200, "float32", topology=SYM).kind == "outer"
+    assert P.plan_gemm(8, 8, 8, "float32", topology=SYM).serial
+    assert not P.plan_gemm(1000, 1000, 1000, "float32", topology=SYM).serial
+    tiny = P.plan_gemm(8, 8, 8, "float32", topology=ASYM)   # asymmetric: fastest cluster
+    assert not tiny.serial and tiny.cluster_ranges[1][0] == tiny.cluster_ranges[1][1]
+    assert tiny.serial_cpus == (0, 1)          # in the calling thread when it is on "big"
+    batch = P.plan_gemm(7, 9, 5, "float32", topology=SYM, nbatch=100)
+    assert batch.split_dim == "batch" and sum(batch.task_counts()) > 2
+
+
+def test_block_chooser_and_forced_isa():
+    calls = []
+
+    def chooser(M, N, K, cluster, threads, mr, nr, itemsize):
+        calls.append((M, N, K, cluster.name, threads))
+        return (mr, nr, 64)
+    P.set_block_chooser(chooser)
+    try:
+        p = P.plan_gemm(500, 400, 300, "float32", topology=ASYM)
+        mr, nr = P.kernel_tile(p.isa, "float32")
+        assert p.blocks == ((mr, nr, 64), (mr, nr, 64))
+        assert {c[3] for c in calls} == {"big", "little"} and all(c[4] == 2 for c in calls)
+    finally:
+        P.set_block_chooser(None)
+    assert P.plan_gemm(500, 400, 300, "float32", topology=ASYM).blocks != p.blocks
+    with P.force_isa("portable"):
+        assert P.plan_gemm(50, 40, 30, "float32", topology=SYM).isa == "portable"
+        assert P.kernel_tile("portable", "float64") == (4, 4)
+    with pytest.raises(ValueError, match="kernel family"):
+        P.plan_gemm(5, 5, 5, "float32", topology=SYM, isa="sse9")
+
+
+def test_invalid_plans_are_rejected():
+    good = P.plan_gemm(100, 50, 60, "float32", topology=SYM).to_dict()
+    for change, match in [({"cluster_ranges": [[0, 50]]}, "end at 50"),
+                          ({"cluster_ranges": [[10, 100]]}, "contiguous"),
+                          ({"blocks": [[0, 16, 8]]}, "blocks"),
+                          ({"kind": "conv"}, "kind"),
+                          ({"kind": "outer"}, "K == 1"),
+                          ({"split_dim": "K"}, "split_dim"),
+                          ({"chunks": [1, 2]}, "chunks")]:
+        with pytest.raises(ValueError, match=match):
+            P.GemmPlan.from_dict({**good, **change})
+    with pytest.raises(ValueError, match="not a GemmPlan"):
+        P.GemmPlan.from_dict({"shape": [1, 2, 3]})
+    with pytest.raises(TypeError, match="float32 and float64"):
+        P.plan_gemm(5, 5, 5, "int32", topology=SYM)
+
+
+def test_task_counts_are_a_multiple_of_the_threads():
+    """AsyMo's constraint (2): tasks a multiple of the thread count, so no worker runs one
+    more task than the others."""
+    quad = topo("big:0-3@1.0")
+    for shape in [(784, 1152, 128), (3136, 576, 64), (1024, 1024, 1024), (684, 1152, 128),
+                  (12544, 27, 32)]:
+        counts = P.plan_gemm(*shape, "float32", topology=quad).task_counts()
+        assert counts[0] % 4 == 0, (shape, counts)

@@ -1,0 +1,202 @@
+"""Regression tests from the hostile review (bad input, closed objects, restore paths)."""
+import math
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+from asymo._ffi import ffi, lib
+
+COUNT = ffi.addressof(lib, "asymo_task_count")
+NCPU = len(os.sched_getaffinity(0))
+
+
+def _pool(spec="big:0@1.0,little:1@0.5"):
+    from asymo.pool import Pool
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return Pool(spec)
+
+
+# -- pool ------------------------------------------------------------------------------------
+def test_pool_rejects_addresses_wider_than_a_pointer():
+    with _pool() as pool:
+        with pytest.raises(ValueError, match="ctx address"):
+            pool.parallel_for(COUNT, 1, ctx=1 << 70)  # was truncated to NULL: segfault
+        with pytest.raises(ValueError, match="fn address"):
+            pool.parallel_for((1 << 64) + 8, 1)  # was truncated to 0x8
+
+
+def test_pool_rejects_ntasks_beyond_int64():
+    with _pool() as pool:
+        with pytest.raises(ValueError, match="ntasks"):
+            pool.parallel_for(COUNT, 1 << 70)
+        with pytest.raises(ValueError, match="ntasks"):
+            pool.split_counts(1 << 63)
+
+
+def test_closed_pool_never_touches_freed_handle():
+    pool = _pool()
+    counts = np.zeros(4, np.int32)
+    pool.parallel_for(COUNT, 4, ctx=counts)
+    pool.close()
+    with pytest.raises(ValueError, match="closed"):
+        pool.parallel_for(COUNT, 4, ctx=counts)
+    with pytest.raises(ValueError, match="closed"):
+        pool.queue  # was a KeyError from reading freed memory
+    assert (counts == 1).all()
+
+
+def test_pool_queue_argument_type():
+    from asymo.pool import Pool
+    with pytest.raises(ValueError, match="queue"):
+        Pool("a:0@1", queue=["mutex"])
+
+
+# -- pipeline --------------------------------------------------------------------------------
+def _fake_plan_inputs(W=6):
+    from types import SimpleNamespace
+
+    from asymo.pipeline.configs import core_configs
+    from asymo.pipeline.table import LayerTimes
+    from asymo.topology import parse_spec
+    top = parse_spec("big:0-1@1.0,little:2-3@0.5")
+    cfgs = core_configs(top)
+    work = np.linspace(4e-3, 1e-3, W)
+    cols = [work / top.clusters[c.cluster].capacity / c.count for c in cfgs]
+    table = LayerTimes(cfgs, np.stack(cols, 1), out_bytes=np.full(W, 1e5),
+                       kernel_level=work / 2, source="synthetic")
+    return SimpleNamespace(name="fake", layers=[None] * W), top, table
+
+
+@pytest.mark.parametrize("k", [float("nan"), -1e-6, float("inf")])
+def test_plan_rejects_nonsense_transfer_k(k):
+    from asymo.pipeline.plan import plan_pipeline
+    model, top, table = _fake_plan_inputs()
+    # NaN / negative k made stages look free: "inf img/s" and negative energy
+    with pytest.raises(ValueError, match="transfer_k"):
+        plan_pipeline(model, top, table=table, transfer_k=k)
+    cfg = table.configs[0]
+    with pytest.raises(ValueError, match="transfer_k"):
+        plan_pipeline(model, top, table=table, transfer_k={cfg: k})
+    plan = plan_pipeline(model, top, table=table, transfer_k=1e-9)
+    assert math.isfinite(plan.predicted_throughput) and plan.predicted_energy >= 0
+
+
+@pytest.mark.parametrize("t", [0, -5, float("nan"), float("inf")])
+def test_pipeline_rejects_bad_timeout(t):
+    from types import SimpleNamespace
+
+    from asymo.pipeline.runtime import Pipeline
+    from asymo.topology import parse_spec
+    cpu = min(os.sched_getaffinity(0))
+    model = SimpleNamespace(layers=[None], run_layers=lambda x, a, b, pool=None: x)
+    # NaN silently meant "wait forever"; 0 / negative timed out at once with a traceback
+    with pytest.raises(ValueError, match="timeout"):
+        Pipeline(model, [((cpu,), (0, 0))], topology=parse_spec(f"a:{cpu}@1"), timeout=t)
+
+
+def _cli(capsys, *argv):
+    """Run the CLI in-process: (exit status, stderr)."""
+    from asymo.cli import main
+    try:
+        rc = main(list(argv))
+    except SystemExit as exc:
+        rc = exc.code if isinstance(exc.code, int) else 1
+        if isinstance(exc.code, str):
+            print(exc.code, file=__import__("sys").stderr)
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "alexnet", "--transfer-k", "nan"],
+    ["plan", "alexnet", "--transfer-k=-1"],
+    ["pipeline", "alexnet", "--timeout", "0"],
+    ["pipeline", "alexnet", "--timeout", "nan"],
+    ["pipeline", "alexnet", "--warmup=-1"],
+])
+def test_pipeline_cli_bad_numbers_are_clear_errors(argv, capsys):
+    rc, err = _cli(capsys, *argv)  # an exception other than SystemExit fails the test
+    assert rc != 0
+    assert "transfer_k" in err or "--timeout" in err or "--warmup" in err
+
+
+# -- dvfs CLI and profile --------------------------------------------------------------------
+@pytest.mark.parametrize("argv", [
+    ["dvfs", "status", "--sysfs-root", "/nonexistent-asymo"],
+    ["dvfs", "status", "--topology", "not-a-spec"],
+    ["dvfs", "plan", "--shapes", "0,1,1"],
+    ["dvfs", "plan", "--shapes", ";"],
+])
+def test_dvfs_cli_bad_arguments_are_clear_errors(argv, capsys):
+    rc, err = _cli(capsys, *argv)  # these raised TopologyError / ValueError tracebacks
+    assert rc != 0
+    assert "asymo dvfs" in err
+
+
+def test_dvfs_plan_warns_when_explicit_profile_is_missing(tmp_path, capsys):
+    from asymo.profile import ProfileWarning
+    with pytest.warns(ProfileWarning, match="no calibration profile"):
+        rc, _ = _cli(capsys, "dvfs", "plan", "--shapes", "64,64,64", "--topology", "c0:0@1",
+                     "--profile", str(tmp_path / "typo.json"))
+    assert rc == 0
+
+
+def test_profile_deeply_nested_json_is_corrupt_not_a_crash(tmp_path):
+    from asymo.profile import ProfileWarning, load_profile
+    p = tmp_path / "deep.json"
+    p.write_text('{"format": "asymo-profile", "sections": ' + "[" * 100000 + "]" * 100000
+                 + "}")
+    with pytest.warns(ProfileWarning, match="corrupt"):
+        assert load_profile(str(p)) is None
+
+
+def _corrupt_cpufreq_tree(root, listed="-4 1 2"):
+    cpu = root / "devices/system/cpu"
+    (cpu / "cpu0").mkdir(parents=True)
+    (cpu / "online").write_text("0\n")
+    pol = cpu / "cpufreq/policy0"
+    pol.mkdir(parents=True)
+    (pol / "related_cpus").write_text("0\n")
+    (pol / "affected_cpus").write_text("0\n")
+    (pol / "cpuinfo_min_freq").write_text("-1\n")
+    (pol / "cpuinfo_max_freq").write_text("0\n")
+    (pol / "scaling_available_frequencies").write_text(listed + "\n")
+    return root
+
+
+def test_cpufreq_ignores_non_positive_frequencies(tmp_path):
+    from asymo.dvfs import CpuFreq
+    from asymo.topology import parse_spec
+    root = _corrupt_cpufreq_tree(tmp_path)
+    cf = CpuFreq(parse_spec("c0:0@1"), sysfs_root=str(root))
+    info = cf.info("c0")
+    # was frequencies (-4, 1, 2) and cpuinfo_min -1: a power model with C < 0 crashed
+    # `asymo dvfs status`
+    assert all(f > 0 for f in info.frequencies_khz)
+    assert info.cpuinfo_min_khz is None and info.cpuinfo_max_khz is None
+
+
+def test_dvfs_status_on_corrupt_cpufreq_tree(tmp_path, capsys):
+    root = _corrupt_cpufreq_tree(tmp_path, listed="abc")
+    rc, _ = _cli(capsys, "dvfs", "status", "--sysfs-root", str(root), "--topology", "c0:0@1")
+    assert rc == 0
+
+
+# -- emulator --------------------------------------------------------------------------------
+def test_emulated_topology_validates_speeds_and_cpus():
+    from asymo.emulate import emulated_topology
+    from asymo.topology import parse_spec
+    base = parse_spec("c0:0-1@1")
+    with pytest.raises(ValueError, match="cpu ids"):
+        emulated_topology({-1: 0.5}, base=base, cpus=[0, 1])
+    with pytest.raises(ValueError, match="speed"):
+        emulated_topology({1: float("nan")}, base=base, cpus=[0, 1])
+    with pytest.raises(ValueError, match="speed"):
+        emulated_topology({1: 1.5}, base=base, cpus=[0, 1])
+    # a cpu the machine does not have was reported as emulated without any cluster slowed
+    t = emulated_topology({7: 0.5}, base=base, cpus=[0, 1])
+    assert t.emulated == {} and t.nclusters == 1
+    t = emulated_topology({np.int64(1): 0.5}, base=base, cpus=[0, 1])
+    assert t.emulated == {1: 0.5} and t.to_spec() == "c0:0@1,c0-emu0.5:1@0.5"
