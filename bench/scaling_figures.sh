@@ -9,8 +9,8 @@
 set -eu
 cd "$(dirname "$0")/.."
 OUT=${OUT:-docs}
-REPEATS=${REPEATS:-15}
-WORKLOADS=${WORKLOADS:-spin,matmul,conv2d}
+REPEATS=${REPEATS:-7}
+WORKLOADS=${WORKLOADS:-spin,matmul,conv2d,models}
 mkdir -p "$OUT"
 flock /tmp/asymo-bench.lock python3 -m asymo bench scaling --emulate 1:0.5 \
     --workload "$WORKLOADS" --repeats "$REPEATS" --validate-sim \
