@@ -248,6 +248,8 @@ def _matmul_2d(a, b, out, pool):
     """The common case on a short path: 2-D @ 2-D or 2-D @ 1-D, float32/float64, ``out``
     None or a plain writeable array of the result's shape and dtype, not overlapping.
 
+    One native call does the work (and the overlap test: the cost of a call is a few
+    microseconds of Python at most, which matters for products that take as little).
     Returns None when anything is unusual (the general path then handles it)."""
     dt = a.dtype
     code = _CODES.get(dt)
@@ -266,16 +268,16 @@ def _matmul_2d(a, b, out, pool):
         return None
     rsa, csa = a.strides
     es = dt.itemsize
-    if ((rsa | csa | rsb | csb) % es  # itemsize is a power of two
-            or not (a.flags.aligned and b.flags.aligned)):
+    fa, fb = a.flags, b.flags
+    if (rsa | csa | rsb | csb) % es or not (fa.aligned and fb.aligned):  # es: a power of 2
         return None
     if out is None:
         c = np.empty(rshape, dt)
         rsc, csc = N, 1
+        pc = _from_buffer(c)
     else:
-        if (out.dtype != dt or out.shape != rshape or not out.flags.writeable
-                or not out.flags.aligned or np.may_share_memory(out, a)
-                or np.may_share_memory(out, b)):
+        fo = out.flags
+        if (out.dtype != dt or out.shape != rshape or not fo.writeable or not fo.aligned):
             return None
         c = out
         if len(rshape) == 2:
@@ -285,16 +287,24 @@ def _matmul_2d(a, b, out, pool):
         if (rsc | csc) % es:
             return None
         rsc, csc = rsc // es, csc // es
+        # writeable was checked above: from_buffer need not check it again (a third faster)
+        pc = _from_buffer(c) if fo.c_contiguous else _addr(c)
     pool = _resolve_pool(pool)
-    plan = _plan_for_matmul(M, K, N, dt, pool, 1)
-    rc = lib.asymo_gemm_2d(
-        _NULL if plan.in_caller() else pool._handle, plan.cdata(), code, M, K, N,
-        _from_buffer(a) if a.flags.c_contiguous else _addr(a), rsa // es, csa // es,
-        _from_buffer(b) if b.flags.c_contiguous else _addr(b), rsb // es, csb // es,
-        _from_buffer(c, require_writable=True) if c.flags.c_contiguous else _addr(c), rsc, csc)
-    if rc != lib.ASYMO_OK:
+    plan, cplan = _plan_for_matmul(M, K, N, dt, pool, 1, True)
+    rc = _gemm_2d_checked(
+        _NULL if plan.in_caller() else pool._handle, cplan, code, M, K, N,
+        _from_buffer(a) if fa.c_contiguous else _addr(a), rsa // es, csa // es,
+        _from_buffer(b) if fb.c_contiguous else _addr(b), rsb // es, csb // es, pc, rsc, csc)
+    if rc != _OK:
+        if rc == _OVERLAP:
+            return None
         raise _fail(rc, M, K, N, plan)
     return c
+
+
+_gemm_2d_checked = lib.asymo_gemm_2d_checked
+_OK = lib.ASYMO_OK
+_OVERLAP = lib.ASYMO_GEMM_OVERLAP
 
 
 def _merged_rows(x, shape):

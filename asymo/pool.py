@@ -334,6 +334,27 @@ class Pool:
             raise ValueError(f"spin_us must be an integer in [0, 1000000], not {value!r}")
         lib.asymo_pool_set_spin_us(self._handle, int(value))
 
+    @property
+    def caller_helps(self):
+        """Whether a thread that submits a job runs queued work while it waits (default True).
+
+        It then acts as the worker pinned to the core it is on: takes that worker's queued
+        tasks and steals exactly as that worker would, under its identity (so
+        ``asymo_pool_current_worker()`` and per-worker scratch stay right; never two threads
+        act as one worker). A job then need not wait for a context switch to the worker that
+        shares the submitter's core (pthreadpool's caller is its thread 0 for the same
+        reason). False: the submitter only waits and every task runs on a pool thread (env
+        ``ASYMO_POOL_CALLER_HELPS=0`` makes that the default of new pools)."""
+        self._check_open()
+        return bool(lib.asymo_pool_get_caller_helps(self._handle))
+
+    @caller_helps.setter
+    def caller_helps(self, value):
+        self._check_open()
+        if value not in (True, False):  # bool, or 0 / 1 (numpy booleans compare equal)
+            raise ValueError(f"caller_helps must be True or False, not {value!r}")
+        lib.asymo_pool_set_caller_helps(self._handle, int(bool(value)))
+
     def active_workers_per_cluster(self):
         """Workers per cluster that take tasks under the current `limit`."""
         limit = self.limit
@@ -477,7 +498,9 @@ class Pool:
             worker has ``cpu``, ``cluster`` (index), ``cluster_name``, ``pinned``,
             ``tasks_run``, ``tasks_stolen``, ``stolen_from`` (victim cluster name -> tasks),
             ``steals`` (steal operations), ``tasks_inline`` (nested jobs run inline),
-            ``busy_s`` (time inside tasks) and ``sleeps``; each cluster the sums.
+            ``busy_s`` (time inside tasks), ``sleeps`` and ``tasks_caller`` (of
+            ``tasks_run``, those a submitting thread ran as this worker; see
+            `caller_helps`); each cluster the sums.
         """
         names = [c.name for c in self._topology.clusters]
         workers = []
@@ -496,6 +519,7 @@ class Pool:
                 "tasks_inline": s.tasks_inline,
                 "busy_s": s.busy_ns * 1e-9,
                 "sleeps": s.sleeps,
+                "tasks_caller": s.tasks_caller,
             })
         clusters = []
         for ci, name in enumerate(names):
@@ -510,6 +534,7 @@ class Pool:
                 "tasks_stolen": sum(w["tasks_stolen"] for w in mine),
                 "stolen_from": stolen_from,
                 "busy_s": sum(w["busy_s"] for w in mine),
+                "tasks_caller": sum(w["tasks_caller"] for w in mine),
             })
         return {"policy": self._policy, "nworkers": self.nworkers, "limit": self.limit,
                 "workers": workers, "clusters": clusters}
@@ -577,8 +602,20 @@ _default_pool = None
 _default_built_for = None
 
 
+# os.environ.get encodes the name and decodes the value on every call (about 0.5 us each);
+# matmul asks for the default pool on every call, so on POSIX the key is read from the
+# encoded mapping os.environ keeps in sync (os.environ._data), which costs a dict lookup.
+_environ_data = getattr(os.environ, "_data", None)
+if not (isinstance(_environ_data, dict) and os.name == "posix"):  # pragma: no cover
+    _environ_data = None
+_TOPOLOGY_KEY = os.fsencode(TOPOLOGY_ENV_VAR)
+_POLICY_KEY = os.fsencode(POLICY_ENV_VAR)
+
+
 def _default_key():
-    return (os.environ.get(TOPOLOGY_ENV_VAR), os.environ.get(POLICY_ENV_VAR))
+    if _environ_data is not None:
+        return (_environ_data.get(_TOPOLOGY_KEY), _environ_data.get(_POLICY_KEY))
+    return (os.environ.get(TOPOLOGY_ENV_VAR), os.environ.get(POLICY_ENV_VAR))  # pragma: no cover
 
 
 def get_pool():
@@ -597,7 +634,7 @@ def get_pool():
     with _default_lock:
         if (_default_pool is None or _default_pool.closed
                 or _default_built_for != key):
-            policy = key[1] or "asymo"
+            policy = os.environ.get(POLICY_ENV_VAR) or "asymo"
             if policy not in POLICIES:
                 raise ValueError(f"env {POLICY_ENV_VAR}={policy!r} is not a policy; expected "
                                  f"one of {sorted(POLICIES)}")

@@ -242,7 +242,9 @@ def _rows(shapes, contenders, args, dtype):
         rows.append((shape, t))
         if args.verbose:
             print(f"  {shape[0]:>18} " + "  ".join(
-                f"{k} {gflops(shape, v):7.1f}" for k, v in t.items()), flush=True)
+                f"{k} {gflops(shape, float(np.median(v))):7.1f}" for k, v in t.items())
+                  + "  " + "  ".join(f"x{k} {float(np.median(np.asarray(v) / np.asarray(t['asymo']))):.2f}"
+                                     for k, v in t.items() if k != "asymo"), flush=True)
     return rows
 
 

@@ -1047,3 +1047,37 @@ int asymo_gemm_2d(struct asymo_pool *pool, const asymo_gemm_plan *plan, int dtyp
     g.nbatch = 1;
     return asymo_gemm(pool, &g, plan);
 }
+
+/* [lo, hi) bytes spanned by an r x q matrix with element strides rs, cs. */
+static void extent(const void *x, int64_t r, int64_t q, int64_t rs, int64_t cs, int es,
+                   uintptr_t *lo, uintptr_t *hi)
+{
+    int64_t first = 0, last = 0;
+    if (rs < 0)
+        first += (r - 1) * rs;
+    else
+        last += (r - 1) * rs;
+    if (cs < 0)
+        first += (q - 1) * cs;
+    else
+        last += (q - 1) * cs;
+    *lo = (uintptr_t)x + (uintptr_t)(first * es);
+    *hi = (uintptr_t)x + (uintptr_t)(last * es) + (uintptr_t)es;
+}
+
+int asymo_gemm_2d_checked(struct asymo_pool *pool, const asymo_gemm_plan *plan, int dtype,
+                          int64_t m, int64_t k, int64_t n, const void *a, int64_t rsa,
+                          int64_t csa, const void *b, int64_t rsb, int64_t csb, void *c,
+                          int64_t rsc, int64_t csc)
+{
+    if (m > 0 && n > 0 && k > 0 && (dtype == ASYMO_DTYPE_F32 || dtype == ASYMO_DTYPE_F64)) {
+        const int es = dtype == ASYMO_DTYPE_F32 ? 4 : 8;
+        uintptr_t alo, ahi, blo, bhi, clo, chi;
+        extent(a, m, k, rsa, csa, es, &alo, &ahi);
+        extent(b, k, n, rsb, csb, es, &blo, &bhi);
+        extent(c, m, n, rsc, csc, es, &clo, &chi);
+        if ((clo < ahi && alo < chi) || (clo < bhi && blo < chi))
+            return ASYMO_GEMM_OVERLAP;
+    }
+    return asymo_gemm_2d(pool, plan, dtype, m, k, n, a, rsa, csa, b, rsb, csb, c, rsc, csc);
+}

@@ -94,6 +94,15 @@ int asymo_gemm_2d(struct asymo_pool *pool, const asymo_gemm_plan *plan, int dtyp
                   const void *b, int64_t rsb, int64_t csb, void *c, int64_t rsc,
                   int64_t csc);
 
+/* asymo_gemm_2d for asymo.matmul's fast path: returns ASYMO_GEMM_OVERLAP (and computes
+ * nothing) when the extent of C in memory overlaps that of A or B (the caller then goes
+ * through a temporary), so Python needs no separate overlap test. */
+enum { ASYMO_GEMM_OVERLAP = 1 };
+int asymo_gemm_2d_checked(struct asymo_pool *pool, const asymo_gemm_plan *plan, int dtype,
+                          int64_t m, int64_t k, int64_t n, const void *a, int64_t rsa,
+                          int64_t csa, const void *b, int64_t rsb, int64_t csb, void *c,
+                          int64_t rsc, int64_t csc);
+
 /* The kernel family used by default: the widest the CPU runs, except on CPUs that execute
  * 512-bit FMAs as two 256-bit halves (AMD Zen 4) where AVX2+FMA has the same peak and keeps
  * it with every core busy. */

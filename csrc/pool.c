@@ -17,6 +17,16 @@
  * its own job's futex. Idle workers spin for spin_us then sleep on the pool's wake futex, so an
  * idle pool costs no CPU. A job submitted from a worker runs inline on that worker.
  *
+ * The submitter helps while it waits (like pthreadpool's caller, which is thread 0): it runs
+ * as the worker pinned to the core it is on, taking work exactly as that worker would (its
+ * queue, then stealing by the policy's rules), so a job does not wait for a context switch
+ * to the worker that shares the submitter's core. "Runs as" means the worker's identity:
+ * asymo_pool_current_worker()/_cluster() report it, its counters and chunk state are used,
+ * and a per-worker claim flag makes sure only one thread at a time -- the worker's own thread
+ * or one submitter -- acts as a given worker, so per-worker scratch buffers stay private.
+ * Policies are unchanged: a task still runs under the identity of a worker the policy allows
+ * to run it. A submitter on a core without a pinned worker of this pool does not help.
+ *
  * Queue kinds: the per-worker queue exists in two variants measured against each other by
  * bench/pool_queues.py; see QUEUE_* below.
  */
@@ -156,6 +166,7 @@ typedef struct worker {
     int thread_started;
     _Atomic int pinned;
     _Atomic int running; /* inside a task: a thread sharing this core should stay off it */
+    _Atomic int claimed; /* 1 while a thread (the worker's own or a submitter) acts as it */
     /* QUEUE_MUTEX: q is the worker's queue. QUEUE_CHASELEV: q is the inbox submitters fill
      * (the owner moves its ranges into d, thieves may take from both). */
     rqueue_t q;
@@ -165,7 +176,7 @@ typedef struct worker {
     int64_t chunk;
     /* counters: written by this worker only */
     int64_t tasks_run, tasks_stolen, stolen_from[MAX_CLUSTERS], busy_ns, steals, tasks_inline,
-        sleeps;
+        sleeps, tasks_caller;
     /* values at the last reset (under pool->stats_lock) */
     asymo_worker_stats base;
 } __attribute__((aligned(CACHELINE))) worker_t;
@@ -179,6 +190,7 @@ struct asymo_pool {
     int cluster_nw[MAX_CLUSTERS];
     _Atomic int limit;
     _Atomic int spin_us;
+    _Atomic int caller_helps; /* submitters run work while they wait (see the top) */
     _Atomic uint64_t job_seq;
 
     _Atomic uint32_t wake_seq __attribute__((aligned(CACHELINE)));
@@ -201,6 +213,7 @@ struct asymo_pool {
 
 static __thread asymo_pool *tls_pool = NULL;
 static __thread int tls_worker = -1;
+static __thread int tls_helping = 0; /* a submitter acting as tls_worker while it waits */
 
 /* ------------------------------------------------------------------------------------------ */
 /* registry of live pools, for fork handling */
@@ -224,6 +237,7 @@ static void atfork_child(void)
         pool_reset_after_fork(p);
     tls_pool = NULL;
     tls_worker = -1;
+    tls_helping = 0;
 }
 
 static void register_atfork(void)
@@ -569,6 +583,8 @@ static void run_range(worker_t *w, const range_t *r)
     atomic_store_explicit(&w->running, 0, memory_order_relaxed);
     counter_add(&w->busy_ns, dt);
     counter_add(&w->tasks_run, k);
+    if (tls_helping)
+        counter_add(&w->tasks_caller, k);
     if (r->origin >= 0) {
         counter_add(&w->tasks_stolen, k);
         counter_add(&w->stolen_from[r->origin], k);
@@ -774,6 +790,48 @@ static int find_and_run(asymo_pool *p, worker_t *w)
     return 0;
 }
 
+/* Act as worker w for one find_and_run, if no other thread does. Acquire/release on the
+ * claim order everything one holder did as w before the next holder's work as w. */
+static inline int claim_worker(worker_t *w)
+{
+    int expect = 0;
+    return atomic_load_explicit(&w->claimed, memory_order_relaxed) == 0 &&
+           atomic_compare_exchange_strong_explicit(&w->claimed, &expect, 1,
+                                                   memory_order_acquire, memory_order_relaxed);
+}
+
+static inline void release_worker(worker_t *w)
+{
+    atomic_store_explicit(&w->claimed, 0, memory_order_release);
+}
+
+static int find_and_run_claimed(asymo_pool *p, worker_t *w)
+{
+    if (!claim_worker(w))
+        return 0;
+    int r = find_and_run(p, w);
+    release_worker(w);
+    return r;
+}
+
+/* Submitter: run one piece of work as `w` (the worker pinned to the core the submitter is
+ * on). Returns 1 if it ran something. */
+static int help_as(asymo_pool *p, worker_t *w)
+{
+    if (!atomic_load_explicit(&p->caller_helps, memory_order_relaxed) || !worker_active(p, w) ||
+        !claim_worker(w))
+        return 0;
+    tls_pool = p;
+    tls_worker = w->index;
+    tls_helping = 1;
+    int r = find_and_run(p, w);
+    tls_helping = 0;
+    tls_worker = -1;
+    tls_pool = NULL;
+    release_worker(w);
+    return r;
+}
+
 /* Work this worker must not sleep on: its own queue or a shared job. Steal candidates are
  * only looked for while spinning. */
 static int must_stay_awake(asymo_pool *p, worker_t *w)
@@ -786,7 +844,7 @@ static int must_stay_awake(asymo_pool *p, worker_t *w)
 static void worker_loop(asymo_pool *p, worker_t *w)
 {
     for (;;) {
-        if (find_and_run(p, w))
+        if (find_and_run_claimed(p, w))
             continue;
         if (atomic_load(&p->stop))
             return;
@@ -801,7 +859,7 @@ static void worker_loop(asymo_pool *p, worker_t *w)
              * round: a runnable thread waits a couple of microseconds at most. */
             if (++spins % YIELD_EVERY == 0)
                 sched_yield();
-            if (find_and_run(p, w)) {
+            if (find_and_run_claimed(p, w)) {
                 found = 1;
                 break;
             }
@@ -916,6 +974,7 @@ static int ensure_threads(asymo_pool *p)
 static void zero_counters(worker_t *w)
 {
     w->tasks_run = w->tasks_stolen = w->busy_ns = w->steals = w->tasks_inline = w->sleeps = 0;
+    w->tasks_caller = 0;
     memset(w->stolen_from, 0, sizeof w->stolen_from);
     memset(&w->base, 0, sizeof w->base);
 }
@@ -939,6 +998,7 @@ static void pool_reset_after_fork(asymo_pool *p)
         atomic_store(&w->d.bottom, 0);
         w->thread_started = 0;
         atomic_store(&w->pinned, 0);
+        atomic_store(&w->claimed, 0);
         zero_counters(w);
     }
 }
@@ -994,6 +1054,10 @@ asymo_pool *asymo_pool_create_ex(int nworkers, const int *cpus, const int *worke
     p->queue = queue;
     atomic_store(&p->limit, nworkers);
     atomic_store(&p->spin_us, DEFAULT_SPIN_US);
+    atomic_store(&p->caller_helps, 1);
+    const char *helps = getenv("ASYMO_POOL_CALLER_HELPS");
+    if (helps && strcmp(helps, "0") == 0)
+        atomic_store(&p->caller_helps, 0);
     const char *env = getenv("ASYMO_POOL_SPIN_US");
     if (env && *env) {
         long v = strtol(env, NULL, 10);
@@ -1142,6 +1206,19 @@ int asymo_pool_set_spin_us(asymo_pool *pool, int spin_us)
 int asymo_pool_get_spin_us(const asymo_pool *pool)
 {
     return pool ? atomic_load(&((asymo_pool *)pool)->spin_us) : ASYMO_EINVAL;
+}
+
+int asymo_pool_set_caller_helps(asymo_pool *pool, int on)
+{
+    if (!pool || (on != 0 && on != 1))
+        return ASYMO_EINVAL;
+    atomic_store(&pool->caller_helps, on);
+    return ASYMO_OK;
+}
+
+int asymo_pool_get_caller_helps(const asymo_pool *pool)
+{
+    return pool ? atomic_load(&((asymo_pool *)pool)->caller_helps) : ASYMO_EINVAL;
 }
 
 int asymo_pool_current_worker(void) { return tls_worker; }
@@ -1316,12 +1393,19 @@ static void wait_job(asymo_pool *p, job_t *j)
     int64_t deadline = now_ns() + SUBMIT_SPIN_NS;
     unsigned spins = 0;
     while (atomic_load_explicit(&j->done, memory_order_acquire) != 1) {
+        /* help: run queued work as the worker of this core (see the top of this file) */
+        worker_t *mine = worker_on_my_core(p);
+        if (mine && help_as(p, mine)) {
+            deadline = now_ns() + SUBMIT_SPIN_NS;
+            continue;
+        }
         if (now_ns() < deadline) {
             for (int i = 0; i < 16; i++)
                 cpu_relax();
             /* The submitter is one thread more than there are cores. When the worker pinned
              * to this core has work, every polling round hands the core over to it. */
-            worker_t *mine = ++spins % YIELD_EVERY == 0 ? NULL : worker_on_my_core(p);
+            if (++spins % YIELD_EVERY == 0)
+                mine = NULL;
             if (!mine || wq_pending(mine) > 0 ||
                 atomic_load_explicit(&mine->running, memory_order_relaxed))
                 sched_yield();
@@ -1443,6 +1527,7 @@ int asymo_pool_stats(const asymo_pool *pool, asymo_worker_stats *out, int n)
         s->steals = counter_get(&w->steals) - w->base.steals;
         s->tasks_inline = counter_get(&w->tasks_inline) - w->base.tasks_inline;
         s->sleeps = counter_get(&w->sleeps) - w->base.sleeps;
+        s->tasks_caller = counter_get(&w->tasks_caller) - w->base.tasks_caller;
     }
     pthread_mutex_unlock(&p->stats_lock);
     return n;
@@ -1463,6 +1548,7 @@ void asymo_pool_reset_stats(asymo_pool *pool)
         w->base.steals = counter_get(&w->steals);
         w->base.tasks_inline = counter_get(&w->tasks_inline);
         w->base.sleeps = counter_get(&w->sleeps);
+        w->base.tasks_caller = counter_get(&w->tasks_caller);
     }
     pthread_mutex_unlock(&pool->stats_lock);
 }

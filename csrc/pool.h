@@ -41,6 +41,8 @@ typedef struct {
     int64_t steals;          /* successful steal operations (each moves a range of tasks) */
     int64_t tasks_inline;    /* tasks of nested jobs this worker ran inline */
     int64_t sleeps;          /* times the worker went to sleep (futex wait) when idle */
+    int64_t tasks_caller;    /* of tasks_run: run by a submitting thread acting as this worker
+                                while it waited for its job (see asymo_pool_run) */
 } asymo_worker_stats;
 
 /* Create a pool of `nworkers` workers; worker i is pinned to cpus[i] (or unpinned if
@@ -59,7 +61,10 @@ int asymo_pool_get_limit(const asymo_pool *pool);
 
 /* Run a job and wait for it. cluster_counts has nclusters entries summing to ntasks, or is NULL
  * for an even split by worker count. A job submitted from inside a task (of any pool) runs
- * inline on the calling worker. Several threads may submit at once. The baseline policies
+ * inline on the calling worker. Several threads may submit at once. While it waits, the
+ * submitting thread runs queued work as the worker pinned to the core it is on (with that
+ * worker's identity: asymo_pool_current_worker/_cluster report it, and never two threads
+ * act as one worker at once), taking tasks exactly as that worker would under the policy. The baseline policies
  * (even, shared, steal) validate cluster_counts but ignore it: they know no clusters.
  * Returns ASYMO_OK or an error code. */
 int asymo_pool_run(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks,
@@ -95,6 +100,12 @@ int asymo_pool_queue(const asymo_pool *pool);
 /* How long an idle worker spins looking for work before it sleeps (microseconds). */
 int asymo_pool_set_spin_us(asymo_pool *pool, int spin_us);
 int asymo_pool_get_spin_us(const asymo_pool *pool);
+
+/* Whether a submitting thread runs queued work as the worker of its core while it waits
+ * (1, the default; env ASYMO_POOL_CALLER_HELPS=0 turns it off for new pools) or only waits
+ * (0: every task runs on a pool thread). */
+int asymo_pool_set_caller_helps(asymo_pool *pool, int on);
+int asymo_pool_get_caller_helps(const asymo_pool *pool);
 
 /* The pool whose worker is calling, or NULL. */
 const asymo_pool *asymo_pool_current(void);

@@ -292,6 +292,7 @@ def test_unpinnable_core_warns_and_runs_unpinned():
 
 def test_pinning_follows_topology():
     with make_pool("big:1@1.0,little:0@0.5", "even") as pool:
+        pool.caller_helps = False  # every task on a (pinned) pool thread
         assert pool.cpus == (1, 0)
         cpu_of = np.full(2, -1, np.int64)
 

@@ -1,0 +1,208 @@
+"""The submitting thread helps while it waits: it runs queued work as the worker pinned to
+the core it is on, under that worker's identity, by that worker's policy rules."""
+import os
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+from asymo._ffi import ffi, lib
+from asymo.pool import Pool
+from asymo.topology import Cluster, Topology
+
+CPUS = sorted(os.sched_getaffinity(0))
+needs2 = pytest.mark.skipif(len(CPUS) < 2, reason="needs 2 usable cpus")
+
+
+def make_pool(spec, policy="asymo"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return Pool(spec, policy=policy)
+
+
+class pinned_to:
+    """Keep the calling thread on one cpu (so it knows which worker it may help)."""
+
+    def __init__(self, cpu):
+        self.cpu = cpu
+
+    def __enter__(self):
+        self.saved = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {self.cpu})
+
+    def __exit__(self, *exc):
+        os.sched_setaffinity(0, self.saved)
+
+
+def recorder(n):
+    """A task recording, per task, the worker identity it ran under and whether the
+    submitting (main) thread ran it."""
+    worker = np.full(n, -9, np.int64)
+    cluster = np.full(n, -9, np.int64)
+    by_main = np.zeros(n, np.int64)
+    runs = np.zeros(n, np.int64)
+    main = threading.get_ident()
+
+    @ffi.callback("void(int64_t, void *)")
+    def task(t, ctx):
+        worker[t] = lib.asymo_pool_current_worker()
+        cluster[t] = lib.asymo_pool_current_cluster()
+        by_main[t] = threading.get_ident() == main
+        runs[t] += 1
+
+    return task, worker, cluster, by_main, runs
+
+
+@needs2
+def test_caller_runs_tasks_as_the_worker_of_its_core():
+    spec = Topology(clusters=(Cluster("c0", (CPUS[0], CPUS[1])),))
+    with make_pool(spec) as pool, pinned_to(CPUS[1]):
+        assert pool.caller_helps is True
+        me = pool.cpus.index(CPUS[1])
+        n = 400
+        task, worker, cluster, by_main, runs = recorder(n)
+        pool.reset_stats()
+        for _ in range(5):
+            runs[:] = 0
+            pool.parallel_for(task, n)
+            assert (runs == 1).all()
+            if by_main.any():
+                break
+        assert by_main.any(), "the submitter never helped"
+        # whatever the main thread ran, it ran as the worker of its core
+        assert set(worker[by_main == 1].tolist()) == {me}
+        assert (cluster[by_main == 1] == 0).all()
+        # outside tasks, the submitter is no worker
+        assert lib.asymo_pool_current_worker() == -1
+        assert lib.asymo_pool_current_cluster() == -1
+        st = pool.stats()
+        assert st["workers"][me]["tasks_caller"] > 0
+        assert st["workers"][1 - me]["tasks_caller"] == 0
+        assert st["workers"][me]["tasks_caller"] <= st["workers"][me]["tasks_run"]
+        assert st["clusters"][0]["tasks_caller"] == st["workers"][me]["tasks_caller"]
+
+
+@needs2
+def test_caller_keeps_the_policy_even_split_no_stealing():
+    # policy "even": task t belongs to worker t * nworkers // n, nobody steals; the helping
+    # submitter may only run the tasks of the worker it acts as
+    spec = Topology(clusters=(Cluster("c0", (CPUS[0], CPUS[1])),))
+    with make_pool(spec, "even") as pool, pinned_to(CPUS[0]):
+        n = 300
+        task, worker, _, by_main, runs = recorder(n)
+        for _ in range(3):
+            pool.parallel_for(task, n)
+        owner = np.arange(n) * 2 // n
+        assert (worker == owner).all()
+        assert set(worker[by_main == 1].tolist()) <= {pool.cpus.index(CPUS[0])}
+
+
+@needs2
+def test_caller_respects_big_to_little_only_stealing():
+    # the submitter on the little core acts as the little worker: it must never take the big
+    # cluster's tasks (a slower cluster never steals from a faster one)
+    spec = Topology(clusters=(Cluster("big", (CPUS[0],)),
+                              Cluster("little", (CPUS[1],), capacity=0.5)))
+    with make_pool(spec) as pool, pinned_to(CPUS[1]):
+        n = 200
+        task, worker, cluster, by_main, runs = recorder(n)
+        for _ in range(5):
+            pool.parallel_for(task, n, split=[0.5, 0.5])
+            assert (runs[:n] >= 1).all()
+            runs[:] = 0
+            big_tasks = np.arange(n) < n // 2
+            assert (cluster[big_tasks] == 0).all()
+
+
+@needs2
+def test_caller_helps_off():
+    spec = Topology(clusters=(Cluster("c0", (CPUS[0], CPUS[1])),))
+    with make_pool(spec) as pool, pinned_to(CPUS[0]):
+        pool.caller_helps = False
+        assert pool.caller_helps is False
+        n = 300
+        task, worker, _, by_main, runs = recorder(n)
+        pool.reset_stats()
+        for _ in range(3):
+            pool.parallel_for(task, n)
+        assert not by_main.any()
+        assert sum(w["tasks_caller"] for w in pool.stats()["workers"]) == 0
+        pool.caller_helps = True
+        assert pool.caller_helps is True
+
+
+def test_caller_helps_env_default(monkeypatch):
+    monkeypatch.setenv("ASYMO_POOL_CALLER_HELPS", "0")
+    with make_pool(f"c0:{CPUS[0]}@1.0") as pool:
+        assert pool.caller_helps is False
+    monkeypatch.setenv("ASYMO_POOL_CALLER_HELPS", "1")
+    with make_pool(f"c0:{CPUS[0]}@1.0") as pool:
+        assert pool.caller_helps is True
+
+
+def test_caller_helps_bad_values():
+    with make_pool(f"c0:{CPUS[0]}@1.0") as pool:
+        for bad in ("yes", 2, None, -1):
+            with pytest.raises(ValueError, match="caller_helps"):
+                pool.caller_helps = bad
+    with pytest.raises(ValueError, match="closed"):
+        pool.caller_helps = True
+    with pytest.raises(ValueError, match="closed"):
+        pool.caller_helps
+    assert lib.asymo_pool_set_caller_helps(ffi.NULL, 1) == lib.ASYMO_EINVAL
+    assert lib.asymo_pool_get_caller_helps(ffi.NULL) == lib.ASYMO_EINVAL
+
+
+@needs2
+def test_concurrent_submitters_helping_run_every_task_once():
+    spec = Topology(clusters=(Cluster("c0", (CPUS[0], CPUS[1])),))
+    with make_pool(spec) as pool:
+        errors = []
+
+        def submit(seed):
+            rng = np.random.default_rng(seed)
+            try:
+                with pinned_to(CPUS[seed % 2]):
+                    for _ in range(40):
+                        n = int(rng.integers(1, 3000))
+                        counts = np.zeros(n, np.int32)
+                        pool.parallel_for(ffi.addressof(lib, "asymo_task_count"), n,
+                                          ctx=ffi.from_buffer(counts))
+                        if not (counts == 1).all():
+                            errors.append((seed, n, np.bincount(counts)))
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=submit, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads)
+        assert errors == []
+
+
+@needs2
+def test_matmul_correct_with_helping_submitters():
+    import asymo
+    spec = Topology(clusters=(Cluster("c0", (CPUS[0], CPUS[1])),))
+    with make_pool(spec) as pool:
+        results = {}
+
+        def work(i):
+            rng = np.random.default_rng(i)
+            a = rng.standard_normal((300 + i, 257)).astype(np.float32)
+            b = rng.standard_normal((257, 129 if i % 2 else 1)).astype(np.float32)
+            b = b if i % 2 else b[:, 0]
+            for _ in range(10):
+                c = asymo.matmul(a, b, pool=pool)
+            results[i] = np.abs(c - a.astype(np.float64) @ b).max()
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(results) == 4
+        assert max(results.values()) < 1e-3
