@@ -805,10 +805,15 @@ static inline void release_worker(worker_t *w)
     atomic_store_explicit(&w->claimed, 0, memory_order_release);
 }
 
+/* The worker thread: find and run work unless a submitter is acting as this worker. Then
+ * the submitter is on this core running tasks, and the worker thread only takes cycles from
+ * it: it hands the core over (sched_yield) instead of spinning. */
 static int find_and_run_claimed(asymo_pool *p, worker_t *w)
 {
-    if (!claim_worker(w))
+    if (!claim_worker(w)) {
+        sched_yield();
         return 0;
+    }
     int r = find_and_run(p, w);
     release_worker(w);
     return r;
