@@ -67,6 +67,7 @@ def _check_backend(backend):
 
 
 _get_pool = None
+from asymo.pool import Pool as _Pool  # noqa: E402  (type test on the fast path)
 
 
 def _resolve_pool(pool):
@@ -289,10 +290,14 @@ def _matmul_2d(a, b, out, pool):
         rsc, csc = rsc // es, csc // es
         # writeable was checked above: from_buffer need not check it again (a third faster)
         pc = _from_buffer(c) if fo.c_contiguous else _addr(c)
-    pool = _resolve_pool(pool)
+    if pool is None or type(pool) is not _Pool or pool._closed:
+        pool = _resolve_pool(pool)
     plan, cplan = _plan_for_matmul(M, K, N, dt, pool, 1, True)
+    # plan.in_caller(), inlined
+    serial_cpus = plan.serial_cpus
     rc = _gemm_2d_checked(
-        _NULL if plan.in_caller() else pool._handle, cplan, code, M, K, N,
+        _NULL if plan.serial or (serial_cpus and _current_cpu() in serial_cpus)
+        else pool._handle, cplan, code, M, K, N,
         _from_buffer(a) if fa.c_contiguous else _addr(a), rsa // es, csa // es,
         _from_buffer(b) if fb.c_contiguous else _addr(b), rsb // es, csb // es, pc, rsc, csc)
     if rc != _OK:
@@ -303,6 +308,7 @@ def _matmul_2d(a, b, out, pool):
 
 
 _gemm_2d_checked = lib.asymo_gemm_2d_checked
+_current_cpu = lib.asymo_gemm_current_cpu
 _OK = lib.ASYMO_OK
 _OVERLAP = lib.ASYMO_GEMM_OVERLAP
 
