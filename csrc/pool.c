@@ -768,6 +768,8 @@ static int run_shared(asymo_pool *p, worker_t *w)
     }
     counter_add(&w->busy_ns, now_ns() - t0);
     counter_add(&w->tasks_run, ran);
+    if (tls_helping)
+        counter_add(&w->tasks_caller, ran);
 
     pthread_mutex_lock(&p->shared_lock);
     j->users--;

@@ -55,15 +55,16 @@ def recorder(n):
 
 
 @needs2
-def test_caller_runs_tasks_as_the_worker_of_its_core():
+@pytest.mark.parametrize("policy", ["asymo", "even", "shared", "steal"])
+def test_caller_runs_tasks_as_the_worker_of_its_core(policy):
     spec = Topology(clusters=(Cluster("c0", (CPUS[0], CPUS[1])),))
-    with make_pool(spec) as pool, pinned_to(CPUS[1]):
+    with make_pool(spec, policy) as pool, pinned_to(CPUS[1]):
         assert pool.caller_helps is True
         me = pool.cpus.index(CPUS[1])
         n = 400
         task, worker, cluster, by_main, runs = recorder(n)
         pool.reset_stats()
-        for _ in range(5):
+        for _ in range(20):
             runs[:] = 0
             pool.parallel_for(task, n)
             assert (runs == 1).all()
