@@ -234,6 +234,25 @@ def render_profile_summary(s):
 # ---------------------------------------------------------------------------------------------
 # Timing on one cluster
 # ---------------------------------------------------------------------------------------------
+def gemm_args_2d(a, b, c):
+    """The C argument struct for one 2-D product ``c = a @ b`` (same dtype, any strides)."""
+    from asymo import gemm_plan
+    from asymo._ffi import ffi
+    es = a.itemsize
+    g = ffi.new("asymo_gemm_args *")
+    g.dtype = gemm_plan.DTYPES[a.dtype.name]
+    g.m, g.k = a.shape
+    g.n = b.shape[1]
+    g.a = ffi.cast("void *", a.ctypes.data)
+    g.rsa, g.csa = a.strides[0] // es, a.strides[1] // es
+    g.b = ffi.cast("void *", b.ctypes.data)
+    g.rsb, g.csb = b.strides[0] // es, b.strides[1] // es
+    g.c = ffi.cast("void *", c.ctypes.data)
+    g.rsc, g.csc = c.strides[0] // es, c.strides[1] // es
+    g.nbatch = 1
+    return g
+
+
 class GemmTimer:
     """Times block settings with asymo's GEMM on a pool restricted to one cluster.
 
@@ -315,23 +334,6 @@ class GemmTimer:
             plan = dataclasses.replace(plan, chunks=(int(chunk),))
         return plan
 
-    def _args(self, a, b, c):
-        from asymo import gemm_plan
-        from asymo._ffi import ffi
-        es = a.itemsize
-        g = ffi.new("asymo_gemm_args *")
-        g.dtype = gemm_plan.DTYPES[a.dtype.name]
-        g.m, g.k = a.shape
-        g.n = b.shape[1]
-        g.a = ffi.cast("void *", a.ctypes.data)
-        g.rsa, g.csa = a.strides[0] // es, a.strides[1] // es
-        g.b = ffi.cast("void *", b.ctypes.data)
-        g.rsb, g.csb = b.strides[0] // es, b.strides[1] // es
-        g.c = ffi.cast("void *", c.ctypes.data)
-        g.rsc, g.csc = c.strides[0] // es, c.strides[1] // es
-        g.nbatch = 1
-        return g
-
     def measure(self, cluster, size, blocks_list, *, repeats, min_sample_s, max_repeats=None,
                 budget_s=None, rtol=0.01):
         """Latency (seconds) of each block setting of ``size`` on ``cluster``.
@@ -348,7 +350,7 @@ class GemmTimer:
         a = self._rng.standard_normal((size.M, size.K)).astype(self.dtype)
         b = self._rng.standard_normal((size.K, size.N)).astype(self.dtype)
         c = np.empty((size.M, size.N), self.dtype)
-        g = self._args(a, b, c)
+        g = gemm_args_2d(a, b, c)
         plans = [self.plan(pool, size, blk).cdata() for blk in blocks_list]
         handle = pool._handle
 

@@ -39,24 +39,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from asymo import calibration, calibration_set, gemm_plan, matmul_plan  # noqa: E402
 from asymo import profile as prof  # noqa: E402
 from asymo import topology as topo  # noqa: E402
-from asymo._ffi import ffi, lib  # noqa: E402
+from asymo._ffi import lib  # noqa: E402
+from asymo.calibration import gemm_args_2d  # noqa: E402
 from asymo.pool import Pool  # noqa: E402
-
-
-def _args(a, b, c):
-    es = a.itemsize
-    g = ffi.new("asymo_gemm_args *")
-    g.dtype = gemm_plan.DTYPES[a.dtype.name]
-    g.m, g.k = a.shape
-    g.n = b.shape[1]
-    g.a = ffi.cast("void *", a.ctypes.data)
-    g.rsa, g.csa = a.strides[0] // es, a.strides[1] // es
-    g.b = ffi.cast("void *", b.ctypes.data)
-    g.rsb, g.csb = b.strides[0] // es, b.strides[1] // es
-    g.c = ffi.cast("void *", c.ctypes.data)
-    g.rsc, g.csc = c.strides[0] // es, c.strides[1] // es
-    g.nbatch = 1
-    return g
 
 
 def compare(pool, size, plans, repeats, min_sample, rng):
@@ -68,7 +53,7 @@ def compare(pool, size, plans, repeats, min_sample, rng):
     outs = [np.empty((M, N), np.float32) for _ in plans]
     calls = []
     for plan, out in zip(plans, outs):
-        g, p = _args(a, b, out), plan.cdata()
+        g, p = gemm_args_2d(a, b, out), plan.cdata()
 
         def call(g=g, p=p):
             rc = lib.asymo_gemm(pool._handle, g, p)
