@@ -1409,6 +1409,14 @@ static void wait_job(asymo_pool *p, job_t *j)
         if (now_ns() < deadline) {
             for (int i = 0; i < 16; i++)
                 cpu_relax();
+            if (mine && atomic_load_explicit(&p->caller_helps, memory_order_relaxed)) {
+                /* Nothing this worker may take is left (or its own thread is running a range
+                 * of it): the submitter could only hand the core to that thread, which would
+                 * look for the same work. Yield only to let a range it runs finish. */
+                if (atomic_load_explicit(&mine->claimed, memory_order_relaxed))
+                    sched_yield();
+                continue;
+            }
             /* The submitter is one thread more than there are cores. When the worker pinned
              * to this core has work, every polling round hands the core over to it. */
             if (++spins % YIELD_EVERY == 0)
