@@ -64,7 +64,10 @@ int asymo_pool_get_limit(const asymo_pool *pool);
  * inline on the calling worker. Several threads may submit at once. While it waits, the
  * submitting thread runs queued work as the worker pinned to the core it is on (with that
  * worker's identity: asymo_pool_current_worker/_cluster report it, and never two threads
- * act as one worker at once), taking tasks exactly as that worker would under the policy. The baseline policies
+ * act as one worker at once), taking tasks exactly as that worker would under the policy.
+ * So it may run tasks of other submitters' jobs: a task must not wait for something a
+ * submitting thread does only after its own job returns (as with TBB's waiting threads).
+ * asymo_pool_set_caller_helps(pool, 0) turns helping off. The baseline policies
  * (even, shared, steal) validate cluster_counts but ignore it: they know no clusters.
  * Returns ASYMO_OK or an error code. */
 int asymo_pool_run(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks,
