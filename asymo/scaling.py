@@ -1042,7 +1042,7 @@ def _calibration_from(samples, topology, workloads, max_external=DEFAULT_MAX_EXT
         # takes per worker (chunking merges takes: an upper bound on the per-take cost)
         per_take = max(0.0, (big - small) / 63.0)
         overheads[pol] = {"job": max(0.0, small - per_take), "task": per_take,
-                          "steal": per_take}
+                          "steal": per_take, "small_s": small, "big_s": big}
     return {"workloads": per, "overheads": overheads}
 
 
@@ -1275,18 +1275,96 @@ def calibrate_sim(topology, workloads=None, *, repeats=5, min_time=0.02, progres
     return _calibration_from(samples, topology, workloads, max_external)
 
 
+SIM_PHASES = 4   # emulator phases averaged over (the stops' offset from the run's start)
+
+
+def _duty_cycles(topology, period):
+    """The emulator's stops on ``topology``'s emulated cores: core ``cpu`` at speed ``s`` is
+    stopped for ``1 - s`` of every period (see :class:`asymo.sim.DutyCycle`)."""
+    from asymo.sim.engine import DutyCycle
+    return [DutyCycle(cpu=cpu, busy=1.0 - s, period=period)
+            for cpu, s in sorted(topology.emulated.items())
+            if cpu in topology.cpus and s < 1.0]
+
+
+def _phased(duties, i, n):
+    from asymo.sim.engine import DutyCycle
+    return [DutyCycle(cpu=d.cpu, busy=d.busy, period=d.period, phase=d.period * i / n)
+            for d in duties]
+
+
+def _sim_mean(topology, jobs, policy, overheads, duties):
+    """Simulated makespan, averaged over SIM_PHASES offsets of the emulator's periods."""
+    if not duties:
+        return simulate(topology, jobs, policy=policy, overheads=overheads)
+    runs = [simulate(topology, jobs, policy=policy, overheads=overheads,
+                     interference=_phased(duties, i, SIM_PHASES))
+            for i in range(SIM_PHASES)]
+    res = runs[0]
+    res.makespan = statistics.fmean(r.makespan for r in runs)
+    return res
+
+
+def _trace_cpus(topology):
+    """Where each cluster's task costs are traced: on an emulated machine every cluster on
+    the first un-slowed core (the cores are alike; the slowdown is modelled as the
+    emulator's stops), else on each cluster's own first core."""
+    if topology.emulated:
+        fast = [c for c in topology.cpus if topology.emulated.get(c, 1.0) >= 1.0]
+        return [fast[0] if fast else topology.cpus[0]] * topology.nclusters
+    return [c.cpus[0] for c in topology.clusters]
+
+
+def _traced_model(wl, sub, repeats):
+    """The workload's real job sequence on ``sub`` with per-task costs per cluster, traced
+    (asymo.sim.trace) in separate runs from the sweep being predicted."""
+    from asymo.sim.trace import traced_sim_jobs
+
+    @contextlib.contextmanager
+    def opened():
+        with wl.runner("asymo", sub) as run:
+            yield run, _OPEN_POOLS[-1]
+
+    with opened() as (run, pool):
+        return traced_sim_jobs(lambda: run, pool, _trace_cpus(sub), repeats=repeats)
+
+
+def _noop_overheads(cal, topology, duties):
+    """Per-policy overheads: the no-op job times less what the model already explains (the
+    emulator's stops delay a job whose tasks wait for a stopped core)."""
+    nw = topology.ncpus
+    ncl = topology.nclusters
+    out = {}
+    for pol, o in cal["overheads"].items():
+        small, big = o.get("small_s"), o.get("big_s")
+        if small is None or not duties:
+            out[pol] = o
+            continue
+        zero = [Job(costs=np.zeros((n, ncl)), name="noop") for n in (nw, 64 * nw)]
+        s_small = _sim_mean(topology, zero[:1], pol, Overheads(), duties).makespan
+        s_big = _sim_mean(topology, zero[1:], pol, Overheads(), duties).makespan
+        per_take = max(0.0, ((big - s_big) - (small - s_small)) / 63.0)
+        out[pol] = {"job": max(0.0, small - s_small - per_take), "task": per_take,
+                    "steal": per_take}
+    return out
+
+
 def validate_sim(measured, *, calibration=None, topology=None, workloads=None, repeats=5,
-                 min_time=0.02):
+                 min_time=0.02, emulator_period=None):
     """Compare the simulator with a measured sweep of this machine, workload by workload.
 
-    The simulator is given only the calibration (each workload's time on one core of each
-    cluster, per-policy overheads from no-op jobs; taken from ``measured.calibration`` when
-    the sweep measured it, else measured now) and the pool's and planner's rules; the
-    measured multi-core throughputs are what it must reproduce. Fills ``sim_throughput`` on
-    the measured pool-policy points and returns (and stores on ``measured``) a dict with
-    per-point errors and, per workload, ``sim_error`` per policy: the relative error at the
-    largest core count. The top-level ``sim_error`` is the spin workload's (scheduling
-    alone), or the first workload's when spin was not measured.
+    The simulator is given the workload's real task structure and per-task costs, traced in
+    runs separate from the sweep (:mod:`asymo.sim.trace`: every pool job the workload issues,
+    each task timed as run by a worker of each cluster, and the submitting thread's own work
+    between jobs), per-policy overheads from no-op jobs (``measured.calibration``, measured
+    now when the sweep did not), and, on an emulated machine, the emulator's duty cycle:
+    an emulated core at speed ``s`` is a full-speed core stopped for ``1 - s`` of every
+    ``emulator_period`` (default ``asymo.emulate.DEFAULT_PERIOD``), averaged over
+    ``SIM_PHASES`` offsets. The measured multi-core throughputs are what it must reproduce.
+    Fills ``sim_throughput`` on the measured pool-policy points and returns (and stores on
+    ``measured``) a dict with per-point errors and, per workload, ``sim_error`` per policy:
+    the relative error at the largest core count. The top-level ``sim_error`` is the spin
+    workload's (scheduling alone), or the first workload's when spin was not measured.
     """
     topology = topology if topology is not None else measured.topology
     workloads = list(workloads or measured.workload_objs or [])
@@ -1298,25 +1376,29 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
     cal = calibration or getattr(measured, "calibration", None) or \
         calibrate_sim(topology, [byname[n] for n in names], repeats=repeats,
                       min_time=min_time)
-    missing = [n for n in names if n not in cal["workloads"]]
-    if missing:
-        raise ValueError(f"the calibration does not cover workload(s) {missing}")
+    if emulator_period is None:
+        try:
+            from asymo.emulate import DEFAULT_PERIOD as emulator_period
+        except ImportError:
+            emulator_period = 1e-3
+    duties = _duty_cycles(topology, emulator_period)
+    overheads = _noop_overheads(cal, topology, duties)
     out = {}
+    models = {}
     for name in names:
         wl = byname[name]
-        rates = cal["workloads"][name]["gflops_per_core"]
         mine = sorted((p for p in pts if p.workload == name), key=lambda q: (q.policy, q.cores))
         kmax = max(p.cores for p in mine)
         rows, sim_error = [], {}
-        serial = cal["workloads"][name].get("serial_s", 0.0)
         for p in mine:
             sub = first_cores(topology, p.cores)
-            o = cal["overheads"][p.policy]
-            jobs = wl.sim_jobs(sub, rates[:sub.nclusters])
-            # the submitting thread's serial work, spread over the run's jobs
-            job_cost = max(o["job"], serial / max(1, len(jobs)))
-            res = simulate(sub, jobs, policy=p.policy,
-                           overheads=Overheads(job=job_cost, task=o["task"], steal=o["steal"]))
+            if (name, p.cores) not in models:
+                models[(name, p.cores)] = _traced_model(wl, sub, repeats)
+            jobs = models[(name, p.cores)]
+            o = overheads[p.policy]
+            res = _sim_mean(sub, jobs, p.policy,
+                            Overheads(job=o["job"], task=o["task"], steal=o["steal"]),
+                            [d for d in duties if d.cpu in sub.cpus])
             sim_tp = wl.throughput(res.makespan)
             p.sim_throughput = sim_tp
             best = wl.throughput(min(p.times_s)) if p.times_s else p.throughput
@@ -1327,27 +1409,40 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
                          "steals_by_direction": res.steals_by_direction})
             if p.cores == kmax:
                 sim_error[p.policy] = rows[-1]["error"]
-        out[name] = {"unit": wl.unit, "speeds": cal["workloads"][name]["speeds"],
-                     "serial_s": serial,
+        one = models.get((name, kmax))
+        out[name] = {"unit": wl.unit, "speeds": cal["workloads"].get(name, {}).get("speeds", []),
+                     "jobs": len(one) - 1 if one else 0,
+                     "tasks": int(sum(j.ntasks for j in one)) if one else 0,
+                     "serial_s": float(sum(j.delay for j in one)) if one else 0.0,
                      "points": rows, "sim_error": sim_error,
                      "max_abs_error": max(abs(r["error"]) for r in rows)}
     primary = "spin" if "spin" in out else names[0]
     val = {"workloads": out, "primary": primary, "sim_error": dict(out[primary]["sim_error"]),
            "max_abs_error": out[primary]["max_abs_error"], "tolerance": 0.10,
-           "calibration": cal}
+           "calibration": cal,
+           "model": {"task_costs": "traced (asymo.sim.trace), per task and cluster, median of "
+                                   f"{repeats} runs",
+                     "emulator": [{"cpu": d.cpu, "stopped": d.busy, "period_s": d.period}
+                                  for d in duties],
+                     "phases": SIM_PHASES if duties else 1,
+                     "overheads_s": overheads}}
     measured.validation = val
     return val
 
 
 def format_validation(val):
-    lines = ["simulator vs measurement: the simulator is given only the calibration (each "
-             "workload on one core of each cluster, split into time inside the pool's tasks "
-             "and the submitting thread's serial work; no-op jobs for the overheads)"]
+    lines = ["simulator vs measurement: the simulator is given only the calibration: each "
+             "workload's pool jobs traced task by task as each cluster (separate runs), the "
+             "submitting thread's work between jobs, no-op jobs for the overheads, and the "
+             "emulator's duty cycle (" + ", ".join(
+                 f"cpu {e['cpu']} stopped {e['stopped']:.0%} of every "
+                 f"{e['period_s'] * 1e3:g} ms" for e in val.get("model", {}).get("emulator", []))
+             + ")"]
     for name, w in val["workloads"].items():
         lines.append("")
-        lines.append(f"{name} [{w['unit']}]  measured cluster speeds "
-                     + ", ".join(f"{s:.3f}" for s in w["speeds"])
-                     + f"; serial work per run {w.get('serial_s', 0.0) * 1e3:.2f} ms")
+        lines.append(f"{name} [{w['unit']}]  {w.get('jobs', 0)} pool jobs, "
+                     f"{w.get('tasks', 0)} tasks per run; submitting thread's own work "
+                     f"{w.get('serial_s', 0.0) * 1e3:.2f} ms per run")
         lines.append(f"{'policy':<10}{'cores':>6}{'measured':>12}{'simulated':>12}"
                      f"{'error':>9}{'best run':>12}{'error':>9}")
         for r in w["points"]:

@@ -255,3 +255,78 @@ def test_result_to_dict_is_plain_data():
     assert d["policy"] == "steal" and len(d["workers"]) == 8
     assert set(d["steals_by_direction"]) == {"same_cluster", "faster_from_slower",
                                              "slower_from_faster"}
+
+
+# --- the emulator's duty cycle, the submitting thread's work, traced task costs ---------------
+
+def test_duty_cycle_finish_by_hand():
+    d = sim.DutyCycle(cpu=1, busy=0.5, period=1e-3)     # stopped in [0, 0.5) ms of each ms
+    assert d.finish(0.0, 0.1e-3) == pytest.approx(0.6e-3)    # waits out the first stop
+    assert d.finish(0.0, 0.5e-3) == pytest.approx(1.0e-3)
+    assert d.finish(0.0, 0.6e-3) == pytest.approx(1.6e-3)    # 0.5 ms, stop, 0.1 ms
+    assert d.finish(0.7e-3, 0.5e-3) == pytest.approx(1.7e-3)
+    assert d.finish(0.0, 1.0e-3) == pytest.approx(2.0e-3)
+    assert d.finish(0.2e-3, 0.0) == pytest.approx(0.2e-3)
+    shifted = sim.DutyCycle(cpu=1, busy=0.5, period=1e-3, phase=0.5e-3)
+    assert shifted.finish(0.0, 0.1e-3) == pytest.approx(0.1e-3)  # starts in a running half
+    assert shifted.finish(0.0, 0.6e-3) == pytest.approx(1.1e-3)
+    with pytest.raises(ValueError, match="busy"):
+        sim.DutyCycle(cpu=1, busy=1.0)
+    with pytest.raises(ValueError, match="period"):
+        sim.DutyCycle(cpu=1, busy=0.5, period=0)
+
+
+def test_duty_cycle_is_stop_and_go_not_uniformly_slow():
+    # one 0.1 ms task per worker under 'even': the stopped core finishes at 0.6 ms, while a
+    # uniformly half-speed core would take 0.2 ms
+    same = parse_spec("a:0,1@1.0")
+    job = sim.Job.uniform(2, 1e-4)
+    r = sim.simulate(same, job, policy="even", interference=[sim.DutyCycle(1, 0.5, 1e-3)])
+    assert r.makespan == pytest.approx(0.6e-3)
+    r = sim.simulate(same, job, policy="even", interference=[sim.Interference(1, 0.5)])
+    assert r.makespan == pytest.approx(0.2e-3)
+    # over many periods the average speed is 1 - busy: 40 tasks of 0.1 ms take 8 ms
+    r = sim.simulate(same, sim.Job.uniform(80, 1e-4), policy="even",
+                     interference=[sim.DutyCycle(1, 0.5, 1e-3)])
+    assert r.makespan == pytest.approx(8e-3)
+    with pytest.raises(ValueError, match="both"):
+        sim.simulate(same, job, interference=[sim.DutyCycle(1, 0.5), sim.Interference(1, 0.5)])
+
+
+def test_job_delay_is_the_submitters_serial_work():
+    jobs = [sim.Job.uniform(2, 1e-3, delay=0.5e-3), sim.Job(costs=np.zeros(0), delay=2e-3)]
+    r = sim.simulate(parse_spec("a:0,1@1.0"), jobs, policy="asymo",
+                     overheads=sim.Overheads(job=1e-4))
+    # 0.5 ms + 0.1 ms job overhead + 1 ms of tasks, then 2 ms + 0.1 ms
+    assert r.makespan == pytest.approx(3.7e-3)
+    assert r.job_makespans == pytest.approx([1.6e-3, 2.1e-3])
+    with pytest.raises(ValueError, match="delay"):
+        sim.Job.uniform(1, 1e-3, delay=-1.0)
+
+
+def test_trace_records_each_job_and_task():
+    pool_mod = pytest.importorskip("asymo.pool")
+    from asymo._ffi import lib
+    from asymo.sim.trace import trace_jobs
+    topo2 = parse_spec("fast:0@1.0,slow:1@0.5")
+    pool = pool_mod.Pool(topology=topo2, policy="asymo")
+    try:
+        fn = lib.asymo_task_noop
+
+        def run():
+            pool.parallel_for(fn, 6, split=[4, 2])
+            pool.parallel_for(fn, 3, split=[3, 0])
+
+        jobs, tail = trace_jobs(run, pool, 1)
+        assert [(j.ntasks, j.counts) for j in jobs] == [(6, (4, 2)), (3, (3, 0))]
+        assert all(j.task_s.shape == (j.ntasks,) and np.all(j.task_s >= 0) for j in jobs)
+        assert jobs[0].fn == jobs[1].fn != 0
+        assert tail >= 0 and all(j.gap_s >= 0 for j in jobs)
+        # the pool works normally once the trace is off, and its workers ran nothing traced
+        pool.reset_stats()
+        pool.parallel_for(fn, 4)
+        assert sum(w["tasks_run"] for w in pool.stats()["workers"]) == 4
+        with pytest.raises(ValueError, match="cluster"):
+            trace_jobs(run, pool, 2)
+    finally:
+        pool.close()

@@ -25,7 +25,7 @@ import numpy as np
 from asymo.topology import Topology
 
 __all__ = [
-    "POLICIES", "Job", "Overheads", "Interference", "SimResult", "simulate", "split_counts",
+    "POLICIES", "Job", "Overheads", "Interference", "DutyCycle", "SimResult", "simulate", "split_counts",
     "first_cores",
 ]
 
@@ -100,11 +100,16 @@ class Job:
         fastest cluster and so on. None: the pool's default, cluster capacity x core count.
     name : str
         Label carried into the result.
+    delay : float
+        Seconds the submitting thread works on its own before it submits this job (Python
+        glue, planning, serial pieces of an operation): the job starts that much after the
+        previous one ended (plus the per-job overhead).
     """
 
     costs: np.ndarray
     split: Optional[Sequence] = None
     name: str = ""
+    delay: float = 0.0
 
     def __post_init__(self):
         costs = np.asarray(self.costs, dtype=np.float64)
@@ -113,6 +118,8 @@ class Job:
                              f"got shape {costs.shape}")
         if costs.size and not (np.all(np.isfinite(costs)) and np.all(costs >= 0)):
             raise ValueError("Job.costs must be finite and >= 0")
+        if not (math.isfinite(self.delay) and self.delay >= 0):
+            raise ValueError(f"Job.delay must be a finite number >= 0, got {self.delay!r}")
         costs = costs.copy()
         costs.setflags(write=False)
         object.__setattr__(self, "costs", costs)
@@ -122,10 +129,10 @@ class Job:
         return int(self.costs.shape[0])
 
     @classmethod
-    def uniform(cls, ntasks, cost, *, split=None, name=""):
+    def uniform(cls, ntasks, cost, *, split=None, name="", delay=0.0):
         """``ntasks`` equal tasks of ``cost`` seconds each at speed 1.0."""
         ntasks = _check_count(ntasks, "ntasks")
-        return cls(costs=np.full(ntasks, float(cost)), split=split, name=name)
+        return cls(costs=np.full(ntasks, float(cost)), split=split, name=name, delay=delay)
 
 
 def _check_count(n, what):
@@ -266,10 +273,61 @@ class SimResult:
         }
 
 
+@dataclass(frozen=True)
+class DutyCycle:
+    """Core ``cpu`` is stopped for ``busy`` of every ``period`` seconds and runs at full speed
+    otherwise: the asymmetry emulator (``asymo.emulate``), whose SCHED_FIFO helper takes the
+    core for ``busy * period`` at the start of each period. ``phase`` shifts the periods:
+    stops cover ``[k * period - phase, k * period - phase + busy * period)``.
+
+    Averaged over a long run the core has speed ``1 - busy``, but a task shorter than a period
+    either runs untouched or waits out a whole stop: this is what a uniformly slow core
+    (``Interference(cpu, 1 - busy)``) does not capture.
+    """
+
+    cpu: int
+    busy: float
+    period: float = 1e-3
+    phase: float = 0.0
+
+    def __post_init__(self):
+        if not (0.0 <= self.busy < 1.0):
+            raise ValueError(f"DutyCycle.busy must lie in [0, 1), got {self.busy!r}")
+        if not (math.isfinite(self.period) and self.period > 0):
+            raise ValueError(f"DutyCycle.period must be > 0, got {self.period!r}")
+        if not math.isfinite(self.phase):
+            raise ValueError(f"DutyCycle.phase must be finite, got {self.phase!r}")
+
+    def finish(self, start, work):
+        """Time at which ``work`` seconds of running started at ``start`` complete."""
+        if work <= 0 or self.busy == 0:
+            return start + max(work, 0.0)
+        P, stop = self.period, self.busy * self.period
+        run = P - stop
+        # position in the period, measured from the start of a stop
+        k = math.floor((start + self.phase) / P)
+        t0 = k * P - self.phase            # start of the current period's stop
+        if start < t0 + stop:
+            start = t0 + stop              # wait out the stop
+        avail = t0 + P - start             # running time left in this period
+        eps = 1e-9 * P                     # rounding: a task ending on a boundary ends there
+        if work <= avail + eps:
+            return start + work
+        work -= avail
+        full, rest = divmod(work, run)
+        if rest > run - eps:
+            full, rest = full + 1, 0.0
+        t = t0 + P + full * P              # start of the stop of the period where it ends
+        if rest <= eps:
+            return t
+        return t + stop + rest
+
+
 class _Clock:
     """Per-core speed factor over time from interference windows."""
 
-    def __init__(self, windows):
+    def __init__(self, windows, duty=None):
+        self.duty = duty
         self.windows = sorted(windows, key=lambda w: w.start)
         points = {0.0}
         for w in self.windows:
@@ -286,6 +344,10 @@ class _Clock:
 
     def finish(self, start, work):
         """Time at which ``work`` seconds (at full speed) started at ``start`` complete."""
+        if self.duty is not None:
+            if self.windows:
+                raise ValueError("a core takes either a duty cycle or interference windows")
+            return self.duty.finish(start, work)
         if not self.windows or work <= 0:
             return start + work
         t, left = start, work
@@ -533,8 +595,9 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
         believes) unless the job gives its own split: a wrong belief shows up as imbalance.
     overheads : Overheads, optional
         Scheduling costs (default: none).
-    interference : sequence of Interference
-        Cores slowed for time windows (absolute time from the start of the first job).
+    interference : sequence of Interference or DutyCycle
+        Cores slowed for time windows (absolute time from the start of the first job), or
+        stopped periodically (the emulator).
 
     Returns
     -------
@@ -554,15 +617,23 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
     sp = _speeds(topology, speeds)
     workers = _Workers(topology, sp)
     cpus = set(workers.cpu)
-    per_cpu = {}
+    per_cpu, duty = {}, {}
     for itf in interference:
-        if not isinstance(itf, Interference):
-            raise TypeError("interference must be a sequence of Interference")
+        if not isinstance(itf, (Interference, DutyCycle)):
+            raise TypeError("interference must be a sequence of Interference or DutyCycle")
         if itf.cpu not in cpus:
             raise ValueError(f"interference on cpu {itf.cpu}, which is not in the topology "
                              f"(cpus {sorted(cpus)})")
-        per_cpu.setdefault(itf.cpu, []).append(itf)
-    clocks = [_Clock(per_cpu.get(cpu, ())) for cpu in workers.cpu]
+        if isinstance(itf, DutyCycle):
+            if itf.cpu in duty:
+                raise ValueError(f"two duty cycles on cpu {itf.cpu}")
+            duty[itf.cpu] = itf
+        else:
+            per_cpu.setdefault(itf.cpu, []).append(itf)
+    bad = sorted(set(duty) & set(per_cpu))
+    if bad:
+        raise ValueError(f"cpu(s) {bad} have both a duty cycle and interference windows")
+    clocks = [_Clock(per_cpu.get(cpu, ()), duty.get(cpu)) for cpu in workers.cpu]
 
     nclusters = topology.nclusters
     busy = np.zeros(workers.n)
@@ -587,9 +658,9 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
             # Lower bound with 2-D costs: every task at the rate of its cheapest cluster,
             # spread over the machine's total speed.
             ideal += float((job.costs * np.asarray(sp)).min(axis=1).sum()) / total_speed
-        ideal += overheads.job
+        ideal += overheads.job + job.delay
         state = _Policy(policy, job, counts, workers)
-        start = now + overheads.job
+        start = now + job.delay + overheads.job
         heap = [(start, w) for w in range(workers.n)]
         heapq.heapify(heap)
         end = start
