@@ -1013,6 +1013,41 @@ def _calibration_items(topology, workloads):
     return items
 
 
+def _trace_items(topology, workloads, ncores, store):
+    """Items tracing each workload's pool jobs (asymo.sim.trace) on the first k cores, as
+    each cluster, measured in the sweep's interleaved rounds so that a drift in machine load
+    hits the traced costs as it hits the points they predict. Traces go to ``store[key]``
+    (the first call of each visit, a warm-up, is not kept)."""
+    from asymo.sim.trace import trace_jobs
+    items = []
+    for wl in workloads:
+        for k in range(1, ncores + 1):
+            sub = first_cores(topology, k)
+            cpus = _trace_cpus(sub)
+            for c in range(sub.nclusters):
+                key = ("trace", wl.name, k, c)
+                store[key] = []
+
+                @contextlib.contextmanager
+                def factory(wl=wl, sub=sub, c=c, cpu=cpus[c], key=key):
+                    from asymo._ffi import ffi
+                    bufs = (ffi.new("asymo_trace_job[]", 1 << 12),
+                            ffi.new("int64_t[]", 1 << 16))
+                    with wl.runner("asymo", sub) as run:
+                        pool = _OPEN_POOLS[-1]
+                        calls = [0]
+
+                        def traced():
+                            with _pinned_thread(cpu):
+                                tr = trace_jobs(run, pool, c, buffers=bufs)
+                            calls[0] += 1
+                            if calls[0] > 1:
+                                store[key].append(tr)
+                        yield traced
+                items.append((key, factory, True))
+    return items
+
+
 def _sim_seconds_at_1gflops(wl, topology):
     """Simulated single-core seconds of one run of ``wl`` at 1 GFLOP/s (its modelled work)."""
     one = _single_core(topology, 0)
@@ -1103,8 +1138,10 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
                            "requested workloads in this build")
     pool_workloads = [wl for wl in workloads
                       if any(p in POOL_POLICIES for p in _policies_for(wl, policies))]
+    traces = {}
     if calibrate:
         items += _calibration_items(topology, pool_workloads)
+        items += _trace_items(topology, pool_workloads, ncores, traces)
     load_before = _loadavg()
     samples = _measure_items(items, repeats, min_time, progress, desc="scaling",
                              max_external=max_external, main_cpu=topology.cpus[0])
@@ -1128,6 +1165,7 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
     res.workload_objs = list(workloads)
     if calibrate:
         res.calibration = _calibration_from(samples, topology, pool_workloads, max_external)
+        res.traces = traces
     res._fill_speedups()
     return res
 
@@ -1383,6 +1421,7 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
             emulator_period = 1e-3
     duties = _duty_cycles(topology, emulator_period)
     overheads = _noop_overheads(cal, topology, duties)
+    traces = getattr(measured, "traces", None) or {}
     out = {}
     models = {}
     for name in names:
@@ -1393,7 +1432,12 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
         for p in mine:
             sub = first_cores(topology, p.cores)
             if (name, p.cores) not in models:
-                models[(name, p.cores)] = _traced_model(wl, sub, repeats)
+                stored = [traces.get(("trace", name, p.cores, c)) for c in range(sub.nclusters)]
+                if all(stored):
+                    from asymo.sim.trace import jobs_from_traces
+                    models[(name, p.cores)] = jobs_from_traces(stored, sub)
+                else:
+                    models[(name, p.cores)] = _traced_model(wl, sub, repeats)
             jobs = models[(name, p.cores)]
             o = overheads[p.policy]
             res = _sim_mean(sub, jobs, p.policy,
@@ -1420,8 +1464,9 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
     val = {"workloads": out, "primary": primary, "sim_error": dict(out[primary]["sim_error"]),
            "max_abs_error": out[primary]["max_abs_error"], "tolerance": 0.10,
            "calibration": cal,
-           "model": {"task_costs": "traced (asymo.sim.trace), per task and cluster, median of "
-                                   f"{repeats} runs",
+           "model": {"task_costs": "traced (asymo.sim.trace), per task and cluster, medians; "
+                                   + ("traced in the sweep's interleaved rounds" if traces
+                                      else f"traced after the sweep, {repeats} runs"),
                      "emulator": [{"cpu": d.cpu, "stopped": d.busy, "period_s": d.period}
                                   for d in duties],
                      "phases": SIM_PHASES if duties else 1,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TracedJob", "trace_jobs", "traced_sim_jobs"]
+__all__ = ["TracedJob", "trace_jobs", "traced_sim_jobs", "jobs_from_traces"]
 
 
 @dataclass
@@ -119,7 +119,6 @@ def traced_sim_jobs(make_run, pool, cpus, *, repeats=5, warmup=1, max_external=0
     thread's work after the previous job.
     """
     from asymo.scaling import _pinned_thread
-    from asymo.sim.engine import Job, split_counts
     run = make_run()
     from asymo._ffi import ffi
     from asymo._loadmon import OtherLoad
@@ -139,7 +138,19 @@ def traced_sim_jobs(make_run, pool, cpus, *, repeats=5, warmup=1, max_external=0
                 every.append(tr)
                 if mon.share_since(snap) <= max_external:
                     clean.append(tr)
-            per_cluster.append(_median_trace(clean if len(clean) >= repeats else every))
+            per_cluster.append(clean if len(clean) >= repeats else every)
+    return jobs_from_traces(per_cluster, pool.topology)
+
+
+def jobs_from_traces(per_cluster, topology):
+    """Simulator jobs from per-cluster traces of one workload run on ``topology``:
+    ``per_cluster[c]`` is a list of ``trace_jobs`` results traced as cluster ``c`` (per-task
+    medians are taken over them)."""
+    from asymo.sim.engine import Job, split_counts
+    ncl = topology.nclusters
+    if len(per_cluster) != ncl:
+        raise ValueError(f"traces for {len(per_cluster)} clusters, the topology has {ncl}")
+    per_cluster = [_median_trace(list(tr)) for tr in per_cluster]
     base, _ = per_cluster[0]
     for jobs, _ in per_cluster[1:]:
         if [(j.fn, j.ntasks, j.counts) for j in jobs] != \
@@ -153,7 +164,7 @@ def traced_sim_jobs(make_run, pool, cpus, *, repeats=5, warmup=1, max_external=0
         costs = np.stack([jobs[i].task_s for jobs, _ in per_cluster], axis=1)
         # NULL counts: pool.c splits evenly by worker count
         split = list(j.counts) if j.counts is not None else split_counts(
-            j.ntasks, [c.ncpus for c in pool.topology.clusters])
+            j.ntasks, [c.ncpus for c in topology.clusters])
         out.append(Job(costs=costs, split=split, name=f"fn{j.fn:x}", delay=j.gap_s))
     # the submitting thread's work after the last job: a job of no tasks
     out.append(Job(costs=np.zeros((0, ncl)), name="tail", delay=per_cluster[0][1]))
