@@ -1477,7 +1477,8 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
 
 def format_validation(val):
     lines = ["simulator vs measurement: the simulator is given only the calibration: each "
-             "workload's pool jobs traced task by task as each cluster (separate runs), the "
+             "workload's pool jobs traced task by task as each cluster (runs separate from the "
+             "points predicted), the "
              "submitting thread's work between jobs, no-op jobs for the overheads, and the "
              "emulator's duty cycle (" + ", ".join(
                  f"cpu {e['cpu']} stopped {e['stopped']:.0%} of every "
