@@ -49,6 +49,12 @@ IM2COL_METHOD = "implicit"
 # Implicit im2col: the GEMM packs all of B's panels of one job; cut the job into chunks of
 # output rows only when that packed copy would exceed this.
 IMPLICIT_CHUNK_BYTES = 128 << 20
+# Small jobs run on the fastest cluster alone when the pool has several: below these sizes
+# the work a slower cluster would take saves less than waiting once for one of its cores
+# costs (measured with the emulator, whose slowed core disappears for half of every 1 ms
+# period: MobileNet's depthwise layers, ~2 MFLOP each, took up to 10x longer split).
+SMALL_DEPTHWISE_FLOPS = 8e6
+SMALL_EPILOGUE_BYTES = 1 << 20
 # Aim for this many tasks per worker in element-wise kernels (load balance vs overhead).
 TASKS_PER_WORKER = 4
 # Depthwise kernel: 0 = channel-interleaved vector kernel, 1 = plain per-plane loop (the
@@ -310,7 +316,7 @@ def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, acti
                has_bias, has_residual):
     key = (xshape, wshape, dtype.num, stride, pads, dilation, groups, activation, has_bias,
            has_residual, DEPTHWISE_METHOD, COL_CHUNK_BYTES, COL_CHUNK_COLUMNS, IM2COL_METHOD,
-           IMPLICIT_CHUNK_BYTES, pool.limit)
+           IMPLICIT_CHUNK_BYTES, SMALL_DEPTHWISE_FLOPS, SMALL_EPILOGUE_BYTES, pool.limit)
     try:
         per_pool = _plan_cache.get(pool)
     except TypeError:  # a pool object that cannot be weakly referenced: no caching
@@ -338,7 +344,8 @@ def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, acti
 
 
 def _bias_act_plan(pool, channels, plane, dtype, activation):
-    """(job template, ntasks, inline) for y = act(y + bias + residual) over one image."""
+    """(job template, ntasks, (inline, per-cluster counts or None)) for y = act(y + bias +
+    residual) over one image."""
     job = ffi.new("asymo_bias_act_job *")
     job.dtype = DTYPE_CODES[dtype]
     job.activation = ACTIVATION_CODES[activation]
@@ -352,8 +359,11 @@ def _bias_act_plan(pool, channels, plane, dtype, activation):
     per = max(min_channels, -(-channels // (TASKS_PER_WORKER * pool.nworkers)))
     job.channels_per_task = per
     job.channel_blocks = -(-channels // per)
-    inline = channels * plane * dtype.itemsize < INLINE_BYTES
-    return job, int(job.channel_blocks), inline
+    nbytes = channels * plane * dtype.itemsize
+    inline = nbytes < INLINE_BYTES
+    counts = _fast_cluster_only(pool, int(job.channel_blocks)) \
+        if nbytes < SMALL_EPILOGUE_BYTES else None
+    return job, int(job.channel_blocks), (inline, counts)
 
 
 def _run_bias_act(template, ntasks, inline, y_img, bias, residual, pool):
@@ -361,7 +371,16 @@ def _run_bias_act(template, ntasks, inline, y_img, bias, residual, pool):
     job.y = _ptr(y_img)
     job.bias = ffi.NULL if bias is None else _ptr(bias)
     job.residual = ffi.NULL if residual is None else _ptr(residual)
-    run_tasks(pool, _BIAS_ACT_TASK, job, ntasks, inline=inline)
+    inline, counts = inline
+    run_tasks(pool, _BIAS_ACT_TASK, job, ntasks, counts, inline=inline)
+
+
+def _fast_cluster_only(pool, ntasks):
+    """Per-cluster task counts giving every task to the fastest cluster (None: the pool has
+    one cluster, its default split is that)."""
+    if pool.nclusters <= 1:
+        return None
+    return ffi.new("int64_t[]", [ntasks] + [0] * (pool.nclusters - 1))
 
 
 class _DepthwisePlan:
@@ -391,6 +410,9 @@ class _DepthwisePlan:
         self.ntasks = blocks * -(-oh // rows)
         itemsize = dtype.itemsize
         self.inline = (n * c * h * w + n * cout * oh * ow) * itemsize < INLINE_BYTES
+        flops = 2.0 * n * cout * oh * ow * kh * kw
+        self.counts = (_fast_cluster_only(pool, self.ntasks)
+                       if flops < SMALL_DEPTHWISE_FLOPS else None)
         self.plane = cout * oh * ow
         self.residual = None
         if has_residual:
@@ -403,7 +425,7 @@ class _DepthwisePlan:
         job.bias = ffi.NULL if bias is None else _ptr(bias)
         job.y = _ptr(y)
         job.y_image_stride = y.strides[0] // y.itemsize if y.shape[0] > 1 else self.plane
-        run_tasks(pool, _DWCONV_TASK, job, self.ntasks, inline=self.inline)
+        run_tasks(pool, _DWCONV_TASK, job, self.ntasks, self.counts, inline=self.inline)
         if self.residual is not None:
             template, ntasks, inline = self.residual
             for i in range(y.shape[0]):

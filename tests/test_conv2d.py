@@ -500,3 +500,33 @@ def test_both_im2col_methods_on_a_packed_gemm_layer(method, monkeypatch):
         _close(y, reference.conv2d(x, w, b, 1, 1, 1, 1, "relu"), dt)
     plans = [p for per in conv_mod._plan_cache.values() for p in per.values()]
     assert plans and all((p.implicit is not None) == (method == "implicit") for p in plans)
+
+
+def test_small_jobs_run_on_the_fastest_cluster_alone(two_cluster_pool, monkeypatch):
+    import asymo.conv as conv_mod
+    import asymo.conv_gemm as cg
+
+    pool = two_cluster_pool
+    monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
+    rng = np.random.default_rng(24)
+    # a small GEMM (below SMALL_GEMM_FLOPS): the slow cluster's range is empty
+    plan = cg.plan_conv_gemm(64, 576, 196, np.float32, pool)
+    assert 2 * 64 * 576 * 196 < cg.SMALL_GEMM_FLOPS
+    if plan.kind == "mm":
+        assert all(b == a for a, b in plan.cluster_ranges[1:])
+    big = cg.plan_conv_gemm(256, 2304, 3136, np.float32, pool)
+    assert big.cluster_ranges[1][1] > big.cluster_ranges[1][0]
+    # a small depthwise layer: every task on cluster 0; results still right
+    x = rng.standard_normal((1, 32, 14, 14)).astype(np.float32)
+    w = rng.standard_normal((32, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(32).astype(np.float32)
+    y = conv2d(x, w, b, 1, 1, 1, 32, activation="relu6", pool=pool)
+    _close(y, reference.conv2d(x, w, b, 1, 1, 1, 32, "relu6"), np.float32)
+    (dw,) = [p for per in conv_mod._plan_cache.values() for p in per.values()]
+    assert dw.counts is not None and [dw.counts[0], dw.counts[1]] == [dw.ntasks, 0]
+    # above the threshold the pool's capacity split applies
+    monkeypatch.setattr(conv_mod, "SMALL_DEPTHWISE_FLOPS", 0.0)
+    y = conv2d(x, w, b, 1, 1, 1, 32, activation="relu6", pool=pool)
+    _close(y, reference.conv2d(x, w, b, 1, 1, 1, 32, "relu6"), np.float32)
+    assert any(p.counts is None for per in conv_mod._plan_cache.values() for p in per.values()
+               if hasattr(p, "counts"))
