@@ -6,10 +6,14 @@ How it runs (NCHW, per image and group):
   is a block of 16 channels (one vector lane each) and output rows, bias and activation fused;
 - a 1x1 convolution with stride 1 and no padding is a GEMM on the image itself:
   ``weight[Cout x Cin] @ x[Cin x H*W]``;
-- any other convolution is im2col + GEMM: the C im2col kernel writes the ``K x N`` column
-  matrix (``K = Cin/groups * kh * kw``, ``N = OH * OW``) as pool tasks, the columns each cluster
-  will consume produced by that cluster's tasks, then ``weight[Cout/groups x K] @ col`` lands
-  in the output, which is already NCHW. The column matrix is produced and consumed in chunks
+- any other convolution is ``weight[Cout/groups x K] @ col[K x N]`` (``K = Cin/groups * kh *
+  kw``, ``N = OH * OW``) with the column matrix never written: the GEMM's tasks pack their
+  B panels straight from the image (implicit im2col, ``asymo_im2col_pack_b``), on the cluster
+  that consumes them, so a convolution is one pool job (plus the epilogue). When the GEMM plan
+  does not pack B (skinny shapes) it falls back to explicit im2col + GEMM: the C im2col
+  kernel writes the column matrix as pool tasks, the columns each cluster will consume
+  produced by that cluster's tasks, then ``weight @ col`` lands in the output, which is
+  already NCHW. The column matrix is produced and consumed in chunks
   of output rows (about COL_CHUNK_COLUMNS columns), so it stays in cache;
 - bias, ReLU / ReLU6 and a residual are applied in one pass over each output image right after
   its GEMM.
@@ -36,6 +40,21 @@ __all__ = ["conv2d", "conv_output_shape", "kernel_isa", "use_kernel_isa"]
 # enough to stay in the last-level cache), and never more than COL_CHUNK_BYTES.
 COL_CHUNK_COLUMNS = 8192
 COL_CHUNK_BYTES = 32 << 20
+# How a convolution that needs im2col feeds its GEMM: "implicit" packs the GEMM's B panels
+# straight from the image (csrc/conv.c asymo_im2col_pack_b: no column matrix, no separate
+# im2col pass, one pool job per convolution); "explicit" writes the column matrix with im2col
+# tasks, chunk by chunk, then multiplies it. Implicit is used whenever the GEMM plan packs B
+# (the "mm" kind split along M or N) and the C backend runs the GEMM.
+IM2COL_METHOD = "implicit"
+# Implicit im2col: the GEMM packs all of B's panels of one job; cut the job into chunks of
+# output rows only when that packed copy would exceed this.
+IMPLICIT_CHUNK_BYTES = 128 << 20
+# Small jobs run on the fastest cluster alone when the pool has several: below these sizes
+# the work a slower cluster would take saves less than waiting once for one of its cores
+# costs (measured with the emulator, whose slowed core disappears for half of every 1 ms
+# period: MobileNet's depthwise layers, ~2 MFLOP each, took up to 10x longer split).
+SMALL_DEPTHWISE_FLOPS = 8e6
+SMALL_EPILOGUE_BYTES = 1 << 20
 # Aim for this many tasks per worker in element-wise kernels (load balance vs overhead).
 TASKS_PER_WORKER = 4
 # Depthwise kernel: 0 = channel-interleaved vector kernel, 1 = plain per-plane loop (the
@@ -296,7 +315,8 @@ _plan_lock = threading.Lock()
 def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, activation,
                has_bias, has_residual):
     key = (xshape, wshape, dtype.num, stride, pads, dilation, groups, activation, has_bias,
-           has_residual, DEPTHWISE_METHOD, COL_CHUNK_BYTES, COL_CHUNK_COLUMNS, pool.limit)
+           has_residual, DEPTHWISE_METHOD, COL_CHUNK_BYTES, COL_CHUNK_COLUMNS, IM2COL_METHOD,
+           IMPLICIT_CHUNK_BYTES, SMALL_DEPTHWISE_FLOPS, SMALL_EPILOGUE_BYTES, pool.limit)
     try:
         per_pool = _plan_cache.get(pool)
     except TypeError:  # a pool object that cannot be weakly referenced: no caching
@@ -324,7 +344,8 @@ def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, acti
 
 
 def _bias_act_plan(pool, channels, plane, dtype, activation):
-    """(job template, ntasks, inline) for y = act(y + bias + residual) over one image."""
+    """(job template, ntasks, (inline, per-cluster counts or None)) for y = act(y + bias +
+    residual) over one image."""
     job = ffi.new("asymo_bias_act_job *")
     job.dtype = DTYPE_CODES[dtype]
     job.activation = ACTIVATION_CODES[activation]
@@ -338,8 +359,11 @@ def _bias_act_plan(pool, channels, plane, dtype, activation):
     per = max(min_channels, -(-channels // (TASKS_PER_WORKER * pool.nworkers)))
     job.channels_per_task = per
     job.channel_blocks = -(-channels // per)
-    inline = channels * plane * dtype.itemsize < INLINE_BYTES
-    return job, int(job.channel_blocks), inline
+    nbytes = channels * plane * dtype.itemsize
+    inline = nbytes < INLINE_BYTES
+    counts = _fast_cluster_only(pool, int(job.channel_blocks)) \
+        if nbytes < SMALL_EPILOGUE_BYTES else None
+    return job, int(job.channel_blocks), (inline, counts)
 
 
 def _run_bias_act(template, ntasks, inline, y_img, bias, residual, pool):
@@ -347,7 +371,16 @@ def _run_bias_act(template, ntasks, inline, y_img, bias, residual, pool):
     job.y = _ptr(y_img)
     job.bias = ffi.NULL if bias is None else _ptr(bias)
     job.residual = ffi.NULL if residual is None else _ptr(residual)
-    run_tasks(pool, _BIAS_ACT_TASK, job, ntasks, inline=inline)
+    inline, counts = inline
+    run_tasks(pool, _BIAS_ACT_TASK, job, ntasks, counts, inline=inline)
+
+
+def _fast_cluster_only(pool, ntasks):
+    """Per-cluster task counts giving every task to the fastest cluster (None: the pool has
+    one cluster, its default split is that)."""
+    if pool.nclusters <= 1:
+        return None
+    return ffi.new("int64_t[]", [ntasks] + [0] * (pool.nclusters - 1))
 
 
 class _DepthwisePlan:
@@ -377,6 +410,9 @@ class _DepthwisePlan:
         self.ntasks = blocks * -(-oh // rows)
         itemsize = dtype.itemsize
         self.inline = (n * c * h * w + n * cout * oh * ow) * itemsize < INLINE_BYTES
+        flops = 2.0 * n * cout * oh * ow * kh * kw
+        self.counts = (_fast_cluster_only(pool, self.ntasks)
+                       if flops < SMALL_DEPTHWISE_FLOPS else None)
         self.plane = cout * oh * ow
         self.residual = None
         if has_residual:
@@ -389,7 +425,7 @@ class _DepthwisePlan:
         job.bias = ffi.NULL if bias is None else _ptr(bias)
         job.y = _ptr(y)
         job.y_image_stride = y.strides[0] // y.itemsize if y.shape[0] > 1 else self.plane
-        run_tasks(pool, _DWCONV_TASK, job, self.ntasks, inline=self.inline)
+        run_tasks(pool, _DWCONV_TASK, job, self.ntasks, self.counts, inline=self.inline)
         if self.residual is not None:
             template, ntasks, inline = self.residual
             for i in range(y.shape[0]):
@@ -412,6 +448,7 @@ class _GemmConvPlan:
         self.ncols = oh * ow
         self.pointwise = (kh, kw) == (1, 1) and stride == (1, 1) and pads == ((0, 0), (0, 0))
         self.epilogue = None
+        self.implicit = None
         if has_bias or activation is not None or has_residual:
             self.epilogue = _bias_act_plan(pool, cout, oh * ow, dtype, activation)
         if self.pointwise:
@@ -420,6 +457,10 @@ class _GemmConvPlan:
         job = self.job = ffi.new("asymo_im2col_job *")
         _geometry(job.geom, cin_g, h, w, (kh, kw), stride, pads, dilation, oh, ow)
         job.dtype = DTYPE_CODES[dtype]
+        if IM2COL_METHOD == "implicit":
+            self.implicit = _implicit_chunks(pool, self.cout_g, k, oh, ow, dtype)
+            if self.implicit is not None:
+                return
         rows = _chunk_rows(oh, ow, k, dtype.itemsize)
         self.col_elems = k * rows * ow
         self.chunks = []
@@ -435,6 +476,8 @@ class _GemmConvPlan:
     def run(self, x, weight, bias, y, residual, pool):
         from asymo.conv_gemm import gemm_into
 
+        if self.implicit is not None:
+            return self._run_implicit(x, weight, bias, y, residual, pool)
         n = x.shape[0]
         cin_g, cout_g, groups, ncols = self.cin_g, self.cout_g, self.groups, self.ncols
         w2 = weight.reshape(groups, cout_g, self.k)
@@ -465,6 +508,68 @@ class _GemmConvPlan:
                 template, ntasks, inline = self.epilogue
                 _run_bias_act(template, ntasks, inline, y[i], bias,
                               None if residual is None else residual[i], pool)
+
+
+    def _run_implicit(self, x, weight, bias, y, residual, pool):
+        """One GEMM job per image, group and chunk, B packed from the image by the GEMM's
+        tasks (`asymo_im2col_pack_b`)."""
+        n = x.shape[0]
+        cin_g, cout_g, groups, ncols, k = (self.cin_g, self.cout_g, self.groups, self.ncols,
+                                           self.k)
+        es = x.itemsize
+        job = ffi.new("asymo_im2col_job *", self.job[0])
+        args = ffi.new("asymo_gemm_args *")
+        args.dtype = DTYPE_CODES[x.dtype]
+        args.m, args.k = cout_g, k
+        args.rsa, args.csa = k, 1
+        args.rsc, args.csc = ncols, 1
+        args.nbatch = 1
+        args.pack_b = _IM2COL_PACK_B
+        args.pack_b_ctx = job
+        wbase = ffi.cast("char *", _ptr(weight))
+        for i in range(n):
+            xbase = ffi.cast("char *", _ptr(x[i]))
+            ybase = ffi.cast("char *", _ptr(y[i]))
+            for g in range(groups):
+                job.x = xbase + g * cin_g * x.shape[2] * x.shape[3] * es
+                args.a = wbase + g * cout_g * k * es
+                for n0, n1, gp, handle_serial in self.implicit:
+                    job.col_offset = n0
+                    args.n = n1 - n0
+                    args.c = ybase + (g * cout_g * ncols + n0) * es
+                    handle = ffi.NULL if handle_serial or gp.in_caller() else pool._handle
+                    rc = lib.asymo_gemm(handle, args, gp.cdata())
+                    if rc != 0:
+                        from asymo.gemm import _fail
+                        raise _fail(rc, cout_g, k, n1 - n0, gp)
+            if self.epilogue is not None:
+                template, ntasks, inline = self.epilogue
+                _run_bias_act(template, ntasks, inline, y[i], bias,
+                              None if residual is None else residual[i], pool)
+
+
+def _implicit_chunks(pool, m, k, oh, ow, dtype):
+    """[(n0, n1, gemm plan, serial)] for implicit im2col: chunks of whole output rows whose
+    packed B stays under IMPLICIT_CHUNK_BYTES; None when a chunk's GEMM plan does not pack B
+    (then the explicit path runs)."""
+    from asymo import gemm as _gemm_mod
+    from asymo.conv_gemm import plan_conv_gemm
+
+    if _gemm_mod._default_backend != "c":
+        return None
+    rows = max(1, min(oh, IMPLICIT_CHUNK_BYTES // max(1, k * ow * dtype.itemsize)))
+    nchunks = -(-oh // rows)
+    rows = -(-oh // nchunks)
+    chunks, plans = [], {}
+    for r0 in range(0, oh, rows):
+        n0, n1 = r0 * ow, min(oh, r0 + rows) * ow
+        gp = plans.get(n1 - n0)
+        if gp is None:
+            gp = plans[n1 - n0] = plan_conv_gemm(m, k, n1 - n0, dtype, pool)
+        if gp.kind != "mm" or gp.split_dim not in ("M", "N") or gp.nbatch != 1:
+            return None
+        chunks.append((n0, n1, gp, pool is None))
+    return chunks
 
 
 def _chunk_rows(oh, ow, k, itemsize):
@@ -517,5 +622,6 @@ def _im2col_split(pool, gemm_plan, k, n0, n1, dtype):
 
 
 _IM2COL_TASK = task_fn("asymo_im2col_task")
+_IM2COL_PACK_B = task_fn("asymo_im2col_pack_b")
 _DWCONV_TASK = task_fn("asymo_dwconv_task")
 _BIAS_ACT_TASK = task_fn("asymo_bias_act_task")

@@ -34,8 +34,11 @@ def main(argv=None):
     parser.add_argument("--models", default="all",
                         help="comma-separated zoo names (default: all six)")
     parser.add_argument("--repeats", type=int, default=7, help="rounds per layer (median)")
-    parser.add_argument("--min-time", type=float, default=0.02,
-                        help="seconds of back-to-back calls per backend per round")
+    parser.add_argument("--min-time", type=float, default=0.2,
+                        help="seconds of back-to-back calls per backend per round (shorter "
+                             "rounds favour asymo: each switch of backend leaves the other "
+                             "library's threads waking up; at 0.02 s torch's per-layer sums "
+                             "came out 1.6x its whole-model time)")
     parser.add_argument("--emulate", default=None, metavar="CPU:SPEED[,...]",
                         help="slow cores with the emulator, e.g. 1:0.5")
     parser.add_argument("--no-numpy", action="store_true", help="skip the NumPy baseline")

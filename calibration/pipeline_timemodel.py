@@ -23,6 +23,19 @@ from asymo.pipeline.calibrate import calibrate, measure_layer_times, prediction_
 from asymo.pipeline.configs import CoreConfig  # noqa: E402
 
 
+def _cpu_name():
+    """The CPU model (for the reference fit's label); the machine type if unknown."""
+    import platform
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine() or "unknown CPU"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--grid", default="paper", choices=("paper", "quick", "reference"))
@@ -47,7 +60,7 @@ def main(argv=None):
         model, _ = calibrate(t, configs=configs, grid=args.grid, kernel_level=False,
                              progress=True, co_run=None)
         model.source = (f"reference fit: one core of the asymo development machine "
-                        f"({args.grid} grid)")
+                        f"({_cpu_name()}, asymo.matmul GEMM, {args.grid} grid)")
         with open(args.reference, "w") as f:
             json.dump(model.to_dict(), f, indent=1)
         print(f"wrote {args.reference}")

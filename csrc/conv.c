@@ -276,3 +276,92 @@ void asymo_bias_act_task(int64_t task, void *ctx)
         }
     }
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* Implicit im2col: the GEMM's B packer (asymo_gemm_args.pack_b) reading the image itself.
+ *
+ * Packs rows [p0, p0 + kb) x columns [j0, j0 + cols) of the column matrix as one nr-wide
+ * sliver (dst[p * nr + j]) without ever writing the column matrix: the GEMM's tasks pack their
+ * panels on the cluster that consumes them, and a convolution is one GEMM job, no separate
+ * im2col pass and no synchronisation between the two. Per row p = (c, ky, kx) the valid
+ * output-column range depends only on kx, so it is computed once per call. */
+#define PACK_MAX_KW 32
+
+#define DEFINE_PACK_B(T, SFX)                                                                 \
+static void im2col_pack_b_##SFX(const asymo_im2col_job *job, T *restrict dst, int64_t j0,     \
+                                int64_t cols, int64_t p0, int64_t kb, int64_t nr)             \
+{                                                                                             \
+    const asymo_conv_geometry *g = &job->geom;                                               \
+    const T *x = (const T *)job->x;                                                           \
+    const int64_t kh = g->kernel_h, kw = g->kernel_w, H = g->height, W = g->width;            \
+    const int64_t ow = g->out_w, sh = g->stride_h, sw = g->stride_w;                          \
+    int64_t los[PACK_MAX_KW], his[PACK_MAX_KW];                                               \
+    for (int64_t q = 0; q < kw && q < PACK_MAX_KW; q++)                                       \
+        valid_range(q * g->dilation_w - g->pad_w, sw, W, ow, &los[q], &his[q]);               \
+    j0 += job->col_offset;                                                                    \
+    const int64_t oy0 = j0 / ow, ox0 = j0 - oy0 * ow;                                         \
+    const int64_t khw = kh * kw;                                                              \
+    int64_t c = p0 / khw, rem = p0 - c * khw, ky = rem / kw, kx = rem - ky * kw;              \
+    for (int64_t p = 0; p < kb; p++) {                                                        \
+        T *restrict d = dst + p * nr;                                                         \
+        const T *xc = x + c * H * W;                                                          \
+        const int64_t dy = ky * g->dilation_h - g->pad_h, dx = kx * g->dilation_w - g->pad_w; \
+        int64_t lo, hi;                                                                       \
+        if (kx < PACK_MAX_KW) {                                                               \
+            lo = los[kx];                                                                     \
+            hi = his[kx];                                                                     \
+        } else {                                                                              \
+            valid_range(dx, sw, W, ow, &lo, &hi);                                             \
+        }                                                                                     \
+        int64_t j = 0, oy = oy0, ox = ox0;                                                    \
+        while (j < cols) {                                                                    \
+            const int64_t run = min64(cols - j, ow - ox);                                     \
+            const int64_t iy = oy * sh + dy;                                                  \
+            T *restrict dd = d + j - ox; /* dd[o]: output column o of this output row */      \
+            if (iy < 0 || iy >= H) {                                                          \
+                for (int64_t o = ox; o < ox + run; o++)                                       \
+                    dd[o] = (T)0;                                                             \
+            } else {                                                                          \
+                const int64_t a = min64(max64(ox, lo), ox + run);                             \
+                const int64_t b = max64(a, min64(ox + run, hi));                              \
+                const T *src = xc + iy * W + dx; /* src[o * sw]: output column o */          \
+                for (int64_t o = ox; o < a; o++)                                              \
+                    dd[o] = (T)0;                                                             \
+                if (sw == 1) {                                                                \
+                    for (int64_t o = a; o < b; o++)                                           \
+                        dd[o] = src[o];                                                       \
+                } else {                                                                      \
+                    for (int64_t o = a; o < b; o++)                                           \
+                        dd[o] = src[o * sw];                                                  \
+                }                                                                             \
+                for (int64_t o = b; o < ox + run; o++)                                        \
+                    dd[o] = (T)0;                                                             \
+            }                                                                                 \
+            j += run;                                                                         \
+            ox = 0;                                                                           \
+            oy++;                                                                             \
+        }                                                                                     \
+        for (; j < nr; j++)                                                                   \
+            d[j] = (T)0;                                                                      \
+        if (++kx == kw) {                                                                     \
+            kx = 0;                                                                           \
+            if (++ky == kh) {                                                                 \
+                ky = 0;                                                                       \
+                c++;                                                                          \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+}
+
+DEFINE_PACK_B(float, f32)
+DEFINE_PACK_B(double, f64)
+
+void asymo_im2col_pack_b(const void *ctx, void *dst, int64_t j0, int64_t cols, int64_t p0,
+                         int64_t kb, int64_t nr)
+{
+    const asymo_im2col_job *job = (const asymo_im2col_job *)ctx;
+    if (job->dtype == CONV_DTYPE_F64)
+        im2col_pack_b_f64(job, (double *)dst, j0, cols, p0, kb, nr);
+    else
+        im2col_pack_b_f32(job, (float *)dst, j0, cols, p0, kb, nr);
+}

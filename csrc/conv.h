@@ -54,6 +54,12 @@ void asymo_im2col_task(int64_t task, void *job);
 /* The same, single-threaded, for rows [k0, k1) and columns [n0, n1). */
 void asymo_im2col(const asymo_im2col_job *job, int64_t k0, int64_t k1, int64_t n0, int64_t n1);
 
+/* Implicit im2col: the GEMM's B packer (asymo_gemm_args.pack_b with pack_b_ctx = an
+ * asymo_im2col_job; uses geom, dtype, x and col_offset, the column of the job's first GEMM
+ * column). The column matrix is packed sliver by sliver straight from the image. */
+void asymo_im2col_pack_b(const void *job, void *dst, int64_t j0, int64_t cols, int64_t p0,
+                         int64_t kb, int64_t nr);
+
 /* Direct depthwise convolution (groups == channels, one input channel per group, out_channels
  * = multiplier * channels) with fused bias and activation. Output channel oc reads input
  * channel oc / multiplier; weight is out_channels x kernel_h x kernel_w.

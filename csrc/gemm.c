@@ -410,6 +410,8 @@ typedef struct {
     const char *a, *b;
     char *c;
     int64_t m, n, k, rsa, csa, rsb, csb, rsc, csc;
+    void (*pack_b)(const void *, void *, int64_t, int64_t, int64_t, int64_t, int64_t);
+    const void *pack_b_ctx;
 } operands;
 
 /* The skinny product out(L x S) = mat(L x K) @ vec(K x S) seen from one orientation. */
@@ -494,7 +496,7 @@ static int slot_of(const job *J)
 static operands item_operands(const asymo_gemm_args *g, int64_t i)
 {
     operands o = {(const char *)g->a, (const char *)g->b, (char *)g->c, g->m, g->n, g->k,
-                  g->rsa, g->csa, g->rsb, g->csb, g->rsc, g->csc};
+                  g->rsa, g->csa, g->rsb, g->csb, g->rsc, g->csc, g->pack_b, g->pack_b_ctx};
     if (g->nbatch > 1) {
         o.a += g->a_offsets[i];
         o.b += g->b_offsets[i];
@@ -516,6 +518,17 @@ static void spin_until_ready(_Atomic unsigned char *flag)
             spins = 0;
         }
     }
+}
+
+/* One nr-wide sliver of B (columns [jj, jj + cols), rows [p0, p0 + kb)) into dst: from
+ * memory, or from the caller's implicit-B packer. */
+static inline void pack_b_sliver(const job *J, const operands *o, void *dst, int64_t jj,
+                                 int64_t cols, int64_t p0, int64_t kb)
+{
+    if (o->pack_b)
+        o->pack_b(o->pack_b_ctx, dst, jj, cols, p0, kb, J->nr);
+    else
+        J->ops->pack_b(dst, o->b, o->rsb, o->csb, jj, cols, p0, kb, J->nr);
 }
 
 /* Compute C[i0:i1, j0:j1] += / = Apack @ Bsliver... for one kc step; `bsl(s)` gives sliver s. */
@@ -576,8 +589,8 @@ static void mm_task(int64_t t, void *ctx)
             char *own = J->bslot + J->bslot_bytes * slot;
             for (int64_t s = 0; s < nsl; s++) {
                 const int64_t jj = j0 + s * nr;
-                J->ops->pack_b(own + (size_t)(s * kb * nr) * es, o->b, o->rsb, o->csb, jj,
-                               min64(nr, j1 - jj), p0, kb, nr);
+                pack_b_sliver(J, o, own + (size_t)(s * kb * nr) * es, jj,
+                              min64(nr, j1 - jj), p0, kb);
             }
             J->ops->pack_a(apack, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr);
             mm_macro(J, o, apack, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0, own);
@@ -592,8 +605,8 @@ static void mm_task(int64_t t, void *ctx)
                 if (s >= nsl)
                     break;
                 const int64_t jj = j0 + s * nr;
-                J->ops->pack_b(bpanel + (size_t)(s * kb * nr) * es, o->b, o->rsb, o->csb, jj,
-                               min64(nr, j1 - jj), p0, kb, nr);
+                pack_b_sliver(J, o, bpanel + (size_t)(s * kb * nr) * es, jj,
+                              min64(nr, j1 - jj), p0, kb);
                 atomic_store_explicit(&C->ready[panel * C->nsl + s], 1, memory_order_release);
             }
         }
@@ -614,8 +627,8 @@ static void mm_serial(const job *J, const operands *o, const cluster_part *C, in
         for (int64_t p0 = 0; p0 < o->k; p0 += C->kc) {
             const int64_t kb = min64(C->kc, o->k - p0);
             for (int64_t jj = j0, s = 0; jj < j1; jj += nr, s++)
-                J->ops->pack_b(bpanel + (size_t)(s * kb * nr) * es, o->b, o->rsb, o->csb, jj,
-                               min64(nr, j1 - jj), p0, kb, nr);
+                pack_b_sliver(J, o, bpanel + (size_t)(s * kb * nr) * es, jj,
+                              min64(nr, j1 - jj), p0, kb);
             for (int64_t i0 = 0; i0 < o->m; i0 += C->mc) {
                 const int64_t i1 = min64(i0 + C->mc, o->m);
                 J->ops->pack_a(apack, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr);
@@ -768,7 +781,10 @@ static int check(const asymo_gemm_args *g, const asymo_gemm_plan *p)
         return ASYMO_EINVAL;
     if (g->nbatch > 1 && (!g->a_offsets || !g->b_offsets || !g->c_offsets))
         return ASYMO_EINVAL;
-    if (g->m > 0 && g->n > 0 && (!g->c || (g->k > 0 && (!g->a || !g->b))))
+    if (g->m > 0 && g->n > 0 && (!g->c || (g->k > 0 && (!g->a || (!g->b && !g->pack_b)))))
+        return ASYMO_EINVAL;
+    if (g->pack_b && (p->kind != ASYMO_GEMM_MM || p->split_dim == ASYMO_SPLIT_BATCH
+                      || g->nbatch != 1))
         return ASYMO_EINVAL;
     if (p->nclusters < 1 || p->nclusters > MAXC)
         return ASYMO_EINVAL;

@@ -81,6 +81,14 @@ typedef struct {
     const int64_t *a_offsets;
     const int64_t *b_offsets;
     const int64_t *c_offsets;
+    /* Implicit B (optional, NULL: B is read from b / rsb / csb): pack_b(pack_b_ctx, dst, j0,
+     * cols, p0, kb, nr) writes rows [p0, p0 + kb) x columns [j0, j0 + cols) of B as one
+     * nr-wide sliver, dst[p * nr + j], columns cols..nr-1 zero. Lets a producer (conv2d's
+     * im2col) write straight into the packed panels so B is never materialised. MM kind,
+     * nbatch == 1 only; b is then ignored. */
+    void (*pack_b)(const void *pack_b_ctx, void *dst, int64_t j0, int64_t cols, int64_t p0,
+                   int64_t kb, int64_t nr);
+    const void *pack_b_ctx;
 } asymo_gemm_args;
 
 /* Run the plan on the pool (or serially in the calling thread when pool is NULL). Returns

@@ -369,3 +369,164 @@ def test_layer_without_weighted_steps_describes_its_pooling():
     assert layer.kernel == (3, 3) and layer.stride == (2, 2) and layer.groups == 1
     assert layer.flops == 0 and layer.gemm_dims == (0, 0, 0) and layer.major_count == 0
     assert layer.matmul_shapes() == [] and layer.describe()["kind"] == "pool"
+
+
+# ---- implicit im2col: the GEMM packs its B panels straight from the image ----------------
+
+import contextlib  # noqa: E402
+import weakref  # noqa: E402
+
+
+@contextlib.contextmanager
+def _forced_implicit(blocks=None, isa=None, split_dim=None):
+    """Run conv2d's GEMMs as packed "mm" plans (small shapes would take the skinny path) with
+    the given blocks, through the implicit im2col packer; restores everything on exit."""
+    import asymo.conv as conv_mod
+    import asymo.conv_gemm as cg
+    from asymo.gemm_plan import plan_gemm
+
+    saved = (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache)
+
+    def forced(m, k, n, dtype, pool):
+        return plan_gemm(m, k, n, np.dtype(dtype).name, pool, kind="mm", blocks=blocks,
+                         isa=isa, split_dim=split_dim)
+
+    cg.plan_conv_gemm = forced
+    conv_mod.IM2COL_METHOD = "implicit"
+    conv_mod._plan_cache = weakref.WeakKeyDictionary()
+    try:
+        yield conv_mod
+    finally:
+        cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache = saved
+
+
+def _implicit_plans(conv_mod):
+    return [p for per_pool in conv_mod._plan_cache.values() for p in per_pool.values()
+            if getattr(p, "implicit", None) is not None]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conv_configs(), st.sampled_from([None, (4, 8, 5), (7, 24, 13)]))
+def test_implicit_im2col_matches_reference(cfg, blocks):
+    # blocks of a few rows / columns and kc not a multiple of kh * kw: slivers cross output
+    # rows, K panels start mid-kernel, edge slivers are partial
+    x, w, b = _make(cfg)
+    with _forced_implicit(blocks) as conv_mod:
+        y = conv2d(x, w, b, cfg["stride"], cfg["padding"], cfg["dilation"], cfg["groups"],
+                   activation=cfg["activation"])
+        used = _implicit_plans(conv_mod)
+    ref = reference.conv2d(x, w, b, cfg["stride"], cfg["padding"], cfg["dilation"],
+                           cfg["groups"], cfg["activation"])
+    _close(y, ref, cfg["dtype"])
+    pointwise = ((cfg["kh"], cfg["kw"]) == (1, 1) and cfg["stride"] == (1, 1)
+                 and cfg["padding"] == (0, 0))
+    if cfg["cin_g"] > 1 and not pointwise:  # not depthwise, not the plain 1x1 GEMM
+        assert used
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("isa", [None, "avx512", "portable"])
+def test_implicit_im2col_zoo_like_layers_match_torch(dtype, isa):
+    from asymo.gemm_plan import supported_isas
+
+    if isa is not None and isa not in supported_isas():
+        pytest.skip(f"{isa} kernels not supported here")
+    rng = np.random.default_rng(21)
+    cases = [((1, 3, 57, 61), (16, 3, 7, 7), 2, 3, 1, 1),    # ResNet conv1-like, odd sizes
+             ((2, 8, 20, 23), (12, 4, 3, 3), 1, 1, 1, 2),    # grouped, batch 2
+             ((1, 6, 15, 15), (9, 6, 3, 3), (2, 1), (0, 2), (2, 1), 1),
+             ((1, 3, 67, 67), (10, 3, 11, 11), 4, 0, 1, 1)]  # AlexNet conv1-like
+    with _forced_implicit(isa=isa) as conv_mod:
+        for xs, ws, s, p, d, g in cases:
+            x = rng.standard_normal(xs).astype(dtype)
+            w = rng.standard_normal(ws).astype(dtype)
+            b = rng.standard_normal(ws[0]).astype(dtype)
+            y = conv2d(x, w, b, s, p, d, g, activation="relu")
+            _close(y, _torch_conv(x, w, b, s, p, d, g, "relu"), dtype)
+        assert len(_implicit_plans(conv_mod)) == len(cases)
+
+
+@pytest.mark.parametrize("split_dim", ["N", "M"])
+def test_implicit_im2col_on_two_clusters_and_in_chunks(two_cluster_pool, split_dim,
+                                                       monkeypatch):
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal((2, 6, 29, 31)).astype(np.float32)
+    w = rng.standard_normal((24, 6, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32)
+    r = rng.standard_normal((2, 24, 29, 31)).astype(np.float32)
+    ref = np.maximum(reference.conv2d(x, w, b, 1, 1) + r, 0)
+    with _forced_implicit(blocks=(6, 32, 20), split_dim=split_dim) as conv_mod:
+        y = conv2d(x, w, b, padding=1, activation="relu", residual=r, pool=two_cluster_pool)
+        _close(y, ref, np.float32)
+        # packed B capped at a few output rows per GEMM job: chunks start mid-image
+        monkeypatch.setattr(conv_mod, "IMPLICIT_CHUNK_BYTES", 54 * 31 * 4 * 5)
+        conv_mod._plan_cache = weakref.WeakKeyDictionary()
+        y = conv2d(x, w, b, padding=1, activation="relu", residual=r, pool=two_cluster_pool)
+        (plan,) = _implicit_plans(conv_mod)
+        assert len(plan.implicit) == 6  # 29 rows, 5 per chunk
+        _close(y, ref, np.float32)
+
+
+def test_gemm_rejects_implicit_b_for_kinds_that_do_not_pack():
+    from asymo._ffi import ffi, lib
+    from asymo.gemm_plan import plan_gemm
+
+    job = ffi.new("asymo_im2col_job *")
+    args = ffi.new("asymo_gemm_args *")
+    a = np.ones((4, 9), np.float32)
+    c = np.empty((4, 8), np.float32)
+    args.dtype, args.m, args.k, args.n, args.nbatch = 0, 4, 9, 8, 1
+    args.a, args.rsa, args.csa = ffi.cast("void *", a.ctypes.data), 9, 1
+    args.c, args.rsc, args.csc = ffi.cast("void *", c.ctypes.data), 8, 1
+    args.pack_b = ffi.addressof(lib, "asymo_im2col_pack_b")
+    args.pack_b_ctx = job
+    plan = plan_gemm(4, 9, 8, "float32", None, kind="mv")
+    assert lib.asymo_gemm(ffi.NULL, args, plan.cdata()) == lib.ASYMO_EINVAL
+
+
+@pytest.mark.parametrize("method", ["explicit", "implicit"])
+def test_both_im2col_methods_on_a_packed_gemm_layer(method, monkeypatch):
+    import asymo.conv as conv_mod
+
+    monkeypatch.setattr(conv_mod, "IM2COL_METHOD", method)
+    monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
+    rng = np.random.default_rng(23)
+    for dt in (np.float32, np.float64):
+        x = rng.standard_normal((1, 32, 30, 30)).astype(dt)
+        w = rng.standard_normal((48, 32, 3, 3)).astype(dt)
+        b = rng.standard_normal(48).astype(dt)
+        y = conv2d(x, w, b, 1, 1, activation="relu")
+        _close(y, reference.conv2d(x, w, b, 1, 1, 1, 1, "relu"), dt)
+    plans = [p for per in conv_mod._plan_cache.values() for p in per.values()]
+    assert plans and all((p.implicit is not None) == (method == "implicit") for p in plans)
+
+
+def test_small_jobs_run_on_the_fastest_cluster_alone(two_cluster_pool, monkeypatch):
+    import asymo.conv as conv_mod
+    import asymo.conv_gemm as cg
+
+    pool = two_cluster_pool
+    monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
+    rng = np.random.default_rng(24)
+    # a small GEMM (below SMALL_GEMM_FLOPS): the slow cluster's range is empty
+    plan = cg.plan_conv_gemm(64, 576, 196, np.float32, pool)
+    assert 2 * 64 * 576 * 196 < cg.SMALL_GEMM_FLOPS
+    if plan.kind == "mm":
+        assert all(b == a for a, b in plan.cluster_ranges[1:])
+    big = cg.plan_conv_gemm(256, 2304, 3136, np.float32, pool)
+    assert big.cluster_ranges[1][1] > big.cluster_ranges[1][0]
+    # a small depthwise layer: every task on cluster 0; results still right
+    x = rng.standard_normal((1, 32, 14, 14)).astype(np.float32)
+    w = rng.standard_normal((32, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(32).astype(np.float32)
+    y = conv2d(x, w, b, 1, 1, 1, 32, activation="relu6", pool=pool)
+    _close(y, reference.conv2d(x, w, b, 1, 1, 1, 32, "relu6"), np.float32)
+    (dw,) = [p for per in conv_mod._plan_cache.values() for p in per.values()]
+    assert dw.counts is not None and [dw.counts[0], dw.counts[1]] == [dw.ntasks, 0]
+    # above the threshold the pool's capacity split applies
+    monkeypatch.setattr(conv_mod, "SMALL_DEPTHWISE_FLOPS", 0.0)
+    y = conv2d(x, w, b, 1, 1, 1, 32, activation="relu6", pool=pool)
+    _close(y, reference.conv2d(x, w, b, 1, 1, 1, 32, "relu6"), np.float32)
+    assert any(p.counts is None for per in conv_mod._plan_cache.values() for p in per.values()
+               if hasattr(p, "counts"))
