@@ -69,7 +69,7 @@ def run(args):
         t_as = _median_time(lambda: asymo.conv2d(x, w, padding=1), args.repeats)
         t_fast = _median_time(lambda: asymo.conv2d(x, w, padding=1, pool=fast_pool),
                               args.repeats)
-        t_torch, err = None, float("nan")
+        t_torch, err, torch_note = None, float("nan"), ""
         try:
             import torch
             torch.set_num_threads(ncores)
@@ -80,7 +80,7 @@ def run(args):
                 ref = torch.nn.functional.conv2d(xt, wt, padding=1).numpy()
             err = float(np.max(np.abs(asymo.conv2d(x, w, padding=1) - ref)))
         except ImportError:
-            pass
+            torch_note = " (torch is not installed here: n/a)"
         rows.append(("conv2d 3x3 64->64 56x56", 2.0 * 64 * 64 * 9 * 56 * 56, t_as, t_torch,
                      t_fast, err))
 
@@ -90,6 +90,6 @@ def run(args):
         base = f"{t_base / t_as:.2f}x" if t_base else "n/a"
         print(f"{name:<26}{flops / t_as / 1e9:>14.1f}{base:>13}{t_fast / t_as:>13.2f}x"
               f"{err:>11.1e}")
-    print("\nbaseline: numpy.matmul (OpenBLAS) for matmul, torch conv2d for conv2d "
-          "(n/a: torch not installed); fast core: asymo on the fastest core alone")
+    print("\nbaseline: numpy.matmul (OpenBLAS) for matmul, torch conv2d for conv2d"
+          f"{torch_note}; fast core: asymo on the fastest core alone")
     return 0
