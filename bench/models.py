@@ -93,8 +93,9 @@ def main(argv=None):
                     t = side_by_side(fns, args.repeats, args.min_time)
                     ta = t["asymo"]
                     tt, tn, ts = (t.get(k, 0.0) for k in ("torch", "numpy", "single"))
+                    ms = [f"{v * 1e3:.2f}" if v else "-" for v in (tt, tn, ts)]
                     print(f"{name:<13} {model.flops / 1e9:>6.2f} {ta * 1e3:>9.2f} "
-                          f"{tt * 1e3:>9.2f} {tn * 1e3:>9.2f} {ts * 1e3:>9.2f} "
+                          f"{ms[0]:>9} {ms[1]:>9} {ms[2]:>9} "
                           f"{fmt_ratio(ta, tt):>8} {fmt_ratio(ta, tn):>8} "
                           f"{fmt_ratio(ta, ts):>8}", flush=True)
                     del model
