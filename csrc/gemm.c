@@ -483,6 +483,15 @@ typedef struct {
 
 /* Scratch slot of the calling thread: its worker index in the job's pool, or the last slot
  * for the thread that submitted the job (which may run tasks itself). */
+/* The cluster part a task id belongs to: parts hold consecutive task ranges, cluster order. */
+static inline const cluster_part *part_of_task(const job *J, int64_t t)
+{
+    int c = 0;
+    while (t >= J->cl[c].task0 + J->cl[c].ntasks)
+        c++;
+    return &J->cl[c];
+}
+
 static int slot_of(const job *J)
 {
     if (J->pool && asymo_pool_current() == J->pool) {
@@ -562,10 +571,7 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
 static void mm_task(int64_t t, void *ctx)
 {
     const job *J = (const job *)ctx;
-    int c = 0;
-    while (t >= J->cl[c].task0 + J->cl[c].ntasks)
-        c++;
-    const cluster_part *C = &J->cl[c];
+    const cluster_part *C = part_of_task(J, t);
     const operands *o = &J->o;
     const int64_t lt = t - C->task0;
     const int64_t tn = lt / C->ntm, tm = lt % C->ntm;
@@ -580,7 +586,7 @@ static void mm_task(int64_t t, void *ctx)
      * worker's own scratch: it never waits on the owning cluster's packers, one of which may
      * be descheduled mid-sliver, and it keeps its data in the thief's caches. */
     const int stolen = J->bslot_bytes > 0 && J->pool && asymo_pool_current() == J->pool
-                       && asymo_pool_current_cluster() != c;
+                       && asymo_pool_current_cluster() != (int)(C - J->cl);
 
     for (int64_t pc = 0; pc < C->npc; pc++) {
         const int64_t p0 = pc * C->kc, kb = min64(C->kc, o->k - p0);
@@ -673,10 +679,7 @@ static void skinny_run(const job *J, const skinny_view *v, asymo_skinny_fn fn, c
 static void mv_task(int64_t t, void *ctx)
 {
     const job *J = (const job *)ctx;
-    int c = 0;
-    while (t >= J->cl[c].task0 + J->cl[c].ntasks)
-        c++;
-    const cluster_part *C = &J->cl[c];
+    const cluster_part *C = part_of_task(J, t);
     const skinny_view *v = &J->sv;
     const int64_t start = J->split_dim == ASYMO_SPLIT_M ? C->r0 : C->q0;
     const int64_t stop = J->split_dim == ASYMO_SPLIT_M ? C->r1 : C->q1;
@@ -692,10 +695,7 @@ static void mv_task(int64_t t, void *ctx)
 static void mv_ksplit_task(int64_t t, void *ctx)
 {
     const job *J = (const job *)ctx;
-    int c = 0;
-    while (t >= J->cl[c].task0 + J->cl[c].ntasks)
-        c++;
-    const cluster_part *C = &J->cl[c];
+    const cluster_part *C = part_of_task(J, t);
     const skinny_view *v = &J->sv;
     const int es = J->es;
     const int64_t p0 = C->k0 + (t - C->task0) * C->kchunk, p1 = min64(p0 + C->kchunk, C->k1);
@@ -710,10 +710,7 @@ static void mv_ksplit_task(int64_t t, void *ctx)
 static void outer_task(int64_t t, void *ctx)
 {
     const job *J = (const job *)ctx;
-    int c = 0;
-    while (t >= J->cl[c].task0 + J->cl[c].ntasks)
-        c++;
-    const cluster_part *C = &J->cl[c];
+    const cluster_part *C = part_of_task(J, t);
     const operands *o = &J->o;
     int64_t i0 = 0, i1 = o->m, j0 = 0, j1 = o->n;
     if (J->split_dim == ASYMO_SPLIT_M) {
@@ -755,10 +752,7 @@ static void item_serial(const job *J, const operands *o, const cluster_part *C, 
 static void batch_task(int64_t t, void *ctx)
 {
     const job *J = (const job *)ctx;
-    int c = 0;
-    while (t >= J->cl[c].task0 + J->cl[c].ntasks)
-        c++;
-    const cluster_part *C = &J->cl[c];
+    const cluster_part *C = part_of_task(J, t);
     const int slot = slot_of(J);
     const int64_t first = C->r0 + (t - C->task0) * C->chunk;
     const int64_t last = min64(first + C->chunk, C->r1);
