@@ -15,7 +15,8 @@ from sklearn.metrics import r2_score
 from sklearn.model_selection import KFold
 
 from asymo.costmodel import (FEATURE_SETS, MODEL_FORMAT, MODEL_FORMAT_VERSION, REGRESSORS,
-                             SETTING_COLUMNS, CostPredictor, _as_settings, _check_int, features)
+                             SETTING_COLUMNS, CostPredictor, _as_settings, _check_int, features,
+                             model_params)
 
 __all__ = ["BlockCostModel", "cross_validate", "choice_regret"]
 
@@ -141,12 +142,7 @@ class BlockCostModel(RegressorMixin, BaseEstimator):
     def from_dict(cls, d):
         """Rebuild a model from `to_dict` output; ValueError if it is not one."""
         try:
-            if d.get("format") != MODEL_FORMAT or d.get("version") != MODEL_FORMAT_VERSION:
-                raise ValueError(f"format {d.get('format')!r} version {d.get('version')!r}")
-            params = dict(d["params"])
-            unknown = set(params) - set(cls().get_params())
-            if unknown:
-                raise ValueError(f"unknown parameters {sorted(unknown)}")
+            params = model_params(d, cls().get_params())
             model = cls(**params)
             model._check_params()
         except (AttributeError, KeyError, TypeError, ValueError) as exc:

@@ -210,6 +210,18 @@ def features(X, kind="table2", *, itemsize=4, line_size=64, mr=1, nr=1):
     raise ValueError(f"features={kind!r}; expected one of {list(FEATURE_SETS)}")
 
 
+def model_params(d, known):
+    """The ``params`` of a serialised cost model after checking its format and version;
+    ValueError when they do not match or a parameter is not one of `known`."""
+    if d.get("format") != MODEL_FORMAT or d.get("version") != MODEL_FORMAT_VERSION:
+        raise ValueError(f"format {d.get('format')!r} version {d.get('version')!r}")
+    params = dict(d["params"])
+    unknown = set(params) - set(known)
+    if unknown:
+        raise ValueError(f"unknown parameters {sorted(unknown)}")
+    return params
+
+
 class CostPredictor:
     """A fitted cost model as plain data: predicts latencies, nothing else.
 
@@ -250,12 +262,7 @@ class CostPredictor:
     def from_dict(cls, d):
         """From `BlockCostModel.to_dict` output; ValueError if it is not a fitted model."""
         try:
-            if d.get("format") != MODEL_FORMAT or d.get("version") != MODEL_FORMAT_VERSION:
-                raise ValueError(f"format {d.get('format')!r} version {d.get('version')!r}")
-            params = dict(d["params"])
-            unknown = set(params) - set(_PARAMS)
-            if unknown:
-                raise ValueError(f"unknown parameters {sorted(unknown)}")
+            params = model_params(d, _PARAMS)
             if params.get("regressor", "linear") not in REGRESSORS:
                 raise ValueError(f"regressor={params.get('regressor')!r}")
             if not isinstance(params.get("relative", False), bool):
