@@ -361,8 +361,8 @@ def _bias_act_plan(pool, channels, plane, dtype, activation):
     job.channel_blocks = -(-channels // per)
     nbytes = channels * plane * dtype.itemsize
     inline = nbytes < INLINE_BYTES
-    counts = _fast_cluster_only(pool, int(job.channel_blocks)) \
-        if nbytes < SMALL_EPILOGUE_BYTES else None
+    counts = _task_counts(pool, int(job.channel_blocks),
+                          fastest_only=nbytes < SMALL_EPILOGUE_BYTES)
     return job, int(job.channel_blocks), (inline, counts)
 
 
@@ -375,12 +375,14 @@ def _run_bias_act(template, ntasks, inline, y_img, bias, residual, pool):
     run_tasks(pool, _BIAS_ACT_TASK, job, ntasks, counts, inline=inline)
 
 
-def _fast_cluster_only(pool, ntasks):
-    """Per-cluster task counts giving every task to the fastest cluster (None: the pool has
-    one cluster, its default split is that)."""
+def _task_counts(pool, ntasks, *, fastest_only=False):
+    """Per-cluster task counts, decided once at plan time rather than on every run: the
+    pool's capacity split, or every task on the fastest cluster (None on a one-cluster pool:
+    there is nothing to split)."""
     if pool.nclusters <= 1:
         return None
-    return ffi.new("int64_t[]", [ntasks] + [0] * (pool.nclusters - 1))
+    split = [1.0] + [0.0] * (pool.nclusters - 1) if fastest_only else None
+    return ffi.new("int64_t[]", pool.split_counts(ntasks, split))
 
 
 class _DepthwisePlan:
@@ -411,8 +413,8 @@ class _DepthwisePlan:
         itemsize = dtype.itemsize
         self.inline = (n * c * h * w + n * cout * oh * ow) * itemsize < INLINE_BYTES
         flops = 2.0 * n * cout * oh * ow * kh * kw
-        self.counts = (_fast_cluster_only(pool, self.ntasks)
-                       if flops < SMALL_DEPTHWISE_FLOPS else None)
+        self.counts = _task_counts(pool, self.ntasks,
+                                   fastest_only=flops < SMALL_DEPTHWISE_FLOPS)
         self.plane = cout * oh * ow
         self.residual = None
         if has_residual:
@@ -460,6 +462,14 @@ class _GemmConvPlan:
         if IM2COL_METHOD == "implicit":
             self.implicit = _implicit_chunks(pool, self.cout_g, k, oh, ow, dtype)
             if self.implicit is not None:
+                # everything about the GEMM but the pointers and the chunk width
+                args = self.gemm_args = ffi.new("asymo_gemm_args *")
+                args.dtype = DTYPE_CODES[dtype]
+                args.m, args.k = self.cout_g, k
+                args.rsa, args.csa = k, 1
+                args.rsc, args.csc = self.ncols, 1
+                args.nbatch = 1
+                args.pack_b = _IM2COL_PACK_B
                 return
         rows = _chunk_rows(oh, ow, k, dtype.itemsize)
         self.col_elems = k * rows * ow
@@ -518,13 +528,7 @@ class _GemmConvPlan:
                                            self.k)
         es = x.itemsize
         job = ffi.new("asymo_im2col_job *", self.job[0])
-        args = ffi.new("asymo_gemm_args *")
-        args.dtype = DTYPE_CODES[x.dtype]
-        args.m, args.k = cout_g, k
-        args.rsa, args.csa = k, 1
-        args.rsc, args.csc = ncols, 1
-        args.nbatch = 1
-        args.pack_b = _IM2COL_PACK_B
+        args = ffi.new("asymo_gemm_args *", self.gemm_args[0])
         args.pack_b_ctx = job
         wbase = ffi.cast("char *", _ptr(weight))
         for i in range(n):

@@ -528,5 +528,8 @@ def test_small_jobs_run_on_the_fastest_cluster_alone(two_cluster_pool, monkeypat
     monkeypatch.setattr(conv_mod, "SMALL_DEPTHWISE_FLOPS", 0.0)
     y = conv2d(x, w, b, 1, 1, 1, 32, activation="relu6", pool=pool)
     _close(y, reference.conv2d(x, w, b, 1, 1, 1, 32, "relu6"), np.float32)
-    assert any(p.counts is None for per in conv_mod._plan_cache.values() for p in per.values()
+    # (the counts are decided at plan time: the pool's capacity split, both clusters busy)
+    assert any([p.counts[0], p.counts[1]] == list(pool.split_counts(p.ntasks))
+               and p.counts[1] > 0
+               for per in conv_mod._plan_cache.values() for p in per.values()
                if hasattr(p, "counts"))
