@@ -343,6 +343,12 @@ class LoadMonitor:
             self._last = sample
             return self._loads
 
+    def next_window_at(self):
+        """The time (on this monitor's clock) from which `loads` measures a new window (until
+        then it returns the same result); None before the first sample."""
+        last = self._last
+        return None if last is None else last[0] + self.min_interval
+
     def _smooth(self, window, dt):
         """Exponential average; a cpu not measured in this window keeps its last value."""
         old = self._loads or {}

@@ -23,6 +23,7 @@ import numpy as np
 from asymo._ffi import ffi, lib
 from asymo import gemm_plan as _plans
 from asymo.matmul_plan import plan_for_matmul as _plan_for_matmul
+from asymo.matmul_fast import matmul as _fast_matmul
 
 __all__ = ["matmul", "gemm", "BACKENDS", "BACKEND_ENV_VAR"]
 
@@ -190,6 +191,11 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     """
     if backend is None:
         backend = _default_backend
+    if backend == "c" and _fast_matmul is not None:
+        # the common case in C (asymo/matmul_fast.py); None: not a case it takes
+        res = _fast_matmul(a, b, out, pool)
+        if res is not None:
+            return res
     if (backend == "c" and type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2
             and 0 < b.ndim <= 2 and (out is None or type(out) is np.ndarray)):
         res = _matmul_2d(a, b, out, pool)

@@ -125,10 +125,14 @@ def force_isa(name):
     global _forced_isa
     _check_isa(name)
     saved, _forced_isa = _forced_isa, name
+    for hook in _clear_hooks:
+        hook()
     try:
         yield name
     finally:
         _forced_isa = saved
+        for hook in _clear_hooks:
+            hook()
 
 
 def _check_isa(name, source="isa"):
@@ -484,10 +488,17 @@ _plan_cache = {}
 _PLAN_CACHE_MAX = 4096
 
 
+#: called (no arguments) whenever cached plans become stale: asymo.matmul's fast path keeps
+#: its own copy of the plans it runs (asymo/matmul_fast.py)
+_clear_hooks = []
+
+
 def clear_plan_cache():
     """Forget every cached plan (the next calls plan again)."""
     with _cache_lock:
         _plan_cache.clear()
+    for hook in _clear_hooks:
+        hook()
 
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import time
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from asymo.calibration import parse_section
 from asymo.cpuload import LOAD_ENV_VAR, LoadMonitor, adjust_split, cluster_loads
 
 __all__ = ["PartitionPlan", "plan_matmul", "plan_for_matmul", "clear_cache",
-           "calibration_for"]
+           "calibration_for", "plan_expiry"]
 
 #: split ratios are rounded to this step (plans are cached per ratio)
 RATIO_STEP = 1.0 / 64
@@ -242,6 +243,23 @@ def plan_for_matmul(M, K, N, dtype, pool, nbatch=1, with_cdata=False):
 
 
 _get_limit = lib.asymo_pool_get_limit
+
+
+def plan_expiry(pool):
+    """Until when (`time.monotonic`) the plans `plan_for_matmul` gives for ``pool`` stay what
+    they are: 0.0 when they depend on nothing but the shape, the pool's thread limit and what
+    `clear_cache` resets; the end of the current load reading when the split is adjusted for
+    the load; -1.0 when that cannot be said (no reading yet)."""
+    entry = _pool_cals.get(id(pool))
+    if entry is None or entry[0]() is not pool:
+        entry = _pool_entry(pool)
+    monitor = entry[1]
+    if monitor is None:
+        return 0.0
+    until = monitor.next_window_at()
+    if until is None or monitor._clock is not time.monotonic:
+        return -1.0
+    return float(until)
 
 
 def _pool_entry(pool):

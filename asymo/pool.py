@@ -585,14 +585,24 @@ def _destroy_handle(handle):
     if lib.asymo_pool_current() != ffi.NULL:
         # Collected on a pool worker (e.g. the last reference dropped inside a Python task):
         # joining from there could deadlock; finish on an ordinary thread instead.
+        for hook in _destroy_hooks:
+            hook(handle, False)
         _deferred.append(handle)
         return
+    for hook in _destroy_hooks:
+        hook(handle, True)
     lib.asymo_pool_destroy(handle)
     while _deferred:
-        lib.asymo_pool_destroy(_deferred.pop())
+        handle = _deferred.pop()
+        for hook in _destroy_hooks:
+            hook(handle, True)
+        lib.asymo_pool_destroy(handle)
 
 
 _deferred = []
+#: ``hook(handle, wait)`` runs before a pool's C handle is destroyed (wait=False: stop using
+#: it; wait=True: also wait for the calls using it); asymo.matmul's fast path registers here
+_destroy_hooks = []
 _task_fn_cache = {}  # id(fn) -> (fn, C function pointer)
 _live_pools = weakref.WeakSet()
 _global_limit = None  # threadpoolctl's cap, applied to every pool

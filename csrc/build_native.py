@@ -10,6 +10,7 @@ kernels are compiled with per-function ``target`` attributes and chosen at run t
 import glob
 import os
 import re
+import sys
 
 from cffi import FFI
 
@@ -44,3 +45,7 @@ ffibuilder.set_source(
 
 if __name__ == "__main__":
     ffibuilder.compile(verbose=False)
+    # asymo.matmul's fast path: a CPython extension beside the cffi module (optional)
+    sys.path.insert(0, os.path.join(HERE, "python"))
+    from build_matmul_fast import build_inplace
+    build_inplace()
