@@ -292,6 +292,8 @@ def main(argv=None):
     ap.add_argument("--speed", type=float, default=0.5, help="speed of the slowed core")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--no-fast", action="store_true",
+                    help="asymo.matmul without its C fast path (the Python path; for comparison)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     if len(os.sched_getaffinity(0)) < 2 and args.mode != "symmetric":
@@ -302,12 +304,16 @@ def main(argv=None):
         shapes = [s for s in shapes if s[0] in QUICK]
     print(f"machine: {machine_line()}; BLAS: {blas_line()}; load average at start "
           f"{os.getloadavg()[0]:.2f} (other jobs share the machine)")
+    from asymo import matmul_fast
     print(f"asymo GEMM: kernels {gemm_plan.best_isa()}, dtype {args.dtype}, medians of "
-          f"{args.rounds} interleaved rounds; ratio = time(baseline) / time(asymo)")
+          f"{args.rounds} interleaved rounds; ratio = time(baseline) / time(asymo); "
+          f"matmul fast path: {matmul_fast.status()['state']}"
+          + (", switched off for this run (--no-fast)" if args.no_fast else ""))
     results = {}
     modes = ["symmetric", "emulated"] if args.mode == "both" else [args.mode]
     for mode in modes:
-        header, rows, baselines = run_mode(mode, shapes, args)
+        with matmul_fast.disabled(args.no_fast):
+            header, rows, baselines = run_mode(mode, shapes, args)
         summary = report(header, rows, baselines)
         results[mode] = {"header": header, "summary": summary,
                          "load_average_end": os.getloadavg()[0],

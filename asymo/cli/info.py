@@ -47,7 +47,14 @@ def build_info(topology, sysfs_root="/sys"):
         "sysfs_root": os.fspath(sysfs_root),
         "topology": topology.to_dict(),
         "profile": profile_summary(topology),
+        "matmul_fast": _matmul_fast_state(),
     }
+
+
+def _matmul_fast_state():
+    from asymo import matmul_fast
+    st = matmul_fast.status()
+    return {"state": st["state"], "available": st["available"], "enabled": st["enabled"]}
 
 
 # -- table rendering --------------------------------------------------------------------
@@ -134,6 +141,7 @@ def _render_profile(p):
 RENDERERS = {
     "topology": _render_topology,
     "profile": _render_profile,
+    "matmul_fast": lambda s: f"matmul fast path: {s['state']}",
 }
 
 
