@@ -148,7 +148,7 @@ def test_help_explains_the_format():
 def test_in_process_main_and_info_hook(capsys):
     assert main(["info", "--json", "--sysfs-root", os.path.join(FIXTURES, "sdm845")]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"sysfs_root", "topology", "profile"}
+    assert set(out) == {"sysfs_root", "topology", "profile", "matmul_fast"}
     t = topo.Topology.from_dict(out["topology"])
     assert [c.cpus for c in t.clusters] == [(4, 5, 6, 7), (0, 1, 2, 3)]
     # The hook: extra sections appear in JSON, and in the table once they have a renderer.
