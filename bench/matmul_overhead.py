@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import timeit
 
@@ -25,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import asymo  # noqa: E402
 from asymo import matmul_fast  # noqa: E402
+from matmul_gflops import machine_line  # noqa: E402  (bench/ is the script's directory)
 
 # name, shape of a, shape of b, whether out= is given
 SHAPES = [
@@ -58,13 +58,11 @@ def main(argv=None):
     import threadpoolctl
     dtype = np.dtype(args.dtype)
     pool = asymo.get_pool()
-    model = platform.processor() or platform.machine()
-    print(f"machine: {model}, {len(os.sched_getaffinity(0))} usable cpus, numpy "
-          f"{np.__version__}; asymo pool {pool.topology.to_spec()} ({pool.nworkers} workers), "
+    print(f"machine: {machine_line()}; asymo pool {pool.topology.to_spec()} ({pool.nworkers} workers), "
           f"NumPy/OpenBLAS {pool.nworkers} threads; load average {os.getloadavg()[0]:.2f}")
     fast = matmul_fast.status()
     print(f"asymo matmul fast path: {fast['state']}"
-          + (" (switched off for this run: --no-fast)" if args.no_fast else "")
+          + ("; switched off for this run (--no-fast)" if args.no_fast else "")
           + f"; dtype {dtype}, medians of {args.rounds} rounds")
     rng = np.random.default_rng(0)
     rows = []
