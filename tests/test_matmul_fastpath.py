@@ -457,3 +457,40 @@ print(matmul_fast.status()["state"])
     res = _run_python(code, {"ASYMO_MATMUL_FAST": "0"})
     assert res.returncode == 0, res.stderr
     assert "switched off (env ASYMO_MATMUL_FAST='0')" in res.stdout
+
+
+@needs_ext
+def test_pool_closed_by_another_thread_while_in_use():
+    """close() from another thread while calls run on the pool: the calls in flight finish
+    with right results (forget_pool waits for them before the handle is destroyed), later
+    calls raise the Python path's ValueError; nothing crashes or hangs."""
+    a = np.random.default_rng(10).standard_normal((1024, 512))
+    b = np.random.default_rng(11).standard_normal(512)
+    ref = a @ b
+    p = Pool(topology=f"c0:0-{NCPU - 1}@1" if NCPU > 1 else "c0:0@1")
+    seen = {"ok": 0, "closed": 0, "wrong": 0}
+    started = threading.Event()
+
+    def caller():
+        for _ in range(20000):
+            try:
+                r = asymo.matmul(a, b, pool=p)
+            except ValueError as exc:
+                assert "closed" in str(exc)
+                seen["closed"] += 1
+                return
+            seen["ok"] += 1
+            started.set()
+            if not np.allclose(r, ref):
+                seen["wrong"] += 1
+
+    threads = [threading.Thread(target=caller) for _ in range(2)]
+    for t in threads:
+        t.start()
+    assert started.wait(30)
+    time.sleep(0.02)
+    p.close()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert seen["ok"] > 0 and seen["closed"] == 2 and seen["wrong"] == 0
