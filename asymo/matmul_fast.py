@@ -45,6 +45,35 @@ except ImportError as exc:  # not built, or built for another NumPy ABI
 else:
     _missing = None
 
+#: the C core's entry points the extension calls, with the C types it was written for (cffi
+#: spelling): a core whose signatures changed is not called through stale assumptions
+CORE_FUNCTIONS = {
+    "asymo_gemm_2d_checked": "int(*)(struct asymo_pool *, asymo_gemm_plan *, int, int64_t, "
+                             "int64_t, int64_t, void *, int64_t, int64_t, void *, int64_t, "
+                             "int64_t, void *, int64_t, int64_t)",
+    "asymo_pool_get_limit": "int(*)(struct asymo_pool *)",
+    "asymo_gemm_current_cpu": "int(*)()",
+}
+
+
+def _core_mismatch():
+    """Why the C core does not fit the extension, or None."""
+    for name, ctype in CORE_FUNCTIONS.items():
+        try:
+            have = ffi.typeof(ffi.addressof(lib, name)).cname
+        except (AttributeError, ffi.error) as exc:
+            return f"the C core has no {name} ({exc})"
+        if have != ctype:
+            return (f"the C core's {name} is {have}, the fast path was written for {ctype} "
+                    "(update csrc/python/matmul_fast.c)")
+    return None
+
+
+if _ext is not None:
+    _missing = _core_mismatch()
+    if _missing is not None:
+        _ext = None
+
 _off_by_env = os.environ.get(ENV_VAR, "1").strip().lower() in ("0", "no", "off", "false")
 _DTYPES = {lib.ASYMO_DTYPE_F32: "float32", lib.ASYMO_DTYPE_F64: "float64"}
 
@@ -87,9 +116,7 @@ def _forget(handle, wait):
 
 
 def _install():
-    _ext.set_core(_address(ffi.addressof(lib, "asymo_gemm_2d_checked")),
-                  _address(ffi.addressof(lib, "asymo_pool_get_limit")),
-                  _address(ffi.addressof(lib, "asymo_gemm_current_cpu")),
+    _ext.set_core(*(_address(ffi.addressof(lib, name)) for name in CORE_FUNCTIONS),
                   lib.ASYMO_OK, lib.ASYMO_GEMM_OVERLAP, lib.ASYMO_DTYPE_F32,
                   lib.ASYMO_DTYPE_F64, lib.ASYMO_ENOMEM)
     _ext.set_context(_pool.Pool, _plan, _pool._environ_data, _pool._TOPOLOGY_KEY,

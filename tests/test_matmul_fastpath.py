@@ -494,3 +494,12 @@ def test_pool_closed_by_another_thread_while_in_use():
         t.join(60)
     assert not any(t.is_alive() for t in threads)
     assert seen["ok"] > 0 and seen["closed"] == 2 and seen["wrong"] == 0
+
+
+def test_core_signature_check(monkeypatch):
+    assert matmul_fast._core_mismatch() is None
+    monkeypatch.setitem(matmul_fast.CORE_FUNCTIONS, "asymo_pool_get_limit", "int(*)(int)")
+    assert "asymo_pool_get_limit is int(*)(struct asymo_pool *)" in matmul_fast._core_mismatch()
+    monkeypatch.setitem(matmul_fast.CORE_FUNCTIONS, "asymo_no_such_function", "int(*)()")
+    monkeypatch.delitem(matmul_fast.CORE_FUNCTIONS, "asymo_pool_get_limit")
+    assert "has no asymo_no_such_function" in matmul_fast._core_mismatch()

@@ -47,9 +47,14 @@ def build_inplace():
     ext = extension(optional=False)
     if ext is None:
         return False
+    import warnings
     from setuptools import Distribution
     from setuptools.command.build_ext import build_ext
-    dist = Distribution({"name": "asymo", "ext_modules": [ext]})
+    with warnings.catch_warnings():
+        # the Distribution reads pyproject.toml's metadata, of which only its format is
+        # warned about (pip install reports that); nothing of it matters to one extension
+        warnings.simplefilter("ignore")
+        dist = Distribution({"name": "asymo", "ext_modules": [ext]})
     cmd = build_ext(dist)
     cmd.inplace = 1
     try:
