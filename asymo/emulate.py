@@ -51,10 +51,12 @@ from asymo._occupier import EXIT_PARENT_GONE, EXIT_TIME_LIMIT, lock_path
 __all__ = [
     "slow_cores", "Emulation", "EmulationError", "RealtimeUnavailableError",
     "emulated_topology", "min_speed", "realtime_available", "format_emulated",
-    "on_topology_change", "ENV_EMULATED", "MODES",
+    "on_topology_change", "ENV_EMULATED", "ENV_PERIOD", "MODES",
 ]
 
 ENV_EMULATED = _topology.EMULATED_ENV_VAR  # "ASYMO_EMULATED"
+#: the period (seconds) of the running emulation, for cost models (`asymo.split_cost`)
+ENV_PERIOD = "ASYMO_EMULATED_PERIOD"
 MODES = ("fifo", "approximate")
 DEFAULT_PERIOD = 1e-3
 DEFAULT_TIME_LIMIT = 3600.0
@@ -327,7 +329,8 @@ class Emulation:
                 # ASYMO_TOPOLOGY; keep its cpus in ASYMO_EMULATED too.
                 topo = topo.replace(emulated={**inherited, **topo.emulated})
                 env = {_topology.ENV_VAR: topo.to_spec(),
-                       ENV_EMULATED: format_emulated(topo.emulated)}
+                       ENV_EMULATED: format_emulated(topo.emulated),
+                       ENV_PERIOD: repr(self.period)}
                 self.topology = topo
             self._start_helpers(slowed)
         except BaseException:

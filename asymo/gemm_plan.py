@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from asymo import split_cost as _split_cost
 from asymo._ffi import ffi, lib
 
 __all__ = [
@@ -64,6 +65,12 @@ TASKS_PER_WORKER = 8
 #: that is preempted or slower than planned the expected wait is about half a task (about
 #: 0.25 ms here, below the 1 ms period of the asymmetry emulator)
 TASK_FLOPS = 50e6
+#: ... scaled for a slower cluster by its capacity to the power SLOW_TASK_EXPONENT: its tasks
+#: last as long as the fastest cluster's (exponent 1) or less (exponent 2: a cluster at half
+#: speed gets tasks of a quarter of the FLOPs, which take half the time). A job ends when the
+#: slower cluster's last task does (the faster cluster steals its queued tasks, not the one
+#: running), so that task's length is the job's expected tail.
+SLOW_TASK_EXPONENT = 2.0
 #: products of a batch smaller than this (FLOPs) are given whole to tasks
 BATCH_SPLIT_FLOPS = 4e6
 #: products (whole batches) below this many FLOPs are not worth a pool job: on a symmetric
@@ -404,6 +411,14 @@ def block_candidates(M, N, K, cluster, nthreads, mr, nr, itemsize, max_i=64):
     return out
 
 
+def task_flops(cluster):
+    """Most FLOPs per GEMM task on ``cluster``: `TASK_FLOPS` x capacity ^
+    `SLOW_TASK_EXPONENT` (capacity relative to the fastest cluster, 1 when unknown)."""
+    cap = getattr(cluster, "capacity", 1.0) if cluster is not None else 1.0
+    cap = min(1.0, max(float(cap), 0.05)) if cap and math.isfinite(cap) else 1.0
+    return TASK_FLOPS * cap ** SLOW_TASK_EXPONENT
+
+
 def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
     """Default (mc, nc, kc) for a cluster computing an M x N part of C with K.
 
@@ -412,7 +427,8 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
     * nc: as wide as the cluster's columns while a kc x nc panel of B takes at most 3/4 of the
       per-thread L2 (wide panels keep A from being repacked), cut into equal blocks.
     * mc, nc: at least ``TASKS_PER_WORKER`` tasks per worker and tasks of at most
-      ``TASK_FLOPS`` (small tasks balance, and let stealing even out lagging cores), but at
+      `task_flops` (``TASK_FLOPS``, less on a slower cluster: small tasks balance, let
+      stealing even out lagging cores and shorten the slower cluster's tail), but at
       least 8 micro-tiles a side: a short M is not cut, the columns are cut instead (down to
       nc = 8 nr); mc at most 16 micro-tiles; within AsyMo's cache constraint
       ``mc*kc + nc*kc + mc*nc <= L2`` per thread.
@@ -425,7 +441,8 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
     kc = _kc_for(K, l1, mr, nr, itemsize)
     budget = l2 // itemsize
     M, N = max(M, 1), max(N, 1)
-    want = max(1, TASKS_PER_WORKER * max(nthreads, 1), int(2.0 * M * N * K / TASK_FLOPS))
+    want = max(1, TASKS_PER_WORKER * max(nthreads, 1),
+               int(2.0 * M * N * K / task_flops(cluster)))
     nc_max = max(nr, (budget * 3 // 4 // kc) // nr * nr)
     ntn = -(-N // nc_max)
     # tasks of at least 8 micro-tiles a side; a short M is not cut but N is, instead
@@ -593,7 +610,8 @@ def plan_gemm(M, K, N, dtype="float32", pool=None, *, nbatch=1, split=None, bloc
     else:
         owner, limit = None, None
     key = (M, K, N, dname, nbatch, isa, _freeze(split), _freeze(blocks), kind, split_dim,
-           id(owner) if owner is not None else None, limit, _block_chooser)
+           id(owner) if owner is not None else None, limit, _block_chooser,
+           _split_cost.emulated_period())
     if owner is not None:
         with _cache_lock:
             hit = _plan_cache.get(key)
@@ -646,9 +664,14 @@ def _make_plan(M, K, N, dname, nbatch, isa, topo, active, pool, split, blocks, k
     small = per_item * nbatch < (SERIAL_FLOPS_MV if kind == "mv" else SERIAL_FLOPS)
     serial = small and split is None and not topo.is_asymmetric
     serial_cpus = ()
-    if small and split is None and topo.is_asymmetric:
-        split = [1.0] + [0.0] * (ncl - 1)
-        serial_cpus = clusters[0].cpus
+    if split is None and topo.is_asymmetric and ncl > 1:
+        # the slower clusters' share must save more than their sync and tail cost
+        # (asymo.split_cost: one rule for matmul and convolutions)
+        if small or _split_cost.fastest_only(per_item * nbatch, topo,
+                                             "mv" if kind == "mv" else "mm", active=active):
+            split = [1.0] + [0.0] * (ncl - 1)
+        if small:
+            serial_cpus = clusters[0].cpus
     if split_dim is None:
         if nbatch > 1 and per_item < BATCH_SPLIT_FLOPS and nbatch >= total_workers:
             split_dim = "batch"
