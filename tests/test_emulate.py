@@ -37,6 +37,7 @@ def child_env(**extra):
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.pop(E.ENV_EMULATED, None)
+    env.pop(E.ENV_PERIOD, None)
     env.pop(topo.ENV_VAR, None)
     env.update(extra)
     return env
@@ -239,10 +240,16 @@ def test_helper_is_fifo_pinned_and_env_is_set_then_restored(monkeypatch):
         assert t.clusters[0].cpus == (FAST_CPU,) and t.clusters[0].capacity == 1.0
         assert t.clusters[-1].cpus == (SLOW_CPU,) and t.clusters[-1].capacity == 0.5
         assert emu.topology.to_spec() == os.environ[topo.ENV_VAR]
+        assert float(os.environ[E.ENV_PERIOD]) == E.DEFAULT_PERIOD == emu.period
         emu.check()
     assert not running(pid)
     assert os.environ[topo.ENV_VAR] == f"all:{FAST_CPU}-{SLOW_CPU}@1"
-    assert E.ENV_EMULATED not in os.environ
+    assert E.ENV_EMULATED not in os.environ and E.ENV_PERIOD not in os.environ
+    # the period is a parameter; cost models read it from the environment
+    from asymo import split_cost
+    with E.slow_cores({SLOW_CPU: 0.5}, period=2e-4):
+        assert split_cost.emulated_period() == 2e-4
+    assert split_cost.emulated_period() is None
     assert calls == [f"{SLOW_CPU}:0.5", None]
 
 

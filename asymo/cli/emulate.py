@@ -36,8 +36,9 @@ def register(sub):
     p.add_argument("--speed", type=float, action="append", required=True, metavar="S",
                    help="speed of the matching --core, in (0, 1]: the share of the core left "
                         "to COMMAND (one --speed applies to every --core)")
-    p.add_argument("--period", type=float, default=1e-3, metavar="SECONDS",
-                   help="length of one spin/sleep cycle (default: 0.001)")
+    p.add_argument("--period", type=float, default=None, metavar="SECONDS",
+                   help="length of one spin/sleep cycle (default: 0.0005); shorter is more "
+                        "even, longer loses less speed to the switches")
     p.add_argument("--time-limit", type=float, default=3600.0, metavar="SECONDS",
                    help="helpers stop by themselves after this long, whatever happens "
                         "(default: 3600); a warning says if COMMAND outlived them")
@@ -124,7 +125,8 @@ def run(args):
     speeds = _speeds(args)
     mode = "approximate" if args.approximate else "fifo"
     try:
-        emu = emulate.slow_cores(speeds, period=args.period, time_limit=args.time_limit,
+        period = emulate.DEFAULT_PERIOD if args.period is None else args.period
+        emu = emulate.slow_cores(speeds, period=period, time_limit=args.time_limit,
                                  mode=mode)
     except (TypeError, ValueError) as exc:
         args.parser.error(str(exc))
