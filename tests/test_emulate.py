@@ -429,6 +429,22 @@ def test_single_thread_work_on_the_slowed_core_runs_at_the_requested_speed(speed
     assert 0.8 < control[-1][0] < 1.25 and control[-1][1] > 0.85, f"unemulated {control}"
 
 
+@pytest.mark.skipif(len(AFFINITY) < 2, reason="needs at least 2 usable cpus")
+def test_burst_probe_times_every_unit_against_the_free_core():
+    # the fidelity probe of bench/emulator_speed.py, without emulation: two equal cores give a
+    # stretch near 1 for most units
+    r = subprocess.run([sys.executable, "-m", "asymo._speedprobe", "--fast", str(FAST_CPU),
+                        "--slow", str(SLOW_CPU), "--workload", "burst", "--unit-us", "200",
+                        "--units", "200"], env=child_env(), capture_output=True, text=True,
+                       timeout=120, start_new_session=True)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    stretch = sorted(out["stretch"])
+    assert len(stretch) == 200 and all(x > 0 for x in stretch)
+    assert 50e-6 < out["unit_s"] < 1e-3
+    assert 0.6 < stretch[len(stretch) // 2] < 1.6, stretch[::20]
+
+
 # -- command line -------------------------------------------------------------------------------
 
 def asymo_cli(*args, **kw):
