@@ -245,12 +245,12 @@ def test_helper_is_fifo_pinned_and_env_is_set_then_restored(monkeypatch):
     assert not running(pid)
     assert os.environ[topo.ENV_VAR] == f"all:{FAST_CPU}-{SLOW_CPU}@1"
     assert E.ENV_EMULATED not in os.environ and E.ENV_PERIOD not in os.environ
+    assert calls == [f"{SLOW_CPU}:0.5", None]
     # the period is a parameter; cost models read it from the environment
     from asymo import split_cost
     with E.slow_cores({SLOW_CPU: 0.5}, period=2e-4):
         assert split_cost.emulated_period() == 2e-4
     assert split_cost.emulated_period() is None
-    assert calls == [f"{SLOW_CPU}:0.5", None]
 
 
 @emulator
