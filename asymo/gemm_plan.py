@@ -65,12 +65,6 @@ TASKS_PER_WORKER = 8
 #: that is preempted or slower than planned the expected wait is about half a task (about
 #: 0.25 ms here, below the 1 ms period of the asymmetry emulator)
 TASK_FLOPS = 50e6
-#: ... scaled for a slower cluster by its capacity to the power SLOW_TASK_EXPONENT: its tasks
-#: last as long as the fastest cluster's (exponent 1) or less (exponent 2: a cluster at half
-#: speed gets tasks of a quarter of the FLOPs, which take half the time). A job ends when the
-#: slower cluster's last task does (the faster cluster steals its queued tasks, not the one
-#: running), so that task's length is the job's expected tail.
-SLOW_TASK_EXPONENT = 2.0
 #: products of a batch smaller than this (FLOPs) are given whole to tasks
 BATCH_SPLIT_FLOPS = 4e6
 #: products (whole batches) below this many FLOPs are not worth a pool job: on a symmetric
@@ -411,14 +405,6 @@ def block_candidates(M, N, K, cluster, nthreads, mr, nr, itemsize, max_i=64):
     return out
 
 
-def task_flops(cluster):
-    """Most FLOPs per GEMM task on ``cluster``: `TASK_FLOPS` x capacity ^
-    `SLOW_TASK_EXPONENT` (capacity relative to the fastest cluster, 1 when unknown)."""
-    cap = getattr(cluster, "capacity", 1.0) if cluster is not None else 1.0
-    cap = min(1.0, max(float(cap), 0.05)) if cap and math.isfinite(cap) else 1.0
-    return TASK_FLOPS * cap ** SLOW_TASK_EXPONENT
-
-
 def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
     """Default (mc, nc, kc) for a cluster computing an M x N part of C with K.
 
@@ -427,8 +413,7 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
     * nc: as wide as the cluster's columns while a kc x nc panel of B takes at most 3/4 of the
       per-thread L2 (wide panels keep A from being repacked), cut into equal blocks.
     * mc, nc: at least ``TASKS_PER_WORKER`` tasks per worker and tasks of at most
-      `task_flops` (``TASK_FLOPS``, less on a slower cluster: small tasks balance, let
-      stealing even out lagging cores and shorten the slower cluster's tail), but at
+      ``TASK_FLOPS`` (small tasks balance, and let stealing even out lagging cores), but at
       least 8 micro-tiles a side: a short M is not cut, the columns are cut instead (down to
       nc = 8 nr); mc at most 16 micro-tiles; within AsyMo's cache constraint
       ``mc*kc + nc*kc + mc*nc <= L2`` per thread.
@@ -441,8 +426,7 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
     kc = _kc_for(K, l1, mr, nr, itemsize)
     budget = l2 // itemsize
     M, N = max(M, 1), max(N, 1)
-    want = max(1, TASKS_PER_WORKER * max(nthreads, 1),
-               int(2.0 * M * N * K / task_flops(cluster)))
+    want = max(1, TASKS_PER_WORKER * max(nthreads, 1), int(2.0 * M * N * K / TASK_FLOPS))
     nc_max = max(nr, (budget * 3 // 4 // kc) // nr * nr)
     ntn = -(-N // nc_max)
     # tasks of at least 8 micro-tiles a side; a short M is not cut but N is, instead
