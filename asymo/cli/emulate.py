@@ -13,7 +13,8 @@ DESCRIPTION = """\
 Run COMMAND while some cores are slowed: a helper pinned to each chosen core runs at SCHED_FIFO
 priority and spins for (1 - speed) of every period, so every thread there, of any library, gets
 `speed` of the core. COMMAND sees the emulated machine through ASYMO_TOPOLOGY (the slowed cores
-form slower clusters, capacity = speed) and ASYMO_EMULATED (cpu:speed pairs). The helpers stop
+form slower clusters, capacity = speed), ASYMO_EMULATED (cpu:speed pairs) and
+ASYMO_EMULATED_PERIOD (the period, seconds). The helpers stop
 when COMMAND exits, on Ctrl-C, and if asymo itself is killed. Exit status: COMMAND's.
 
 This emulates core speed only: slowed cores keep their caches and memory bandwidth.
