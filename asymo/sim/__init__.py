@@ -11,11 +11,12 @@ builders for the workloads ``asymo bench scaling`` measures.
 >>> round(r.efficiency, 2) > 0.9
 True
 """
-from asymo.sim.engine import (POLICIES, DutyCycle, Interference, Job, Overheads, SimResult, first_cores,
+from asymo.sim.engine import (POLICIES, CoRunning, DutyCycle, Interference, Job, Overheads, SimResult,
+                              first_cores,
                               simulate, split_counts)
 from asymo.sim.presets import PRESETS, Preset, get_preset, preset_names
 
 __all__ = [
-    "POLICIES", "DutyCycle", "Interference", "Job", "Overheads", "SimResult", "first_cores", "simulate",
+    "POLICIES", "CoRunning", "DutyCycle", "Interference", "Job", "Overheads", "SimResult", "first_cores", "simulate",
     "split_counts", "PRESETS", "Preset", "get_preset", "preset_names",
 ]

@@ -1,0 +1,472 @@
+"""Measure the simulator's inputs on this machine (``asymo bench scaling --calibrate-sim``).
+
+A simulation is only as good as its inputs. For a machine at hand they are measured here, in
+runs of their own (never the runs a validation compares against), and stored as plain JSON:
+
+* **task structure and costs** per workload and core count: every pool job the workload
+  issues, traced task by task as a worker of each cluster (:mod:`asymo.sim.trace`), with the
+  submitting thread's own work between jobs (``Job.delay``: Python glue, per-layer overheads,
+  planning); medians over repeated traces;
+* **availability of each emulated core** per workload: the same tasks traced on the emulated
+  core, alone, against the fast core: the share of the core the workload really gets. The
+  emulator stops the core for ``1 - speed`` of every period; what it costs beyond that (the
+  helper's wake-up and switch, caches and TLB refilled after every stop) is stored as
+  ``lost_per_period_s``, seconds lost per period, so that it carries over to another period;
+* **co-running interference** per workload: the tasks traced on one core while another core
+  runs the same workload without pause, against the same core alone, corrected for the share
+  of the time the co-runner actually spent in tasks; the simulator applies it as
+  :class:`asymo.sim.CoRunning` (shared caches and memory bandwidth as one factor);
+* **scheduling overheads** per policy from jobs of no-op tasks (per job, per take).
+
+:func:`sim_inputs` turns a calibration into simulator jobs and interference for a core
+count; :func:`format_calibration` prints what was measured.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import math
+import os
+import statistics
+import threading
+import time
+import warnings
+
+import numpy as np
+
+__all__ = ["SCHEMA", "calibrate_sim", "interquartile_mean", "sim_inputs", "save_calibration", "load_calibration",
+           "check_calibration", "format_calibration", "CalibrationWarning"]
+
+SCHEMA = "asymo.sim.calibration/1"
+
+
+class CalibrationWarning(UserWarning):
+    """A simulator calibration file was unreadable or measured on another machine."""
+
+
+def _emulated_cpus(topology):
+    return [cpu for cpu, s in sorted(topology.emulated.items())
+            if cpu in topology.cpus and s < 1.0]
+
+
+def _fast_cpu(topology):
+    fast = [c for c in topology.cpus if topology.emulated.get(c, 1.0) >= 1.0]
+    return fast[0] if fast else topology.cpus[0]
+
+
+@contextlib.contextmanager
+def _co_runner(wl, cpu, topology):
+    """A thread of this process that runs ``wl`` on a one-core pool on ``cpu`` without pause
+    while switched on. Yields ``switch(on)``: ``switch(True)`` starts it running (returns once
+    it does), ``switch(False)`` pauses it and returns the share of wall time its pool spent
+    in tasks while it was on (its own serial work between runs is not interference)."""
+    from asymo import scaling
+    from asymo import topology as topo
+    one = topo.Topology(clusters=(topo.Cluster(name="corun", cpus=(cpu,), capacity=1.0),),
+                        source=topology.source, emulated={})
+    stop, on, ready, box = threading.Event(), threading.Event(), threading.Event(), {}
+    running = threading.Event()
+
+    def loop():
+        try:
+            with scaling._pinned_thread(cpu), wl.runner("asymo", one) as run:
+                box["pool"] = scaling._OPEN_POOLS[-1]
+                run()
+                ready.set()
+                while not stop.is_set():
+                    if on.is_set():
+                        running.set()
+                        run()
+                    else:
+                        running.clear()
+                        on.wait(0.005)
+        except BaseException as exc:     # reported to the caller below
+            box["error"] = exc
+            ready.set()
+
+    th = threading.Thread(target=loop, name="asymo-corun", daemon=True)
+    th.start()
+    try:
+        if not ready.wait(120) or "error" in box:
+            raise RuntimeError(f"the co-running workload did not start: {box.get('error')!r}")
+        pool = box["pool"]
+        mark = [0.0]
+
+        def switch(state):
+            if state:
+                on.set()
+                running.wait(10)
+                pool.reset_stats()
+                mark[0] = time.perf_counter()
+                return None
+            busy = sum(w["busy_s"] for w in pool.stats()["workers"])
+            share = busy / max(time.perf_counter() - mark[0], 1e-9)
+            on.clear()
+            while running.is_set() and th.is_alive():
+                time.sleep(0.001)
+            return min(1.0, share)
+        yield switch
+    finally:
+        stop.set()
+        on.set()
+        th.join(120)
+        if "error" in box:
+            raise RuntimeError(f"the co-running workload failed: {box['error']!r}")
+
+
+def _traced_sums(run, pool, cpu, seconds, max_external, mon, bufs, max_traces=400):
+    """Seconds in tasks per run of ``run()``, traced as cluster 0 on ``cpu``, for runs
+    totalling at least ``seconds`` (at least 3 runs): a long sample, so that an emulated
+    core's stops fall at every phase of the runs. Runs disturbed by other processes (more
+    than ``max_external`` of the machine) are left out unless all were."""
+    from asymo.scaling import _pinned_thread
+    from asymo.sim.trace import task_seconds, trace_jobs
+    clean, every, total = [], [], 0.0
+    with _pinned_thread(cpu):
+        trace_jobs(run, pool, 0, buffers=bufs)             # warm-up
+        while (total < seconds or len(clean) < 3) and len(every) < max_traces:
+            snap = mon.snapshot()
+            x = task_seconds(trace_jobs(run, pool, 0, buffers=bufs))
+            every.append(x)
+            if mon.share_since(snap) <= max_external:
+                clean.append(x)
+                total += x
+    return clean or every
+
+
+def _copy_for_corun(wl):
+    """A workload object the co-runner can run beside ``wl`` (no output buffer shared)."""
+    from asymo.scaling import MatmulWorkload
+    if isinstance(wl, MatmulWorkload):
+        return MatmulWorkload(shapes=wl.shapes)
+    return wl
+
+
+def calibrate_sim(topology, workloads, *, repeats=5, emulator_period=None, min_time=0.02,
+                  max_external=0.05, progress=False, corun=True, rounds=8, sample_s=0.03):
+    """Measure what the simulator needs to model ``workloads`` on ``topology`` (this
+    machine, possibly under the emulator). See the module docstring for what is measured.
+
+    Parameters
+    ----------
+    topology : Topology
+        As detected (with the emulator's override while it runs).
+    workloads : sequence of asymo.scaling.Workload
+    repeats : int
+        Traces per measurement (medians), and samples per no-op overhead job.
+    emulator_period : float, optional
+        Seconds per period of the emulator in use (default ``asymo.emulate.DEFAULT_PERIOD``);
+        recorded, and used to turn the measured availability into time lost per period.
+    min_time, max_external
+        As for :func:`asymo.scaling.measure_scaling` (overhead jobs; traces taken while other
+        processes used more than ``max_external`` of the machine are retaken).
+    corun : bool
+        Measure the co-running interference (needs two cores).
+    rounds, sample_s
+        Everything per workload is measured in ``rounds`` interleaved rounds (one trace per
+        core count and cluster; availability and co-running from blocks of runs totalling
+        at least ``sample_s`` seconds of tasks, 25 emulator periods at least on an emulated
+        core): see ``_measure_workload``. ``repeats`` counts the overhead samples.
+
+    Returns
+    -------
+    dict
+        Plain JSON data (``SCHEMA``); :func:`save_calibration` writes it.
+    """
+    from tqdm import tqdm
+
+    from asymo import scaling
+    if emulator_period is None:
+        emulator_period = _default_period()
+    workloads = [wl for wl in workloads if any(p in scaling.POOL_POLICIES
+                                               for p in wl.policies())]
+    emulated = _emulated_cpus(topology)
+    fast = _fast_cpu(topology)
+    load_before = scaling._loadavg()
+    t_start = time.perf_counter()
+    # scheduling overheads: no-op jobs, interleaved rounds as in the sweep
+    items = [it for it in scaling._calibration_items(topology, []) if it[0][1] == "noop"]
+    samples = scaling._measure_items(items, repeats, min_time, progress, desc="overheads",
+                                     max_external=max_external, main_cpu=topology.cpus[0])
+    overheads = scaling._calibration_from(samples, topology, [], max_external)["overheads"]
+    out = {"schema": SCHEMA,
+           "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
+               timespec="seconds"),
+           "machine": _machine_id(),
+           "topology": topology.to_spec(),
+           "emulated": {str(c): topology.emulated[c] for c in emulated},
+           "emulator_period_s": float(emulator_period) if emulated else None,
+           "repeats": int(repeats), "rounds": int(rounds), "sample_s": float(sample_s),
+           "max_external_load": float(max_external),
+           "overheads": overheads, "workloads": {}}
+    bar = tqdm(total=len(workloads) * rounds, desc="calibrating sim", unit="round",
+               disable=not progress, leave=False)
+    try:
+        for wl in workloads:
+            entry = {"description": wl.describe()}
+            entry.update(_measure_workload(wl, topology, fast, emulated, emulator_period,
+                                           rounds, sample_s, max_external,
+                                           corun and topology.ncpus >= 2, bar.update))
+            out["workloads"][wl.name] = entry
+    finally:
+        bar.close()
+    out["loadavg_before"] = load_before
+    out["loadavg_after"] = scaling._loadavg()
+    out["seconds"] = time.perf_counter() - t_start
+    return out
+
+
+def _measure_workload(wl, topology, fast, emulated, period, rounds, sample_s, max_external,
+                      corun, tick=None):
+    """Everything measured for one workload, in ``rounds`` rounds that each visit every
+    measurement once, so that a burst of outside interference (other processes, other
+    virtual machines: runs up to 2x slower for tens to hundreds of milliseconds on the
+    development machine) spoils one sample of each at most:
+
+    * one trace per core count ``k`` and cluster (the task structure and per-task costs;
+      per-task medians over the rounds);
+    * the whole machine's job sequence traced as cluster 0 (the same tasks every time) on
+      the fast core, on each emulated core, and on one core while a co-runner on another
+      runs the workload without pause: blocks of runs totalling at least ``sample_s``
+      seconds of tasks (25 emulator periods at least on an emulated core). Per core and
+      kind, the interquartile mean over all runs: on an emulated core a run's time depends
+      on how many stops fall into it (a spread the mean must cover), bursts must not count.
+    """
+    from asymo import scaling
+    from asymo._ffi import ffi
+    from asymo._loadmon import OtherLoad
+    from asymo.sim.engine import first_cores
+    from asymo.sim.trace import merge_traces, trace_jobs, trace_to_dict
+    mon = OtherLoad()
+    bufs = (ffi.new("asymo_trace_job[]", 1 << 12), ffi.new("int64_t[]", 1 << 16))
+    n = topology.ncpus
+    # co-running is traced on the emulated core when there is one (its co-runner, on a fast
+    # core, is never stopped), else on the second core; the co-runner on the fast core
+    target = (emulated[0] if emulated else topology.cpus[1]) if corun else None
+    other = None
+    if corun:
+        other = fast if fast != target else next(c for c in topology.cpus if c != target)
+    keys = [("alone", c) for c in dict.fromkeys([fast] + emulated + ([target] if corun
+                                                                      else []))]
+    if corun:
+        keys.append(("corun", target))
+    sums = {key: [] for key in keys}
+    shares = []
+    traces, every = {}, {}
+    with contextlib.ExitStack() as stack:
+        runs = {}
+        for k in range(1, n + 1):
+            sub = first_cores(topology, k)
+            run = stack.enter_context(wl.runner("asymo", sub))
+            runs[k] = (run, scaling._OPEN_POOLS[-1], sub, scaling._trace_cpus(sub))
+        switch = stack.enter_context(_co_runner(_copy_for_corun(wl), other, topology)) \
+            if corun else None
+        for rnd in range(rounds):
+            for k, (run, pool, sub, cpus) in runs.items():
+                for c in range(sub.nclusters):
+                    with scaling._pinned_thread(cpus[c]):
+                        if rnd == 0:
+                            trace_jobs(run, pool, c, buffers=bufs)       # warm-up
+                        snap = mon.snapshot()
+                        tr = trace_jobs(run, pool, c, buffers=bufs)
+                    every.setdefault((k, c), []).append(tr)
+                    if mon.share_since(snap) <= max_external:
+                        traces.setdefault((k, c), []).append(tr)
+            run, pool, _, _ = runs[n]
+            for kind, cpu in keys:
+                # an emulated core needs the longer sample to average over its periods
+                need = sample_s if cpu not in emulated else max(sample_s, 25 * (period or 0))
+                if kind == "corun":
+                    switch(True)
+                sums[(kind, cpu)] += _traced_sums(run, pool, cpu, need, max_external, mon,
+                                                  bufs)
+                if kind == "corun":
+                    shares.append(switch(False))
+            if tick is not None:
+                tick(1)
+    out = {"traces": {}}
+    for k, (_, _, sub, _) in runs.items():
+        out["traces"][str(k)] = [
+            trace_to_dict(merge_traces(traces.get((k, c)) or every[(k, c)]))
+            for c in range(sub.nclusters)]
+    mean = {key: interquartile_mean(v) for key, v in sums.items() if v}
+    out["task_s_fast"] = mean[("alone", fast)]
+    out["emulated"] = {}
+    for cpu in emulated:
+        a = mean[("alone", fast)] / mean[("alone", cpu)]
+        nominal = topology.emulated[cpu]
+        out["emulated"][str(cpu)] = {"availability": a, "nominal": nominal,
+                                     "lost_per_period_s": (nominal - a) * period,
+                                     "samples": len(sums[("alone", cpu)])}
+    if corun:
+        observed = mean[("alone", target)] / mean[("corun", target)]
+        busy_share = statistics.fmean(shares)
+        # a co-runner busy only part of the time slows us for that part: undo the dilution
+        factor = 1.0 - (1.0 - observed) / max(busy_share, 0.05)
+        out["corun"] = {"factor": min(1.0, max(0.05, factor)), "observed": observed,
+                        "corunner_busy_share": busy_share, "traced_cpu": target,
+                        "corunner_cpu": other,
+                        "samples": [len(sums[("alone", target)]),
+                                    len(sums[("corun", target)])]}
+    return out
+
+
+def interquartile_mean(values):
+    """Mean of the values between the first and third quartile (all of them when fewer than
+    four)."""
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    if v.size < 4:
+        return float(v.mean())
+    lo, hi = v.size // 4, v.size - v.size // 4
+    return float(v[lo:hi].mean())
+
+
+def _default_period():
+    try:
+        from asymo.emulate import DEFAULT_PERIOD
+    except ImportError:
+        return 1e-3
+    return DEFAULT_PERIOD
+
+
+def _machine_id():
+    try:
+        from asymo.profile import _cpu_model_name
+        return {"cpu_model": _cpu_model_name(), "ncpus": os.cpu_count()}
+    except Exception:  # pragma: no cover - informational only
+        return {"cpu_model": "unknown", "ncpus": os.cpu_count()}
+
+
+# --------------------------------------------------------------------------------------------
+# using a calibration
+
+def sim_inputs(cal, workload, k, topology, *, emulator_period=None, corun=True,
+               availability=True):
+    """Simulator inputs for ``workload`` on the first ``k`` cores of ``topology``.
+
+    Returns ``(jobs, interference)``: the traced jobs (:func:`asymo.sim.trace.jobs_from_traces`)
+    and, per emulated core among them, a :class:`~asymo.sim.DutyCycle` stopping it for
+    ``1 - speed`` of every ``emulator_period`` plus the time lost per period measured for
+    this workload (``availability=False``: the nominal stop only), plus a
+    :class:`~asymo.sim.CoRunning` with the workload's measured factor (``corun=False``:
+    none).
+    """
+    from asymo.sim.engine import CoRunning, DutyCycle, first_cores
+    from asymo.sim.trace import jobs_from_traces, trace_from_dict
+    try:
+        entry = cal["workloads"][workload]
+    except KeyError:
+        raise ValueError(f"the simulator calibration has no workload {workload!r} "
+                         f"(it has {sorted(cal['workloads'])})") from None
+    traces = entry["traces"].get(str(k))
+    if traces is None:
+        raise ValueError(f"the simulator calibration has no traces of {workload!r} on {k} "
+                         "cores")
+    sub = first_cores(topology, k)
+    jobs = jobs_from_traces([[trace_from_dict(t)] for t in traces], sub)
+    period = emulator_period if emulator_period is not None else \
+        (cal.get("emulator_period_s") or _default_period())
+    itf = []
+    for cpu, s in sorted(sub.emulated.items()):
+        if cpu not in sub.cpus or s >= 1.0:
+            continue
+        busy = 1.0 - s
+        got = entry.get("emulated", {}).get(str(cpu))
+        if availability and got is not None:
+            busy += got["lost_per_period_s"] / period
+        itf.append(DutyCycle(cpu=cpu, busy=min(max(busy, 0.0), 0.99), period=period))
+    f = entry.get("corun", {}).get("factor")
+    if corun and f is not None and sub.ncpus > 1 and f < 1.0:
+        itf.append(CoRunning(factor=f))
+    return jobs, itf
+
+
+def save_calibration(cal, path):
+    with open(path, "w") as f:
+        json.dump(cal, f, indent=1)
+
+
+def check_calibration(cal, topology=None):
+    """Raise ``ValueError`` naming the problem when ``cal`` is not a usable calibration (for
+    ``topology``, when given)."""
+    from asymo.sim.trace import trace_from_dict
+    if not isinstance(cal, dict) or cal.get("schema") != SCHEMA:
+        raise ValueError(f"not a simulator calibration (schema {SCHEMA!r} expected)")
+    if topology is not None and cal.get("topology") != topology.to_spec():
+        raise ValueError(f"calibrated for topology {cal.get('topology')!r}, this run is "
+                         f"{topology.to_spec()!r}")
+    wls = cal.get("workloads")
+    if not isinstance(wls, dict):
+        raise ValueError("calibration has no 'workloads' table")
+    for name, e in wls.items():
+        for k, traces in e["traces"].items():
+            for t in traces:
+                trace_from_dict(t)
+        for cpu, a in e.get("emulated", {}).items():
+            if not (math.isfinite(a["availability"]) and 0 < a["availability"] <= 1.5 and
+                    math.isfinite(a["lost_per_period_s"])):
+                raise ValueError(f"workload {name!r}: bad availability record for cpu {cpu}")
+        f = e.get("corun", {}).get("factor")
+        if f is not None and not (0 < f <= 1):
+            raise ValueError(f"workload {name!r}: co-running factor {f!r} outside (0, 1]")
+    for pol, o in cal.get("overheads", {}).items():
+        for key in ("job", "task", "steal"):
+            v = o.get(key)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"overheads of {pol!r}: {key}={v!r} must be a number >= 0")
+
+
+def load_calibration(path, topology=None):
+    """Read a calibration written by :func:`save_calibration`; None (with a
+    ``CalibrationWarning`` saying why) when it is unreadable, of another format, or for
+    another topology."""
+    try:
+        with open(path) as f:
+            cal = json.load(f)
+        check_calibration(cal, topology)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        warnings.warn(f"ignoring simulator calibration {path}: {exc}", CalibrationWarning,
+                      stacklevel=2)
+        return None
+    return cal
+
+
+def format_calibration(cal):
+    """What a calibration measured, as text lines."""
+    lines = [f"simulator calibration ({cal.get('measured_at', '?')}, topology "
+             f"{cal.get('topology')}, {cal.get('rounds')} interleaved rounds; 1-min load "
+             f"average {_num(cal.get('loadavg_before'))} before, "
+             f"{_num(cal.get('loadavg_after'))} after)"]
+    if cal.get("emulated"):
+        lines.append("emulator: " + ", ".join(
+            f"cpu {c} at {s:g}" for c, s in cal["emulated"].items())
+            + f", period {cal['emulator_period_s'] * 1e3:g} ms")
+    lines.append(f"{'workload':<10}{'jobs':>6}{'tasks':>7}{'serial ms':>11}"
+                 f"{'task ms':>9}{'avail':>8}{'lost us/per':>13}{'co-run':>8}{'(obs, busy)':>14}")
+    for name, e in cal["workloads"].items():
+        traces = e["traces"][str(max(int(k) for k in e["traces"]))][0]
+        ntasks = sum(j["ntasks"] for j in traces["jobs"])
+        serial = sum(j["gap_s"] for j in traces["jobs"]) + traces["tail_s"]
+        em = list(e.get("emulated", {}).values())
+        avail = f"{em[0]['availability']:.3f}" if em else "-"
+        lost = f"{em[0]['lost_per_period_s'] * 1e6:.1f}" if em else "-"
+        cr = e.get("corun")
+        crs = f"{cr['factor']:.3f}" if cr else "-"
+        obs = f"({cr['observed']:.3f}, {cr['corunner_busy_share']:.2f})" if cr else ""
+        lines.append(f"{name:<10}{len(traces['jobs']):>6}{ntasks:>7}{serial * 1e3:>11.2f}"
+                     f"{e['task_s_fast'] * 1e3:>9.2f}{avail:>8}{lost:>13}{crs:>8}{obs:>14}")
+    lines.append("avail: the emulated core's share of a fast core on the workload's tasks "
+                 "(nominal: its emulated speed); lost: time lost per emulator period beyond "
+                 "the nominal stop; co-run: a core's speed while another runs the same "
+                 "workload (obs: as observed, busy: the co-runner's share of time in tasks).")
+    ov = cal.get("overheads", {})
+    if ov:
+        lines.append("overheads (no-op jobs): " + "; ".join(
+            f"{p} job {o['job'] * 1e6:.1f} us, take {o['task'] * 1e9:.0f} ns"
+            for p, o in ov.items()))
+    return lines
+
+
+def _num(v):
+    return f"{v:.2f}" if isinstance(v, (int, float)) else "?"
