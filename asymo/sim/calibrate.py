@@ -252,6 +252,7 @@ def _measure_workload(wl, topology, fast, emulated, period, rounds, sample_s, ma
     if corun:
         keys.append(("corun", target))
     sums = {key: [] for key in keys}
+    blocks = {}                  # per key: one figure per round (for the sign test)
     shares = []
     traces, every = {}, {}
     with contextlib.ExitStack() as stack:
@@ -279,8 +280,9 @@ def _measure_workload(wl, topology, fast, emulated, period, rounds, sample_s, ma
                 need = sample_s if cpu not in emulated else max(sample_s, 25 * (period or 0))
                 if kind == "corun":
                     switch(True)
-                sums[(kind, cpu)] += _traced_sums(run, pool, cpu, need, max_external, mon,
-                                                  bufs)
+                block = _traced_sums(run, pool, cpu, need, max_external, mon, bufs)
+                sums[(kind, cpu)] += block
+                blocks.setdefault((kind, cpu), []).append(interquartile_mean(block))
                 if kind == "corun":
                     shares.append(switch(False))
             if tick is not None:
@@ -303,8 +305,18 @@ def _measure_workload(wl, topology, fast, emulated, period, rounds, sample_s, ma
         observed = mean[("alone", target)] / mean[("corun", target)]
         busy_share = statistics.fmean(shares)
         # a co-runner busy only part of the time slows us for that part: undo the dilution
-        factor = 1.0 - (1.0 - observed) / max(busy_share, 0.05)
-        out["corun"] = {"factor": min(1.0, max(0.05, factor)), "observed": observed,
+        factor = min(1.0, max(0.05, 1.0 - (1.0 - observed) / max(busy_share, 0.05)))
+        # a slowdown counts only when the rounds agree on it (sign test: co-running slower
+        # in all rounds but at most one, with >= 6 rounds: p < 0.11 under no effect, 0.035
+        # at 8 rounds): on a noisy machine the round-to-round spread is as large as the
+        # effects, and a factor fitted to noise would bias every multi-core prediction
+        slower = sum(1 for a, c in zip(blocks[("alone", target)], blocks[("corun", target)])
+                     if c > a)
+        nrounds = len(blocks[("corun", target)])
+        significant = nrounds >= 6 and slower >= nrounds - 1
+        out["corun"] = {"factor": factor if significant else 1.0, "measured_factor": factor,
+                        "observed": observed, "significant": significant,
+                        "rounds_slower": slower, "rounds": nrounds,
                         "corunner_busy_share": busy_share, "traced_cpu": target,
                         "corunner_cpu": other,
                         "samples": [len(sums[("alone", target)]),
@@ -443,7 +455,7 @@ def format_calibration(cal):
             f"cpu {c} at {s:g}" for c, s in cal["emulated"].items())
             + f", period {cal['emulator_period_s'] * 1e3:g} ms")
     lines.append(f"{'workload':<10}{'jobs':>6}{'tasks':>7}{'serial ms':>11}"
-                 f"{'task ms':>9}{'avail':>8}{'lost us/per':>13}{'co-run':>8}{'(obs, busy)':>14}")
+                 f"{'task ms':>9}{'avail':>8}{'lost us/per':>13}{'co-run':>8}  (measured in rounds slower, busy)")
     for name, e in cal["workloads"].items():
         traces = e["traces"][str(max(int(k) for k in e["traces"]))][0]
         ntasks = sum(j["ntasks"] for j in traces["jobs"])
@@ -453,13 +465,19 @@ def format_calibration(cal):
         lost = f"{em[0]['lost_per_period_s'] * 1e6:.1f}" if em else "-"
         cr = e.get("corun")
         crs = f"{cr['factor']:.3f}" if cr else "-"
-        obs = f"({cr['observed']:.3f}, {cr['corunner_busy_share']:.2f})" if cr else ""
+        obs = ""
+        if cr:
+            obs = (f"({cr.get('measured_factor', cr['factor']):.3f} in "
+                   f"{cr.get('rounds_slower', '?')}/{cr.get('rounds', '?')}, "
+                   f"{cr['corunner_busy_share']:.2f})")
         lines.append(f"{name:<10}{len(traces['jobs']):>6}{ntasks:>7}{serial * 1e3:>11.2f}"
-                     f"{e['task_s_fast'] * 1e3:>9.2f}{avail:>8}{lost:>13}{crs:>8}{obs:>14}")
+                     f"{e['task_s_fast'] * 1e3:>9.2f}{avail:>8}{lost:>13}{crs:>8}  {obs}")
     lines.append("avail: the emulated core's share of a fast core on the workload's tasks "
                  "(nominal: its emulated speed); lost: time lost per emulator period beyond "
                  "the nominal stop; co-run: a core's speed while another runs the same "
-                 "workload (obs: as observed, busy: the co-runner's share of time in tasks).")
+                 "workload, as used (1 unless the co-running runs were slower in all rounds "
+                 "but one), as measured, in how many rounds co-running was slower, and the "
+                 "co-runner's share of time in tasks.")
     ov = cal.get("overheads", {})
     if ov:
         lines.append("overheads (no-op jobs): " + "; ".join(
