@@ -866,10 +866,11 @@ BASELINE_SETTLE_S = 0.3
 
 DEFAULT_MAX_EXTERNAL = 0.05
 MAX_ROUNDS_FACTOR = 4
+CALIBRATION_ROUNDS = 8   # at least, when the simulator is calibrated beside a sweep
 
 
 def _measure_items(items, repeats, min_time, progress, desc="measuring",
-                   max_external=DEFAULT_MAX_EXTERNAL, main_cpu=None):
+                   max_external=DEFAULT_MAX_EXTERNAL, main_cpu=None, between_rounds=None):
     """Time every item until it has ``repeats`` undisturbed samples.
 
     ``items`` is a list of ``(key, factory, interleave)``; ``factory()`` is a context manager
@@ -888,6 +889,8 @@ def _measure_items(items, repeats, min_time, progress, desc="measuring",
     ``repeats`` undisturbed samples. The calling (submitting) thread runs on ``main_cpu``
     while it samples, as an application's main thread would on the fastest core: left to
     float, it would run the Python side of every call on whichever core, slowed or not.
+    ``between_rounds()``, when given, is called after every round of the interleaved items
+    (a calibration measured in runs of its own, but exposed to the same drift).
     Returns ``{key: [(seconds per call, external share, task seconds per call or None),
     ...]}``.
     """
@@ -948,6 +951,8 @@ def _measure_items(items, repeats, min_time, progress, desc="measuring",
                     sample(key, run)
                 tick(key)
             rnd += 1
+            if between_rounds is not None:
+                between_rounds()
         for key, factory in blocks:
             time.sleep(BASELINE_SETTLE_S)
             with factory() as run:
@@ -1070,9 +1075,11 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
     progress : bool
         Show a tqdm progress bar on stderr.
     calibrate : bool
-        First measure, in runs of their own, what the simulator needs to model the workloads
-        here (:func:`asymo.sim.calibrate.calibrate_sim`; stored as ``result.calibration``,
-        used by :func:`validate_sim`).
+        Also measure what the simulator needs to model the workloads here (see
+        :mod:`asymo.sim.calibrate`), in runs of its own: one calibration round after each
+        round of the sweep (at least ``CALIBRATION_ROUNDS``), so that a drift in the
+        machine's speed hits the calibration and the points alike; stored as
+        ``result.calibration``, used by :func:`validate_sim`.
     max_external : float
         A sample during which other processes used more than this share of the machine's
         cores counts as disturbed: points are re-sampled (up to 4x ``repeats``) until they
@@ -1109,15 +1116,24 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
     pool_workloads = [wl for wl in workloads
                       if any(p in POOL_POLICIES for p in _policies_for(wl, policies))]
     calibration = None
+    calibrator = contextlib.nullcontext()
     if calibrate:
-        # the simulator's inputs, measured in runs of their own before the sweep
-        calibration = calibrate_sim(topology, pool_workloads, repeats=repeats,
-                                    min_time=min_time, progress=progress,
-                                    max_external=max_external,
-                                    emulator_period=emulator_period)
+        # the simulator's inputs, measured in runs of their own, one calibration round
+        # after each of the sweep's rounds (drift in the machine's speed hits both alike)
+        from asymo.sim.calibrate import SimCalibrator
+        items += [it for it in _calibration_items(topology, []) if it[0][1] == "noop"]
+        calibrator = SimCalibrator(topology, pool_workloads, emulator_period=emulator_period,
+                                   max_external=max_external)
     load_before = _loadavg()
-    samples = _measure_items(items, repeats, min_time, progress, desc="scaling",
-                             max_external=max_external, main_cpu=topology.cpus[0])
+    with calibrator as cal:
+        samples = _measure_items(items, repeats, min_time, progress, desc="scaling",
+                                 max_external=max_external, main_cpu=topology.cpus[0],
+                                 between_rounds=cal.round if calibrate else None)
+        if calibrate:
+            while cal.rounds < CALIBRATION_ROUNDS:
+                cal.round()
+            overheads = _calibration_from(samples, topology, [], max_external)["overheads"]
+            calibration = cal.result(overheads, interleaved=True)
     load_after = _loadavg()
     points = []
     for key, (wl, sub) in meta.items():

@@ -3,9 +3,11 @@
 #
 #   1. the simulator's inputs for this machine under the asymmetry emulator (core 1 at half
 #      speed, emulator period $PERIOD), measured in a run of their own (--calibrate-sim);
+#      `--validate-sim --sim-calibration FILE` compares a later sweep with them;
 #   2. the measured sweep under the same emulator, compared with the simulator fed only by
-#      step 1 (--validate-sim --sim-calibration);
-#   3. the same two steps at a short emulator period ($SHORT_PERIOD, pool policies only);
+#      its calibration, measured in runs of its own interleaved with the sweep's rounds
+#      (--validate-sim): the machine's drift then hits both alike;
+#   3. the same validation at a short emulator period ($SHORT_PERIOD, pool policies only);
 #   4. simulated for a Kirin 970 (4x A73 + 4x A53), the CPU of AsyMo's Fig. 11.
 #
 # Every measurement takes the shared benchmark lock (each step a few minutes) so they never
@@ -27,16 +29,11 @@ for step in $STEPS; do
          --calibrate-sim "$OUT/sim-calibration-emulated.json" ;;
   2) $LOCK python3 -m asymo bench scaling --emulate 1:0.5 --emulator-period "$PERIOD" \
          --workload "$WORKLOADS" --repeats "$REPEATS" --no-progress --validate-sim \
-         --sim-calibration "$OUT/sim-calibration-emulated.json" \
          --json "$OUT/scaling-measured-emulated.json" \
          --plot "$OUT/scaling-measured-emulated.png" ;;
   3) $LOCK python3 -m asymo bench scaling --emulate 1:0.5 --emulator-period "$SHORT_PERIOD" \
-         --workload "$WORKLOADS" --repeats "$REPEATS" --no-progress \
-         --calibrate-sim "$OUT/sim-calibration-emulated-short.json"
-     $LOCK python3 -m asymo bench scaling --emulate 1:0.5 --emulator-period "$SHORT_PERIOD" \
          --workload "$WORKLOADS" --repeats "$REPEATS" --no-progress --validate-sim \
          --policies asymo,even,shared,steal \
-         --sim-calibration "$OUT/sim-calibration-emulated-short.json" \
          --json "$OUT/scaling-validation-emulated-short.json" ;;
   4) python3 -m asymo bench scaling --simulate kirin970 --workload "$WORKLOADS" --no-progress \
          --json "$OUT/scaling-simulated-kirin970.json" \

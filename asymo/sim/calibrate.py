@@ -80,7 +80,7 @@ def _co_runner(wl, cpu, topology):
                         run()
                     else:
                         running.clear()
-                        on.wait(0.005)
+                        on.wait()
         except BaseException as exc:     # reported to the caller below
             box["error"] = exc
             ready.set()
@@ -167,7 +167,7 @@ def calibrate_sim(topology, workloads, *, repeats=5, emulator_period=None, min_t
         Everything per workload is measured in ``rounds`` interleaved rounds (one trace per
         core count and cluster; availability and co-running from blocks of runs totalling
         at least ``sample_s`` seconds of tasks, 25 emulator periods at least on an emulated
-        core): see ``_measure_workload``. ``repeats`` counts the overhead samples.
+        core): see ``_WorkloadCalibration``. ``repeats`` counts the overhead samples.
 
     Returns
     -------
@@ -179,50 +179,29 @@ def calibrate_sim(topology, workloads, *, repeats=5, emulator_period=None, min_t
     from asymo import scaling
     if emulator_period is None:
         emulator_period = _default_period()
-    workloads = [wl for wl in workloads if any(p in scaling.POOL_POLICIES
-                                               for p in wl.policies())]
-    emulated = _emulated_cpus(topology)
-    fast = _fast_cpu(topology)
-    load_before = scaling._loadavg()
-    t_start = time.perf_counter()
     # scheduling overheads: no-op jobs, interleaved rounds as in the sweep
     items = [it for it in scaling._calibration_items(topology, []) if it[0][1] == "noop"]
     samples = scaling._measure_items(items, repeats, min_time, progress, desc="overheads",
                                      max_external=max_external, main_cpu=topology.cpus[0])
     overheads = scaling._calibration_from(samples, topology, [], max_external)["overheads"]
-    out = {"schema": SCHEMA,
-           "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
-               timespec="seconds"),
-           "machine": _machine_id(),
-           "topology": topology.to_spec(),
-           "emulated": {str(c): topology.emulated[c] for c in emulated},
-           "emulator_period_s": float(emulator_period) if emulated else None,
-           "repeats": int(repeats), "rounds": int(rounds), "sample_s": float(sample_s),
-           "max_external_load": float(max_external),
-           "overheads": overheads, "workloads": {}}
-    bar = tqdm(total=len(workloads) * rounds, desc="calibrating sim", unit="round",
-               disable=not progress, leave=False)
-    try:
-        for wl in workloads:
-            entry = {"description": wl.describe()}
-            entry.update(_measure_workload(wl, topology, fast, emulated, emulator_period,
-                                           rounds, sample_s, max_external,
-                                           corun and topology.ncpus >= 2, bar.update))
-            out["workloads"][wl.name] = entry
-    finally:
-        bar.close()
-    out["loadavg_before"] = load_before
-    out["loadavg_after"] = scaling._loadavg()
-    out["seconds"] = time.perf_counter() - t_start
+    cal = SimCalibrator(topology, workloads, emulator_period=emulator_period,
+                        sample_s=sample_s, max_external=max_external, corun=corun)
+    with cal, tqdm(total=rounds, desc="calibrating sim", unit="round", disable=not progress,
+                   leave=False) as bar:
+        for _ in range(rounds):
+            cal.round()
+            bar.update(1)
+    out = cal.result(overheads)
+    out["repeats"] = int(repeats)
     return out
 
 
-def _measure_workload(wl, topology, fast, emulated, period, rounds, sample_s, max_external,
-                      corun, tick=None):
-    """Everything measured for one workload, in ``rounds`` rounds that each visit every
-    measurement once, so that a burst of outside interference (other processes, other
+class _WorkloadCalibration:
+    """Everything measured for one workload, in rounds that each visit every measurement
+    once (:meth:`round`), so that a burst of outside interference (other processes, other
     virtual machines: runs up to 2x slower for tens to hundreds of milliseconds on the
-    development machine) spoils one sample of each at most:
+    development machine) spoils one sample of each at most, and so that the rounds can be
+    interleaved with a sweep's (the machine's drift then hits both alike):
 
     * one trace per core count ``k`` and cluster (the task structure and per-task costs;
       per-task medians over the rounds);
@@ -232,96 +211,191 @@ def _measure_workload(wl, topology, fast, emulated, period, rounds, sample_s, ma
       seconds of tasks (25 emulator periods at least on an emulated core). Per core and
       kind, the interquartile mean over all runs: on an emulated core a run's time depends
       on how many stops fall into it (a spread the mean must cover), bursts must not count.
+
+    A context manager: it holds the workload's pools (one per core count) and the
+    co-runner's thread (paused between its blocks).
     """
-    from asymo import scaling
-    from asymo._ffi import ffi
-    from asymo._loadmon import OtherLoad
-    from asymo.sim.engine import first_cores
-    from asymo.sim.trace import merge_traces, trace_jobs, trace_to_dict
-    mon = OtherLoad()
-    bufs = (ffi.new("asymo_trace_job[]", 1 << 12), ffi.new("int64_t[]", 1 << 16))
-    n = topology.ncpus
-    # co-running is traced on the emulated core when there is one (its co-runner, on a fast
-    # core, is never stopped), else on the second core; the co-runner on the fast core
-    target = (emulated[0] if emulated else topology.cpus[1]) if corun else None
-    other = None
-    if corun:
-        other = fast if fast != target else next(c for c in topology.cpus if c != target)
-    keys = [("alone", c) for c in dict.fromkeys([fast] + emulated + ([target] if corun
-                                                                      else []))]
-    if corun:
-        keys.append(("corun", target))
-    sums = {key: [] for key in keys}
-    blocks = {}                  # per key: one figure per round (for the sign test)
-    shares = []
-    traces, every = {}, {}
-    with contextlib.ExitStack() as stack:
-        runs = {}
-        for k in range(1, n + 1):
-            sub = first_cores(topology, k)
-            run = stack.enter_context(wl.runner("asymo", sub))
-            runs[k] = (run, scaling._OPEN_POOLS[-1], sub, scaling._trace_cpus(sub))
-        switch = stack.enter_context(_co_runner(_copy_for_corun(wl), other, topology)) \
-            if corun else None
-        for rnd in range(rounds):
-            for k, (run, pool, sub, cpus) in runs.items():
-                for c in range(sub.nclusters):
-                    with scaling._pinned_thread(cpus[c]):
-                        if rnd == 0:
-                            trace_jobs(run, pool, c, buffers=bufs)       # warm-up
-                        snap = mon.snapshot()
-                        tr = trace_jobs(run, pool, c, buffers=bufs)
-                    every.setdefault((k, c), []).append(tr)
-                    if mon.share_since(snap) <= max_external:
-                        traces.setdefault((k, c), []).append(tr)
-            run, pool, _, _ = runs[n]
-            for kind, cpu in keys:
-                # an emulated core needs the longer sample to average over its periods
-                need = sample_s if cpu not in emulated else max(sample_s, 25 * (period or 0))
-                if kind == "corun":
-                    switch(True)
-                block = _traced_sums(run, pool, cpu, need, max_external, mon, bufs)
-                sums[(kind, cpu)] += block
-                blocks.setdefault((kind, cpu), []).append(interquartile_mean(block))
-                if kind == "corun":
-                    shares.append(switch(False))
-            if tick is not None:
-                tick(1)
-    out = {"traces": {}}
-    for k, (_, _, sub, _) in runs.items():
-        out["traces"][str(k)] = [
-            trace_to_dict(merge_traces(traces.get((k, c)) or every[(k, c)]))
-            for c in range(sub.nclusters)]
-    mean = {key: interquartile_mean(v) for key, v in sums.items() if v}
-    out["task_s_fast"] = mean[("alone", fast)]
-    out["emulated"] = {}
-    for cpu in emulated:
-        a = mean[("alone", fast)] / mean[("alone", cpu)]
-        nominal = topology.emulated[cpu]
-        out["emulated"][str(cpu)] = {"availability": a, "nominal": nominal,
-                                     "lost_per_period_s": (nominal - a) * period,
-                                     "samples": len(sums[("alone", cpu)])}
-    if corun:
-        observed = mean[("alone", target)] / mean[("corun", target)]
-        busy_share = statistics.fmean(shares)
-        # a co-runner busy only part of the time slows us for that part: undo the dilution
-        factor = min(1.0, max(0.05, 1.0 - (1.0 - observed) / max(busy_share, 0.05)))
-        # a slowdown counts only when the rounds agree on it (sign test: co-running slower
-        # in all rounds but at most one, with >= 6 rounds: p < 0.11 under no effect, 0.035
-        # at 8 rounds): on a noisy machine the round-to-round spread is as large as the
-        # effects, and a factor fitted to noise would bias every multi-core prediction
-        slower = sum(1 for a, c in zip(blocks[("alone", target)], blocks[("corun", target)])
-                     if c > a)
-        nrounds = len(blocks[("corun", target)])
-        significant = nrounds >= 6 and slower >= nrounds - 1
-        out["corun"] = {"factor": factor if significant else 1.0, "measured_factor": factor,
-                        "observed": observed, "significant": significant,
-                        "rounds_slower": slower, "rounds": nrounds,
-                        "corunner_busy_share": busy_share, "traced_cpu": target,
-                        "corunner_cpu": other,
-                        "samples": [len(sums[("alone", target)]),
-                                    len(sums[("corun", target)])]}
-    return out
+
+    def __init__(self, wl, topology, fast, emulated, period, sample_s, max_external, corun):
+        from asymo._ffi import ffi
+        from asymo._loadmon import OtherLoad
+        self.wl, self.topology, self.fast, self.emulated = wl, topology, fast, emulated
+        self.period, self.sample_s, self.max_external = period, sample_s, max_external
+        self.corun = corun
+        self.mon = OtherLoad()
+        self.bufs = (ffi.new("asymo_trace_job[]", 1 << 12), ffi.new("int64_t[]", 1 << 16))
+        # co-running is traced on the emulated core when there is one (its co-runner, on a
+        # fast core, is never stopped), else on the second core; the co-runner on the fast
+        # core
+        self.target = (emulated[0] if emulated else topology.cpus[1]) if corun else None
+        self.other = None
+        if corun:
+            self.other = fast if fast != self.target else \
+                next(c for c in topology.cpus if c != self.target)
+        self.keys = [("alone", c) for c in dict.fromkeys(
+            [fast] + emulated + ([self.target] if corun else []))]
+        if corun:
+            self.keys.append(("corun", self.target))
+        self.sums = {key: [] for key in self.keys}
+        self.blocks = {}                 # per key: one figure per round (for the sign test)
+        self.shares = []
+        self.traces, self.every = {}, {}
+        self.rounds = 0
+
+    def __enter__(self):
+        from asymo import scaling
+        from asymo.sim.engine import first_cores
+        self._stack = contextlib.ExitStack().__enter__()
+        try:
+            self.runs = {}
+            for k in range(1, self.topology.ncpus + 1):
+                sub = first_cores(self.topology, k)
+                run = self._stack.enter_context(self.wl.runner("asymo", sub))
+                self.runs[k] = (run, scaling._OPEN_POOLS[-1], sub, scaling._trace_cpus(sub))
+            self.switch = self._stack.enter_context(
+                _co_runner(_copy_for_corun(self.wl), self.other, self.topology)) \
+                if self.corun else None
+        except BaseException:
+            self._stack.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        return self._stack.__exit__(*exc)
+
+    def round(self):
+        from asymo import scaling
+        from asymo.sim.trace import trace_jobs
+        bufs, mon = self.bufs, self.mon
+        for k, (run, pool, sub, cpus) in self.runs.items():
+            for c in range(sub.nclusters):
+                with scaling._pinned_thread(cpus[c]):
+                    if self.rounds == 0:
+                        trace_jobs(run, pool, c, buffers=bufs)       # warm-up
+                    snap = mon.snapshot()
+                    tr = trace_jobs(run, pool, c, buffers=bufs)
+                self.every.setdefault((k, c), []).append(tr)
+                if mon.share_since(snap) <= self.max_external:
+                    self.traces.setdefault((k, c), []).append(tr)
+        run, pool, _, _ = self.runs[self.topology.ncpus]
+        for kind, cpu in self.keys:
+            # an emulated core needs the longer sample to average over its periods
+            need = self.sample_s if cpu not in self.emulated else \
+                max(self.sample_s, 25 * (self.period or 0))
+            if kind == "corun":
+                self.switch(True)
+            block = _traced_sums(run, pool, cpu, need, self.max_external, mon, bufs)
+            self.sums[(kind, cpu)] += block
+            self.blocks.setdefault((kind, cpu), []).append(interquartile_mean(block))
+            if kind == "corun":
+                self.shares.append(self.switch(False))
+        self.rounds += 1
+
+    def result(self):
+        from asymo.sim.trace import merge_traces, trace_to_dict
+        out = {"description": self.wl.describe(), "rounds": self.rounds, "traces": {}}
+        for k, (_, _, sub, _) in self.runs.items():
+            out["traces"][str(k)] = [
+                trace_to_dict(merge_traces(self.traces.get((k, c)) or self.every[(k, c)]))
+                for c in range(sub.nclusters)]
+        mean = {key: interquartile_mean(v) for key, v in self.sums.items() if v}
+        fast, target = self.fast, self.target
+        out["task_s_fast"] = mean[("alone", fast)]
+        out["emulated"] = {}
+        for cpu in self.emulated:
+            a = mean[("alone", fast)] / mean[("alone", cpu)]
+            nominal = self.topology.emulated[cpu]
+            out["emulated"][str(cpu)] = {"availability": a, "nominal": nominal,
+                                         "lost_per_period_s": (nominal - a) * self.period,
+                                         "samples": len(self.sums[("alone", cpu)])}
+        if self.corun:
+            observed = mean[("alone", target)] / mean[("corun", target)]
+            busy_share = statistics.fmean(self.shares)
+            # a co-runner busy only part of the time slows us for that part: undo the
+            # dilution
+            factor = min(1.0, max(0.05, 1.0 - (1.0 - observed) / max(busy_share, 0.05)))
+            # a slowdown counts only when the rounds agree on it (sign test: co-running
+            # slower in all rounds but at most one, with >= 6 rounds: p < 0.11 under no
+            # effect, 0.035 at 8 rounds): on a noisy machine the round-to-round spread is as
+            # large as the effects, and a factor fitted to noise would bias every multi-core
+            # prediction
+            slower = sum(1 for a, c in zip(self.blocks[("alone", target)],
+                                           self.blocks[("corun", target)]) if c > a)
+            nrounds = len(self.blocks[("corun", target)])
+            significant = nrounds >= 6 and slower >= nrounds - 1
+            out["corun"] = {"factor": factor if significant else 1.0,
+                            "measured_factor": factor, "observed": observed,
+                            "significant": significant, "rounds_slower": slower,
+                            "rounds": nrounds, "corunner_busy_share": busy_share,
+                            "traced_cpu": target, "corunner_cpu": self.other,
+                            "samples": [len(self.sums[("alone", target)]),
+                                        len(self.sums[("corun", target)])]}
+        return out
+
+
+class SimCalibrator:
+    """The per-workload part of :func:`calibrate_sim`, one round at a time, for a sweep to
+    interleave with its own rounds (``asymo.scaling.measure_scaling(calibrate=True)``).
+
+    Use as a context manager; call :meth:`round` between the sweep's rounds and
+    :meth:`result` (with the overheads measured in the sweep's items) at the end.
+    """
+
+    def __init__(self, topology, workloads, *, emulator_period=None, sample_s=0.03,
+                 max_external=0.05, corun=True):
+        from asymo import scaling
+        self.topology = topology
+        self.period = emulator_period if emulator_period is not None else _default_period()
+        self.emulated = _emulated_cpus(topology)
+        self.fast = _fast_cpu(topology)
+        self.max_external = max_external
+        self.parts = [_WorkloadCalibration(wl, topology, self.fast, self.emulated,
+                                           self.period, sample_s, max_external,
+                                           corun and topology.ncpus >= 2)
+                      for wl in workloads if any(p in scaling.POOL_POLICIES
+                                                 for p in wl.policies())]
+        self.sample_s = sample_s
+        self.load_before = scaling._loadavg()
+        self.t0 = time.perf_counter()
+
+    def __enter__(self):
+        self._stack = contextlib.ExitStack().__enter__()
+        try:
+            for part in self.parts:
+                self._stack.enter_context(part)
+        except BaseException:
+            self._stack.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        return self._stack.__exit__(*exc)
+
+    @property
+    def rounds(self):
+        return min((p.rounds for p in self.parts), default=0)
+
+    def round(self):
+        for part in self.parts:
+            part.round()
+
+    def result(self, overheads, *, interleaved=False):
+        from asymo import scaling
+        emulated = self.emulated
+        return {"schema": SCHEMA,
+                "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                    timespec="seconds"),
+                "machine": _machine_id(),
+                "topology": self.topology.to_spec(),
+                "emulated": {str(c): self.topology.emulated[c] for c in emulated},
+                "emulator_period_s": float(self.period) if emulated else None,
+                "rounds": self.rounds, "sample_s": float(self.sample_s),
+                "max_external_load": float(self.max_external),
+                "interleaved_with_sweep": bool(interleaved),
+                "overheads": overheads,
+                "workloads": {p.wl.name: p.result() for p in self.parts},
+                "loadavg_before": self.load_before, "loadavg_after": scaling._loadavg(),
+                "seconds": time.perf_counter() - self.t0}
 
 
 def interquartile_mean(values):
