@@ -1199,7 +1199,8 @@ def parse_interference(text):
 
 
 def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds=None,
-                     gflops_per_core=None, max_cores=None, interference=(), progress=False):
+                     gflops_per_core=None, max_cores=None, interference=(), corun=None,
+                     progress=False):
     """The scaling sweep from the simulator instead of the machine.
 
     Parameters
@@ -1218,6 +1219,10 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
         Per-cluster FP32 rate; default: the preset's, or 10 GFLOP/s x capacity.
     interference : sequence of Interference
         Cores slowed in every simulated run (windows on cores not yet added are ignored).
+    corun : float, optional
+        Co-running interference (:class:`asymo.sim.CoRunning`): a core's speed while one
+        other core runs tasks, all cores sharing one resource. Default: none (an assumption
+        for a preset: measure it on the device with ``--calibrate-sim``).
     """
     from asymo.sim.presets import Preset, get_preset
     if isinstance(target, str):
@@ -1256,6 +1261,9 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
         sub_rates = rates[:sub.nclusters]
         jobs = wl.sim_jobs(sub, sub_rates)
         itf = [i for i in interference if i.cpu in sub.cpus]
+        if corun is not None and k > 1:
+            from asymo.sim.engine import CoRunning
+            itf.append(CoRunning(factor=corun))
         if pol == "numpy":
             jobs = _numpy_model_jobs(jobs, k)
             res = simulate(sub, jobs, policy="even", overheads=overheads, interference=itf)
@@ -1267,6 +1275,7 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
     res = ScalingResult(points=points, mode="simulated", topology=first_cores(topology, ncores),
                         meta={"preset": preset_name, "gflops_per_core": rates,
                               "overheads_s": overheads.to_dict(),
+                              "corun_factor": corun,
                               "interference": [{"cpu": i.cpu, "speed": i.speed,
                                                 "start_s": i.start,
                                                 "stop_s": i.stop if math.isfinite(i.stop)

@@ -75,6 +75,8 @@ def test_simulate_three_clusters_with_overheads(tmp_path, capsys):
     (["--repeats", "0"], "--repeats"),
     (["--simulate", "sd845", "--sim-overheads", "1,2"], "three numbers"),
     (["--emulator-period", "0.00025"], "needs --emulate"),
+    (["--sim-corun", "0.9"], "use it with --simulate"),
+    (["--simulate", "sd845", "--sim-corun", "1.5"], "(0, 1]"),
     (["--sim-calibration", "c.json"], "read by --validate-sim"),
     (["--simulate", "sd845", "--calibrate-sim", "c.json"], "cannot be combined"),
 ])
@@ -232,3 +234,19 @@ def test_calibrate_sim_file_then_validation_reads_it(tmp_path, capsys):
                             "--sim-calibration", str(bad), "--json", str(js))
     assert rc == 0 and "measuring the simulator's inputs instead" in err
     assert set(json.loads(js.read_text())["sim_error"]) == set(scaling.POOL_POLICIES)
+
+
+def test_simulate_with_corunning(tmp_path, capsys):
+    js = tmp_path / "c.json"
+    rc, _, _ = _run(capsys, "--simulate", "rk3588", "--workload", "spin", "--policies",
+                    "asymo", "--sim-corun", "0.8", "--json", str(js))
+    assert rc == 0
+    doc = json.loads(js.read_text())
+    assert doc["meta"]["corun_factor"] == 0.8
+    tp = {p["cores"]: p["throughput"] for p in doc["points"]}
+    free = scaling.simulate_scaling("rk3588", scaling.make_workloads(["spin"]),
+                                    policies=["asymo"])
+    tp0 = {p.cores: p.throughput for p in free.points}
+    assert tp[1] == pytest.approx(tp0[1])
+    # two big cores slowing each other to 0.8: 2 x 0.8 of one core
+    assert tp[2] == pytest.approx(0.8 * tp0[2], rel=0.02)

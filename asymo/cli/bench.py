@@ -94,6 +94,10 @@ def _register_scaling(bsub):
                    help="with --simulate: slow core CPU to SPEED (0..1) for the whole run, or "
                         "from START to STOP milliseconds into it (interference from other "
                         "apps, thermal throttling)")
+    p.add_argument("--sim-corun", type=float, default=None, metavar="FACTOR",
+                   help="with --simulate: co-running interference, a core's speed (0..1] "
+                        "while one other core runs tasks (default: none assumed; "
+                        "--calibrate-sim measures it on a machine at hand)")
     p.add_argument("--validate-sim", action="store_true",
                    help="also run the simulator for this machine, fed only by its inputs "
                         "measured in separate runs before the sweep (or read from "
@@ -163,6 +167,10 @@ def run_scaling(args):
             raise ValueError("--interfere is a simulator option: use it with --simulate "
                              "(use --emulate to slow cores of this machine)")
         interference = scaling.parse_interference(args.interfere) if args.interfere else ()
+        if args.sim_corun is not None and not args.simulate:
+            raise ValueError("--sim-corun is a simulator option: use it with --simulate")
+        if args.sim_corun is not None and not 0 < args.sim_corun <= 1:
+            raise ValueError(f"--sim-corun must lie in (0, 1], got {args.sim_corun}")
         if args.emulator_period is not None and not args.emulate:
             raise ValueError("--emulator-period needs --emulate")
         if args.sim_calibration and not args.validate_sim:
@@ -184,7 +192,7 @@ def run_scaling(args):
     if preset is not None:
         result = scaling.simulate_scaling(preset, workloads, policies=args.policies,
                                           overheads=overheads, max_cores=args.max_cores,
-                                          interference=interference,
+                                          interference=interference, corun=args.sim_corun,
                                           progress=not args.no_progress)
     else:
         from asymo.sim import calibrate as simcal
