@@ -15,8 +15,12 @@ runs of their own (never the runs a validation compares against), and stored as 
 * **co-running interference** per workload: the tasks traced on one core while another core
   runs the same workload without pause, against the same core alone, corrected for the share
   of the time the co-runner actually spent in tasks; the simulator applies it as
-  :class:`asymo.sim.CoRunning` (shared caches and memory bandwidth as one factor);
+  :class:`asymo.sim.CoRunning` (shared caches and memory bandwidth as one factor) when the
+  rounds agree on a slowdown (a sign test; else the factor is 1);
 * **scheduling overheads** per policy from jobs of no-op tasks (per job, per take).
+
+Everything is measured in interleaved rounds (:class:`SimCalibrator`), which a sweep can
+interleave with its own (``asymo.scaling.measure_scaling(calibrate=True)``).
 
 :func:`sim_inputs` turns a calibration into simulator jobs and interference for a core
 count; :func:`format_calibration` prints what was measured.
