@@ -798,9 +798,13 @@ class ScalingResult:
             ax.legend(fontsize=8)
         title = self.label()
         if self.mode == "measured" and self.topology.emulated:
-            title += "\nthe emulator slows a core by time-slicing: speed only, not cache size"
+            period = self.meta.get("emulator_period_s")
+            title += ("\nthe emulator slows a core by time-slicing"
+                      + (f" (period {period * 1e3:g} ms)" if period else "")
+                      + ": speed only, not cache size")
         if sim_pts:
-            title += "\nhollow markers: the simulator, calibrated on one core per cluster"
+            title += ("\nhollow markers: the simulator, fed only by its calibration (traced "
+                      "tasks, availability, co-running), measured in separate runs")
         fig.suptitle(title, fontsize=10)
         fig.tight_layout()
         fig.savefig(path, dpi=110)

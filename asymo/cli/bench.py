@@ -100,10 +100,10 @@ def _register_scaling(bsub):
                         "--calibrate-sim measures it on a machine at hand)")
     p.add_argument("--validate-sim", action="store_true",
                    help="also run the simulator for this machine, fed only by its inputs "
-                        "measured in separate runs before the sweep (or read from "
-                        "--sim-calibration FILE), and print measured against simulated "
-                        "per-policy throughput (adds the spin workload, scheduling alone, "
-                        "when not selected)")
+                        "(asymo.sim.calibrate) measured in runs of their own interleaved with "
+                        "the sweep's rounds (or read from --sim-calibration FILE), and print "
+                        "measured against simulated per-policy throughput (adds the spin "
+                        "workload, scheduling alone, when not selected)")
     p.add_argument("--calibrate-sim", metavar="FILE", default=None,
                    help="measure the simulator's inputs for this machine (traced task costs "
                         "per workload and core count, the emulated cores' availability, "
@@ -113,7 +113,8 @@ def _register_scaling(bsub):
     p.add_argument("--sim-calibration", metavar="FILE", default=None,
                    help="with --validate-sim: the simulator's inputs from a file written by "
                         "--calibrate-sim (an earlier, separate run) instead of measuring them "
-                        "before the sweep")
+                        "beside the sweep (a file for another topology or format is reported "
+                        "and replaced by a fresh measurement)")
     p.add_argument("--emulator-period", type=float, default=None, metavar="SEC",
                    help="with --emulate: the emulator's period in seconds (default "
                         "asymo.emulate.DEFAULT_PERIOD); the simulator's duty cycle uses the "
