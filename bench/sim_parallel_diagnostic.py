@@ -11,9 +11,13 @@ in neither: joining jobs, waking workers.
         --workload models --policy even --calibration docs/sim-calibration-emulated.json
 """
 import argparse
+import json
+import os
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None):
@@ -35,7 +39,6 @@ def main(argv=None):
 
     spec = scaling.parse_emulate(args.emulate)
     with open(args.calibration) as f:
-        import json
         cal = json.load(f)
     period = args.period or cal.get("emulator_period_s") or 1e-3
     wl = scaling.make_workloads([args.workload])[0]
