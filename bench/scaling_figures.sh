@@ -16,6 +16,9 @@ set -eu
 cd "$(dirname "$0")/.."
 OUT=${OUT:-docs}
 REPEATS=${REPEATS:-7}
+# each sample at least this long: several calls of a whole model on an already warm pool
+# (a 30 ms SqueezeNet call sampled once right after the pool opens reads ~10% slow)
+MIN_TIME=${MIN_TIME:-0.1}
 PERIOD=${PERIOD:-0.001}
 SHORT_PERIOD=${SHORT_PERIOD:-0.00025}
 WORKLOADS=${WORKLOADS:-spin,matmul,conv2d,models}
@@ -25,14 +28,14 @@ mkdir -p "$OUT"
 for step in $STEPS; do
   case $step in
   1) $LOCK python3 -m asymo bench scaling --emulate 1:0.5 --emulator-period "$PERIOD" \
-         --workload "$WORKLOADS" --repeats "$REPEATS" --no-progress \
+         --workload "$WORKLOADS" --repeats "$REPEATS" --min-time "$MIN_TIME" --no-progress \
          --calibrate-sim "$OUT/sim-calibration-emulated.json" ;;
   2) $LOCK python3 -m asymo bench scaling --emulate 1:0.5 --emulator-period "$PERIOD" \
-         --workload "$WORKLOADS" --repeats "$REPEATS" --no-progress --validate-sim \
+         --workload "$WORKLOADS" --repeats "$REPEATS" --min-time "$MIN_TIME" --no-progress --validate-sim \
          --json "$OUT/scaling-measured-emulated.json" \
          --plot "$OUT/scaling-measured-emulated.png" ;;
   3) $LOCK python3 -m asymo bench scaling --emulate 1:0.5 --emulator-period "$SHORT_PERIOD" \
-         --workload "$WORKLOADS" --repeats "$REPEATS" --no-progress --validate-sim \
+         --workload "$WORKLOADS" --repeats "$REPEATS" --min-time "$MIN_TIME" --no-progress --validate-sim \
          --policies asymo,even,shared,steal \
          --json "$OUT/scaling-validation-emulated-short.json" ;;
   4) python3 -m asymo bench scaling --simulate kirin970 --workload "$WORKLOADS" --no-progress \
