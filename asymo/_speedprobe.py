@@ -5,6 +5,14 @@ same work alternately on both cores and prints JSON: ``ratios`` (time on ``--fas
 ``--slow``, one per round) and ``share`` (the work's cpu time / wall time on ``--slow``).
 Used by the emulator's test and benchmark to check the speed a slowed core gives.
 
+``--workload burst`` measures fidelity for short work instead: units of single-thread matmuls of
+``--unit-us`` microseconds (on ``--fast``) run back to back on ``--slow``; ``stretch`` lists
+each unit's time there / its median time on ``--fast``. A core that really ran at speed s would
+stretch every unit by 1/s; an emulator that stops the core for part of each period stretches
+most units by about 1 and a few by 1 + (stopped time) / unit, so the spread of ``stretch``
+(p90, p99, max against the median) shows how unevenly the emulated core delivers its speed at
+the time scale of one unit -- the scale of one task of a parallel job.
+
 ``--shield`` (start this in a session of its own) lowers the nice value of this process's
 autogroup and thread to -20 where permitted, so other processes on a shared machine barely
 disturb the measurement. A SCHED_FIFO emulator helper preempts a nice -20 thread exactly as it
@@ -92,19 +100,66 @@ def measure(fast, slow, workload="python", rounds=5, seconds=0.1):
     return {"ratios": ratios, "share": share, "iterations": n}
 
 
+def burst(fast, slow, unit_s=100e-6, count=2000, blocks=5):
+    """Stretch of ``count`` units of ``unit_s`` seconds (on ``fast``) run on ``slow``.
+
+    A unit is a few single-thread 48^3 float32 matmuls (deterministic, no allocation). Units
+    run in ``blocks`` alternating stretches on ``fast`` and ``slow`` so drift in the machine's
+    speed hits both; each slow unit is divided by the median fast unit of its block.
+    """
+    import numpy  # noqa: F401
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)
+    step = matmul_work(48)
+    os.sched_setaffinity(0, {fast})
+
+    def times(n, reps):
+        ts = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            step(n)
+            ts.append(time.perf_counter() - t)
+        return ts
+
+    def median(xs):
+        return sorted(xs)[len(xs) // 2]
+
+    n = 1
+    while median(times(n, 11)) < unit_s / 4:
+        n *= 2
+    n = max(1, round(n * unit_s / median(times(n, 21))))
+    per = max(1, count // blocks)
+    stretch, refs = [], []
+    for _ in range(blocks):
+        os.sched_setaffinity(0, {fast})
+        ref = median(times(n, per))
+        os.sched_setaffinity(0, {slow})
+        stretch += [t / ref for t in times(n, per)]
+        refs.append(ref)
+    os.sched_setaffinity(0, {fast})
+    return {"stretch": stretch, "unit_s": median(refs), "iterations": n}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m asymo._speedprobe", description=__doc__)
     p.add_argument("--fast", type=int, required=True, help="reference (free) cpu")
     p.add_argument("--slow", type=int, required=True, help="cpu whose speed is measured")
-    p.add_argument("--workload", choices=("python", "matmul"), default="python")
+    p.add_argument("--workload", choices=("python", "matmul", "burst"), default="python")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seconds", type=float, default=0.1,
                    help="duration of one run of the work on the reference cpu")
+    p.add_argument("--unit-us", type=float, default=100.0,
+                   help="burst workload: microseconds of work per unit on the reference cpu")
+    p.add_argument("--units", type=int, default=2000, help="burst workload: units timed")
     p.add_argument("--shield", action="store_true")
     args = p.parse_args(argv)
     out = shield() if args.shield else {"autogroup_nice": None,
                                         "nice": os.getpriority(os.PRIO_PROCESS, 0)}
-    out.update(measure(args.fast, args.slow, args.workload, args.rounds, args.seconds))
+    if args.workload == "burst":
+        out.update(burst(args.fast, args.slow, args.unit_us * 1e-6, args.units))
+    else:
+        out.update(measure(args.fast, args.slow, args.workload, args.rounds, args.seconds))
     json.dump(out, sys.stdout)
     print()
     return 0

@@ -29,6 +29,7 @@ import weakref
 
 import numpy as np
 
+from asymo import split_cost as _split_cost
 from asymo._ffi import ffi, lib
 from asymo._tasks import (ACTIVATION_CODES, DTYPE_CODES, INLINE_BYTES, resolve_pool, run_tasks,
                           task_fn, workspace)
@@ -49,12 +50,9 @@ IM2COL_METHOD = "implicit"
 # Implicit im2col: the GEMM packs all of B's panels of one job; cut the job into chunks of
 # output rows only when that packed copy would exceed this.
 IMPLICIT_CHUNK_BYTES = 128 << 20
-# Small jobs run on the fastest cluster alone when the pool has several: below these sizes
-# the work a slower cluster would take saves less than waiting once for one of its cores
-# costs (measured with the emulator, whose slowed core disappears for half of every 1 ms
-# period: MobileNet's depthwise layers, ~2 MFLOP each, took up to 10x longer split).
-SMALL_DEPTHWISE_FLOPS = 8e6
-SMALL_EPILOGUE_BYTES = 1 << 20
+# Small jobs run on the fastest cluster alone when the pool has several and the slower
+# clusters' share saves less than their sync and tail cost: asymo.split_cost decides, for
+# matmul and convolutions alike ("depthwise": FLOPs, "epilogue": bytes of output).
 # Aim for this many tasks per worker in element-wise kernels (load balance vs overhead).
 TASKS_PER_WORKER = 4
 # Depthwise kernel: 0 = channel-interleaved vector kernel, 1 = plain per-plane loop (the
@@ -316,7 +314,7 @@ def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, acti
                has_bias, has_residual):
     key = (xshape, wshape, dtype.num, stride, pads, dilation, groups, activation, has_bias,
            has_residual, DEPTHWISE_METHOD, COL_CHUNK_BYTES, COL_CHUNK_COLUMNS, IM2COL_METHOD,
-           IMPLICIT_CHUNK_BYTES, SMALL_DEPTHWISE_FLOPS, SMALL_EPILOGUE_BYTES, pool.limit)
+           IMPLICIT_CHUNK_BYTES, _split_cost.emulated_period(), pool.limit)
     try:
         per_pool = _plan_cache.get(pool)
     except TypeError:  # a pool object that cannot be weakly referenced: no caching
@@ -362,7 +360,7 @@ def _bias_act_plan(pool, channels, plane, dtype, activation):
     nbytes = channels * plane * dtype.itemsize
     inline = nbytes < INLINE_BYTES
     counts = _task_counts(pool, int(job.channel_blocks),
-                          fastest_only=nbytes < SMALL_EPILOGUE_BYTES)
+                          fastest_only=_fastest_only(pool, nbytes, "epilogue"))
     return job, int(job.channel_blocks), (inline, counts)
 
 
@@ -373,6 +371,13 @@ def _run_bias_act(template, ntasks, inline, y_img, bias, residual, pool):
     job.residual = ffi.NULL if residual is None else _ptr(residual)
     inline, counts = inline
     run_tasks(pool, _BIAS_ACT_TASK, job, ntasks, counts, inline=inline)
+
+
+def _fastest_only(pool, work, kind):
+    """Whether a job of ``work`` (FLOPs, or bytes for "epilogue") should run on the fastest
+    cluster alone (`asymo.split_cost`)."""
+    return pool.nclusters > 1 and _split_cost.fastest_only(
+        work, pool.topology, kind, active=pool.active_workers_per_cluster())
 
 
 def _task_counts(pool, ntasks, *, fastest_only=False):
@@ -414,7 +419,7 @@ class _DepthwisePlan:
         self.inline = (n * c * h * w + n * cout * oh * ow) * itemsize < INLINE_BYTES
         flops = 2.0 * n * cout * oh * ow * kh * kw
         self.counts = _task_counts(pool, self.ntasks,
-                                   fastest_only=flops < SMALL_DEPTHWISE_FLOPS)
+                                   fastest_only=_fastest_only(pool, flops, "depthwise"))
         self.plane = cout * oh * ow
         self.residual = None
         if has_residual:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from asymo import split_cost as _split_cost
 from asymo.gemm import gemm as _gemm
 from asymo.gemm import matmul as _matmul
 from asymo.gemm_plan import plan_gemm as _plan_gemm
@@ -27,10 +28,14 @@ __all__ = ["plan_conv_gemm", "column_split", "gemm_into", "matmul_into"]
 #: (small M, B packed from the image, M-tall 12 x 32 tiles sharing each packed sliver twice as
 #: long) measured 5-30% faster with AVX-512 on Zen 4 (VGG / ResNet 3x3 layers, 1 and 2 cores).
 PREFER_AVX512 = True
-#: Convolution GEMMs below this many FLOPs run on the fastest cluster alone when the pool has
-#: several (like asymo/conv.py's SMALL_DEPTHWISE_FLOPS: for a job of a fraction of a
-#: millisecond the slower cluster's share saves less than one wait for its cores costs).
-SMALL_GEMM_FLOPS = 64e6
+
+
+def _fastest_only(flops, pool):
+    """A convolution's GEMM runs on the fastest cluster alone when the slower clusters'
+    share saves less than their sync and tail cost (`asymo.split_cost`, the rule matmul
+    uses)."""
+    return _split_cost.fastest_only(flops, pool.topology, "mm",
+                                    active=pool.active_workers_per_cluster())
 
 
 def plan_conv_gemm(m, k, n, dtype, pool):
@@ -38,7 +43,7 @@ def plan_conv_gemm(m, k, n, dtype, pool):
     ``asymo calibrate`` made a profile for this CPU (`asymo.plan_matmul`), else the default
     (with the AVX-512 kernels for packed products, see `PREFER_AVX512`)."""
     dname = np.dtype(dtype).name
-    if pool is not None and pool.nclusters > 1 and 2.0 * m * k * n < SMALL_GEMM_FLOPS:
+    if pool is not None and pool.nclusters > 1 and _fastest_only(2.0 * m * k * n, pool):
         plan = _plan_matmul(m, k, n, dname, pool=pool)
         if plan.kind == "mm" and plan.split_dim in ("M", "N"):
             return _plan_gemm(m, k, n, dname, pool, split=[1.0] + [0.0] * (pool.nclusters - 1),

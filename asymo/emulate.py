@@ -1,10 +1,24 @@
 """Emulate an asymmetric CPU on a symmetric one.
 
 A helper process pinned to each slowed core runs at SCHED_FIFO priority and, on a grid of
-absolute deadlines ``period`` apart (1 ms by default), spins for ``1 - speed`` of each period and
-sleeps for the rest. Any thread on that core, of any library, then gets ``speed`` of it: a slow
-core whose slowness does not depend on who runs there, so asymo, NumPy and torch can be compared
-side by side on the same emulated machine.
+absolute deadlines ``period`` apart (0.5 ms by default), spins for ``1 - speed`` of each period
+and sleeps for the rest. Any thread on that core, of any library, then gets ``speed`` of it: a
+slow core whose slowness does not depend on who runs there, so asymo, NumPy and torch can be
+compared side by side on the same emulated machine.
+
+The period. A slowed core does not run continuously at ``speed``: it stops for ``(1 - speed) *
+period`` of every period, so work shorter than a period is either not slowed at all or stalled
+for a whole stop, where a real slow core would stretch it by ``1 / speed``. Shorter periods
+are more faithful at the time scale of one task, but every stop costs the workload some speed
+(the switch, and on a VM the core's caches refilled after the helper's spin): measured on the
+development VM (2 vCPU AMD EPYC, KVM; ``bench/emulator_speed.py --periods``, speed 0.5),
+single-thread float32 matmul ran at 0.496 / 0.477 / 0.451 / 0.432 / 0.396 of the free core at
+periods 1 / 0.5 / 0.25 / 0.2 / 0.1 ms, and 100-us units of work were stretched by a median of
+1.00 (10% of them by 8x) at 1 ms against 2.37 (p90 2.78) at 0.25 ms. The default, 0.5 ms, is
+the shortest period whose delivered speed stays within 5% of the requested one for cache-heavy
+work; it halves the longest stall of the former 1 ms. Pass ``period=`` (CLI ``--period``) to
+choose; `asymo.split_cost` reads the period of a running emulation from env
+``ASYMO_EMULATED_PERIOD``.
 
 This emulates *speed*, not cache size, memory bandwidth or instruction set: a slowed core keeps
 its caches. Say so wherever emulated results are shown.
@@ -14,8 +28,9 @@ its caches. Say so wherever emulated results are shown.
 ...     asymo.topology.detect()      # two clusters: [0] at 1.0, then [1] at 0.5
 
 Inside the block, env ``ASYMO_TOPOLOGY`` describes the emulated machine (slowed cores form
-slower clusters, fastest first) and env ``ASYMO_EMULATED`` lists ``cpu:speed`` pairs; both are
-inherited by child processes and restored on exit. Callables in :data:`on_topology_change` are
+slower clusters, fastest first), env ``ASYMO_EMULATED`` lists ``cpu:speed`` pairs and env
+``ASYMO_EMULATED_PERIOD`` gives the period in seconds; all are inherited by child processes and
+restored on exit. Callables in :data:`on_topology_change` are
 called after each change so caches of the topology (the default pool) can be dropped.
 
 Safety: a helper dies with its parent (``PR_SET_PDEATHSIG`` + a ``getppid()`` check, which also
@@ -51,12 +66,15 @@ from asymo._occupier import EXIT_PARENT_GONE, EXIT_TIME_LIMIT, lock_path
 __all__ = [
     "slow_cores", "Emulation", "EmulationError", "RealtimeUnavailableError",
     "emulated_topology", "min_speed", "realtime_available", "format_emulated",
-    "on_topology_change", "ENV_EMULATED", "MODES",
+    "on_topology_change", "ENV_EMULATED", "ENV_PERIOD", "MODES",
 ]
 
 ENV_EMULATED = _topology.EMULATED_ENV_VAR  # "ASYMO_EMULATED"
+#: the period (seconds) of the running emulation, for cost models (`asymo.split_cost`)
+ENV_PERIOD = "ASYMO_EMULATED_PERIOD"
 MODES = ("fifo", "approximate")
-DEFAULT_PERIOD = 1e-3
+#: seconds per spin/sleep cycle (see the module docstring for the measurements behind it)
+DEFAULT_PERIOD = 5e-4
 DEFAULT_TIME_LIMIT = 3600.0
 MIN_PERIOD, MAX_PERIOD = 1e-4, 0.1
 READY_TIMEOUT = 30.0  # seconds for a helper to start (a loaded 2-core box is slow to fork)
@@ -238,9 +256,11 @@ class Emulation:
     speeds : mapping of int to float
         cpu -> speed in (0, 1], the share of the core left to everyone else. 1.0 starts no
         helper; in ``"fifo"`` mode speeds below :func:`min_speed` (0.05) are impossible.
-    period : float, default 1e-3
+    period : float, default 5e-4
         Seconds per spin/sleep cycle, in [1e-4, 0.1]. Shorter periods slow the core more
-        evenly; longer ones cost fewer interruptions.
+        evenly (work shorter than a period is otherwise either not slowed or stalled for a
+        whole stop); longer ones cost fewer interruptions, whose cost makes the core slower
+        than requested at short periods (module docstring).
     time_limit : float, default 3600
         Seconds after which the helpers stop by themselves, whatever happens to this process.
         A helper that stopped before the block ended is reported by a RuntimeWarning on exit.
@@ -327,7 +347,8 @@ class Emulation:
                 # ASYMO_TOPOLOGY; keep its cpus in ASYMO_EMULATED too.
                 topo = topo.replace(emulated={**inherited, **topo.emulated})
                 env = {_topology.ENV_VAR: topo.to_spec(),
-                       ENV_EMULATED: format_emulated(topo.emulated)}
+                       ENV_EMULATED: format_emulated(topo.emulated),
+                       ENV_PERIOD: repr(self.period)}
                 self.topology = topo
             self._start_helpers(slowed)
         except BaseException:

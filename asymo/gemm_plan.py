@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from asymo import split_cost as _split_cost
 from asymo._ffi import ffi, lib
 
 __all__ = [
@@ -593,7 +594,8 @@ def plan_gemm(M, K, N, dtype="float32", pool=None, *, nbatch=1, split=None, bloc
     else:
         owner, limit = None, None
     key = (M, K, N, dname, nbatch, isa, _freeze(split), _freeze(blocks), kind, split_dim,
-           id(owner) if owner is not None else None, limit, _block_chooser)
+           id(owner) if owner is not None else None, limit, _block_chooser,
+           _split_cost.emulated_period())
     if owner is not None:
         with _cache_lock:
             hit = _plan_cache.get(key)
@@ -646,9 +648,14 @@ def _make_plan(M, K, N, dname, nbatch, isa, topo, active, pool, split, blocks, k
     small = per_item * nbatch < (SERIAL_FLOPS_MV if kind == "mv" else SERIAL_FLOPS)
     serial = small and split is None and not topo.is_asymmetric
     serial_cpus = ()
-    if small and split is None and topo.is_asymmetric:
-        split = [1.0] + [0.0] * (ncl - 1)
-        serial_cpus = clusters[0].cpus
+    if split is None and topo.is_asymmetric and ncl > 1:
+        # the slower clusters' share must save more than their sync and tail cost
+        # (asymo.split_cost: one rule for matmul and convolutions)
+        if small or _split_cost.fastest_only(per_item * nbatch, topo,
+                                             "mv" if kind == "mv" else "mm", active=active):
+            split = [1.0] + [0.0] * (ncl - 1)
+        if small:
+            serial_cpus = clusters[0].cpus
     if split_dim is None:
         if nbatch > 1 and per_item < BATCH_SPLIT_FLOPS and nbatch >= total_workers:
             split_dim = "batch"

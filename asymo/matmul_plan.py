@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from asymo import costmodel as cm
 from asymo import gemm_plan as gp
+from asymo import split_cost
 from asymo._ffi import lib
 from asymo.calibration import parse_section
 from asymo.cpuload import LOAD_ENV_VAR, LoadMonitor, adjust_split, cluster_loads
@@ -336,6 +337,11 @@ def plan_matmul(M, K, N, dtype="float32", *, pool=None, nbatch=1, topology=None,
         loads = _current_loads(topo, cal.load_source) if load and topo.nclusters > 1 else None
         ratio = _quantise(adjust_split(caps, loads, [c.baseline_load for c in cal.clusters]))
         loads = tuple(loads) if loads is not None else ()
+        if (topo.is_asymmetric and topo.nclusters > 1 and ratio and not base.serial
+                and split_cost.fastest_only(base.flops, topo, kind_of_split, active=active,
+                                            calibration=cal)):
+            # the slower clusters' share saves less than their sync and tail cost
+            ratio = (1.0,) + (0.0,) * (topo.nclusters - 1)
 
     key = (M, K, N, dname, nbatch, isa, topo.to_spec(), active, ratio, id(cal), id(pool))
     with _plan_lock:
@@ -363,7 +369,7 @@ def _make(M, K, N, dname, nbatch, isa, pool, topo, active, cal, base, ratio, loa
     if cal is None:
         plan, source = base, "default"
         return _annotate(plan, ratio, None, (None,) * plan.nclusters, source, loads)
-    if base.serial:   # too small to split: runs in the calling thread
+    if base.serial or base.serial_cpus:   # too small to split: runs in the calling thread
         return _annotate(base, ratio, None, (None,) * base.nclusters, "default", loads)
     split = [float(r) for r in ratio]
     plan = gp.plan_gemm(M, K, N, dname, pool, split=split, **common)

@@ -194,9 +194,10 @@ def machine_lines(pool, emulation, torch_threads):
 
 
 @contextlib.contextmanager
-def emulated(spec):
-    """``spec`` like "1:0.5" (cpu:speed,...): slow those cores for the block (asymo.emulate,
-    branch emu); None: no emulation."""
+def emulated(spec, period=None):
+    """``spec`` like "1:0.5" (cpu:speed,...): slow those cores for the block (asymo.emulate;
+    ``period`` in seconds, default the emulator's); None: no emulation. Yields a description
+    (the spec and the period)."""
     if not spec:
         yield None
         return
@@ -208,8 +209,9 @@ def emulated(spec):
     for item in spec.split(","):
         cpu, speed = item.split(":")
         speeds[int(cpu)] = float(speed)
-    with emulate.slow_cores(speeds):
-        yield spec
+    period = emulate.DEFAULT_PERIOD if period is None else period
+    with emulate.slow_cores(speeds, period=period):
+        yield f"{spec} (emulator period {period * 1e3:g} ms)"
 
 
 def fmt_ratio(a, b):

@@ -39,6 +39,8 @@ def main(argv=None):
                              "rounds favour asymo: each switch of backend leaves the other "
                              "library's threads waking up; at 0.02 s torch's per-layer sums "
                              "came out 1.6x its whole-model time)")
+    parser.add_argument("--period", type=float, default=None, metavar="SECONDS",
+                        help="emulator period (default: asymo.emulate.DEFAULT_PERIOD)")
     parser.add_argument("--emulate", default=None, metavar="CPU:SPEED[,...]",
                         help="slow cores with the emulator, e.g. 1:0.5")
     parser.add_argument("--no-numpy", action="store_true", help="skip the NumPy baseline")
@@ -52,7 +54,7 @@ def main(argv=None):
     from asymo.models.torch_backend import TorchOps, torch_available
 
     names = asymo.models.names() if args.models == "all" else args.models.split(",")
-    with emulated(args.emulate) as emu:
+    with emulated(args.emulate, args.period) as emu:
         pool = asymo.Pool()
         try:
             torch_threads = None

@@ -149,11 +149,13 @@ def geomean(xs):
 # the emulator
 # ---------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def emulation(core, speed):
+def emulation(core, speed, period=None):
     """(topology, description) with ``core`` slowed to ``speed`` by asymo's emulator."""
-    from asymo.emulate import slow_cores
-    with slow_cores({core: speed}) as emu:
-        yield emu.topology, f"asymo.emulate.slow_cores({{{core}: {speed}}})"
+    from asymo.emulate import DEFAULT_PERIOD, slow_cores
+    period = DEFAULT_PERIOD if period is None else period
+    with slow_cores({core: speed}, period=period) as emu:
+        yield emu.topology, (f"asymo.emulate.slow_cores({{{core}: {speed}}}, "
+                             f"period={period * 1e3:g} ms)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,7 +215,7 @@ def run_mode(mode, shapes, args):
         with threadpoolctl.threadpool_limits(nthreads, user_api="blas"):
             rows = _rows(shapes, contenders, args, dtype)
         return header, rows, {"numpy": "asymo vs numpy"}
-    with emulation(args.core, args.speed) as (topo, how):
+    with emulation(args.core, args.speed, args.period) as (topo, how):
         fast = topo.clusters[0]
         pool = Pool(topology=topo)
         pool_fast = Pool(topology=Topology(clusters=(Cluster(fast.name, fast.cpus, 1.0,
@@ -290,6 +292,9 @@ def main(argv=None):
                     help="seconds of calls per timing (default 0.03)")
     ap.add_argument("--core", type=int, default=1, help="core the emulator slows")
     ap.add_argument("--speed", type=float, default=0.5, help="speed of the slowed core")
+    ap.add_argument("--period", type=float, default=None, metavar="SECONDS",
+                    help="emulator period (default: asymo.emulate.DEFAULT_PERIOD); the slowed "
+                         "core stops for (1 - speed) of every period")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("-v", "--verbose", action="store_true")

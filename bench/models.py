@@ -32,6 +32,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=7, help="alternating rounds (median)")
     parser.add_argument("--min-time", type=float, default=0.3,
                         help="seconds of back-to-back runs per backend per round")
+    parser.add_argument("--period", type=float, default=None, metavar="SECONDS",
+                        help="emulator period (default: asymo.emulate.DEFAULT_PERIOD)")
     parser.add_argument("--emulate", default=None, metavar="CPU:SPEED[,...]",
                         help="slow cores with the emulator, e.g. 1:0.5")
     parser.add_argument("--no-numpy", action="store_true", help="skip the NumPy baseline")
@@ -48,7 +50,7 @@ def main(argv=None):
     from asymo.topology import Cluster, Topology
 
     names = asymo.models.names() if args.models == "all" else args.models.split(",")
-    with emulated(args.emulate) as emu:
+    with emulated(args.emulate, args.period) as emu:
         pool = asymo.Pool()
         fast = pool.topology.clusters[0]
         single = None

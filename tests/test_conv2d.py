@@ -509,9 +509,12 @@ def test_small_jobs_run_on_the_fastest_cluster_alone(two_cluster_pool, monkeypat
     pool = two_cluster_pool
     monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
     rng = np.random.default_rng(24)
-    # a small GEMM (below SMALL_GEMM_FLOPS): the slow cluster's range is empty
-    plan = cg.plan_conv_gemm(64, 576, 196, np.float32, pool)
-    assert 2 * 64 * 576 * 196 < cg.SMALL_GEMM_FLOPS
+    from asymo import split_cost
+
+    # a small GEMM (the shared rule of asymo.split_cost says the slow cluster's share does
+    # not pay): the slow cluster's range is empty
+    plan = cg.plan_conv_gemm(64, 144, 196, np.float32, pool)
+    assert split_cost.fastest_only(2 * 64 * 144 * 196, pool.topology, "mm")
     if plan.kind == "mm":
         assert all(b == a for a, b in plan.cluster_ranges[1:])
     big = cg.plan_conv_gemm(256, 2304, 3136, np.float32, pool)
@@ -525,7 +528,9 @@ def test_small_jobs_run_on_the_fastest_cluster_alone(two_cluster_pool, monkeypat
     (dw,) = [p for per in conv_mod._plan_cache.values() for p in per.values()]
     assert dw.counts is not None and [dw.counts[0], dw.counts[1]] == [dw.ntasks, 0]
     # above the threshold the pool's capacity split applies
-    monkeypatch.setattr(conv_mod, "SMALL_DEPTHWISE_FLOPS", 0.0)
+    assert split_cost.fastest_only(2 * 32 * 14 * 14 * 9, pool.topology, "depthwise")
+    monkeypatch.setattr(conv_mod._split_cost, "fastest_only", lambda *a, **k: False)
+    conv_mod._plan_cache.clear()
     y = conv2d(x, w, b, 1, 1, 1, 32, activation="relu6", pool=pool)
     _close(y, reference.conv2d(x, w, b, 1, 1, 1, 32, "relu6"), np.float32)
     # (the counts are decided at plan time: the pool's capacity split, both clusters busy)

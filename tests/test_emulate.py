@@ -37,6 +37,7 @@ def child_env(**extra):
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.pop(E.ENV_EMULATED, None)
+    env.pop(E.ENV_PERIOD, None)
     env.pop(topo.ENV_VAR, None)
     env.update(extra)
     return env
@@ -239,11 +240,17 @@ def test_helper_is_fifo_pinned_and_env_is_set_then_restored(monkeypatch):
         assert t.clusters[0].cpus == (FAST_CPU,) and t.clusters[0].capacity == 1.0
         assert t.clusters[-1].cpus == (SLOW_CPU,) and t.clusters[-1].capacity == 0.5
         assert emu.topology.to_spec() == os.environ[topo.ENV_VAR]
+        assert float(os.environ[E.ENV_PERIOD]) == E.DEFAULT_PERIOD == emu.period
         emu.check()
     assert not running(pid)
     assert os.environ[topo.ENV_VAR] == f"all:{FAST_CPU}-{SLOW_CPU}@1"
-    assert E.ENV_EMULATED not in os.environ
+    assert E.ENV_EMULATED not in os.environ and E.ENV_PERIOD not in os.environ
     assert calls == [f"{SLOW_CPU}:0.5", None]
+    # the period is a parameter; cost models read it from the environment
+    from asymo import split_cost
+    with E.slow_cores({SLOW_CPU: 0.5}, period=2e-4):
+        assert split_cost.emulated_period() == 2e-4
+    assert split_cost.emulated_period() is None
 
 
 @emulator
@@ -420,6 +427,22 @@ def test_single_thread_work_on_the_slowed_core_runs_at_the_requested_speed(speed
         if 0.8 < control[-1][0] < 1.25 and control[-1][1] > 0.85:
             break
     assert 0.8 < control[-1][0] < 1.25 and control[-1][1] > 0.85, f"unemulated {control}"
+
+
+@pytest.mark.skipif(len(AFFINITY) < 2, reason="needs at least 2 usable cpus")
+def test_burst_probe_times_every_unit_against_the_free_core():
+    # the fidelity probe of bench/emulator_speed.py, without emulation: two equal cores give a
+    # stretch near 1 for most units
+    r = subprocess.run([sys.executable, "-m", "asymo._speedprobe", "--fast", str(FAST_CPU),
+                        "--slow", str(SLOW_CPU), "--workload", "burst", "--unit-us", "200",
+                        "--units", "200"], env=child_env(), capture_output=True, text=True,
+                       timeout=120, start_new_session=True)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    stretch = sorted(out["stretch"])
+    assert len(stretch) == 200 and all(x > 0 for x in stretch)
+    assert 50e-6 < out["unit_s"] < 1e-3
+    assert 0.6 < stretch[len(stretch) // 2] < 1.6, stretch[::20]
 
 
 # -- command line -------------------------------------------------------------------------------

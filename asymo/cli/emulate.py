@@ -13,7 +13,8 @@ DESCRIPTION = """\
 Run COMMAND while some cores are slowed: a helper pinned to each chosen core runs at SCHED_FIFO
 priority and spins for (1 - speed) of every period, so every thread there, of any library, gets
 `speed` of the core. COMMAND sees the emulated machine through ASYMO_TOPOLOGY (the slowed cores
-form slower clusters, capacity = speed) and ASYMO_EMULATED (cpu:speed pairs). The helpers stop
+form slower clusters, capacity = speed), ASYMO_EMULATED (cpu:speed pairs) and
+ASYMO_EMULATED_PERIOD (the period, seconds). The helpers stop
 when COMMAND exits, on Ctrl-C, and if asymo itself is killed. Exit status: COMMAND's.
 
 This emulates core speed only: slowed cores keep their caches and memory bandwidth.
@@ -36,8 +37,9 @@ def register(sub):
     p.add_argument("--speed", type=float, action="append", required=True, metavar="S",
                    help="speed of the matching --core, in (0, 1]: the share of the core left "
                         "to COMMAND (one --speed applies to every --core)")
-    p.add_argument("--period", type=float, default=1e-3, metavar="SECONDS",
-                   help="length of one spin/sleep cycle (default: 0.001)")
+    p.add_argument("--period", type=float, default=None, metavar="SECONDS",
+                   help="length of one spin/sleep cycle (default: 0.0005); shorter is more "
+                        "even, longer loses less speed to the switches")
     p.add_argument("--time-limit", type=float, default=3600.0, metavar="SECONDS",
                    help="helpers stop by themselves after this long, whatever happens "
                         "(default: 3600); a warning says if COMMAND outlived them")
@@ -124,7 +126,8 @@ def run(args):
     speeds = _speeds(args)
     mode = "approximate" if args.approximate else "fifo"
     try:
-        emu = emulate.slow_cores(speeds, period=args.period, time_limit=args.time_limit,
+        period = emulate.DEFAULT_PERIOD if args.period is None else args.period
+        emu = emulate.slow_cores(speeds, period=period, time_limit=args.time_limit,
                                  mode=mode)
     except (TypeError, ValueError) as exc:
         args.parser.error(str(exc))
