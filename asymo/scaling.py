@@ -1091,7 +1091,8 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
         when none was undisturbed; ``Point.samples_clean`` says which). 1.0 keeps everything.
     emulator_period : float, optional
         Seconds per period of the emulator the topology runs under (recorded in the meta
-        data, used by the calibration and :func:`validate_sim`).
+        data, used by the calibration and :func:`validate_sim`); default: the running
+        emulator's (env ``ASYMO_EMULATED_PERIOD``), else ``asymo.emulate.DEFAULT_PERIOD``.
 
     Returns
     -------
@@ -1156,7 +1157,10 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
                                                         "loadavg_after": load_after},
                         workloads={wl.name: wl.describe() for wl in workloads})
     res.workload_objs = list(workloads)
-    if emulator_period is not None and topology.emulated:
+    if topology.emulated:
+        if emulator_period is None:
+            from asymo.sim.calibrate import _default_period
+            emulator_period = _default_period()
         res.meta["emulator_period_s"] = emulator_period
     res.calibration = calibration
     res._fill_speedups()
@@ -1374,7 +1378,8 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
     reproduce.
 
     ``emulator_period`` is the period of the emulator the sweep ran under (default: the
-    sweep's ``meta["emulator_period_s"]``, else ``asymo.emulate.DEFAULT_PERIOD``); a
+    sweep's ``meta["emulator_period_s"]``, else the running emulator's
+    ``ASYMO_EMULATED_PERIOD``, else ``asymo.emulate.DEFAULT_PERIOD``); a
     calibration measured at another period is carried over through its time lost per
     period.
 
@@ -1396,10 +1401,8 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
     if emulator_period is None:
         emulator_period = measured.meta.get("emulator_period_s")
     if emulator_period is None:
-        try:
-            from asymo.emulate import DEFAULT_PERIOD as emulator_period
-        except ImportError:
-            emulator_period = 1e-3
+        from asymo.sim.calibrate import _default_period
+        emulator_period = _default_period()
     cal = calibration or getattr(measured, "calibration", None)
     if cal is None or any(n not in cal["workloads"] for n in names):
         cal = calibrate_sim(topology, [byname[n] for n in names], repeats=repeats,

@@ -271,3 +271,15 @@ def test_calibrate_sim_tiny_run_on_this_machine():
     assert e["emulated"] == {}
     jobs, itf = simcal.sim_inputs(cal, "spin", 2, top)
     assert math.isfinite(sim.simulate(top, jobs, policy="asymo", interference=itf).makespan)
+
+
+def test_emulator_period_comes_from_the_running_emulator(monkeypatch):
+    monkeypatch.setenv("ASYMO_EMULATED_PERIOD", "0.00025")
+    assert simcal._default_period() == pytest.approx(0.25e-3)
+    monkeypatch.setenv("ASYMO_EMULATED_PERIOD", "soon")
+    with pytest.warns(simcal.CalibrationWarning, match="ASYMO_EMULATED_PERIOD"):
+        period = simcal._default_period()
+    from asymo.emulate import DEFAULT_PERIOD
+    assert period == DEFAULT_PERIOD
+    monkeypatch.delenv("ASYMO_EMULATED_PERIOD")
+    assert simcal._default_period() == DEFAULT_PERIOD

@@ -118,7 +118,8 @@ def _register_scaling(bsub):
     p.add_argument("--emulator-period", type=float, default=None, metavar="SEC",
                    help="with --emulate: the emulator's period in seconds (default "
                         "asymo.emulate.DEFAULT_PERIOD); the simulator's duty cycle uses the "
-                        "same")
+                        "same (without --emulate, a running emulator's period is read from "
+                        "env ASYMO_EMULATED_PERIOD)")
     p.add_argument("--json", metavar="FILE", default=None, help="write the points as JSON")
     p.add_argument("--plot", metavar="FILE", default=None,
                    help="write a PNG plot (needs matplotlib)")
@@ -184,8 +185,7 @@ def run_scaling(args):
                              "with --simulate")
         period = args.emulator_period
         if period is None and emulate:
-            from asymo.sim.calibrate import _default_period
-            period = _default_period()
+            from asymo.emulate import DEFAULT_PERIOD as period
     except (ValueError, TypeError) as exc:
         print(f"asymo bench scaling: error: {exc}", file=sys.stderr)
         return 2
