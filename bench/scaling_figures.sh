@@ -7,7 +7,8 @@
 #   2. the measured sweep under the same emulator, compared with the simulator fed only by
 #      its calibration, measured in runs of its own interleaved with the sweep's rounds
 #      (--validate-sim): the machine's drift then hits both alike;
-#   3. the same validation at a short emulator period ($SHORT_PERIOD, pool policies only);
+#   3. the same validation at a short emulator period ($SHORT_PERIOD, pool policies only;
+#      run with SHORT_PERIOD=0.001 OUT=... for a long one);
 #   4. simulated for a Kirin 970 (4x A73 + 4x A53), the CPU of AsyMo's Fig. 11.
 #
 # Every measurement takes the shared benchmark lock (each step a few minutes) so they never
@@ -19,7 +20,7 @@ REPEATS=${REPEATS:-7}
 # each sample at least this long: several calls of a whole model on an already warm pool
 # (a 30 ms SqueezeNet call sampled once right after the pool opens reads ~10% slow)
 MIN_TIME=${MIN_TIME:-0.1}
-PERIOD=${PERIOD:-0.001}
+PERIOD=${PERIOD:-0.0005}     # asymo.emulate.DEFAULT_PERIOD
 SHORT_PERIOD=${SHORT_PERIOD:-0.00025}
 WORKLOADS=${WORKLOADS:-spin,matmul,conv2d,models}
 STEPS=${STEPS:-1 2 3 4}
