@@ -74,6 +74,11 @@ def test_simulate_three_clusters_with_overheads(tmp_path, capsys):
     (["--simulate", "sd845", "--validate-sim"], "cannot be combined"),
     (["--repeats", "0"], "--repeats"),
     (["--simulate", "sd845", "--sim-overheads", "1,2"], "three numbers"),
+    (["--emulator-period", "0.00025"], "needs --emulate"),
+    (["--sim-corun", "0.9"], "use it with --simulate"),
+    (["--simulate", "sd845", "--sim-corun", "1.5"], "(0, 1]"),
+    (["--sim-calibration", "c.json"], "read by --validate-sim"),
+    (["--simulate", "sd845", "--calibrate-sim", "c.json"], "cannot be combined"),
 ])
 def test_bad_arguments_exit_2_with_a_message(capsys, argv, msg):
     rc, _, err = _run(capsys, *argv)
@@ -151,7 +156,8 @@ def test_measured_spin_with_validation_tiny(tmp_path, capsys):
     assert set(doc["sim_error"]) == set(scaling.POOL_POLICIES)
     assert all(np.isfinite(v) for v in doc["sim_error"].values())
     val = doc["validation"]
-    assert val["calibration"]["workloads"]["spin"]["time_s"][0] > 0
+    assert val["calibration"]["workloads"]["spin"]["task_s_fast"] > 0
+    assert "traces" in val["calibration"]["workloads"]["spin"]
     assert val["primary"] == "spin"
     assert all("sim_throughput" in p for p in doc["points"])
     assert all(p["samples_total"] == p["samples_clean"] == 1 for p in doc["points"])
@@ -207,3 +213,40 @@ def test_other_load_counts_foreign_processes_not_our_children():
     snap = mon.snapshot()
     time.sleep(0.5)
     assert mon.share_since(snap) >= 0.1
+
+
+def test_calibrate_sim_file_then_validation_reads_it(tmp_path, capsys):
+    pytest.importorskip("asymo.pool")
+    cal = tmp_path / "cal.json"
+    rc, out, _ = _run(capsys, "--workload", "spin", "--repeats", "1", "--min-time", "0",
+                      "--max-external-load", "1", "--max-cores", "1",
+                      "--calibrate-sim", str(cal))
+    assert rc == 0 and "simulator calibration" in out and "MEASURED" not in out
+    doc = json.loads(cal.read_text())
+    assert doc["schema"] == "asymo.sim.calibration/1" and "spin" in doc["workloads"]
+    # a broken file is reported and replaced by a fresh measurement
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    js = tmp_path / "v.json"
+    with pytest.warns(UserWarning, match="ignoring simulator calibration"):
+        rc, out, err = _run(capsys, "--workload", "spin", "--repeats", "1", "--min-time", "0",
+                            "--max-external-load", "1", "--validate-sim",
+                            "--sim-calibration", str(bad), "--json", str(js))
+    assert rc == 0 and "measuring the simulator's inputs instead" in err
+    assert set(json.loads(js.read_text())["sim_error"]) == set(scaling.POOL_POLICIES)
+
+
+def test_simulate_with_corunning(tmp_path, capsys):
+    js = tmp_path / "c.json"
+    rc, _, _ = _run(capsys, "--simulate", "rk3588", "--workload", "spin", "--policies",
+                    "asymo", "--sim-corun", "0.8", "--json", str(js))
+    assert rc == 0
+    doc = json.loads(js.read_text())
+    assert doc["meta"]["corun_factor"] == 0.8
+    tp = {p["cores"]: p["throughput"] for p in doc["points"]}
+    free = scaling.simulate_scaling("rk3588", scaling.make_workloads(["spin"]),
+                                    policies=["asymo"])
+    tp0 = {p.cores: p.throughput for p in free.points}
+    assert tp[1] == pytest.approx(tp0[1])
+    # two big cores slowing each other to 0.8: 2 x 0.8 of one core
+    assert tp[2] == pytest.approx(0.8 * tp0[2], rel=0.02)

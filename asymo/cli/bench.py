@@ -55,7 +55,9 @@ def _register_scaling(bsub):
                "--plot scaling.png\n"
                "  asymo bench scaling --simulate kirin970 --workload matmul --json k970.json\n"
                "  flock /tmp/asymo-bench.lock asymo bench scaling --emulate 1:0.5 "
-               "--validate-sim --json v.json",
+               "--workload spin,matmul --calibrate-sim cal.json\n"
+               "  flock /tmp/asymo-bench.lock asymo bench scaling --emulate 1:0.5 "
+               "--workload spin,matmul --validate-sim --sim-calibration cal.json --json v.json",
         formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
     p.add_argument("--workload", "-w", type=_csv, default=None, metavar="LIST",
                    help=f"comma-separated workloads from {', '.join(WORKLOADS)} "
@@ -92,10 +94,32 @@ def _register_scaling(bsub):
                    help="with --simulate: slow core CPU to SPEED (0..1) for the whole run, or "
                         "from START to STOP milliseconds into it (interference from other "
                         "apps, thermal throttling)")
+    p.add_argument("--sim-corun", type=float, default=None, metavar="FACTOR",
+                   help="with --simulate: co-running interference, a core's speed (0..1] "
+                        "while one other core runs tasks (default: none assumed; "
+                        "--calibrate-sim measures it on a machine at hand)")
     p.add_argument("--validate-sim", action="store_true",
-                   help="also calibrate and run the simulator for this machine and print "
+                   help="also run the simulator for this machine, fed only by its inputs "
+                        "(asymo.sim.calibrate) measured in runs of their own interleaved with "
+                        "the sweep's rounds (or read from --sim-calibration FILE), and print "
                         "measured against simulated per-policy throughput (adds the spin "
                         "workload, scheduling alone, when not selected)")
+    p.add_argument("--calibrate-sim", metavar="FILE", default=None,
+                   help="measure the simulator's inputs for this machine (traced task costs "
+                        "per workload and core count, the emulated cores' availability, "
+                        "co-running interference, overheads), print them and write them as "
+                        "JSON to FILE; with --validate-sim the sweep follows and is compared "
+                        "with them, else nothing else is measured")
+    p.add_argument("--sim-calibration", metavar="FILE", default=None,
+                   help="with --validate-sim: the simulator's inputs from a file written by "
+                        "--calibrate-sim (an earlier, separate run) instead of measuring them "
+                        "beside the sweep (a file for another topology or format is reported "
+                        "and replaced by a fresh measurement)")
+    p.add_argument("--emulator-period", type=float, default=None, metavar="SEC",
+                   help="with --emulate: the emulator's period in seconds (default "
+                        "asymo.emulate.DEFAULT_PERIOD); the simulator's duty cycle uses the "
+                        "same (without --emulate, a running emulator's period is read from "
+                        "env ASYMO_EMULATED_PERIOD)")
     p.add_argument("--json", metavar="FILE", default=None, help="write the points as JSON")
     p.add_argument("--plot", metavar="FILE", default=None,
                    help="write a PNG plot (needs matplotlib)")
@@ -145,6 +169,23 @@ def run_scaling(args):
             raise ValueError("--interfere is a simulator option: use it with --simulate "
                              "(use --emulate to slow cores of this machine)")
         interference = scaling.parse_interference(args.interfere) if args.interfere else ()
+        if args.sim_corun is not None and not args.simulate:
+            raise ValueError("--sim-corun is a simulator option: use it with --simulate")
+        if args.sim_corun is not None and not 0 < args.sim_corun <= 1:
+            raise ValueError(f"--sim-corun must lie in (0, 1], got {args.sim_corun}")
+        if args.emulator_period is not None and not args.emulate:
+            raise ValueError("--emulator-period needs --emulate")
+        if args.sim_calibration and not args.validate_sim:
+            raise ValueError("--sim-calibration is read by --validate-sim")
+        if args.sim_calibration and args.calibrate_sim:
+            raise ValueError("--sim-calibration reads a calibration, --calibrate-sim measures "
+                             "one: give one of them")
+        if args.calibrate_sim and args.simulate:
+            raise ValueError("--calibrate-sim measures this machine: it cannot be combined "
+                             "with --simulate")
+        period = args.emulator_period
+        if period is None and emulate:
+            from asymo.emulate import DEFAULT_PERIOD as period
     except (ValueError, TypeError) as exc:
         print(f"asymo bench scaling: error: {exc}", file=sys.stderr)
         return 2
@@ -152,19 +193,37 @@ def run_scaling(args):
     if preset is not None:
         result = scaling.simulate_scaling(preset, workloads, policies=args.policies,
                                           overheads=overheads, max_cores=args.max_cores,
-                                          interference=interference,
+                                          interference=interference, corun=args.sim_corun,
                                           progress=not args.no_progress)
     else:
-        with _emulation(emulate):
+        from asymo.sim import calibrate as simcal
+        with _emulation(emulate, period):
             t = topo.detect(override=args.topology)
+            cal = None
+            if args.sim_calibration:
+                cal = simcal.load_calibration(args.sim_calibration, topology=t)
+                if cal is None:
+                    print("asymo bench scaling: measuring the simulator's inputs instead",
+                          file=sys.stderr)
+            elif args.calibrate_sim:
+                cal = simcal.calibrate_sim(t, workloads, repeats=args.repeats,
+                                           emulator_period=period, min_time=args.min_time,
+                                           max_external=args.max_external_load,
+                                           progress=not args.no_progress)
+                simcal.save_calibration(cal, args.calibrate_sim)
+                print("\n".join(simcal.format_calibration(cal)))
+                print(f"wrote {args.calibrate_sim}")
+                if not args.validate_sim:
+                    return 0
             result = scaling.measure_scaling(workloads, policies=args.policies, topology=t,
                                              max_cores=args.max_cores, repeats=args.repeats,
                                              min_time=args.min_time,
                                              progress=not args.no_progress,
-                                             calibrate=args.validate_sim,
-                                             max_external=args.max_external_load)
+                                             calibrate=args.validate_sim and cal is None,
+                                             max_external=args.max_external_load,
+                                             emulator_period=period if emulate else None)
             if args.validate_sim:
-                scaling.validate_sim(result)
+                scaling.validate_sim(result, calibration=cal, emulator_period=period)
     print(result.table())
     if args.json:
         with open(args.json, "w") as f:
@@ -177,7 +236,7 @@ def run_scaling(args):
 
 
 @contextlib.contextmanager
-def _emulation(spec):
+def _emulation(spec, period=None):
     if not spec:
         yield
         return
@@ -185,5 +244,6 @@ def _emulation(spec):
         from asymo.emulate import slow_cores
     except ImportError:
         raise RuntimeError("--emulate needs asymo.emulate, which is not in this build") from None
-    with slow_cores(spec):
+    kw = {} if period is None else {"period": period}
+    with slow_cores(spec, **kw):
         yield

@@ -1,7 +1,9 @@
 """Simulate asymo's pool on CPUs this machine cannot be.
 
 A discrete-event model of the pool (one worker per core, per-cluster task split, each
-policy's queueing and stealing rules, scheduling overheads, interference on chosen cores),
+policy's queueing and stealing rules, scheduling overheads, interference on chosen cores,
+the asymmetry emulator's duty cycle, co-running interference), its calibration for the
+machine at hand (``asymo.sim.calibrate``),
 built-in CPU presets (Kirin 970, Snapdragon 845, RK3588, Pixel 6, Intel 6P+8E) and job
 builders for the workloads ``asymo bench scaling`` measures.
 
@@ -11,11 +13,12 @@ builders for the workloads ``asymo bench scaling`` measures.
 >>> round(r.efficiency, 2) > 0.9
 True
 """
-from asymo.sim.engine import (POLICIES, DutyCycle, Interference, Job, Overheads, SimResult, first_cores,
+from asymo.sim.engine import (POLICIES, CoRunning, DutyCycle, Interference, Job, Overheads, SimResult,
+                              first_cores,
                               simulate, split_counts)
 from asymo.sim.presets import PRESETS, Preset, get_preset, preset_names
 
 __all__ = [
-    "POLICIES", "DutyCycle", "Interference", "Job", "Overheads", "SimResult", "first_cores", "simulate",
+    "POLICIES", "CoRunning", "DutyCycle", "Interference", "Job", "Overheads", "SimResult", "first_cores", "simulate",
     "split_counts", "PRESETS", "Preset", "get_preset", "preset_names",
 ]

@@ -8,8 +8,15 @@ is its cost on the worker's cluster, stretched by any interference on that core,
 per-task (and per-steal) scheduling overhead.
 
 What is modelled: relative core speeds, task granularity, queueing and stealing rules,
-scheduling overheads, time-varying interference. What is not: caches, memory bandwidth,
-frequency changes (express them as interference), SMT.
+scheduling overheads, time-varying interference, the asymmetry emulator's stop-and-go
+(``DutyCycle``), and co-running interference (``CoRunning``: a core is slower while other
+cores run tasks -- shared caches and memory bandwidth, as one measured factor). What is not:
+caches and memory bandwidth as such, frequency changes (express them as interference), SMT.
+
+With ``CoRunning`` a task's speed depends on what the other cores do while it runs, so the
+simulation advances piecewise (every task start and end and every change of a core's
+availability is an event, and every running piece of work progresses at its current rate
+until the next one); without it, a task's end is computed when it starts.
 """
 from __future__ import annotations
 
@@ -25,8 +32,8 @@ import numpy as np
 from asymo.topology import Topology
 
 __all__ = [
-    "POLICIES", "Job", "Overheads", "Interference", "DutyCycle", "SimResult", "simulate", "split_counts",
-    "first_cores",
+    "POLICIES", "Job", "Overheads", "Interference", "DutyCycle", "CoRunning", "SimResult",
+    "simulate", "split_counts", "first_cores",
 ]
 
 POLICIES = ("asymo", "even", "shared", "steal")
@@ -323,6 +330,61 @@ class DutyCycle:
         return t + stop + rest
 
 
+    def state(self, t):
+        """(availability at ``t``: 0 while stopped, 1 while running; time of the next
+        change)."""
+        if self.busy == 0:
+            return 1.0, math.inf
+        P, stop = self.period, self.busy * self.period
+        eps = 1e-9 * P
+        k = math.floor((t + self.phase) / P)
+        t0 = k * P - self.phase
+        if t + eps < t0:                 # rounding put t just before its period's start
+            t0 -= P
+        if t < t0 + stop - eps:
+            return 0.0, t0 + stop
+        if t < t0 + P - eps:
+            return 1.0, t0 + P
+        return 0.0, t0 + P + stop       # on the boundary: the next stop starts now
+
+
+@dataclass(frozen=True)
+class CoRunning:
+    """Cores that slow each other down while they run tasks at the same time (shared caches,
+    memory bandwidth, a shared power budget): a core running a task while ``n`` other cores
+    of the group run tasks goes at ``1 / (1 + n * (1 / factor - 1))`` of its speed, so
+    ``factor`` is its speed with one other core busy (measured: ``asymo bench scaling
+    --calibrate-sim``), and the slowdown grows linearly in time per extra co-runner (an
+    extrapolation beyond two cores). A core counts as running while it is inside a task and
+    not stopped (by a ``DutyCycle`` or a speed-0 window); scheduling overheads neither slow
+    nor are slowed.
+
+    Parameters
+    ----------
+    factor : float
+        In (0, 1]; 1 means no interference.
+    cpus : sequence of int, optional
+        The cores sharing the resource (default: every core of the simulated topology).
+    """
+
+    factor: float
+    cpus: Optional[tuple] = None
+
+    def __post_init__(self):
+        if not (isinstance(self.factor, (int, float)) and 0.0 < self.factor <= 1.0):
+            raise ValueError(f"CoRunning.factor must lie in (0, 1], got {self.factor!r}")
+        if self.cpus is not None:
+            cpus = tuple(int(c) for c in self.cpus)
+            if len(set(cpus)) != len(cpus) or any(c < 0 for c in cpus):
+                raise ValueError(f"CoRunning.cpus must be distinct cpu numbers >= 0, got "
+                                 f"{self.cpus!r}")
+            object.__setattr__(self, "cpus", cpus)
+
+    def speed(self, others):
+        """Speed factor of a core while ``others`` other cores of the group run tasks."""
+        return 1.0 / (1.0 + others * (1.0 / self.factor - 1.0))
+
+
 class _Clock:
     """Per-core speed factor over time from interference windows."""
 
@@ -341,6 +403,15 @@ class _Clock:
             if w.start <= t < w.stop:
                 f *= w.speed
         return f
+
+    def state(self, t):
+        """(speed factor at ``t``, time of the next change)."""
+        if self.duty is not None:
+            return self.duty.state(t)
+        if not self.windows:
+            return 1.0, math.inf
+        nxt = next((p for p in self.points if p > t), math.inf)
+        return self.factor(t), nxt
 
     def finish(self, start, work):
         """Time at which ``work`` seconds (at full speed) started at ``start`` complete."""
@@ -595,9 +666,10 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
         believes) unless the job gives its own split: a wrong belief shows up as imbalance.
     overheads : Overheads, optional
         Scheduling costs (default: none).
-    interference : sequence of Interference or DutyCycle
-        Cores slowed for time windows (absolute time from the start of the first job), or
-        stopped periodically (the emulator).
+    interference : sequence of Interference, DutyCycle or CoRunning
+        Cores slowed for time windows (absolute time from the start of the first job),
+        stopped periodically (the emulator), or slowed while other cores run tasks
+        (co-running interference; see :class:`CoRunning`).
 
     Returns
     -------
@@ -617,10 +689,19 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
     sp = _speeds(topology, speeds)
     workers = _Workers(topology, sp)
     cpus = set(workers.cpu)
-    per_cpu, duty = {}, {}
+    per_cpu, duty, groups = {}, {}, []
     for itf in interference:
+        if isinstance(itf, CoRunning):
+            members = workers.cpu if itf.cpus is None else itf.cpus
+            outside = sorted(set(members) - cpus)
+            if outside:
+                raise ValueError(f"CoRunning names cpu(s) {outside}, which are not in the "
+                                 f"topology (cpus {sorted(cpus)})")
+            groups.append((itf, [w for w in range(workers.n) if workers.cpu[w] in members]))
+            continue
         if not isinstance(itf, (Interference, DutyCycle)):
-            raise TypeError("interference must be a sequence of Interference or DutyCycle")
+            raise TypeError("interference must be a sequence of Interference, DutyCycle or "
+                            "CoRunning")
         if itf.cpu not in cpus:
             raise ValueError(f"interference on cpu {itf.cpu}, which is not in the topology "
                              f"(cpus {sorted(cpus)})")
@@ -641,6 +722,7 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
     tasks_stolen = np.zeros(workers.n, dtype=np.int64)
     steal_ops = np.zeros(workers.n, dtype=np.int64)
     steals = np.zeros((nclusters, nclusters), dtype=np.int64)
+    stats = (busy, tasks_run, tasks_stolen, steal_ops, steals)
     total_speed = sum(workers.speed)
     now, ideal = 0.0, 0.0
     job_makespans = []
@@ -661,6 +743,12 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
         ideal += overheads.job + job.delay
         state = _Policy(policy, job, counts, workers)
         start = now + job.delay + overheads.job
+        if groups:
+            end = _run_job_piecewise(state, start, workers, clocks, groups, cost_on,
+                                     overheads, stats)
+            job_makespans.append(end - now)
+            now = end
+            continue
         heap = [(start, w) for w in range(workers.n)]
         heapq.heapify(heap)
         end = start
@@ -697,3 +785,105 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
                      job_makespans=job_makespans, busy=busy, tasks_run=tasks_run,
                      tasks_stolen=tasks_stolen, steal_ops=steal_ops, steals=steals,
                      ideal_makespan=ideal, overheads=overheads)
+
+
+def _run_job_piecewise(state, start, workers, clocks, groups, cost_on, overheads, stats):
+    """One job with co-running interference: the schedule of the event-per-completion loop
+    in :func:`simulate` (same decisions, same order at equal times: lowest worker first),
+    but every running piece of work -- steal overhead, take overhead, task -- progresses at
+    its current rate (the core's availability, times the co-running slowdown for tasks)
+    until the next event: a piece ending or a core's availability changing. Returns the
+    time the job ended."""
+    busy, tasks_run, tasks_stolen, steal_ops, steals = stats
+    n = workers.n
+    member_of = [[g for g, (_, ws) in enumerate(groups) if w in ws] for w in range(n)]
+    segs = [None] * n          # per worker: list of pieces [kind, work left, work, ...]
+    task = [None] * n          # per worker: (lo, hi, origin, started at)
+    now, end = start, start
+    pending = list(range(n))   # workers deciding at `now`, in worker order
+
+    def begin(w):
+        """Drop finished (or empty) pieces at the front of w's list; note a task's start.
+        Returns True while w has work left."""
+        s = segs[w]
+        while s and s[0][1] <= 0.0:
+            done = s.pop(0)
+            if done[0] == "task":
+                lo, hi, origin, t0 = task[w]
+                ci = workers.cluster[w]
+                busy[w] += now - t0
+                tasks_run[w] += hi - lo
+                if origin >= 0:
+                    tasks_stolen[w] += hi - lo
+                    steals[ci, origin] += hi - lo
+                state.adapt(w, now - t0)
+                task[w] = None
+            if s and s[0][0] == "task":
+                lo, hi, origin, _ = task[w]
+                task[w] = (lo, hi, origin, now)
+        if not s:
+            segs[w] = None
+            return False
+        return True
+
+    while True:
+        # decisions at `now`, lowest worker first (the heap order of simulate's loop); a
+        # worker whose take held no work at all decides again at once
+        while pending:
+            pending.sort()
+            w = pending.pop(0)
+            r = state.pop(w)
+            pieces = []
+            if r is None:
+                if state.steal(w) is None:
+                    end = max(end, now)
+                    continue
+                steal_ops[w] += 1
+                pieces.append(["steal", overheads.steal, overheads.steal])
+                r = state.pop(w)
+            lo, hi, origin = r
+            cost = float(cost_on[workers.cluster[w]][lo:hi].sum())
+            pieces.append(["take", overheads.task, overheads.task])
+            pieces.append(["task", cost, cost])
+            segs[w] = pieces
+            task[w] = (lo, hi, origin, now)
+            if not begin(w):
+                pending.append(w)
+        running = [w for w in range(n) if segs[w] is not None]
+        if not running:
+            return end
+        avail, nxt = {}, math.inf
+        for w in running:
+            f, ch = clocks[w].state(now)
+            avail[w] = f
+            nxt = min(nxt, ch)
+        active = {w for w in running if segs[w][0][0] == "task" and avail[w] > 0}
+        for w in running:
+            r = avail[w]
+            if r > 0 and segs[w][0][0] == "task":
+                for g in member_of[w]:
+                    itf, ws = groups[g]
+                    r *= itf.speed(sum(1 for v in ws if v != w and v in active))
+            piece = segs[w][0]
+            # piece: [kind, work left at `since`, work at start, since, rate, projected end];
+            # the end is projected again only when the rate changes, so that a piece run at
+            # one rate ends at start + work exactly, as in simulate's event loop
+            if len(piece) == 3 or piece[4] != r:
+                if len(piece) > 3:
+                    piece[1] -= piece[4] * (now - piece[3])
+                    del piece[3:]
+                piece.extend([now, r, now + piece[1] / r if r > 0 else math.inf])
+        t_next = min(nxt, min(segs[w][0][5] for w in running))
+        if not math.isfinite(t_next):
+            # every running core is stopped for good
+            return math.inf
+        now = t_next
+        for w in running:
+            piece = segs[w][0]
+            # ends now; or, at a change of availability, within rounding of now (a piece
+            # ending on the start of a stop ends there, as DutyCycle.finish has it)
+            if piece[5] <= now or (now == nxt and piece[1] - piece[4] * (now - piece[3])
+                                   <= 1e-9 * piece[2]):
+                piece[1] = 0.0
+                if not begin(w):
+                    pending.append(w)

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TracedJob", "trace_jobs", "traced_sim_jobs", "jobs_from_traces"]
+__all__ = ["TracedJob", "trace_jobs", "collect_traces", "merge_traces", "traced_sim_jobs",
+           "jobs_from_traces", "trace_to_dict", "trace_from_dict", "task_seconds"]
 
 
 @dataclass
@@ -105,30 +106,39 @@ def _median_trace(traces):
     return merged, tail
 
 
-def traced_sim_jobs(make_run, pool, cpus, *, repeats=5, warmup=1, max_external=0.05):
-    """Simulator jobs for one run of a workload on ``pool``'s topology, from traces.
+def merge_traces(traces):
+    """One trace from repeated traces of the same run: per job and task, the median."""
+    return _median_trace(list(traces))
 
-    ``make_run()`` gives the zero-argument callable running the workload on ``pool``. Every
-    cluster's costs are traced with the calling thread pinned to ``cpus[c]`` (``repeats``
-    runs each, per-task medians; an int: the same core for every cluster). As the sweep's
-    measurements do, a trace during which other processes used more than ``max_external``
-    of the machine is retaken (up to ``4 * repeats`` traces; all of them are used when fewer
-    were undisturbed). Returns ``(jobs, tail_s)``: a list of :class:`asymo.sim.Job`
-    with 2-D costs (task x cluster), the submitted split, and ``delay`` = the submitting
-    thread's own work before the job; the last job has no tasks, only the submitting
-    thread's work after the previous job.
+
+def task_seconds(trace):
+    """Total seconds inside tasks of one ``trace_jobs`` result."""
+    jobs, _ = trace
+    return float(sum(j.task_s.sum() for j in jobs))
+
+
+def collect_traces(run, pool, cpus, *, repeats=5, warmup=1, max_external=0.05,
+                   as_clusters=None):
+    """Repeated traces of ``run()`` on ``pool``: for each cluster ``c`` (or each of
+    ``as_clusters``), traced as ``c`` with the calling thread pinned to ``cpus[i]``.
+
+    A trace during which other processes used more than ``max_external`` of the machine is
+    retaken (up to ``4 * repeats`` traces; all of them are kept when fewer were undisturbed).
+    Returns a list (per cluster traced) of lists of ``trace_jobs`` results.
     """
-    from asymo.scaling import _pinned_thread
-    run = make_run()
     from asymo._ffi import ffi
     from asymo._loadmon import OtherLoad
+    from asymo.scaling import _pinned_thread
     mon = OtherLoad()
-    per_cluster = []
-    ncl = pool.topology.nclusters
-    cpus = [cpus] * ncl if isinstance(cpus, int) else list(cpus)
+    clusters = list(range(pool.topology.nclusters)) if as_clusters is None else \
+        list(as_clusters)
+    cpus = [cpus] * len(clusters) if isinstance(cpus, int) else list(cpus)
+    if len(cpus) != len(clusters):
+        raise ValueError(f"{len(cpus)} cpus for {len(clusters)} traced clusters")
     bufs = (ffi.new("asymo_trace_job[]", 1 << 12), ffi.new("int64_t[]", 1 << 16))
-    for c in range(ncl):
-        with _pinned_thread(cpus[c]):
+    out = []
+    for c, cpu in zip(clusters, cpus):
+        with _pinned_thread(cpu):
             for _ in range(warmup):
                 trace_jobs(run, pool, c, buffers=bufs)
             clean, every = [], []
@@ -138,8 +148,62 @@ def traced_sim_jobs(make_run, pool, cpus, *, repeats=5, warmup=1, max_external=0
                 every.append(tr)
                 if mon.share_since(snap) <= max_external:
                     clean.append(tr)
-            per_cluster.append(clean if len(clean) >= repeats else every)
+            out.append(clean if len(clean) >= repeats else every)
+    return out
+
+
+def traced_sim_jobs(make_run, pool, cpus, *, repeats=5, warmup=1, max_external=0.05):
+    """Simulator jobs for one run of a workload on ``pool``'s topology, from traces.
+
+    ``make_run()`` gives the zero-argument callable running the workload on ``pool``. Every
+    cluster's costs are traced with the calling thread pinned to ``cpus[c]`` (``repeats``
+    runs each, per-task medians; an int: the same core for every cluster; see
+    :func:`collect_traces`). Returns a list of :class:`asymo.sim.Job` (see
+    :func:`jobs_from_traces`).
+    """
+    per_cluster = collect_traces(make_run(), pool, cpus, repeats=repeats, warmup=warmup,
+                                 max_external=max_external)
     return jobs_from_traces(per_cluster, pool.topology)
+
+
+def trace_to_dict(trace):
+    """A ``trace_jobs`` result as plain JSON data."""
+    jobs, tail = trace
+    return {"jobs": [{"fn": j.fn, "ntasks": j.ntasks,
+                      "counts": list(j.counts) if j.counts is not None else None,
+                      "task_s": [float(x) for x in j.task_s], "gap_s": float(j.gap_s)}
+                     for j in jobs],
+            "tail_s": float(tail)}
+
+
+def trace_from_dict(d):
+    """Inverse of :func:`trace_to_dict`, checking the data (a ``ValueError`` names what is
+    wrong)."""
+    try:
+        jobs = []
+        for j in d["jobs"]:
+            task_s = np.asarray(j["task_s"], dtype=np.float64)
+            ntasks = int(j["ntasks"])
+            if task_s.shape != (ntasks,) or not np.all(np.isfinite(task_s)) or \
+                    np.any(task_s < 0):
+                raise ValueError(f"job with ntasks={ntasks} has {task_s.shape[0]} task times "
+                                 "or negative/non-finite ones")
+            counts = j["counts"]
+            if counts is not None:
+                counts = tuple(int(c) for c in counts)
+                if sum(counts) != ntasks or min(counts) < 0:
+                    raise ValueError(f"job counts {counts} do not sum to ntasks={ntasks}")
+            gap = float(j["gap_s"])
+            if not (np.isfinite(gap) and gap >= 0):
+                raise ValueError(f"gap_s {gap!r} must be finite and >= 0")
+            jobs.append(TracedJob(fn=int(j["fn"]), ntasks=ntasks, counts=counts,
+                                  task_s=task_s, gap_s=gap))
+        tail = float(d["tail_s"])
+        if not (np.isfinite(tail) and tail >= 0):
+            raise ValueError(f"tail_s {tail!r} must be finite and >= 0")
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed trace: {exc!r}") from None
+    return jobs, tail
 
 
 def jobs_from_traces(per_cluster, topology):
