@@ -821,6 +821,8 @@ static int find_and_run_claimed(asymo_pool *p, worker_t *w)
     return r;
 }
 
+static void wake_workers(asymo_pool *p);
+
 /* Submitter: run one piece of work as `w` (the worker pinned to the core the submitter is
  * on). Returns 1 if it ran something. */
 static int help_as(asymo_pool *p, worker_t *w)
@@ -836,6 +838,12 @@ static int help_as(asymo_pool *p, worker_t *w)
     tls_worker = -1;
     tls_pool = NULL;
     release_worker(w);
+    /* A range the submitter stole as w now waits in w's queue, and w's own thread may have
+     * gone to sleep while the submitter held its identity. If the submitter is then moved to
+     * another core it never comes back for that range: wake the owner (the same ordering as
+     * submit: queue, then wake_seq, then sleepers). */
+    if (wq_pending(w) > 0)
+        wake_workers(p);
     return r;
 }
 
@@ -1426,6 +1434,12 @@ static void wait_job(asymo_pool *p, job_t *j)
                 sched_yield();
             continue;
         }
+        /* Before sleeping: no queued range may be left to a sleeping owner (see help_as). */
+        for (int i = 0; i < p->nworkers; i++)
+            if (wq_pending(&p->workers[i]) > 0) {
+                wake_workers(p);
+                break;
+            }
         uint32_t expect = 0;
         if (atomic_compare_exchange_strong(&j->done, &expect, 2) || expect == 2)
             futex_wait(&j->done, 2);

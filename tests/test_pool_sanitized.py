@@ -36,3 +36,28 @@ def test_stress_under_tsan(stress_binary, queue, policy):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "WARNING: ThreadSanitizer" not in r.stderr, r.stderr[-3000:]
     assert r.stdout.startswith("ok ")
+
+
+@pytest.fixture(scope="module")
+def migrate_binary(tmp_path_factory):
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    if not {0, 1} <= os.sched_getaffinity(0):
+        pytest.skip("needs cpus 0 and 1")
+    out = str(tmp_path_factory.mktemp("migrate") / "pool_migrate")
+    cmd = [cc, "-O2", "-std=gnu11", "-pthread", f"-I{CSRC}",
+           os.path.join(HERE, "c", "pool_migrate.c"), os.path.join(CSRC, "pool.c"), "-o", out]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return out
+
+
+@pytest.mark.parametrize("policy", [0, 3], ids=["asymo", "steal"])
+def test_submitter_moved_between_cores_never_strands_a_range(migrate_binary, policy):
+    # Before the fix a range the helping submitter stole into a sleeping worker's queue was
+    # left there when the submitter moved to the other core: the job hung within ~1e5 jobs.
+    r = subprocess.run([migrate_binary, str(policy), "150000"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("ok 150000 jobs")
