@@ -503,3 +503,43 @@ def test_core_signature_check(monkeypatch):
     monkeypatch.setitem(matmul_fast.CORE_FUNCTIONS, "asymo_no_such_function", "int(*)()")
     monkeypatch.delitem(matmul_fast.CORE_FUNCTIONS, "asymo_pool_get_limit")
     assert "has no asymo_no_such_function" in matmul_fast._core_mismatch()
+
+
+# --- review (session 3): cases found by the fast path's review ---------------------------------
+
+def _self_overlapping_out(shape, strides, dtype):
+    """A writeable view whose elements share memory (as_strided, broadcast-like strides)."""
+    buf = np.zeros(int(np.prod(shape)) + 64, dtype)
+    return buf, np.lib.stride_tricks.as_strided(buf, shape, strides)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "python"])
+@pytest.mark.parametrize("n,strides", [(200, (8, 8)), (200, (0, 8)), (200, (8, 0)),
+                                       (7, (0, 8)), (64, (16, 8))])
+def test_out_with_internal_overlap_matches_numpy(fast, n, strides):
+    """An ``out`` whose elements alias each other (a writeable as_strided view) gets NumPy's
+    result (NumPy computes into a temporary and copies it back), not whichever of the pool's
+    workers wrote an element last."""
+    rng = np.random.default_rng(20)
+    a, b = rng.standard_normal((n, 9)), rng.standard_normal((9, n))
+    ref_buf, ref_out = _self_overlapping_out((n, n), strides, np.float64)
+    np.matmul(a, b, out=ref_out)
+    buf, out = _self_overlapping_out((n, n), strides, np.float64)
+    with matmul_fast.disabled(not fast):
+        r = asymo.matmul(a, b, out=out)
+    assert r is out
+    np.testing.assert_array_equal(buf, ref_buf)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "python"])
+def test_1d_out_with_zero_stride_matches_numpy(fast):
+    rng = np.random.default_rng(21)
+    a, b = rng.standard_normal((300, 5)), rng.standard_normal(5)
+    ref_buf, ref_out = _self_overlapping_out((300,), (0,), np.float64)
+    # not np.matmul(a, b, out=ref_out): NumPy hands that out to BLAS gemv with incy=0, which
+    # rejects it ("DGEMV parameter number 11 had an illegal value") and leaves out unwritten
+    ref_out[...] = a @ b
+    buf, out = _self_overlapping_out((300,), (0,), np.float64)
+    with matmul_fast.disabled(not fast):
+        asymo.matmul(a, b, out=out)
+    np.testing.assert_array_equal(buf, ref_buf)
