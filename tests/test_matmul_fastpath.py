@@ -543,3 +543,84 @@ def test_1d_out_with_zero_stride_matches_numpy(fast):
     with matmul_fast.disabled(not fast):
         asymo.matmul(a, b, out=out)
     np.testing.assert_array_equal(buf, ref_buf)
+
+
+@needs_ext
+def test_planner_error_propagates_and_nothing_is_cached(monkeypatch):
+    """A planner that raises: the caller gets its exception (not a SystemError, not a
+    result), no plan is cached, and the next call after the planner is repaired is taken."""
+    import asymo.gemm  # noqa: F401 - imported before the patch: it binds plan_for_matmul
+    a, b = np.ones((5, 7)), np.ones((7, 3))
+    matmul_fast._ext.clear_plans()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planner broke")
+
+    monkeypatch.setattr(matmul_plan, "plan_for_matmul", broken)
+    with pytest.raises(RuntimeError, match="planner broke"):
+        asymo.matmul(a, b)
+    assert counts()["cached_plans"] == 0
+    monkeypatch.undo()
+    before = fast_calls()
+    np.testing.assert_array_equal(asymo.matmul(a, b), a @ b)
+    assert fast_calls() == before + 1
+
+
+@needs_ext
+def test_more_pools_than_registry_slots():
+    """Past the 16 registered pools, calls take the Python path with right results; the slots
+    of collected pools are reused."""
+    a = np.random.default_rng(22).standard_normal((6, 6))
+    pools = [Pool(topology="c0:0@1") for _ in range(20)]
+    for p in pools:
+        np.testing.assert_allclose(asymo.matmul(a, a, pool=p), a @ a, rtol=1e-12)
+    assert counts()["pools"] <= 16
+    for p in pools:
+        p.close()
+    del pools
+    gc.collect()
+    p = Pool(topology="c0:0@1")
+    before = fast_calls()
+    asymo.matmul(a, a, pool=p)
+    asymo.matmul(a, a, pool=p)
+    assert fast_calls() >= before + 1
+    p.close()
+
+
+@needs_ext
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_uses_the_fast_path_while_parent_threads_were_in_gemm():
+    """fork() while another thread is inside a GIL-released GEMM: the child (its pools reset by
+    the C pool's atfork handler, in-flight counts by the fast path's) computes right results
+    on the default and an explicit pool, and can close that pool without waiting forever."""
+    code = """
+import os, threading, time
+import numpy as np, asymo
+from asymo import matmul_fast
+from asymo.pool import Pool
+matmul_fast._ext.set_nogil_flops(0)
+a = np.random.default_rng(0).standard_normal((160, 160)); ref = a @ a
+p = Pool(topology=None)
+stop = False
+def spin():
+    while not stop:
+        asymo.matmul(a, a); asymo.matmul(a, a, pool=p)
+t = threading.Thread(target=spin); t.start()
+time.sleep(0.1)
+kids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        ok = (np.allclose(asymo.matmul(a, a), ref) and np.allclose(asymo.matmul(a, a, pool=p), ref)
+              and matmul_fast.counters()["fast"] > 0)
+        p.close()
+        ok = ok and np.allclose(asymo.matmul(a, a), ref)
+        os._exit(0 if ok else 3)
+    kids.append(pid)
+    time.sleep(0.02)
+stop = True; t.join()
+print([os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) for k in kids])
+"""
+    res = _run_python(code)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[0, 0, 0]"
