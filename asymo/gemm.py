@@ -185,7 +185,8 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     out : ndarray, optional
         Where to write the result; it must have the result's shape. NumPy's rules apply
         (an ``out`` of another dtype is filled by `numpy.matmul` with its casting rules).
-        ``out`` may overlap the operands (the result goes through a temporary then).
+        ``out`` may overlap the operands or alias its own elements (a writeable
+        ``as_strided`` view): the result goes through a temporary then, as in NumPy.
     backend : {"c", "numba"}, optional
         Kernel implementation; default ``"c"`` (or env ``ASYMO_GEMM_BACKEND`` at import).
     pool : asymo.Pool, optional

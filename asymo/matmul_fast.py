@@ -4,8 +4,8 @@
 csrc/python/matmul_fast.c). It computes the common case itself -- two ndarrays (exact type) of
 the same native float32 or float64 dtype, 2-D @ 2-D, 2-D @ 1-D or 1-D @ 2-D, aligned, strides a
 whole number of elements, ``out`` None or a writeable array of the result's shape and dtype that
-does not overlap the operands, the C backend, the default pool or an `asymo.Pool` -- with well
-under a microsecond between Python and the GEMM, and returns None for everything else, which the
+overlaps neither the operands nor itself, the C backend, the default pool or an `asymo.Pool` --
+with well under a microsecond between Python and the GEMM, and returns None for everything else, which the
 Python implementation then handles (NumPy's semantics and errors, unchanged).
 
 The extension decides nothing about how a product is cut up: on the first call of a shape it
