@@ -104,9 +104,12 @@ def _plan(M, K, N, code, pool):
     if default:
         _ext.set_default(pool, built_for[0], built_for[1])
     limit = lib.asymo_pool_get_limit(handle)
+    since = _matmul_plan.plan_expiry(pool)
     plan, cdata = _matmul_plan.plan_for_matmul(M, K, N, _DTYPES[code], pool, 1, True)
     expires = _matmul_plan.plan_expiry(pool)
-    if lib.asymo_pool_get_limit(handle) != limit:  # changed meanwhile: plan again next call
+    # the limit changed, or a new load window began (this call's sample or another thread's),
+    # meanwhile: the plan may be for the old one, so plan again next call
+    if lib.asymo_pool_get_limit(handle) != limit or expires != since:
         expires = -1.0
     return (pool, cdata, _address(cdata), plan.serial, plan.serial_cpus, limit, expires)
 

@@ -381,7 +381,8 @@ def test_thread_limit_and_cache_clears_replan():
 def test_plans_expire_when_their_load_reading_does(monkeypatch):
     a = np.ones((40, 41), np.float32)
     b = np.ones((41, 42), np.float32)
-    monkeypatch.setattr(matmul_plan, "plan_expiry", lambda pool: time.monotonic() + 0.2)
+    window_end = time.monotonic() + 0.2  # one load window: the same end until it is over
+    monkeypatch.setattr(matmul_plan, "plan_expiry", lambda pool: window_end)
     matmul_plan.clear_cache()
     c0 = counts()["planned"]
     asymo.matmul(a, b)
@@ -624,3 +625,32 @@ print([os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) for k in kids])
     res = _run_python(code)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[0, 0, 0]"
+
+
+@needs_ext
+def test_plan_made_as_the_load_window_changes_is_not_cached_past_it(monkeypatch):
+    """Another thread can start a new load window while this one plans (the planner runs
+    Python, so the GIL is shared): the plan reflects the old reading and must not be cached
+    until the end of the new window."""
+    import asymo.gemm  # noqa: F401 - imported before the patch: it binds plan_for_matmul
+    window = [0]
+    base = time.monotonic() + 60.0
+    monkeypatch.setattr(matmul_plan, "plan_expiry", lambda pool: base + window[0])
+    real = matmul_plan.plan_for_matmul
+
+    def plan_then_new_window(*args, **kwargs):
+        res = real(*args, **kwargs)
+        window[0] += 1  # a sample taken by another thread meanwhile
+        return res
+
+    monkeypatch.setattr(matmul_plan, "plan_for_matmul", plan_then_new_window)
+    a, b = np.ones((9, 10), np.float32), np.ones((10, 11), np.float32)
+    matmul_plan.clear_cache()
+    c0 = counts()["planned"]
+    asymo.matmul(a, b)
+    asymo.matmul(a, b)
+    assert counts()["planned"] == c0 + 2  # the first plan was not kept
+    monkeypatch.setattr(matmul_plan, "plan_for_matmul", real)
+    asymo.matmul(a, b)
+    asymo.matmul(a, b)
+    assert counts()["planned"] == c0 + 3  # a plan made within one window is kept
