@@ -165,6 +165,9 @@ def _overlaps_itself(x):
     alias its own elements: NumPy computes into a temporary then, and so does asymo, where the
     pool's workers would race on the shared elements). Conservative: dimensions whose strides
     interleave without aliasing count as overlapping too."""
+    flags = x.flags
+    if flags.c_contiguous or flags.f_contiguous:  # the common case, cheaply
+        return False
     dims = sorted((abs(s), n) for n, s in zip(x.shape, x.strides) if n > 1)
     span = x.itemsize  # bytes covered by one step of the next larger stride, at least
     for stride, n in dims:
