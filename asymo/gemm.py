@@ -160,6 +160,23 @@ def _usable(x):
     return x.flags.aligned and all(s % x.itemsize == 0 for s in x.strides)
 
 
+def _overlaps_itself(x):
+    """True unless no two elements of x can share memory (a writeable as_strided view can
+    alias its own elements: NumPy computes into a temporary then, and so does asymo, where the
+    pool's workers would race on the shared elements). Conservative: dimensions whose strides
+    interleave without aliasing count as overlapping too."""
+    flags = x.flags
+    if flags.c_contiguous or flags.f_contiguous:  # the common case, cheaply
+        return False
+    dims = sorted((abs(s), n) for n, s in zip(x.shape, x.strides) if n > 1)
+    span = x.itemsize  # bytes covered by one step of the next larger stride, at least
+    for stride, n in dims:
+        if stride < span:
+            return True
+        span = stride * (n - 1) + span
+    return False
+
+
 def matmul(a, b, out=None, *, backend=None, pool=None):
     """Matrix product of two arrays with `numpy.matmul` semantics, computed on asymo's pool.
 
@@ -171,7 +188,8 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     out : ndarray, optional
         Where to write the result; it must have the result's shape. NumPy's rules apply
         (an ``out`` of another dtype is filled by `numpy.matmul` with its casting rules).
-        ``out`` may overlap the operands (the result goes through a temporary then).
+        ``out`` may overlap the operands or alias its own elements (a writeable
+        ``as_strided`` view): the result goes through a temporary then, as in NumPy.
     backend : {"c", "numba"}, optional
         Kernel implementation; default ``"c"`` (or env ``ASYMO_GEMM_BACKEND`` at import).
     pool : asymo.Pool, optional
@@ -247,7 +265,7 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
         b2 = np.ascontiguousarray(b2)
     target = c2
     if out is not None and (not _usable(c2) or np.may_share_memory(c2, a2)
-                            or np.may_share_memory(c2, b2)):
+                            or np.may_share_memory(c2, b2) or _overlaps_itself(c2)):
         target = np.empty(c2.shape, dt)
     _run(a2, b2, target, batch, M, K, N, backend, _resolve_pool(pool))
     if target is not c2:
@@ -295,7 +313,7 @@ def _matmul_2d(a, b, out, pool):
             rsc, csc = out.strides
         else:
             rsc, csc = out.strides[0], es
-        if (rsc | csc) % es:
+        if (rsc | csc) % es or _overlaps_itself(out):
             return None
         rsc, csc = rsc // es, csc // es
         # writeable was checked above: from_buffer need not check it again (a third faster)

@@ -4,8 +4,8 @@
 csrc/python/matmul_fast.c). It computes the common case itself -- two ndarrays (exact type) of
 the same native float32 or float64 dtype, 2-D @ 2-D, 2-D @ 1-D or 1-D @ 2-D, aligned, strides a
 whole number of elements, ``out`` None or a writeable array of the result's shape and dtype that
-does not overlap the operands, the C backend, the default pool or an `asymo.Pool` -- with well
-under a microsecond between Python and the GEMM, and returns None for everything else, which the
+overlaps neither the operands nor itself, the C backend, the default pool or an `asymo.Pool` --
+with well under a microsecond between Python and the GEMM, and returns None for everything else, which the
 Python implementation then handles (NumPy's semantics and errors, unchanged).
 
 The extension decides nothing about how a product is cut up: on the first call of a shape it
@@ -104,9 +104,12 @@ def _plan(M, K, N, code, pool):
     if default:
         _ext.set_default(pool, built_for[0], built_for[1])
     limit = lib.asymo_pool_get_limit(handle)
+    since = _matmul_plan.plan_expiry(pool)
     plan, cdata = _matmul_plan.plan_for_matmul(M, K, N, _DTYPES[code], pool, 1, True)
     expires = _matmul_plan.plan_expiry(pool)
-    if lib.asymo_pool_get_limit(handle) != limit:  # changed meanwhile: plan again next call
+    # the limit changed, or a new load window began (this call's sample or another thread's),
+    # meanwhile: the plan may be for the old one, so plan again next call
+    if lib.asymo_pool_get_limit(handle) != limit or expires != since:
         expires = -1.0
     return (pool, cdata, _address(cdata), plan.serial, plan.serial_cpus, limit, expires)
 

@@ -381,7 +381,8 @@ def test_thread_limit_and_cache_clears_replan():
 def test_plans_expire_when_their_load_reading_does(monkeypatch):
     a = np.ones((40, 41), np.float32)
     b = np.ones((41, 42), np.float32)
-    monkeypatch.setattr(matmul_plan, "plan_expiry", lambda pool: time.monotonic() + 0.2)
+    window_end = time.monotonic() + 0.2  # one load window: the same end until it is over
+    monkeypatch.setattr(matmul_plan, "plan_expiry", lambda pool: window_end)
     matmul_plan.clear_cache()
     c0 = counts()["planned"]
     asymo.matmul(a, b)
@@ -503,3 +504,153 @@ def test_core_signature_check(monkeypatch):
     monkeypatch.setitem(matmul_fast.CORE_FUNCTIONS, "asymo_no_such_function", "int(*)()")
     monkeypatch.delitem(matmul_fast.CORE_FUNCTIONS, "asymo_pool_get_limit")
     assert "has no asymo_no_such_function" in matmul_fast._core_mismatch()
+
+
+# --- review (session 3): cases found by the fast path's review ---------------------------------
+
+def _self_overlapping_out(shape, strides, dtype):
+    """A writeable view whose elements share memory (as_strided, broadcast-like strides)."""
+    buf = np.zeros(int(np.prod(shape)) + 64, dtype)
+    return buf, np.lib.stride_tricks.as_strided(buf, shape, strides)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "python"])
+@pytest.mark.parametrize("n,strides", [(200, (8, 8)), (200, (0, 8)), (200, (8, 0)),
+                                       (7, (0, 8)), (64, (16, 8))])
+def test_out_with_internal_overlap_matches_numpy(fast, n, strides):
+    """An ``out`` whose elements alias each other (a writeable as_strided view) gets NumPy's
+    result (NumPy computes into a temporary and copies it back), not whichever of the pool's
+    workers wrote an element last."""
+    rng = np.random.default_rng(20)
+    a, b = rng.standard_normal((n, 9)), rng.standard_normal((9, n))
+    ref_buf, ref_out = _self_overlapping_out((n, n), strides, np.float64)
+    np.matmul(a, b, out=ref_out)
+    buf, out = _self_overlapping_out((n, n), strides, np.float64)
+    with matmul_fast.disabled(not fast):
+        r = asymo.matmul(a, b, out=out)
+    assert r is out
+    np.testing.assert_array_equal(buf, ref_buf)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "python"])
+def test_1d_out_with_zero_stride_matches_numpy(fast):
+    rng = np.random.default_rng(21)
+    a, b = rng.standard_normal((300, 5)), rng.standard_normal(5)
+    ref_buf, ref_out = _self_overlapping_out((300,), (0,), np.float64)
+    # not np.matmul(a, b, out=ref_out): NumPy hands that out to BLAS gemv with incy=0, which
+    # rejects it ("DGEMV parameter number 11 had an illegal value") and leaves out unwritten
+    ref_out[...] = a @ b
+    buf, out = _self_overlapping_out((300,), (0,), np.float64)
+    with matmul_fast.disabled(not fast):
+        asymo.matmul(a, b, out=out)
+    np.testing.assert_array_equal(buf, ref_buf)
+
+
+@needs_ext
+def test_planner_error_propagates_and_nothing_is_cached(monkeypatch):
+    """A planner that raises: the caller gets its exception (not a SystemError, not a
+    result), no plan is cached, and the next call after the planner is repaired is taken."""
+    import asymo.gemm  # noqa: F401 - imported before the patch: it binds plan_for_matmul
+    a, b = np.ones((5, 7)), np.ones((7, 3))
+    matmul_fast._ext.clear_plans()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planner broke")
+
+    monkeypatch.setattr(matmul_plan, "plan_for_matmul", broken)
+    with pytest.raises(RuntimeError, match="planner broke"):
+        asymo.matmul(a, b)
+    assert counts()["cached_plans"] == 0
+    monkeypatch.undo()
+    before = fast_calls()
+    np.testing.assert_array_equal(asymo.matmul(a, b), a @ b)
+    assert fast_calls() == before + 1
+
+
+@needs_ext
+def test_more_pools_than_registry_slots():
+    """Past the 16 registered pools, calls take the Python path with right results; the slots
+    of collected pools are reused."""
+    a = np.random.default_rng(22).standard_normal((6, 6))
+    pools = [Pool(topology="c0:0@1") for _ in range(20)]
+    for p in pools:
+        np.testing.assert_allclose(asymo.matmul(a, a, pool=p), a @ a, rtol=1e-12)
+    assert counts()["pools"] <= 16
+    for p in pools:
+        p.close()
+    del pools
+    gc.collect()
+    p = Pool(topology="c0:0@1")
+    before = fast_calls()
+    asymo.matmul(a, a, pool=p)
+    asymo.matmul(a, a, pool=p)
+    assert fast_calls() >= before + 1
+    p.close()
+
+
+@needs_ext
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_uses_the_fast_path_while_parent_threads_were_in_gemm():
+    """fork() while another thread is inside a GIL-released GEMM: the child (its pools reset by
+    the C pool's atfork handler, in-flight counts by the fast path's) computes right results
+    on the default and an explicit pool, and can close that pool without waiting forever."""
+    code = """
+import os, threading, time
+import numpy as np, asymo
+from asymo import matmul_fast
+from asymo.pool import Pool
+matmul_fast._ext.set_nogil_flops(0)
+a = np.random.default_rng(0).standard_normal((160, 160)); ref = a @ a
+p = Pool(topology=None)
+stop = False
+def spin():
+    while not stop:
+        asymo.matmul(a, a); asymo.matmul(a, a, pool=p)
+t = threading.Thread(target=spin); t.start()
+time.sleep(0.1)
+kids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        ok = (np.allclose(asymo.matmul(a, a), ref) and np.allclose(asymo.matmul(a, a, pool=p), ref)
+              and matmul_fast.counters()["fast"] > 0)
+        p.close()
+        ok = ok and np.allclose(asymo.matmul(a, a), ref)
+        os._exit(0 if ok else 3)
+    kids.append(pid)
+    time.sleep(0.02)
+stop = True; t.join()
+print([os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) for k in kids])
+"""
+    res = _run_python(code)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[0, 0, 0]"
+
+
+@needs_ext
+def test_plan_made_as_the_load_window_changes_is_not_cached_past_it(monkeypatch):
+    """Another thread can start a new load window while this one plans (the planner runs
+    Python, so the GIL is shared): the plan reflects the old reading and must not be cached
+    until the end of the new window."""
+    import asymo.gemm  # noqa: F401 - imported before the patch: it binds plan_for_matmul
+    window = [0]
+    base = time.monotonic() + 60.0
+    monkeypatch.setattr(matmul_plan, "plan_expiry", lambda pool: base + window[0])
+    real = matmul_plan.plan_for_matmul
+
+    def plan_then_new_window(*args, **kwargs):
+        res = real(*args, **kwargs)
+        window[0] += 1  # a sample taken by another thread meanwhile
+        return res
+
+    monkeypatch.setattr(matmul_plan, "plan_for_matmul", plan_then_new_window)
+    a, b = np.ones((9, 10), np.float32), np.ones((10, 11), np.float32)
+    matmul_plan.clear_cache()
+    c0 = counts()["planned"]
+    asymo.matmul(a, b)
+    asymo.matmul(a, b)
+    assert counts()["planned"] == c0 + 2  # the first plan was not kept
+    monkeypatch.setattr(matmul_plan, "plan_for_matmul", real)
+    asymo.matmul(a, b)
+    asymo.matmul(a, b)
+    assert counts()["planned"] == c0 + 3  # a plan made within one window is kept

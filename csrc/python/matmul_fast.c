@@ -197,6 +197,30 @@ static int element_strides(PyArrayObject *x, int es, int64_t *s0, int64_t *s1)
     return 0;
 }
 
+/* 1 unless no two elements of x (1-D or 2-D) can share memory: NumPy computes into a temporary
+ * for an out like that (a writeable as_strided view) and the Python path does the same, where
+ * the GEMM's workers would race on the shared elements. Conservative: strides that interleave
+ * without aliasing count as overlapping too. */
+static int may_overlap_itself(PyArrayObject *x, int es)
+{
+    const npy_intp *d = PyArray_DIMS(x), *st = PyArray_STRIDES(x);
+    npy_intp n0 = d[0], s0 = st[0] < 0 ? -st[0] : st[0], n1 = 1, s1 = 0;
+    if (PyArray_NDIM(x) == 2) {
+        n1 = d[1];
+        s1 = st[1] < 0 ? -st[1] : st[1];
+    }
+    if (n0 <= 1)
+        return n1 > 1 && s1 == 0;
+    if (n1 <= 1)
+        return s0 == 0;
+    if (s0 < s1) {          /* (n1, s1): the dimension of the smaller stride */
+        npy_intp t = n0; n0 = n1; n1 = t;
+        t = s0; s0 = s1; s1 = t;
+    }
+    /* s1 >= es and each run along the smaller stride ends before the next one starts */
+    return s1 < es || s0 / s1 < n1 - 1 || s0 - (n1 - 1) * s1 < es;
+}
+
 static int dtype_code(PyArrayObject *x)
 {
     int t = PyArray_TYPE(x);
@@ -370,7 +394,7 @@ static PyObject *fast_matmul(PyObject *self, PyObject *const *args, Py_ssize_t n
         if (sc[0] != rdims[0] || (nr == 2 && sc[1] != rdims[1]))
             return not_taken(WHY_OUT);
         int64_t s0, s1;
-        if (element_strides(c, es, &s0, &s1))
+        if (element_strides(c, es, &s0, &s1) || may_overlap_itself(c, es))
             return not_taken(WHY_OUT);
         if (nr == 2) {
             rsc = s0;
