@@ -133,9 +133,12 @@ def emulated_pass(shapes, args, dtype):
 
 class Watchdog:
     """Ends the process (after printing what was measured) when one shape takes longer than
-    ``limit`` seconds: a pool job that never completes (seen under the emulator on small forced
-    splits: every worker asleep, the submitter waiting in wait_job) would otherwise hang the
-    run. The emulator's helpers die with the process (PR_SET_PDEATHSIG)."""
+    ``limit`` seconds: a pool job that never completes would otherwise hang the run. (Seen
+    once under the emulator on small forced splits -- every worker asleep, the submitter
+    waiting in wait_job: a range the helping submitter had stolen was stranded in a sleeping
+    worker's queue when the submitter moved to the other core. Fixed in csrc/pool.c, see
+    tests/c/pool_migrate.c; the watchdog stays as a safety net for a benchmark.) The
+    emulator's helpers die with the process (PR_SET_PDEATHSIG)."""
 
     def __init__(self, limit, sym):
         self.limit, self.sym, self.state = limit, sym, None
