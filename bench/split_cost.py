@@ -20,32 +20,18 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from asymo import gemm_plan, split_cost  # noqa: E402
 from asymo.emulate import DEFAULT_PERIOD, slow_cores  # noqa: E402
 from asymo.gemm import gemm  # noqa: E402
 from asymo.pool import Pool  # noqa: E402
+from matmul_gflops import _per_call as per_call  # noqa: E402  (one timing loop for both)
 
 MM = [(n, n, n) for n in (96, 128, 160, 200, 256, 320, 400)] + [
     (196, 256, 512), (784, 128, 256), (49, 1024, 1024), (196, 4608, 512)]
 MV = [(m, k, 1) for m in (256, 1024, 2048) for k in (256, 1024, 2048)]
-
-
-def per_call(fn, target):
-    fastest, spent = float("inf"), 0.0
-    for i in range(1000):
-        t0 = time.perf_counter()
-        fn()
-        dt = time.perf_counter() - t0
-        fastest, spent = min(fastest, dt), spent + dt
-        if i >= 2 and spent > 0.1 * target:
-            break
-    n = max(3, int(target / max(fastest, 1e-7)))
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - t0) / n
 
 
 def main(argv=None):
