@@ -1403,9 +1403,12 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
     now): each workload's real job sequence traced task by task as each cluster with the
     submitting thread's work between jobs; on an emulated machine the emulator's duty cycle
     (an emulated core at speed ``s`` is stopped for ``1 - s`` of every ``emulator_period``
-    plus the time per period the workload was measured to lose beyond that), averaged over
-    ``SIM_PHASES`` offsets; the workload's co-running interference factor; per-policy
-    overheads from no-op jobs. The measured multi-core throughputs are what it must
+    plus the time per period the workload was measured to lose beyond that), each sample
+    simulated as calls back to back (the duty-cycle phase carried from call to call, as the
+    sweep times them; :func:`back_to_back_calls`) and averaged over ``SIM_PHASES`` starting
+    offsets; the workload's co-running interference factor; per-policy overheads from no-op
+    jobs; the submitter's measured wake-up, charged to a job whose last task ends past the
+    submitter's spin (``Overheads.wake``). The measured multi-core throughputs are what it must
     reproduce.
 
     ``emulator_period`` is the period of the emulator the sweep ran under (default: the
