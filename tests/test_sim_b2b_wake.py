@@ -62,6 +62,7 @@ def test_wake_and_spin_validated():
     with pytest.raises(ValueError, match="spin"):
         Overheads(spin=math.nan)
     assert Overheads(wake=1e-6).to_dict()["wake"] == 1e-6
+    assert "wake" not in Overheads().to_dict()
 
 
 @pytest.mark.parametrize("piecewise", [False, True])

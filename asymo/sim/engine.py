@@ -77,8 +77,10 @@ class Overheads:
                 raise ValueError(f"Overheads.{name} must be a finite number >= 0, got {v!r}")
 
     def to_dict(self):
-        return {"job": self.job, "task": self.task, "steal": self.steal, "wake": self.wake,
-                "spin": self.spin}
+        out = {"job": self.job, "task": self.task, "steal": self.steal}
+        if self.wake:   # only when modelled: results without it keep their old form
+            out.update(wake=self.wake, spin=self.spin)
+        return out
 
 
 @dataclass(frozen=True)
