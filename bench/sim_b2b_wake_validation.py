@@ -65,6 +65,18 @@ def main(argv=None):
             print(f"{name:<10}{pol:<8}" + "".join(
                 f"{v['workloads'][name]['sim_error'][pol] * 100:>12.1f}%" for v in out.values()))
     print("error = simulated / measured throughput - 1 at the largest core count")
+    print(f"{'workload':<10}{'policy':<8}" + "".join(f"{k:>13}" for k in out)
+          + "   (speedup error over the policy's own 1-core point)")
+    for name in out["old"]["workloads"]:
+        for pol in out["old"]["workloads"][name]["sim_error"]:
+            cells = []
+            for v in out.values():
+                rows = v["workloads"][name]["points"]
+                kmax = max(r["cores"] for r in rows)
+                r = next(r for r in rows if r["policy"] == pol and r["cores"] == kmax)
+                sp = r.get("error_speedup")
+                cells.append(f"{sp * 100:>12.1f}%" if sp is not None else f"{'-':>13}")
+            print(f"{name:<10}{pol:<8}" + "".join(cells))
     return 0
 
 
