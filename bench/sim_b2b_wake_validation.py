@@ -6,6 +6,54 @@ per sample averaged over phases, no submitter wake-up), back-to-back samples onl
 wake-up only, and both (the current model). Prints the error at the largest core count per
 workload and policy.
 
+Measured on the development machine (2-core Zen 4 VM, 2026-11-21 22:45-22:46 UTC, no other
+benchmark running; a sweep at 0.5 ms a minute earlier gave matmul/conv2d old-model errors up to
+13 points apart from this one -- run-to-run drift):
+
+    cpu 1 emulated at 0.5, period 0.5 ms; 5 samples per point (medians), >= 0.1 s each; submitter wake-up measured 60.6 us (
+    ({'submitter_short': 8.704200038160229e-05, 'worker_short': 2.6488001058386598e-05}); 1-min load average 1.71 before, 2.04 after
+    workload  policy            old     b2b only    wake only   both (new)
+    matmul    asymo          -13.8%       -16.0%       -16.0%       -18.7%
+    matmul    even             1.5%        -1.9%        -0.6%        -2.5%
+    matmul    shared         -12.2%       -11.8%       -13.3%       -17.0%
+    matmul    steal          -14.2%       -17.4%       -16.3%       -17.7%
+    conv2d    asymo            2.0%         2.4%         0.2%         2.0%
+    conv2d    even             2.6%        -0.8%         0.5%        -3.1%
+    conv2d    shared          -1.3%        -0.6%        -3.6%        -0.8%
+    conv2d    steal           -6.3%        -4.5%        -7.9%        -4.7%
+    error = simulated / measured throughput - 1 at the largest core count
+    workload  policy            old     b2b only    wake only   both (new)   (speedup error over the policy's own 1-core point)
+    matmul    asymo            5.0%         2.4%         2.4%        -1.0%
+    matmul    even            21.4%        17.3%        18.9%        16.6%
+    matmul    shared         -10.3%        -9.9%       -11.4%       -15.2%
+    matmul    steal          -15.6%       -18.8%       -17.7%       -19.0%
+    conv2d    asymo            0.5%         0.9%        -1.3%         0.6%
+    conv2d    even             6.0%         2.4%         3.7%         0.1%
+    conv2d    shared           3.1%         3.8%         0.7%         3.6%
+    conv2d    steal            2.8%         4.8%         1.0%         4.5%
+
+    cpu 1 emulated at 0.5, period 1 ms; 5 samples per point (medians), >= 0.1 s each; submitter wake-up measured 69.5 us (
+    ({'submitter_short': 0.00011407969808240643, 'worker_short': 4.457299872755385e-05}); 1-min load average 2.04 before, 2.44 after
+    workload  policy            old     b2b only    wake only   both (new)
+    matmul    asymo          -11.5%       -11.7%       -12.8%       -14.0%
+    matmul    even            -1.6%        -6.8%        -4.0%        -9.9%
+    matmul    shared         -21.6%       -19.8%       -22.7%       -24.8%
+    matmul    steal          -16.2%       -18.5%       -18.5%       -22.2%
+    conv2d    asymo          -14.8%       -22.9%       -15.9%       -23.0%
+    conv2d    even           -18.5%       -19.8%       -20.3%       -19.9%
+    conv2d    shared          -9.0%       -17.3%        -9.6%       -17.6%
+    conv2d    steal           -9.3%       -13.2%       -10.9%       -13.3%
+    error = simulated / measured throughput - 1 at the largest core count
+    workload  policy            old     b2b only    wake only   both (new)   (speedup error over the policy's own 1-core point)
+    matmul    asymo           12.8%        12.5%        11.2%         9.7%
+    matmul    even            20.5%        14.2%        17.5%        10.4%
+    matmul    shared          -5.7%        -3.5%        -7.0%        -9.5%
+    matmul    steal           -1.7%        -4.5%        -4.4%        -8.8%
+    conv2d    asymo           -8.9%       -17.5%       -10.1%       -17.6%
+    conv2d    even            -6.5%        -8.0%        -8.6%        -8.2%
+    conv2d    shared           3.4%        -5.9%         2.8%        -6.3%
+    conv2d    steal           -4.4%        -8.6%        -6.1%        -8.6%
+
     flock /tmp/asymo-bench.lock timeout 600 python3 bench/sim_b2b_wake_validation.py \\
         --workload matmul,conv2d --emulate 1:0.5
 """
