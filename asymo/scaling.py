@@ -1300,6 +1300,11 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
 # validating the simulator against this machine
 
 SIM_PHASES = 4   # emulator phases averaged over (the stops' offset from the run's start)
+# A validated sample is simulated as calls back to back (the sweep times them so: a call's
+# duty-cycle phase follows from the previous one's end), enough to cover this many emulator
+# periods, at most SIM_BACK_TO_BACK_MAX calls (speed).
+SIM_BACK_TO_BACK_PERIODS = 40
+SIM_BACK_TO_BACK_MAX = 32
 
 
 def _duty_cycles(topology, period):
@@ -1319,17 +1324,43 @@ def _phased(interference, i, n):
             if isinstance(d, DutyCycle) else d for d in interference]
 
 
-def _sim_mean(topology, jobs, policy, overheads, interference):
-    """Simulated makespan, averaged over SIM_PHASES offsets of the emulator's periods."""
+def back_to_back_calls(one_call_s, period):
+    """How many calls of ``one_call_s`` seconds a back-to-back sample is simulated as: enough
+    to cover ``SIM_BACK_TO_BACK_PERIODS`` emulator periods, 1 to ``SIM_BACK_TO_BACK_MAX``."""
+    if not (one_call_s > 0 and math.isfinite(one_call_s)):
+        return 1
+    return int(min(SIM_BACK_TO_BACK_MAX,
+                   max(1, math.ceil(SIM_BACK_TO_BACK_PERIODS * period / one_call_s))))
+
+
+def _sim_mean(topology, jobs, policy, overheads, interference, *, back_to_back=False):
+    """Simulated makespan of one call (the job sequence ``jobs``), averaged over SIM_PHASES
+    offsets of the emulator's periods. ``back_to_back``: the call is simulated ``R`` times
+    in a row in one simulation (:func:`back_to_back_calls`; each call's jobs with their
+    traced delays, so that the gap between calls is the submitter's own work and the
+    duty-cycle phase carries over from one call to the next, as when the sweep times calls
+    back to back), and the makespan is the total over ``R``; ``res.calls`` says ``R``."""
     from asymo.sim.engine import DutyCycle
-    if not any(isinstance(d, DutyCycle) for d in interference):
-        return simulate(topology, jobs, policy=policy, overheads=overheads,
-                        interference=interference)
+    duties = [d for d in interference if isinstance(d, DutyCycle)]
+    if not duties:
+        res = simulate(topology, jobs, policy=policy, overheads=overheads,
+                       interference=interference)
+        res.calls = 1
+        return res
     runs = [simulate(topology, jobs, policy=policy, overheads=overheads,
                      interference=_phased(interference, i, SIM_PHASES))
             for i in range(SIM_PHASES)]
+    reps = 1
+    if back_to_back:
+        one = statistics.fmean(r.makespan for r in runs)
+        reps = back_to_back_calls(one, max(d.period for d in duties))
+        if reps > 1:
+            runs = [simulate(topology, list(jobs) * reps, policy=policy, overheads=overheads,
+                             interference=_phased(interference, i, SIM_PHASES))
+                    for i in range(SIM_PHASES)]
     res = runs[0]
-    res.makespan = statistics.fmean(r.makespan for r in runs)
+    res.makespan = statistics.fmean(r.makespan for r in runs) / reps
+    res.calls = reps
     return res
 
 
@@ -1372,9 +1403,12 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
     now): each workload's real job sequence traced task by task as each cluster with the
     submitting thread's work between jobs; on an emulated machine the emulator's duty cycle
     (an emulated core at speed ``s`` is stopped for ``1 - s`` of every ``emulator_period``
-    plus the time per period the workload was measured to lose beyond that), averaged over
-    ``SIM_PHASES`` offsets; the workload's co-running interference factor; per-policy
-    overheads from no-op jobs. The measured multi-core throughputs are what it must
+    plus the time per period the workload was measured to lose beyond that), each sample
+    simulated as calls back to back (the duty-cycle phase carried from call to call, as the
+    sweep times them; :func:`back_to_back_calls`) and averaged over ``SIM_PHASES`` starting
+    offsets; the workload's co-running interference factor; per-policy overheads from no-op
+    jobs; the submitter's measured wake-up, charged to a job whose last task ends past the
+    submitter's spin (``Overheads.wake``). The measured multi-core throughputs are what it must
     reproduce.
 
     ``emulator_period`` is the period of the emulator the sweep ran under (default: the
@@ -1409,6 +1443,8 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
                             min_time=min_time, emulator_period=emulator_period)
     duties = _duty_cycles(topology, emulator_period)
     overheads = _noop_overheads(cal, topology, duties)
+    from asymo.sim.calibrate import submitter_wake
+    wake = submitter_wake(cal)
     out = {}
     for name in names:
         wl = byname[name]
@@ -1425,9 +1461,9 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
             (jobs, itf), (_, itf0) = inputs[p.cores]
             sub = first_cores(topology, p.cores)
             o = overheads[p.policy]
-            ov = Overheads(job=o["job"], task=o["task"], steal=o["steal"])
-            res = _sim_mean(sub, jobs, p.policy, ov, itf)
-            res0 = _sim_mean(sub, jobs, p.policy, ov, itf0)
+            ov = Overheads(job=o["job"], task=o["task"], steal=o["steal"], wake=wake)
+            res = _sim_mean(sub, jobs, p.policy, ov, itf, back_to_back=True)
+            res0 = _sim_mean(sub, jobs, p.policy, ov, itf0, back_to_back=True)
             sim_tp = wl.throughput(res.makespan)
             p.sim_throughput = sim_tp
             best = wl.throughput(min(p.times_s)) if p.times_s else p.throughput
@@ -1436,6 +1472,7 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
                          "error": sim_tp / p.throughput - 1.0,
                          "error_vs_best": sim_tp / best - 1.0,
                          "simulated_duty_only": wl.throughput(res0.makespan),
+                         "calls_back_to_back": res.calls,
                          "error_duty_only": wl.throughput(res0.makespan) / p.throughput - 1.0,
                          "steals_by_direction": res.steals_by_direction})
             if p.cores == kmax:
@@ -1471,6 +1508,9 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
                                   for d in duties],
                      "emulator_period_s": emulator_period if duties else None,
                      "phases": SIM_PHASES if duties else 1,
+                     "back_to_back": {"periods": SIM_BACK_TO_BACK_PERIODS,
+                                      "max_calls": SIM_BACK_TO_BACK_MAX} if duties else None,
+                     "submitter_wake_s": wake,
                      "overheads_s": overheads}}
     measured.validation = val
     return val

@@ -41,19 +41,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _spin_pair():
-    import numba
-    import numpy as np
-    from numba import types
-
-    @numba.cfunc(types.void(types.int64, types.voidptr), nopython=True)
-    def spin(task, ctx):
-        b = numba.carray(ctx, 4, dtype=np.float64)
-        n = np.int64(b[task])
-        a = 1.0
-        for _ in range(n):
-            a = a * 0.999999 + 1e-7
-        b[2 + task] = a
-    return spin
+    # the same 2-task spin the calibration's wake-up measurement uses
+    from asymo.sim.calibrate import spin_pair_task
+    return spin_pair_task()
 
 
 def main(argv=None):

@@ -17,7 +17,11 @@ runs of their own (never the runs a validation compares against), and stored as 
   of the time the co-runner actually spent in tasks; the simulator applies it as
   :class:`asymo.sim.CoRunning` (shared caches and memory bandwidth as one factor) when the
   rounds agree on a slowdown (a sign test; else the factor is 1);
-* **scheduling overheads** per policy from jobs of no-op tasks (per job, per take).
+* **scheduling overheads** per policy from jobs of no-op tasks (per job, per take);
+* **the submitter's wake-up** (``submitter_wake_s``): the time the submitting thread takes
+  to return from its futex sleep when it waited past its spin (``SUBMIT_SPIN_NS``) for the
+  last task (:func:`measure_submitter_wake`). Calibrations written before it was measured
+  load with 0 (a note is printed).
 
 Everything is measured in interleaved rounds (:class:`SimCalibrator`), which a sweep can
 interleave with its own (``asymo.scaling.measure_scaling(calibrate=True)``).
@@ -39,7 +43,7 @@ import warnings
 
 import numpy as np
 
-__all__ = ["SCHEMA", "calibrate_sim", "interquartile_mean", "sim_inputs", "save_calibration", "load_calibration",
+__all__ = ["SCHEMA", "calibrate_sim", "measure_submitter_wake", "spin_pair_task", "interquartile_mean", "sim_inputs", "save_calibration", "load_calibration",
            "check_calibration", "format_calibration", "CalibrationWarning"]
 
 SCHEMA = "asymo.sim.calibration/1"
@@ -386,7 +390,9 @@ class SimCalibrator:
     def result(self, overheads, *, interleaved=False):
         from asymo import scaling
         emulated = self.emulated
+        wake, wake_info = measure_submitter_wake(self.topology)
         return {"schema": SCHEMA,
+                "submitter_wake_s": wake, "submitter_wake": wake_info,
                 "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
                     timespec="seconds"),
                 "machine": _machine_id(),
@@ -400,6 +406,89 @@ class SimCalibrator:
                 "workloads": {p.wl.name: p.result() for p in self.parts},
                 "loadavg_before": self.load_before, "loadavg_after": scaling._loadavg(),
                 "seconds": time.perf_counter() - self.t0}
+
+
+_SPIN_PAIR = None
+
+
+def spin_pair_task():
+    """A Numba cfunc task ``(task, ctx)`` for 2-task jobs: ``ctx`` points at 4 float64, task
+    ``i`` spins ``ctx[i]`` iterations of a dependent multiply-add and stores into
+    ``ctx[2 + i]``. Compiled once per process."""
+    global _SPIN_PAIR
+    if _SPIN_PAIR is None:
+        import numba
+        from numba import types
+
+        @numba.cfunc(types.void(types.int64, types.voidptr), nopython=True)
+        def spin(task, ctx):
+            b = numba.carray(ctx, 4, dtype=np.float64)
+            n = np.int64(b[task])
+            a = 1.0
+            for _ in range(n):
+                a = a * 0.999999 + 1e-7
+            b[2 + task] = a
+        _SPIN_PAIR = spin
+    return _SPIN_PAIR
+
+
+def measure_submitter_wake(topology, *, jobs=100, task_s=300e-6, quantile=0.1, seed=0):
+    """Seconds the submitting thread takes to wake when it waited past its spin.
+
+    Two-task jobs under the ``even`` policy on the first two cores (task 0 on the
+    submitter's core, task 1 on the other; as ``bench/even_join_diagnostic.py``): "submitter
+    short" jobs (task 0 short, task 1 ``task_s`` long: the submitter runs out of work, spins
+    10 us, sleeps on its futex and is woken when task 1 ends) against "worker short" jobs (the
+    job ends on the submitter's own core, within its spin). Per job, wall time minus the
+    longest task's time inside the task (the pool's ``busy_s``); the wake-up is the
+    difference of the two cases' ``quantile`` (low quantiles: on an emulated core a job that
+    starts in a stop waits for it; a random pause between jobs spreads their phase so that
+    the low quantile is a job that did not). Returns ``(wake_s, info)``; ``wake_s`` is 0 on
+    fewer than two cores.
+    """
+    from asymo import scaling
+    if topology.ncpus < 2:
+        return 0.0, {"note": "one core: no wake-up to measure"}
+    from asymo.sim.engine import first_cores
+    sub = first_cores(topology, 2)
+    spin = spin_pair_task()
+    buf = np.zeros(4)
+    rng = np.random.default_rng(seed)
+    with scaling._open_pool(sub, "even") as pool, scaling._pinned_thread(sub.cpus[0]):
+        def job(i0, i1):
+            buf[0], buf[1] = i0, i1
+            pool.reset_stats()
+            t0 = time.perf_counter()
+            pool.parallel_for(spin.address, 2, ctx=buf.ctypes.data)
+            wall = time.perf_counter() - t0
+            busy = [w["busy_s"] for w in pool.stats()["workers"]]
+            return wall - max(busy), busy[0]
+
+        for _ in range(10):
+            job(1e5, 10)
+        per_iter = statistics.median(job(1e5, 10)[1] for _ in range(10)) / 1e5
+        n = max(int(task_s / per_iter), 20)
+        over = {"submitter_short": [], "worker_short": []}
+        for _ in range(jobs):
+            for case, (i0, i1) in (("submitter_short", (n // 20, n)),
+                                   ("worker_short", (n, n // 20))):
+                time.sleep(float(rng.uniform(0, 1e-3)))
+                over[case].append(job(i0, i1)[0])
+    q = {c: float(np.quantile(v, quantile)) for c, v in over.items()}
+    wake = max(0.0, q["submitter_short"] - q["worker_short"])
+    return wake, {"jobs": int(jobs), "task_s": float(n * per_iter), "quantile": quantile,
+                  "over_longest_s": q, "cpus": list(sub.cpus)}
+
+
+def submitter_wake(cal):
+    """The calibration's submitter wake-up in seconds (0, with a printed note, for a
+    calibration written before it was measured)."""
+    v = cal.get("submitter_wake_s")
+    if v is None:
+        print("note: this simulator calibration has no submitter wake-up (written before it "
+              "was measured): simulating without it")
+        return 0.0
+    return float(v)
 
 
 def interquartile_mean(values):
@@ -512,6 +601,9 @@ def check_calibration(cal, topology=None):
         f = e.get("corun", {}).get("factor")
         if f is not None and not (0 < f <= 1):
             raise ValueError(f"workload {name!r}: co-running factor {f!r} outside (0, 1]")
+    w = cal.get("submitter_wake_s")
+    if w is not None and not (isinstance(w, (int, float)) and math.isfinite(w) and w >= 0):
+        raise ValueError(f"submitter_wake_s={w!r} must be a number >= 0")
     for pol, o in cal.get("overheads", {}).items():
         for key in ("job", "task", "steal"):
             v = o.get(key)
@@ -573,6 +665,8 @@ def format_calibration(cal):
         lines.append("overheads (no-op jobs): " + "; ".join(
             f"{p} job {o['job'] * 1e6:.1f} us, take {o['task'] * 1e9:.0f} ns"
             for p, o in ov.items()))
+    if cal.get("submitter_wake_s") is not None:
+        lines.append(f"submitter wake-up past its spin: {cal['submitter_wake_s'] * 1e6:.1f} us")
     return lines
 
 

@@ -53,20 +53,34 @@ class Overheads:
     steal : float
         Every steal operation: scanning queues, locking the victim, moving half of its last
         range into the thief's queue.
+    wake : float
+        The submitting thread's wake-up: it polls its job for ``spin`` seconds after it ran
+        out of work of its own, then sleeps on a futex and takes ``wake`` seconds to return
+        once the last task ends (measured: ``asymo.sim.calibrate.measure_submitter_wake``).
+        The submitter is modelled as the first worker of the fastest cluster (it helps as the
+        worker of its own core): a job ends ``wake`` later when its last task ends more than
+        ``spin`` after that worker found no more work to take.
+    spin : float
+        The submitter's polling window (``SUBMIT_SPIN_NS`` of csrc/pool.c).
     """
 
     job: float = 0.0
     task: float = 0.0
     steal: float = 0.0
+    wake: float = 0.0
+    spin: float = 10e-6   # csrc/pool.c SUBMIT_SPIN_NS (engine.SUBMIT_SPIN_S)
 
     def __post_init__(self):
-        for name in ("job", "task", "steal"):
+        for name in ("job", "task", "steal", "wake", "spin"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"Overheads.{name} must be a finite number >= 0, got {v!r}")
 
     def to_dict(self):
-        return {"job": self.job, "task": self.task, "steal": self.steal}
+        out = {"job": self.job, "task": self.task, "steal": self.steal}
+        if self.wake:   # only when modelled: results without it keep their old form
+            out.update(wake=self.wake, spin=self.spin)
+        return out
 
 
 @dataclass(frozen=True)
@@ -454,6 +468,7 @@ class _Workers:
 # Constants of csrc/pool.c that shape the schedule.
 CHUNK_TARGET_S = 20e-6      # the owner doubles its chunk while a chunk runs shorter than this
 CHUNK_MAX = 1 << 24
+SUBMIT_SPIN_S = 10e-6       # SUBMIT_SPIN_NS: the submitter polls this long, then sleeps
 
 
 class _Queues:
@@ -744,14 +759,15 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
         state = _Policy(policy, job, counts, workers)
         start = now + job.delay + overheads.job
         if groups:
-            end = _run_job_piecewise(state, start, workers, clocks, groups, cost_on,
-                                     overheads, stats)
+            end, idle0 = _run_job_piecewise(state, start, workers, clocks, groups, cost_on,
+                                            overheads, stats)
+            end = _submitter_wakes(end, idle0, overheads)
             job_makespans.append(end - now)
             now = end
             continue
         heap = [(start, w) for w in range(workers.n)]
         heapq.heapify(heap)
-        end = start
+        end, idle0 = start, start
         while heap:
             t, w = heapq.heappop(heap)
             clock = clocks[w]
@@ -760,6 +776,8 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
             if r is None:
                 if state.steal(w) is None:
                     end = max(end, t)
+                    if w == 0:
+                        idle0 = t
                     continue
                 # The thief goes straight back to its own queue, where the stolen range now
                 # sits in front: it takes its first chunk before anyone can steal it back
@@ -778,6 +796,7 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
                 steals[ci, origin] += hi - lo
             state.adapt(w, t_end - t_start)
             heapq.heappush(heap, (t_end, w))
+        end = _submitter_wakes(end, idle0, overheads)
         job_makespans.append(end - now)
         now = end
 
@@ -787,19 +806,27 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
                      ideal_makespan=ideal, overheads=overheads)
 
 
+def _submitter_wakes(end, idle0, overheads):
+    """The job's end as the submitter sees it: it ran out of work at ``idle0`` (as worker 0),
+    polled for ``overheads.spin`` and then slept; past the spin it returns ``wake`` late."""
+    if overheads.wake and end - idle0 > overheads.spin:
+        return end + overheads.wake
+    return end
+
+
 def _run_job_piecewise(state, start, workers, clocks, groups, cost_on, overheads, stats):
     """One job with co-running interference: the schedule of the event-per-completion loop
     in :func:`simulate` (same decisions, same order at equal times: lowest worker first),
     but every running piece of work -- steal overhead, take overhead, task -- progresses at
     its current rate (the core's availability, times the co-running slowdown for tasks)
     until the next event: a piece ending or a core's availability changing. Returns the
-    time the job ended."""
+    time the job's last task ended and the time worker 0 found no more work."""
     busy, tasks_run, tasks_stolen, steal_ops, steals = stats
     n = workers.n
     member_of = [[g for g, (_, ws) in enumerate(groups) if w in ws] for w in range(n)]
     segs = [None] * n          # per worker: list of pieces [kind, work left, work, ...]
     task = [None] * n          # per worker: (lo, hi, origin, started at)
-    now, end = start, start
+    now, end, idle0 = start, start, start
     pending = list(range(n))   # workers deciding at `now`, in worker order
 
     def begin(w):
@@ -837,6 +864,8 @@ def _run_job_piecewise(state, start, workers, clocks, groups, cost_on, overheads
             if r is None:
                 if state.steal(w) is None:
                     end = max(end, now)
+                    if w == 0:
+                        idle0 = now
                     continue
                 steal_ops[w] += 1
                 pieces.append(["steal", overheads.steal, overheads.steal])
@@ -851,7 +880,7 @@ def _run_job_piecewise(state, start, workers, clocks, groups, cost_on, overheads
                 pending.append(w)
         running = [w for w in range(n) if segs[w] is not None]
         if not running:
-            return end
+            return end, idle0
         avail, nxt = {}, math.inf
         for w in running:
             f, ch = clocks[w].state(now)
@@ -876,7 +905,7 @@ def _run_job_piecewise(state, start, workers, clocks, groups, cost_on, overheads
         t_next = min(nxt, min(segs[w][0][5] for w in running))
         if not math.isfinite(t_next):
             # every running core is stopped for good
-            return math.inf
+            return math.inf, idle0
         now = t_next
         for w in running:
             piece = segs[w][0]
