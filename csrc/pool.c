@@ -1434,12 +1434,6 @@ static void wait_job(asymo_pool *p, job_t *j)
                 sched_yield();
             continue;
         }
-        /* Before sleeping: no queued range may be left to a sleeping owner (see help_as). */
-        for (int i = 0; i < p->nworkers; i++)
-            if (wq_pending(&p->workers[i]) > 0) {
-                wake_workers(p);
-                break;
-            }
         uint32_t expect = 0;
         if (atomic_compare_exchange_strong(&j->done, &expect, 2) || expect == 2)
             futex_wait(&j->done, 2);
