@@ -41,8 +41,7 @@ import math
 import os
 
 __all__ = ["fastest_only", "pool_fastest_only", "split_gain", "cluster_rates", "emulated_period",
-           "tail_s",
-           "SYNC_S", "TAIL_CATCH", "DEFAULT_RATE", "PERIOD_ENV_VAR"]
+           "tail_s", "SYNC_S", "TAIL_CATCH", "DEFAULT_RATE", "PERIOD_ENV_VAR"]
 
 #: env var in which `asymo.emulate` publishes its period (seconds) while an emulation runs
 PERIOD_ENV_VAR = "ASYMO_EMULATED_PERIOD"
