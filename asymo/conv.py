@@ -359,8 +359,8 @@ def _bias_act_plan(pool, channels, plane, dtype, activation):
     job.channel_blocks = -(-channels // per)
     nbytes = channels * plane * dtype.itemsize
     inline = nbytes < INLINE_BYTES
-    counts = _task_counts(pool, int(job.channel_blocks),
-                          fastest_only=_fastest_only(pool, nbytes, "epilogue"))
+    fastest = _split_cost.pool_fastest_only(pool, nbytes, "epilogue")
+    counts = _task_counts(pool, int(job.channel_blocks), fastest_only=fastest)
     return job, int(job.channel_blocks), (inline, counts)
 
 
@@ -371,13 +371,6 @@ def _run_bias_act(template, ntasks, inline, y_img, bias, residual, pool):
     job.residual = ffi.NULL if residual is None else _ptr(residual)
     inline, counts = inline
     run_tasks(pool, _BIAS_ACT_TASK, job, ntasks, counts, inline=inline)
-
-
-def _fastest_only(pool, work, kind):
-    """Whether a job of ``work`` (FLOPs, or bytes for "epilogue") should run on the fastest
-    cluster alone (`asymo.split_cost`)."""
-    return pool.nclusters > 1 and _split_cost.fastest_only(
-        work, pool.topology, kind, active=pool.active_workers_per_cluster())
 
 
 def _task_counts(pool, ntasks, *, fastest_only=False):
@@ -418,8 +411,8 @@ class _DepthwisePlan:
         itemsize = dtype.itemsize
         self.inline = (n * c * h * w + n * cout * oh * ow) * itemsize < INLINE_BYTES
         flops = 2.0 * n * cout * oh * ow * kh * kw
-        self.counts = _task_counts(pool, self.ntasks,
-                                   fastest_only=_fastest_only(pool, flops, "depthwise"))
+        fastest = _split_cost.pool_fastest_only(pool, flops, "depthwise")
+        self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
         self.plane = cout * oh * ow
         self.residual = None
         if has_residual:

@@ -30,20 +30,14 @@ __all__ = ["plan_conv_gemm", "column_split", "gemm_into", "matmul_into"]
 PREFER_AVX512 = True
 
 
-def _fastest_only(flops, pool):
-    """A convolution's GEMM runs on the fastest cluster alone when the slower clusters'
-    share saves less than their sync and tail cost (`asymo.split_cost`, the rule matmul
-    uses)."""
-    return _split_cost.fastest_only(flops, pool.topology, "mm",
-                                    active=pool.active_workers_per_cluster())
-
-
 def plan_conv_gemm(m, k, n, dtype, pool):
     """The (cached) GEMM plan for ``(m x k) @ (k x n)`` on ``pool``: calibrated when
     ``asymo calibrate`` made a profile for this CPU (`asymo.plan_matmul`), else the default
     (with the AVX-512 kernels for packed products, see `PREFER_AVX512`)."""
     dname = np.dtype(dtype).name
-    if pool is not None and pool.nclusters > 1 and _fastest_only(2.0 * m * k * n, pool):
+    # a convolution's GEMM runs on the fastest cluster alone when the slower clusters' share
+    # saves less than their sync and tail cost (asymo.split_cost, the rule matmul uses)
+    if pool is not None and _split_cost.pool_fastest_only(pool, 2.0 * m * k * n, "mm"):
         plan = _plan_matmul(m, k, n, dname, pool=pool)
         if plan.kind == "mm" and plan.split_dim in ("M", "N"):
             return _plan_gemm(m, k, n, dname, pool, split=[1.0] + [0.0] * (pool.nclusters - 1),

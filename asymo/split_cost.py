@@ -40,8 +40,8 @@ from __future__ import annotations
 import math
 import os
 
-__all__ = ["fastest_only", "split_gain", "cluster_rates", "emulated_period", "tail_s",
-           "SYNC_S", "TAIL_CATCH", "DEFAULT_RATE", "PERIOD_ENV_VAR"]
+__all__ = ["fastest_only", "pool_fastest_only", "split_gain", "cluster_rates", "emulated_period",
+           "tail_s", "SYNC_S", "TAIL_CATCH", "DEFAULT_RATE", "PERIOD_ENV_VAR"]
 
 #: env var in which `asymo.emulate` publishes its period (seconds) while an emulation runs
 PERIOD_ENV_VAR = "ASYMO_EMULATED_PERIOD"
@@ -137,3 +137,11 @@ def fastest_only(flops, topology, kind="mm", *, active=None, calibration=None, p
         return False
     return split_gain(flops, topology, kind, active=active, calibration=calibration,
                       period=period) <= 0.0
+
+
+def pool_fastest_only(pool, work, kind="mm"):
+    """`fastest_only` for a job of ``work`` units on ``pool`` (its topology and active
+    workers); False on a pool with one cluster. Plan-time only: callers cache the answer in
+    their plans."""
+    return pool.nclusters > 1 and fastest_only(work, pool.topology, kind,
+                                               active=pool.active_workers_per_cluster())
