@@ -62,6 +62,7 @@ def main(argv=None):
     from asymo import topology as topo
     from asymo.emulate import DEFAULT_PERIOD, slow_cores
     from asymo.sim import DutyCycle, Job, Overheads, simulate
+    from asymo.sim.calibrate import time_pair_job
 
     period = args.period or DEFAULT_PERIOD
     spin = _spin_pair()
@@ -70,12 +71,7 @@ def main(argv=None):
         t = topo.detect()
         with scaling._open_pool(t, "even") as pool, scaling._pinned_thread(t.cpus[0]):
             def job(i0, i1):
-                buf[0], buf[1] = i0, i1
-                pool.reset_stats()
-                t0 = time.perf_counter()
-                pool.parallel_for(spin.address, 2, ctx=buf.ctypes.data)
-                wall = time.perf_counter() - t0
-                return wall, [w["busy_s"] for w in pool.stats()["workers"]]
+                return time_pair_job(pool, spin, buf, i0, i1)
 
             # iterations for --task-us on core 0 (worker 1's task kept short meanwhile)
             for _ in range(20):

@@ -204,7 +204,24 @@ def calibrate_sim(topology, workloads, *, repeats=5, emulator_period=None, min_t
     return out
 
 
-class _WorkloadCalibration:
+class _StackedContext:
+    """A context manager whose resources ``_open(stack)`` enters on one ExitStack: all of
+    them are released on exit, and those already entered when opening fails part-way."""
+
+    def __enter__(self):
+        self._stack = contextlib.ExitStack().__enter__()
+        try:
+            self._open(self._stack)
+        except BaseException:
+            self._stack.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        return self._stack.__exit__(*exc)
+
+
+class _WorkloadCalibration(_StackedContext):
     """Everything measured for one workload, in rounds that each visit every measurement
     once (:meth:`round`), so that a burst of outside interference (other processes, other
     virtual machines: runs up to 2x slower for tens to hundreds of milliseconds on the
@@ -250,26 +267,17 @@ class _WorkloadCalibration:
         self.traces, self.every = {}, {}
         self.rounds = 0
 
-    def __enter__(self):
+    def _open(self, stack):
         from asymo import scaling
         from asymo.sim.engine import first_cores
-        self._stack = contextlib.ExitStack().__enter__()
-        try:
-            self.runs = {}
-            for k in range(1, self.topology.ncpus + 1):
-                sub = first_cores(self.topology, k)
-                run = self._stack.enter_context(self.wl.runner("asymo", sub))
-                self.runs[k] = (run, scaling._OPEN_POOLS[-1], sub, scaling._trace_cpus(sub))
-            self.switch = self._stack.enter_context(
-                _co_runner(_copy_for_corun(self.wl), self.other, self.topology)) \
-                if self.corun else None
-        except BaseException:
-            self._stack.__exit__(None, None, None)
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        return self._stack.__exit__(*exc)
+        self.runs = {}
+        for k in range(1, self.topology.ncpus + 1):
+            sub = first_cores(self.topology, k)
+            run = stack.enter_context(self.wl.runner("asymo", sub))
+            self.runs[k] = (run, scaling._OPEN_POOLS[-1], sub, scaling._trace_cpus(sub))
+        self.switch = stack.enter_context(
+            _co_runner(_copy_for_corun(self.wl), self.other, self.topology)) \
+            if self.corun else None
 
     def round(self):
         from asymo import scaling
@@ -341,7 +349,7 @@ class _WorkloadCalibration:
         return out
 
 
-class SimCalibrator:
+class SimCalibrator(_StackedContext):
     """The per-workload part of :func:`calibrate_sim`, one round at a time, for a sweep to
     interleave with its own rounds (``asymo.scaling.measure_scaling(calibrate=True)``).
 
@@ -366,18 +374,9 @@ class SimCalibrator:
         self.load_before = scaling._loadavg()
         self.t0 = time.perf_counter()
 
-    def __enter__(self):
-        self._stack = contextlib.ExitStack().__enter__()
-        try:
-            for part in self.parts:
-                self._stack.enter_context(part)
-        except BaseException:
-            self._stack.__exit__(None, None, None)
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        return self._stack.__exit__(*exc)
+    def _open(self, stack):
+        for part in self.parts:
+            stack.enter_context(part)
 
     @property
     def rounds(self):
@@ -432,6 +431,19 @@ def spin_pair_task():
     return _SPIN_PAIR
 
 
+def time_pair_job(pool, spin, buf, i0, i1):
+    """Run one 2-task job of :func:`spin_pair_task` on ``pool``: ``i0`` and ``i1`` spin
+    iterations for tasks 0 and 1, ``buf`` the task's 4-float context. Returns ``(wall_s,
+    busy_s)``: the job's wall time and each worker's time inside the task (the pool's
+    ``busy_s``, stats reset before the job)."""
+    buf[0], buf[1] = i0, i1
+    pool.reset_stats()
+    t0 = time.perf_counter()
+    pool.parallel_for(spin.address, 2, ctx=buf.ctypes.data)
+    wall = time.perf_counter() - t0
+    return wall, [w["busy_s"] for w in pool.stats()["workers"]]
+
+
 def measure_submitter_wake(topology, *, jobs=100, task_s=300e-6, quantile=0.1, seed=0):
     """Seconds the submitting thread takes to wake when it waited past its spin.
 
@@ -456,12 +468,7 @@ def measure_submitter_wake(topology, *, jobs=100, task_s=300e-6, quantile=0.1, s
     rng = np.random.default_rng(seed)
     with scaling._open_pool(sub, "even") as pool, scaling._pinned_thread(sub.cpus[0]):
         def job(i0, i1):
-            buf[0], buf[1] = i0, i1
-            pool.reset_stats()
-            t0 = time.perf_counter()
-            pool.parallel_for(spin.address, 2, ctx=buf.ctypes.data)
-            wall = time.perf_counter() - t0
-            busy = [w["busy_s"] for w in pool.stats()["workers"]]
+            wall, busy = time_pair_job(pool, spin, buf, i0, i1)
             return wall - max(busy), busy[0]
 
         for _ in range(10):

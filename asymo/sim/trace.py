@@ -88,12 +88,16 @@ def trace_jobs(run, pool, as_cluster, *, max_jobs=1 << 12, max_tasks=1 << 16, bu
     return out, tail
 
 
+def _structure(jobs):
+    """A traced run's task structure: per job, the function, task count and split."""
+    return [(j.fn, j.ntasks, j.counts) for j in jobs]
+
+
 def _median_trace(traces):
     """Per job, per task: the median over repeated traces of the same run (same structure)."""
     first, _ = traces[0]
     for jobs, _ in traces[1:]:
-        if [(j.fn, j.ntasks, j.counts) for j in jobs] != \
-                [(j.fn, j.ntasks, j.counts) for j in first]:
+        if _structure(jobs) != _structure(first):
             raise RuntimeError("the workload issued different jobs on repeated runs: its task "
                                "structure is not deterministic")
     merged = []
@@ -217,8 +221,7 @@ def jobs_from_traces(per_cluster, topology):
     per_cluster = [_median_trace(list(tr)) for tr in per_cluster]
     base, _ = per_cluster[0]
     for jobs, _ in per_cluster[1:]:
-        if [(j.fn, j.ntasks, j.counts) for j in jobs] != \
-                [(j.fn, j.ntasks, j.counts) for j in base]:
+        if _structure(jobs) != _structure(base):
             raise RuntimeError("the workload issued different jobs when traced as different "
                                "clusters")
     # the submitting thread's own work does not depend on the identity the tasks ran under:
