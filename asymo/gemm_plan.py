@@ -421,6 +421,8 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
       least 8 micro-tiles a side: a short M is not cut, the columns are cut instead (down to
       nc = 8 nr); mc at most 16 micro-tiles; within AsyMo's cache constraint
       ``mc*kc + nc*kc + mc*nc <= L2`` per thread.
+    * tasks: a multiple of the thread count (AsyMo's constraint (2)) through mc, or, when the
+      floors cap them below the target and no mc does it, through the column width.
 
     Measured on the development machine (2 cores, AVX2 kernel): tens of tasks of 48-96 rows
     beat a few large ones by up to 20% on the DL shapes, and blocks of fewer than 8
