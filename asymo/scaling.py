@@ -192,7 +192,9 @@ class Workload:
     Subclasses define ``name``, ``unit`` ("GFLOP/s" or "images/s"), ``work`` (FLOPs or images
     per run), ``policies()`` (which runners exist here), ``runner(policy, topology)`` (a
     context manager giving a zero-argument callable that runs the workload once) and
-    ``sim_jobs(topology, gflops_per_core)`` (the same work as simulator jobs).
+    ``sim_jobs(topology, gflops_per_core, task_costs=None)`` (the same work as simulator
+    jobs; ``task_costs``, an `asymo.sim.costs.ModelCosts`, prices GEMM tasks by the cost
+    model instead of the per-cluster rate where it covers them).
     """
 
     name = ""
@@ -290,7 +292,8 @@ class SpinWorkload(Workload):
         with _open_pool(topology, policy) as pool:
             yield lambda: pool.parallel_for(_fn_arg(spin), self.ntasks, ctx=ctx)
 
-    def sim_jobs(self, topology, gflops_per_core):
+    def sim_jobs(self, topology, gflops_per_core, task_costs=None):
+        # not a GEMM: the cost model does not describe it, capabilities price it
         per_task = self.iters * self.FLOPS_PER_ITER
         costs = np.array([[per_task / (g * 1e9) for g in gflops_per_core]] * self.ntasks)
         return [Job(costs=costs, name="spin")]
@@ -314,19 +317,25 @@ def _gemm_tiles(M, K, N, topology, gflops_per_core, tile=None):
     return np.stack([flops / (g * 1e9) for g in gflops_per_core], axis=1)
 
 
-def _gemm_job(M, K, N, topology, gflops_per_core, name=""):
+def _gemm_job(M, K, N, topology, gflops_per_core, name="", task_costs=None):
     """Simulator job for one float32 M x K x N product as asymo.matmul would run it.
 
     With the GEMM planner available (``asymo.gemm_plan``), its plan for ``topology`` gives the
     per-cluster task counts and ranges: each cluster's share of the FLOPs is spread evenly
     over its tasks (edge blocks are not modelled), and the job carries the plan's counts as
     its split. Without it, row tiles sized to the fastest cluster's L2 (``_gemm_tiles``).
+    ``task_costs`` (`asymo.sim.costs.ModelCosts`): the plan's tasks priced by the cost model
+    where it covers the plan.
     """
     try:
         from asymo.gemm_plan import plan_gemm
     except ImportError:
         return Job(costs=_gemm_tiles(M, K, N, topology, gflops_per_core), name=name)
     plan = plan_gemm(M, K, N, "float32", topology=topology)
+    if task_costs is not None:
+        job = task_costs.gemm_job(plan, topology, name=name)
+        if job is not None:
+            return job
     if getattr(plan, "serial", False):
         # too small to be worth the pool: the calling thread runs it (model: one task on a
         # core of the fastest cluster)
@@ -345,7 +354,7 @@ def _gemm_job(M, K, N, topology, gflops_per_core, name=""):
     return Job(costs=costs, split=counts, name=name)
 
 
-def _conv_gemm_jobs(M, K, N, topology, gflops_per_core, name=""):
+def _conv_gemm_jobs(M, K, N, topology, gflops_per_core, name="", task_costs=None):
     """Simulator jobs of one convolution's GEMM, ``weight (M x K) @ col (K x N pixels)``, as
     asymo.conv2d runs it: in chunks of columns whose column matrix fits its chunk size, one
     GEMM per chunk (im2col's own tasks are not modelled: the calibration folds their time
@@ -356,7 +365,7 @@ def _conv_gemm_jobs(M, K, N, topology, gflops_per_core, name=""):
         COL_CHUNK_BYTES = 8 << 20
     nchunks = max(1, math.ceil(K * N * 4 / COL_CHUNK_BYTES))
     edges = [N * i // nchunks for i in range(nchunks + 1)]
-    return [_gemm_job(M, K, b - a, topology, gflops_per_core, name=name)
+    return [_gemm_job(M, K, b - a, topology, gflops_per_core, name=name, task_costs=task_costs)
             for a, b in zip(edges, edges[1:]) if b > a]
 
 
@@ -414,8 +423,9 @@ class MatmulWorkload(Workload):
         else:
             raise ValueError(f"unknown policy {policy!r}")
 
-    def sim_jobs(self, topology, gflops_per_core):
-        return [_gemm_job(M, K, N, topology, gflops_per_core, name=f"{M}x{K}x{N}")
+    def sim_jobs(self, topology, gflops_per_core, task_costs=None):
+        return [_gemm_job(M, K, N, topology, gflops_per_core, name=f"{M}x{K}x{N}",
+                          task_costs=task_costs)
                 for M, K, N in self.shapes]
 
 
@@ -493,13 +503,13 @@ class Conv2dWorkload(Workload):
         else:
             raise ValueError(f"unknown policy {policy!r}")
 
-    def sim_jobs(self, topology, gflops_per_core):
+    def sim_jobs(self, topology, gflops_per_core, task_costs=None):
         jobs = []
         for _ in range(self.batch):
             for c, h, w, oc, k, s, p in self.layers:
                 oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
                 jobs.extend(_conv_gemm_jobs(oc, c * k * k, oh * ow, topology, gflops_per_core,
-                                            name=f"conv{c}x{h}x{w}"))
+                                            name=f"conv{c}x{h}x{w}", task_costs=task_costs))
         return jobs
 
 
@@ -574,14 +584,15 @@ class ModelWorkload(Workload):
         else:
             raise ValueError(f"models run on the pool or torch, not {policy!r}")
 
-    def sim_jobs(self, topology, gflops_per_core):
+    def sim_jobs(self, topology, gflops_per_core, task_costs=None):
         jobs = []
         for m, _ in self._load():
             for _ in range(self.batch):      # conv2d runs image by image
                 for layer in m.layers:
                     for (M, K, N) in layer.matmul_shapes():
                         jobs.extend(_conv_gemm_jobs(M, K, N, topology, gflops_per_core,
-                                                    name=f"{m.name}:{layer.name}"))
+                                                    name=f"{m.name}:{layer.name}",
+                                                    task_costs=task_costs))
         return jobs
 
 
@@ -1208,7 +1219,7 @@ def parse_interference(text):
 
 def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds=None,
                      gflops_per_core=None, max_cores=None, interference=(), corun=None,
-                     progress=False):
+                     progress=False, cost_models=None):
     """The scaling sweep from the simulator instead of the machine.
 
     Parameters
@@ -1231,6 +1242,12 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
         Co-running interference (:class:`asymo.sim.CoRunning`): a core's speed while one
         other core runs tasks, all cores sharing one resource. Default: none (an assumption
         for a preset: measure it on the device with ``--calibrate-sim``).
+    cost_models : asymo.sim.costs.ModelCosts, str or path, optional
+        Price GEMM tasks with AsyMo's cost model instead of ``gflops_per_core``: the models
+        themselves, or a calibration profile file (``asymo calibrate``, e.g. run on the
+        device) whose clusters must match the target's (ValueError naming the mismatch
+        otherwise). Work the models do not cover keeps the capabilities; ``meta
+        ["task_costs"]`` says which jobs came from where (`asymo.sim.costs`).
     """
     from asymo.sim.presets import Preset, get_preset
     if isinstance(target, str):
@@ -1260,6 +1277,12 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
     if bad:
         raise ValueError(f"the simulator models the pool policies and 'numpy', not {bad}")
     ncores = topology.ncpus if max_cores is None else min(int(max_cores), topology.ncpus)
+    if cost_models is not None:
+        from asymo.sim.costs import ModelCosts, load_model_costs
+        if not isinstance(cost_models, ModelCosts):
+            cost_models = load_model_costs(cost_models, topology)
+        cost_models.models_for(topology)
+        cost_models.reset()
     from tqdm import tqdm
     points = []
     plan = [(wl, pol, k) for wl in workloads for pol in pols for k in range(1, ncores + 1)]
@@ -1267,7 +1290,8 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
                            leave=False):
         sub = first_cores(topology, k)
         sub_rates = rates[:sub.nclusters]
-        jobs = wl.sim_jobs(sub, sub_rates)
+        jobs = (wl.sim_jobs(sub, sub_rates) if cost_models is None
+                else wl.sim_jobs(sub, sub_rates, task_costs=cost_models))
         itf = [i for i in interference if i.cpu in sub.cpus]
         if corun is not None and k > 1:
             from asymo.sim.engine import CoRunning
@@ -1290,7 +1314,11 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
                                                 else None} for i in interference],
                               "model": "discrete-event simulation of the pool (asymo.sim); "
                                        "compute only: no caches or memory bandwidth; 'numpy' "
-                                       "modelled as a static equal split"},
+                                       "modelled as a static equal split; "
+                                       + (cost_models.describe() if cost_models is not None
+                                          else "task costs: capabilities (gflops_per_core)"),
+                              "task_costs": (cost_models.to_dict() if cost_models is not None
+                                             else "capabilities")},
                         workloads={wl.name: wl.describe() for wl in workloads})
     res._fill_speedups()
     return res
