@@ -10,7 +10,8 @@ from asymo import costmodel as cm
 from asymo import gemm_plan as gp
 from asymo import scaling, sim
 from asymo.cli import main
-from asymo.sim.costs import ModelCosts, gemm_task_costs, load_model_costs, share_settings
+from asymo.sim.costs import (ModelCosts, fixed_cost, gemm_task_costs, load_model_costs,
+                             share_settings)
 from asymo.topology import parse_spec
 
 TWO = parse_spec("big:0-1@1.0,little:2-3@0.5")
@@ -36,13 +37,21 @@ def test_task_costs_equal_hand_worked_values():
     # big's share on big (T=2): par_flop = 4/2 * 32768 = 65536 -> 65.536 us, t_sched * 4
     # tasks = 0.4 us; the intercept (20 us) is a per-call cost, not task time; 4 tasks on
     # 2 cores = 2 waves -> (65.536 + 0.4) / 2 = 32.968 us per task.
-    # big's share on little (T=2): (2e-9 * 65536 + 0.4 us) / 2 = 65.736 us; little's
-    # negative intercept is dropped as well.
-    # little's share (2 tasks, one wave): on big 32.768 + 0.2 = 32.968 us, on little
-    # 65.536 + 0.2 = 65.736 us: the same block costs the same on a cluster, whichever share
-    # it belongs to.
-    expect = np.array([[32.968e-6, 65.736e-6]] * 4 + [[32.968e-6, 65.736e-6]] * 2)
+    # big's share on little (T=2): 2e-9 * 65536 + 0.4 us = 131.472 us, and little's
+    # negative intercept (-10 us) is no cost: it stays -> (131.472 - 10) / 2 = 60.736 us.
+    # little's share (2 tasks, one wave): on big 32.768 + 0.2 = 32.968 us (the same block
+    # costs the same on big, whichever share it belongs to), on little 65.536 + 0.2 - 10 =
+    # 55.736 us.
+    expect = np.array([[32.968e-6, 60.736e-6]] * 4 + [[32.968e-6, 55.736e-6]] * 2)
     np.testing.assert_allclose(costs, expect, rtol=1e-12)
+
+
+def test_fixed_cost_per_kind():
+    ext = cm.CostPredictor(features="extended", coef=np.arange(12) * 1e-6, intercept=-3e-4)
+    assert fixed_cost(ext, 0) == -3e-4
+    # the extended model's skinny-path indicator is a constant of "mv" settings
+    assert fixed_cost(ext, 1) == pytest.approx(-3e-4 + 8e-6)
+    assert fixed_cost(BIG, 1) == fixed_cost(BIG, 0) == 2e-5
 
 
 def test_waves_when_threads_do_not_divide_tasks():
@@ -50,13 +59,13 @@ def test_waves_when_threads_do_not_divide_tasks():
     costs = gemm_task_costs(plan, [BIG, LITTLE], [3, 1])
     # big's 4 tasks on big's 3 cores: par_flop = 4/3 * 32768, 2 waves
     big_on_big = (1e-9 * 4 / 3 * 32768 + 4e-7) / 2
-    # ... on little's 1 core: par_flop = 4 * 32768, 4 waves: 2e-9 * 32768 + 1e-7
-    big_on_little = (2e-9 * 4 * 32768 + 4e-7) / 4
+    # ... on little's 1 core: par_flop = 4 * 32768, 4 waves, little's intercept kept
+    big_on_little = (2e-9 * 4 * 32768 + 4e-7 - 1e-5) / 4
     assert big_on_big == pytest.approx(22.045333e-6, rel=1e-6)
-    assert big_on_little == pytest.approx(65.636e-6, rel=1e-9)
+    assert big_on_little == pytest.approx(63.136e-6, rel=1e-9)
     # little's 2 tasks: on big's 3 cores one wave of par_flop 2/3 * 32768; on little 2 waves
     lit_on_big = 1e-9 * 2 / 3 * 32768 + 2e-7
-    lit_on_little = (2e-9 * 2 * 32768 + 2e-7) / 2
+    lit_on_little = (2e-9 * 2 * 32768 + 2e-7 - 1e-5) / 2
     np.testing.assert_allclose(costs[:4], [[big_on_big, big_on_little]] * 4, rtol=1e-12)
     np.testing.assert_allclose(costs[4:], [[lit_on_big, lit_on_little]] * 2, rtol=1e-12)
 
@@ -64,14 +73,15 @@ def test_waves_when_threads_do_not_divide_tasks():
 @pytest.mark.parametrize("rows", [96, 80])     # 6 tasks (3 waves) and 5 tasks (3 waves)
 def test_one_cluster_alone_reproduces_the_prediction(rows):
     # the divisor ceil(n/T) makes a cluster running its share alone (no simulator overheads)
-    # take exactly what its model predicts, less the per-call intercept
+    # take exactly what its model predicts, less a positive intercept (per-call cost)
     t = parse_spec("a:0-1@1.0")
     plan = _plan(((0, rows),), ((16, 32, 64),), shape=(rows, 64, 32))
-    costs = gemm_task_costs(plan, [BIG], [2])
-    r = sim.simulate(t, sim.Job(costs=costs, split=list(plan.task_counts())), policy="asymo",
-                     overheads=sim.Overheads())
-    pred = BIG.predict([[rows, 64, 32, 16, 32, 64, 2, 0]])[0]
-    assert r.makespan == pytest.approx(pred - BIG.intercept, rel=1e-12)
+    for model, less in ((BIG, BIG.intercept), (LITTLE, 0.0)):
+        costs = gemm_task_costs(plan, [model], [2])
+        r = sim.simulate(t, sim.Job(costs=costs, split=list(plan.task_counts())),
+                         policy="asymo", overheads=sim.Overheads())
+        pred = model.predict([[rows, 64, 32, 16, 32, 64, 2, 0]])[0]
+        assert r.makespan == pytest.approx(pred - less, rel=1e-12)
 
 
 def test_a_flop_rate_model_gives_the_capability_costs():
@@ -93,15 +103,20 @@ def test_skinny_and_serial_plans():
                  kind="mv", chunks=(64, 32))
     shares = share_settings(plan)
     assert shares == [([128, 64, 2, 64, 2, 64, 0, 1], 2), ([64, 64, 2, 32, 2, 64, 0, 1], 2)]
-    costs = gemm_task_costs(plan, [BIG, LITTLE], [2, 2])
-    # big's share on big: par_flop = (128/64 * 1)/2 * 64*2*64 = 8192, 2 tasks -> 1 wave
+    # little's share on little: 2e-9 * (2/2 * 32*2*64) + 2e-7 - 10 us < 0: LITTLE's negative
+    # intercept makes it predict no time for so small a share -> not covered
+    assert gemm_task_costs(plan, [BIG, LITTLE], [2, 2]) is None
+    costs = gemm_task_costs(plan, [BIG, BIG], [2, 2])
+    # big's share: par_flop = (128/64 * 1)/2 * 64*2*64 = 8192, 2 tasks -> 1 wave
     assert costs[0, 0] == pytest.approx(1e-9 * 8192 + 2e-7, rel=1e-12)
+    # little's: par_flop = (64/32)/2 * 32*2*64 = 4096
+    assert costs[3, 1] == pytest.approx(1e-9 * 4096 + 2e-7, rel=1e-12)
     # serial: the calling thread, alone (T = 1), the whole product with cluster 0's blocks
     plan = _plan(((0, 96), (96, 96)), ((16, 32, 64), (16, 32, 64)), serial=True)
     costs = gemm_task_costs(plan, [BIG, LITTLE], [2, 2])
     assert costs.shape == (1, 2)
     np.testing.assert_allclose(costs[0], [1e-9 * 96 * 32 * 64 + 1e-7 * 6,
-                                          2e-9 * 96 * 32 * 64 + 1e-7 * 6], rtol=1e-12)
+                                          2e-9 * 96 * 32 * 64 + 1e-7 * 6 - 1e-5], rtol=1e-12)
 
 
 def test_not_covered_falls_back():
@@ -163,7 +178,7 @@ def test_profile_from_another_device_loads(tmp_path):
     p = _write_profile(tmp_path / "dev.json", TWO, [BIG, LITTLE])
     mc = load_model_costs(p, TWO)
     assert mc.models[0].to_dict() == BIG.to_dict() and mc.names == ("table2", "table2")
-    assert mc.to_dict()["clusters"][1]["intercept_s"] == pytest.approx(-1e-5)
+    assert mc.to_dict()["clusters"][1]["fixed_s"] == {"mm": -1e-5, "mv": -1e-5}
 
 
 @pytest.mark.parametrize("target, match", [

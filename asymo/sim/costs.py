@@ -16,19 +16,25 @@ of K). The model was fitted on exactly such runs: one cluster alone, ``T`` cores
 the share's ``n_c`` tasks, timed from submit to join. So the share's setting is predicted
 as a whole and spread back over its tasks:
 
-``cost on cluster d of a task of c's share = (L_d(share_c, blocks_c, T_d) - t_fram_d)
+``cost on cluster d of a task of c's share = (L_d(share_c, blocks_c, T_d) - max(F_d, 0))
 / ceil(n_c / T_d)``
+
+where ``F_d`` is the model's constant term for the setting's kind (the intercept ``t_fram``;
+for the extended model plus its skinny-path indicator's coefficient on "mv" settings).
 
 * ``ceil(n_c / T)`` is the number of waves ``T`` cores run the ``n_c`` equal tasks in: what
   the timed run did. With this divisor, simulating a cluster alone on its own share (no
-  simulator overheads) gives back the model's prediction less its intercept, exactly. (The
+  simulator overheads) gives back the model's prediction less its per-call cost, exactly. (The
   Table 2 model writes the parallel part as ``n/T``; when ``T`` divides ``n`` the two agree,
   otherwise the last partial wave is what the wall clock saw.)
-* ``t_fram`` (the regression's intercept) is a per-call cost -- submitting, waking and
-  joining -- not time inside tasks, so it is taken out of the task costs whatever its sign.
-  The simulator charges the per-call cost as its own ``Overheads.job`` (measured on the
-  pool directly); the intercept of a regression over settings from about 0.1 ms to 100 ms is
-  an extrapolation to zero work and is often negative, so it is not used as an overhead.
+* A positive constant term is a per-call cost -- submitting, waking and joining -- not time
+  inside tasks, so it is taken out of the task costs; the simulator charges the per-call
+  cost as its own ``Overheads.job`` (measured on the pool directly), not the fitted constant,
+  which extrapolates settings of about 0.1 ms to 100 ms to zero work. A *negative* constant
+  cannot be a cost: it is the fit correcting its proportional terms (the profile of the
+  development machine has ``t_fram`` = -0.40 ms for its MM settings under a positive-weight
+  regression), so it stays in the prediction; taking it out would add ``|t_fram|`` to every
+  share.
 * The same task on another cluster *d* costs what *d*'s own model predicts for the same
   share with the same blocks on *d*'s cores (``T_d`` of them, which is what sets how many
   threads share its L2); so symmetric clusters with equal models give equal costs, and
@@ -54,7 +60,7 @@ import numpy as np
 
 from asymo import costmodel as cm
 
-__all__ = ["ModelCosts", "share_settings", "gemm_task_costs", "load_model_costs"]
+__all__ = ["ModelCosts", "share_settings", "fixed_cost", "gemm_task_costs", "load_model_costs"]
 
 
 def share_settings(plan):
@@ -98,6 +104,16 @@ def share_settings(plan):
     return out
 
 
+def fixed_cost(model, kind):
+    """The constant term of ``model``'s prediction for settings of ``kind`` (a
+    `asymo.costmodel.KIND_CODES` value): the intercept, plus the coefficient of the extended
+    feature set's skinny-path indicator for "mv" settings."""
+    fixed = model.intercept
+    if model.features == "extended" and kind == cm.KIND_CODES["mv"]:
+        fixed += float(model.coef[cm.EXTENDED_FEATURES.index("mv")])
+    return fixed
+
+
 def gemm_task_costs(plan, models, threads):
     """Seconds each task of ``plan`` takes on a core of each cluster, from the cost models.
 
@@ -136,7 +152,7 @@ def gemm_task_costs(plan, models, threads):
         for d, (model, T) in enumerate(zip(models, threads)):
             T = 1 if serial else T       # the calling thread alone
             X = np.array([setting[:6] + [T, setting[7]]], dtype=np.float64)
-            work = float(model.predict(X)[0]) - model.intercept
+            work = float(model.predict(X)[0]) - max(fixed_cost(model, setting[7]), 0.0)
             if not (math.isfinite(work) and work > 0):
                 return None
             per_task.append(work / math.ceil(n / T))
@@ -234,7 +250,8 @@ class ModelCosts:
 
     def to_dict(self):
         return {"source": self.source, "clusters": [
-            {"name": c.name, "cpus": list(c.cpus), "model": n, "intercept_s": m.intercept}
+            {"name": c.name, "cpus": list(c.cpus), "model": n,
+             "fixed_s": {k: fixed_cost(m, v) for k, v in cm.KIND_CODES.items()}}
             for c, n, m in zip(self.topology.clusters, self.names, self.models)],
             "jobs_from_model": self.jobs_model,
             "jobs_from_capabilities": self.jobs_capabilities}
