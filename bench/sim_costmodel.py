@@ -15,6 +15,20 @@ with. Run under the benchmark lock::
 
 The cost model was fitted to choose block sizes (to rank settings), not to predict absolute
 time: the error printed here is what it is, no figure is tuned.
+
+Measured on the development machine (2-core AMD EPYC VM, symmetric, no emulator;
+2026-11-21 23:30 UTC, load average 1.60 before, 1.72 after; a full `asymo calibrate` three
+minutes earlier; the README has the other runs)::
+
+    workload policy   cores   measured  sim model    error   sim flat    error   [GFLOP/s]
+    matmul   asymo        1       70.6       91.8   +30.0%       79.8   +13.0%
+    matmul   asymo        2      133.8      183.6   +37.2%      159.3   +19.1%
+    matmul   even         1       71.7       91.8   +28.0%       79.8   +11.3%
+    matmul   even         2      134.5      183.6   +36.4%      159.3   +18.4%
+    conv2d   asymo        1       62.3       62.0    -0.5%       79.8   +28.0%
+    conv2d   asymo        2      117.1      124.2    +6.1%      159.3   +36.1%
+    conv2d   even         1       59.1       62.0    +4.9%       79.8   +34.9%
+    conv2d   even         2      107.9      124.2   +15.1%      159.3   +47.7%
 """
 import argparse
 import datetime

@@ -81,7 +81,8 @@ def share_settings(plan):
         # the calling thread runs the whole product alone, with the first cluster's blocks
         mc, nc, kc = plan.blocks[0]
         if plan.kind == "mv":
-            mc, nc, kc = (plan.chunks[0], N, K) if plan.split_dim == "M" else (M, plan.chunks[0], K)
+            chunk = plan.chunks[0]
+            mc, nc, kc = (chunk, N, K) if plan.split_dim == "M" else (M, chunk, K)
         return [([M, K, N, mc, nc, kc, 0, cm.KIND_CODES[plan.kind]], 1)]
     counts = plan.task_counts()
     out = []
@@ -243,10 +244,10 @@ class ModelCosts:
 
     def describe(self):
         """One line for the output: where task costs came from."""
-        return (f"GEMM task costs: cost model from {self.source} "
-                f"({', '.join(f'{c.name}: {n}' for c, n in zip(self.topology.clusters, self.names))}"
-                f"; {self.jobs_model} jobs, {self.jobs_capabilities} not covered -> "
-                f"capabilities); other work: capabilities")
+        models = ", ".join(f"{c.name}: {n}" for c, n in zip(self.topology.clusters, self.names))
+        return (f"GEMM task costs: cost model from {self.source} ({models}; {self.jobs_model} "
+                f"jobs, {self.jobs_capabilities} not covered -> capabilities); other work: "
+                "capabilities")
 
     def to_dict(self):
         return {"source": self.source, "clusters": [
