@@ -1242,12 +1242,14 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
         Co-running interference (:class:`asymo.sim.CoRunning`): a core's speed while one
         other core runs tasks, all cores sharing one resource. Default: none (an assumption
         for a preset: measure it on the device with ``--calibrate-sim``).
-    cost_models : asymo.sim.costs.ModelCosts, str or path, optional
+    cost_models : ModelCosts, Calibration, str or path, optional
         Price GEMM tasks with AsyMo's cost model instead of ``gflops_per_core``: the models
-        themselves, or a calibration profile file (``asymo calibrate``, e.g. run on the
-        device) whose clusters must match the target's (ValueError naming the mismatch
-        otherwise). Work the models do not cover keeps the capabilities; ``meta
-        ["task_costs"]`` says which jobs came from where (`asymo.sim.costs`).
+        (`asymo.sim.costs.ModelCosts`), a parsed profile section
+        (`asymo.calibration.Calibration`) or a calibration profile file (``asymo
+        calibrate``, e.g. run on the device) whose clusters must match the target's
+        (ValueError naming the mismatch otherwise). Work the models do not cover keeps the
+        capabilities; ``meta["task_costs"]`` says which jobs came from where
+        (`asymo.sim.costs`).
     """
     from asymo.sim.presets import Preset, get_preset
     if isinstance(target, str):
@@ -1278,11 +1280,8 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
         raise ValueError(f"the simulator models the pool policies and 'numpy', not {bad}")
     ncores = topology.ncpus if max_cores is None else min(int(max_cores), topology.ncpus)
     if cost_models is not None:
-        from asymo.sim.costs import ModelCosts, load_model_costs
-        if not isinstance(cost_models, ModelCosts):
-            cost_models = load_model_costs(cost_models, topology)
-        cost_models.models_for(topology)
-        cost_models.reset()
+        from asymo.sim.costs import model_costs_for
+        cost_models = model_costs_for(cost_models, topology)
     from tqdm import tqdm
     points = []
     plan = [(wl, pol, k) for wl in workloads for pol in pols for k in range(1, ncores + 1)]

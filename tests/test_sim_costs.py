@@ -292,3 +292,28 @@ def test_cli_sim_profile(tmp_path, capsys):
     bad.write_text("\x00\x01")
     rc, _, err = _cli(capsys, "--simulate", TWO.to_spec(), "--sim-profile", str(bad))
     assert rc == 2 and "not valid JSON" in err
+
+
+def test_model_costs_for_each_source(tmp_path):
+    from asymo.calibration import parse_section
+    from asymo.sim.costs import model_costs_for
+    cal = parse_section(_section(TWO, [FAST_BIG, SLOW_LITTLE]), TWO, "dev.json")
+    from_cal = model_costs_for(cal, TWO)
+    assert from_cal.models[1].to_dict() == SLOW_LITTLE.to_dict() and from_cal.source == "dev.json"
+    path = _write_profile(tmp_path / "dev.json", TWO, [FAST_BIG, SLOW_LITTLE])
+    # the same models by every route give the same sweep
+    a = _sweep(cost_models=cal)
+    b = _sweep(cost_models=str(path))
+    c = _sweep(cost_models=ModelCosts([FAST_BIG, SLOW_LITTLE], TWO))
+    assert [p.throughput for p in a.points] == [p.throughput for p in b.points] \
+        == [p.throughput for p in c.points]
+    other = parse_spec("big:0-2@1.0,little:3@0.5")
+    with pytest.raises(ValueError, match="do not match the simulated topology"):
+        model_costs_for(cal, other)
+    with pytest.raises(ValueError, match="not part of"):
+        model_costs_for(from_cal, other)
+    with pytest.raises(TypeError, match="cost_models must be"):
+        model_costs_for(42, TWO)
+    mc = ModelCosts([FAST_BIG, SLOW_LITTLE], TWO)
+    mc.jobs_model = 7
+    assert model_costs_for(mc, TWO).jobs_model == 0      # counters start at zero per sweep

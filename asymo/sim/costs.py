@@ -32,9 +32,9 @@ for the extended model plus its skinny-path indicator's coefficient on "mv" sett
   cost as its own ``Overheads.job`` (measured on the pool directly), not the fitted constant,
   which extrapolates settings of about 0.1 ms to 100 ms to zero work. A *negative* constant
   cannot be a cost: it is the fit correcting its proportional terms (the profile of the
-  development machine has ``t_fram`` = -0.40 ms for its MM settings under a positive-weight
-  regression), so it stays in the prediction; taking it out would add ``|t_fram|`` to every
-  share.
+  development machine had ``t_fram`` = -0.40 ms (quick calibration) and -0.05 ms (full) for
+  its MM settings under a positive-weight regression), so it stays in the prediction; taking
+  it out would add ``|t_fram|`` to every share.
 * The same task on another cluster *d* costs what *d*'s own model predicts for the same
   share with the same blocks on *d*'s cores (``T_d`` of them, which is what sets how many
   threads share its L2); so symmetric clusters with equal models give equal costs, and
@@ -60,7 +60,8 @@ import numpy as np
 
 from asymo import costmodel as cm
 
-__all__ = ["ModelCosts", "share_settings", "fixed_cost", "gemm_task_costs", "load_model_costs"]
+__all__ = ["ModelCosts", "share_settings", "fixed_cost", "gemm_task_costs", "load_model_costs",
+           "model_costs_for"]
 
 
 def share_settings(plan):
@@ -303,3 +304,31 @@ def load_model_costs(path, topology):
     names = [c.get("model_name", c.get("model", {}).get("params", {}).get("features", ""))
              if isinstance(c, dict) else "" for c in section["clusters"]]
     return ModelCosts([c.model for c in cal.clusters], topology, source=path, names=names)
+
+
+def model_costs_for(source, topology):
+    """`ModelCosts` for simulating ``topology`` (or its first cores), with zeroed counters.
+
+    ``source``: a `ModelCosts` (checked against ``topology``), a parsed profile section
+    (`asymo.calibration.Calibration`, checked likewise) or the path of a profile file
+    (`load_model_costs`). ValueError when the models do not fit ``topology``.
+    """
+    from asymo.calibration import Calibration
+    if isinstance(source, ModelCosts):
+        costs = source
+    elif isinstance(source, Calibration):
+        if len(source.clusters) != topology.nclusters or any(
+                tuple(c.cpus) != tuple(cl.cpus)
+                for c, cl in zip(source.clusters, topology.clusters)):
+            raise ValueError(f"the calibration's clusters "
+                             f"{[list(c.cpus) for c in source.clusters]} do not match the "
+                             f"simulated topology {topology.to_spec()!r}")
+        costs = ModelCosts.from_calibration(source, topology)
+    elif isinstance(source, (str, os.PathLike)):
+        costs = load_model_costs(source, topology)
+    else:
+        raise TypeError(f"cost_models must be ModelCosts, a Calibration or a profile path, not "
+                        f"{type(source).__name__}")
+    costs.models_for(topology)
+    costs.reset()
+    return costs
