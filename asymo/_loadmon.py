@@ -7,16 +7,35 @@ time (nanoseconds, from ``/proc/<pid>/task/<tid>/schedstat``) of every thread th
 sample's *external load*, the share of the machine's cores other processes used during it, can
 be recorded beside it and disturbed samples set aside.
 
-Short-lived processes that start and exit inside one sample are missed (their run time leaves
-/proc with them), so the figure is a lower bound. Where ``schedstat`` is unavailable
-(non-Linux, or a kernel without it) ``available`` is False and every share reads 0.
+Short-lived processes that start and exit inside one sample leave /proc with their run time,
+and on a shared machine they are most of the disturbance (a colleague's ``git``, ``grep`` or
+a short test). Where the kernel exposes the machine's total task run time in nanoseconds
+(cgroup v1 ``cpuacct.usage`` of the root cgroup, which every task is charged to), the share
+is also taken as that total less our own process's CPU time (``time.process_time_ns``, which
+keeps the time of threads that have exited) and our descendants' run time, so short-lived
+processes count too (``precise`` is True); the larger of the two figures is used. Without
+it the per-process figure is a lower bound. Where ``schedstat`` is unavailable (non-Linux, or
+a kernel without it) ``available`` is False and every share reads 0.
 """
 from __future__ import annotations
 
 import os
 import time
 
-__all__ = ["OtherLoad"]
+__all__ = ["OtherLoad", "CPUACCT_USAGE_PATHS"]
+
+#: where cgroup v1 mounts the root cpuacct controller's total run time of all tasks (ns)
+CPUACCT_USAGE_PATHS = ("/sys/fs/cgroup/cpuacct/cpuacct.usage",
+                       "/sys/fs/cgroup/cpu,cpuacct/cpuacct.usage",
+                       "/sys/fs/cgroup/cpuacct,cpu/cpuacct.usage")
+
+
+def _read_ns(path):
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _ppid(pid):
@@ -46,10 +65,12 @@ class OtherLoad:
     >>> share = mon.share_since(snap)          # 0.0 .. 1.0 of the machine's cores
     """
 
-    def __init__(self, ncpus=None):
+    def __init__(self, ncpus=None, *, cpuacct_paths=CPUACCT_USAGE_PATHS):
         self.me = os.getpid()
         self.ncpus = ncpus or os.cpu_count() or 1
         self.available = os.path.exists(f"/proc/{self.me}/task/{self.me}/schedstat")
+        self.cpuacct = next((p for p in cpuacct_paths if _read_ns(p) is not None), None)
+        self.precise = self.available and self.cpuacct is not None
 
     def _ours(self, pids):
         parent = {}
@@ -69,29 +90,42 @@ class OtherLoad:
         return ours
 
     def snapshot(self):
-        """(monotonic seconds, {pid: run time ns} of every process that is not ours)."""
+        """(monotonic seconds, {pid: run time ns} of every process that is not ours, the
+        machine's total task run time ns or None, our own run time ns)."""
         t = time.monotonic()
         if not self.available:
-            return t, {}
+            return t, {}, None, 0
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
         ours = self._ours(pids)
-        runtimes = {}
+        runtimes, own = {}, 0
         for pid in pids:
-            if pid in ours:
+            if pid == self.me:
                 continue
             try:
-                runtimes[pid] = _runtime_ns(pid)
+                ns = _runtime_ns(pid)
             except OSError:
                 continue
-        return t, runtimes
+            if pid in ours:
+                own += ns
+            else:
+                runtimes[pid] = ns
+        total = None
+        if self.cpuacct is not None:
+            # read last and next to our own clock so the two totals cover the same instant
+            own += time.process_time_ns()
+            total = _read_ns(self.cpuacct)
+        return t, runtimes, total, own
 
     def share_since(self, snap):
         """Share of the machine's cores used by other processes since ``snap`` (0..1)."""
-        t0, before = snap
-        t1, after = self.snapshot()
+        t0, before, total0, own0 = snap
+        t1, after, total1, own1 = self.snapshot()
         if not self.available or t1 <= t0:
             return 0.0
         used = sum(max(0, ns - before.get(pid, ns)) for pid, ns in after.items())
         # processes born after the first snapshot: all of their run time is inside the window
         used += sum(ns for pid, ns in after.items() if pid not in before)
-        return min(1.0, used * 1e-9 / ((t1 - t0) * self.ncpus))
+        if total0 is not None and total1 is not None:
+            # everyone's run time less ours: counts processes that came and went meanwhile
+            used = max(used, (total1 - total0) - (own1 - own0))
+        return min(1.0, max(0, used) * 1e-9 / ((t1 - t0) * self.ncpus))

@@ -421,6 +421,8 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
       least 8 micro-tiles a side: a short M is not cut, the columns are cut instead (down to
       nc = 8 nr); mc at most 16 micro-tiles; within AsyMo's cache constraint
       ``mc*kc + nc*kc + mc*nc <= L2`` per thread.
+    * tasks: a multiple of the thread count (AsyMo's constraint (2)) through mc, or, when the
+      floors cap them below the target and no mc does it, through the column width.
 
     Measured on the development machine (2 cores, AVX2 kernel): tens of tasks of 48-96 rows
     beat a few large ones by up to 20% on the DL shapes, and blocks of fewer than 8
@@ -439,11 +441,34 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
     if ntm_max * ntn < want:
         ntn = max(ntn, min(-(-N // (8 * nr)), -(-want // ntm_max)))
     nc = _round_up(-(-N // ntn), nr)
-    ntn = -(-N // nc)
-    # ... and at most 16 micro-tiles (smaller A blocks measured faster on large M)
-    ntm = max(1, min(-(-want // ntn), ntm_max), -(-M // (2 * mc_min)))
-    mc_cap = max(mr, ((budget - nc * kc) // (kc + nc)) // mr * mr)
-    return (_balanced_mc(M, mr, ntm, ntn, max(nthreads, 1), mc_cap), nc, kc)
+    threads = max(nthreads, 1)
+
+    def mc_for(nc):
+        # ... and at most 16 micro-tiles (smaller A blocks measured faster on large M)
+        ntn = -(-N // nc)
+        ntm = max(1, min(-(-want // ntn), ntm_max), -(-M // (2 * mc_min)))
+        mc_cap = max(mr, ((budget - nc * kc) // (kc + nc)) // mr * mr)
+        mc = _balanced_mc(M, mr, ntm, ntn, threads, mc_cap)
+        return mc, -(-M // mc) * ntn
+
+    mc, tasks = mc_for(nc)
+    if tasks % threads and tasks < want:
+        # The floors capped the task count below ``want`` and left too few row blocks for mc
+        # to make it a multiple of the threads (a short M is not cut). With a few tasks per
+        # worker the odd one out costs a whole task: a running task cannot be stolen, so 9
+        # column blocks on 4 cores run 3, 2, 2, 2 while the others wait (simulated Kirin 970
+        # conv2d: 8 cores slower than 7). Vary the column width too, nearest column count
+        # first (more tasks on a tie), never narrower than the floor (8 micro-tiles, or nc if
+        # the cache made it less) nor wider than the cache allows (nc_max; mc_for keeps
+        # AsyMo's L2 constraint).
+        ntn = -(-N // nc)
+        widths = range(min(nc, 8 * nr), min(nc_max, _round_up(N, nr)) + 1, nr)
+        for w in sorted(widths, key=lambda w: (abs(-(-N // w) - ntn), w)):
+            m, t = mc_for(w)
+            if t % threads == 0:
+                mc, nc = m, w
+                break
+    return (mc, nc, kc)
 
 
 def _balanced_mc(M, mr, ntm, ntn, threads, cap):

@@ -92,16 +92,16 @@ def main(argv=None):
     cal = res.calibration
     no_wake = copy.deepcopy(cal)
     no_wake["submitter_wake_s"] = 0.0
-    saved = scaling.SIM_BACK_TO_BACK_MAX
+    saved = scaling.validate.SIM_BACK_TO_BACK_MAX
     out = {}
     for label, c, b2b in (("old", no_wake, False), ("b2b only", no_wake, True),
                           ("wake only", cal, False), ("both (new)", cal, True)):
-        scaling.SIM_BACK_TO_BACK_MAX = saved if b2b else 1
+        scaling.validate.SIM_BACK_TO_BACK_MAX = saved if b2b else 1
         try:
             out[label] = scaling.validate_sim(res, calibration=c, topology=t,
                                               emulator_period=period)
         finally:
-            scaling.SIM_BACK_TO_BACK_MAX = saved
+            scaling.validate.SIM_BACK_TO_BACK_MAX = saved
     print(f"cpu {cpu} emulated at {speed}, period {period * 1e3:g} ms; {args.repeats} samples "
           f"per point (medians), >= {args.min_time:g} s each; submitter wake-up measured "
           f"{cal.get('submitter_wake_s', 0) * 1e6:.1f} us "

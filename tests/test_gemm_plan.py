@@ -145,3 +145,68 @@ def test_task_counts_are_a_multiple_of_the_threads():
                   (12544, 27, 32)]:
         counts = P.plan_gemm(*shape, "float32", topology=quad).task_counts()
         assert counts[0] % 4 == 0, (shape, counts)
+
+
+# --- a cluster's tasks stay a multiple of its threads when the block floors cap them -------
+# The simulated Kirin 970 (4x A73 + 4x A53) ran conv2d 64x56x56 3x3 (the GEMM 64 x 576 x
+# 3136, weights @ columns) slower on 8 cores than on 7: M = 64 cannot be cut, the columns
+# stopped at 8 micro-tiles, and the A53s got 9 tasks for 4 cores.
+
+def kirin(k):
+    from asymo.sim import first_cores
+    from asymo.sim.presets import get_preset
+    return first_cores(get_preset("kirin970").topology, k)
+
+
+def _l2_per_thread(cl):
+    return cl.l2.size // len(set(cl.l2.shared_cpus) & set(cl.cpus))
+
+
+@pytest.mark.parametrize("isa", P.supported_isas())
+@pytest.mark.parametrize("k", range(1, 9))
+def test_kirin_conv_gemm_tasks_are_a_multiple_of_each_clusters_threads(isa, k):
+    t = kirin(k)
+    M, K, N = 64, 576, 3136
+    p = P.plan_gemm(M, K, N, "float32", topology=t, isa=isa)
+    mr, nr = P.kernel_tile(isa, "float32")
+    for cl, n, (a, b), (mc, nc, kc) in zip(t.clusters, p.task_counts(), p.cluster_ranges,
+                                          p.blocks):
+        assert n % cl.ncpus == 0, (k, cl.name, n, p.blocks)
+        # the floors and the cache constraints still hold
+        cols = b - a if p.split_dim == "N" else N
+        # columns: no more blocks than blocks of 8 micro-tiles give; rows: at most twice the
+        # blocks of 8 micro-tiles (a short M is cut in two at most)
+        assert nc % nr == 0 and -(-cols // nc) <= -(-cols // (8 * nr)), (k, p.blocks)
+        assert mc % mr == 0 and -(-M // mc) <= max(2, 2 * (M // (8 * mr))), (k, p.blocks)
+        assert (mr * kc + nr * kc + mr * nr) * 4 <= cl.l1d.size or kc == K
+        assert (mc * kc + nc * kc + mc * nc) * 4 <= _l2_per_thread(cl)
+
+
+def test_column_blocks_are_regrouped_when_rows_cannot_be():
+    a53 = kirin(8).clusters[1]
+    # the A53s' share at 8 cores: 64 x 1152 columns, K = 576; was (66, 128, 288): 9 tasks
+    mc, nc, kc = P.default_blocks(64, 1152, 576, a53, 4, 6, 16, 4)
+    tasks = -(-64 // mc) * -(-1152 // nc)
+    assert tasks % 4 == 0 and tasks >= 8 and nc >= 8 * 16
+    assert (mc * kc + nc * kc + mc * nc) * 4 <= _l2_per_thread(a53)
+    # mc alone already balanced the count (7 cores, A73s): unchanged
+    assert P.default_blocks(64, 2192, 576, kirin(7).clusters[0], 4, 6, 16, 4) == (36, 128, 576)
+    # thousands of tasks (not capped by the floors): one extra is noise, plan unchanged
+    assert P.default_blocks(3136, 50176, 27, SYM.clusters[0], 2, 6, 16, 4) == (6, 7168, 27)
+    # no width between the floor and the cache limit gives a multiple of 3: left as it was
+    assert P.default_blocks(64, 164, 576, kirin(3).clusters[0], 3, 6, 16, 4) == (66, 96, 576)
+
+
+@pytest.mark.parametrize("isa", P.supported_isas())
+def test_simulated_kirin_conv2d_scales_to_all_eight_cores(isa):
+    from asymo.scaling import make_workloads, simulate_scaling
+    from asymo.sim.presets import get_preset
+    rates = get_preset("kirin970").gflops_per_core
+    with P.force_isa(isa):
+        r = simulate_scaling("kirin970", make_workloads(["conv2d"]), policies=["asymo"])
+    tput = [p.throughput for p in sorted(r.points, key=lambda p: p.cores)]
+    assert len(tput) == 8
+    assert all(b > a for a, b in zip(tput, tput[1:])), tput       # was 45.1 -> 41.6 at 7 -> 8
+    for k, g in enumerate(tput, 1):
+        ideal = rates[0] * min(k, 4) + rates[1] * max(k - 4, 0)
+        assert g >= 0.95 * ideal, (k, g, ideal)

@@ -146,7 +146,7 @@ def _sim_target(text):
 
 
 def _default_workloads():
-    from asymo.scaling import _asymo_attr
+    from asymo.scaling.machine import _asymo_attr
     names = ["spin"]
     if _asymo_attr("matmul") is not None:
         names.append("matmul")

@@ -69,8 +69,8 @@ def _co_runner(wl, cpu, topology):
     while switched on. Yields ``switch(on)``: ``switch(True)`` starts it running (returns once
     it does), ``switch(False)`` pauses it and returns the share of wall time its pool spent
     in tasks while it was on (its own serial work between runs is not interference)."""
-    from asymo import scaling
     from asymo import topology as topo
+    from asymo.scaling.machine import _OPEN_POOLS, _pinned_thread
     one = topo.Topology(clusters=(topo.Cluster(name="corun", cpus=(cpu,), capacity=1.0),),
                         source=topology.source, emulated={})
     stop, on, ready, box = threading.Event(), threading.Event(), threading.Event(), {}
@@ -78,8 +78,8 @@ def _co_runner(wl, cpu, topology):
 
     def loop():
         try:
-            with scaling._pinned_thread(cpu), wl.runner("asymo", one) as run:
-                box["pool"] = scaling._OPEN_POOLS[-1]
+            with _pinned_thread(cpu), wl.runner("asymo", one) as run:
+                box["pool"] = _OPEN_POOLS[-1]
                 run()
                 ready.set()
                 while not stop.is_set():
@@ -128,7 +128,7 @@ def _traced_sums(run, pool, cpu, seconds, max_external, mon, bufs, max_traces=40
     totalling at least ``seconds`` (at least 3 runs): a long sample, so that an emulated
     core's stops fall at every phase of the runs. Runs disturbed by other processes (more
     than ``max_external`` of the machine) are left out unless all were."""
-    from asymo.scaling import _pinned_thread
+    from asymo.scaling.machine import _pinned_thread
     from asymo.sim.trace import task_seconds, trace_jobs
     clean, every, total = [], [], 0.0
     with _pinned_thread(cpu):
@@ -145,7 +145,7 @@ def _traced_sums(run, pool, cpu, seconds, max_external, mon, bufs, max_traces=40
 
 def _copy_for_corun(wl):
     """A workload object the co-runner can run beside ``wl`` (no output buffer shared)."""
-    from asymo.scaling import MatmulWorkload
+    from asymo.scaling.workloads import MatmulWorkload
     if isinstance(wl, MatmulWorkload):
         return MatmulWorkload(shapes=wl.shapes)
     return wl
@@ -184,14 +184,14 @@ def calibrate_sim(topology, workloads, *, repeats=5, emulator_period=None, min_t
     """
     from tqdm import tqdm
 
-    from asymo import scaling
+    from asymo.scaling.measure import _calibration_from, _calibration_items, _measure_items
     if emulator_period is None:
         emulator_period = _default_period()
     # scheduling overheads: no-op jobs, interleaved rounds as in the sweep
-    items = [it for it in scaling._calibration_items(topology, []) if it[0][1] == "noop"]
-    samples = scaling._measure_items(items, repeats, min_time, progress, desc="overheads",
-                                     max_external=max_external, main_cpu=topology.cpus[0])
-    overheads = scaling._calibration_from(samples, topology, [], max_external)["overheads"]
+    items = [it for it in _calibration_items(topology, []) if it[0][1] == "noop"]
+    samples = _measure_items(items, repeats, min_time, progress, desc="overheads",
+                             max_external=max_external, main_cpu=topology.cpus[0])
+    overheads = _calibration_from(samples, topology, [], max_external)["overheads"]
     cal = SimCalibrator(topology, workloads, emulator_period=emulator_period,
                         sample_s=sample_s, max_external=max_external, corun=corun)
     with cal, tqdm(total=rounds, desc="calibrating sim", unit="round", disable=not progress,
@@ -268,24 +268,25 @@ class _WorkloadCalibration(_StackedContext):
         self.rounds = 0
 
     def _open(self, stack):
-        from asymo import scaling
+        from asymo.scaling.machine import _OPEN_POOLS
+        from asymo.scaling.validate import _trace_cpus
         from asymo.sim.engine import first_cores
         self.runs = {}
         for k in range(1, self.topology.ncpus + 1):
             sub = first_cores(self.topology, k)
             run = stack.enter_context(self.wl.runner("asymo", sub))
-            self.runs[k] = (run, scaling._OPEN_POOLS[-1], sub, scaling._trace_cpus(sub))
+            self.runs[k] = (run, _OPEN_POOLS[-1], sub, _trace_cpus(sub))
         self.switch = stack.enter_context(
             _co_runner(_copy_for_corun(self.wl), self.other, self.topology)) \
             if self.corun else None
 
     def round(self):
-        from asymo import scaling
+        from asymo.scaling.machine import _pinned_thread
         from asymo.sim.trace import trace_jobs
         bufs, mon = self.bufs, self.mon
         for k, (run, pool, sub, cpus) in self.runs.items():
             for c in range(sub.nclusters):
-                with scaling._pinned_thread(cpus[c]):
+                with _pinned_thread(cpus[c]):
                     if self.rounds == 0:
                         trace_jobs(run, pool, c, buffers=bufs)       # warm-up
                     snap = mon.snapshot()
@@ -359,7 +360,8 @@ class SimCalibrator(_StackedContext):
 
     def __init__(self, topology, workloads, *, emulator_period=None, sample_s=0.03,
                  max_external=0.05, corun=True):
-        from asymo import scaling
+        from asymo.scaling.measure import _loadavg
+        from asymo.scaling.workloads import POOL_POLICIES
         self.topology = topology
         self.period = emulator_period if emulator_period is not None else _default_period()
         self.emulated = _emulated_cpus(topology)
@@ -368,10 +370,10 @@ class SimCalibrator(_StackedContext):
         self.parts = [_WorkloadCalibration(wl, topology, self.fast, self.emulated,
                                            self.period, sample_s, max_external,
                                            corun and topology.ncpus >= 2)
-                      for wl in workloads if any(p in scaling.POOL_POLICIES
+                      for wl in workloads if any(p in POOL_POLICIES
                                                  for p in wl.policies())]
         self.sample_s = sample_s
-        self.load_before = scaling._loadavg()
+        self.load_before = _loadavg()
         self.t0 = time.perf_counter()
 
     def _open(self, stack):
@@ -387,7 +389,7 @@ class SimCalibrator(_StackedContext):
             part.round()
 
     def result(self, overheads, *, interleaved=False):
-        from asymo import scaling
+        from asymo.scaling.measure import _loadavg
         emulated = self.emulated
         wake, wake_info = measure_submitter_wake(self.topology)
         return {"schema": SCHEMA,
@@ -403,7 +405,7 @@ class SimCalibrator(_StackedContext):
                 "interleaved_with_sweep": bool(interleaved),
                 "overheads": overheads,
                 "workloads": {p.wl.name: p.result() for p in self.parts},
-                "loadavg_before": self.load_before, "loadavg_after": scaling._loadavg(),
+                "loadavg_before": self.load_before, "loadavg_after": _loadavg(),
                 "seconds": time.perf_counter() - self.t0}
 
 
@@ -458,7 +460,7 @@ def measure_submitter_wake(topology, *, jobs=100, task_s=300e-6, quantile=0.1, s
     the low quantile is a job that did not). Returns ``(wake_s, info)``; ``wake_s`` is 0 on
     fewer than two cores.
     """
-    from asymo import scaling
+    from asymo.scaling.machine import _open_pool, _pinned_thread
     if topology.ncpus < 2:
         return 0.0, {"note": "one core: no wake-up to measure"}
     from asymo.sim.engine import first_cores
@@ -466,7 +468,7 @@ def measure_submitter_wake(topology, *, jobs=100, task_s=300e-6, quantile=0.1, s
     spin = spin_pair_task()
     buf = np.zeros(4)
     rng = np.random.default_rng(seed)
-    with scaling._open_pool(sub, "even") as pool, scaling._pinned_thread(sub.cpus[0]):
+    with _open_pool(sub, "even") as pool, _pinned_thread(sub.cpus[0]):
         def job(i0, i1):
             wall, busy = time_pair_job(pool, spin, buf, i0, i1)
             return wall - max(busy), busy[0]

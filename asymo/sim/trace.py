@@ -132,7 +132,7 @@ def collect_traces(run, pool, cpus, *, repeats=5, warmup=1, max_external=0.05,
     """
     from asymo._ffi import ffi
     from asymo._loadmon import OtherLoad
-    from asymo.scaling import _pinned_thread
+    from asymo.scaling.machine import _pinned_thread
     mon = OtherLoad()
     clusters = list(range(pool.topology.nclusters)) if as_clusters is None else \
         list(as_clusters)

@@ -1,0 +1,242 @@
+"""Scaling results as plain data: :class:`Point` per (workload, policy, core count) and
+:class:`ScalingResult` for a sweep (text table, JSON, plot), with the machine's meta data."""
+from __future__ import annotations
+
+import math
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from asymo import topology as topo
+from asymo.scaling.machine import _torch
+
+SCHEMA = "asymo.bench.scaling/1"
+
+
+@dataclass
+class Point:
+    """One (workload, policy, core count) measurement or simulation."""
+
+    workload: str
+    policy: str
+    cores: int
+    throughput: float
+    unit: str
+    time_s: float
+    cpus: list
+    speedup: float = float("nan")     # over the same policy on one core
+    times_s: list = field(default_factory=list)   # the samples the median is taken over
+    sim_throughput: Optional[float] = None
+    external_load: Optional[float] = None   # median share of the cores others used
+    samples_clean: Optional[int] = None     # samples with external load <= the limit
+    samples_total: Optional[int] = None
+
+    def to_dict(self):
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class ScalingResult:
+    """A whole sweep: points plus what produced them (machine, topology, emulation, mode)."""
+
+    points: list
+    mode: str                      # "measured" or "simulated"
+    topology: topo.Topology
+    meta: dict = field(default_factory=dict)
+    workloads: dict = field(default_factory=dict)   # name -> description
+    validation: Optional[dict] = None
+    calibration: Optional[dict] = None
+    workload_objs: list = field(default_factory=list, repr=False, compare=False)
+
+    def _fill_speedups(self):
+        base = {(p.workload, p.policy): p.throughput for p in self.points if p.cores == 1}
+        for p in self.points:
+            b = base.get((p.workload, p.policy))
+            p.speedup = p.throughput / b if b else float("nan")
+
+    def series(self):
+        """{workload: {policy: [(cores, throughput), ...]}} in core order."""
+        out = {}
+        for p in self.points:
+            out.setdefault(p.workload, {}).setdefault(p.policy, []).append(
+                (p.cores, p.throughput))
+        for w in out.values():
+            for v in w.values():
+                v.sort()
+        return out
+
+    def label(self):
+        if self.mode == "simulated":
+            return f"SIMULATED: {self.meta.get('preset') or 'topology'} " \
+                   f"({self.topology.to_spec()})"
+        emu = self.topology.emulated
+        e = (", emulated " + ", ".join(f"cpu{c}@{s:g}" for c, s in sorted(emu.items()))) \
+            if emu else ""
+        return f"MEASURED on {self.meta.get('cpu_model', 'this machine')} " \
+               f"({self.topology.ncpus} cores{e})"
+
+    def table(self):
+        """The sweep as a text table: one row per (workload, policy), one column per core
+        count, throughput in the workload's unit, then the best speedup over one core."""
+        lines = [self.label()]
+        if self.mode == "measured":
+            m = self.meta
+            clean = sum(p.samples_clean or 0 for p in self.points)
+            total = sum(p.samples_total or 0 for p in self.points)
+            short = [f"{p.workload}/{p.policy}/{p.cores}" for p in self.points
+                     if (p.samples_clean or 0) < m.get("repeats", 0)]
+            lines.append(f"median of {m.get('repeats')} runs per point (pool policies "
+                         f"interleaved) taken while other processes used <= "
+                         f"{m.get('max_external_load', 1.0) * 100:.0f}% of the cores: "
+                         f"{clean} of {total} runs; 1-min load average "
+                         f"{m.get('loadavg_before', float('nan')):.2f} before, "
+                         f"{m.get('loadavg_after', float('nan')):.2f} after")
+            if short:
+                lines.append("too few undisturbed runs (figures less reliable): "
+                             + ", ".join(short[:8]) + (" ..." if len(short) > 8 else ""))
+            if self.topology.emulated:
+                lines.append("note: the emulator slows cores by time-slicing; it emulates "
+                             "speed, not cache size.")
+        else:
+            lines.append("model: " + self.meta.get("model", ""))
+        ncores = max((p.cores for p in self.points), default=0)
+        cluster_of = [c.name for c in self.topology.clusters for _ in c.cpus]
+        for wl, by_policy in self.series().items():
+            unit = next(p.unit for p in self.points if p.workload == wl)
+            lines.append("")
+            lines.append(f"{wl}  [{unit}]  {self.workloads.get(wl, '')}")
+            lines.append(f"{'cluster':<10}" + "".join(f"{cluster_of[k - 1][:9]:>10}"
+                                                   for k in range(1, ncores + 1)))
+            lines.append(f"{'cores':<10}" + "".join(f"{k:>10}" for k in range(1, ncores + 1))
+                         + f"{'best/1':>9}")
+            for pol, pts in by_policy.items():
+                vals = dict(pts)
+                row = f"{pol:<10}"
+                for k in range(1, ncores + 1):
+                    v = vals.get(k)
+                    row += f"{_fmt(v):>10}"
+                sp = max(v for _, v in pts) / vals[1] if vals.get(1) else float("nan")
+                row += f"{sp:>8.2f}x"
+                lines.append(row)
+        lines.append("")
+        lines.append("cores are added fastest cluster first; best/1: best throughput over "
+                     "the policy's own 1-core figure.")
+        if self.validation:
+            # imported here: asymo.scaling.validate imports this module
+            from asymo.scaling.validate import format_validation
+            lines.append("")
+            lines.extend(format_validation(self.validation))
+        return "\n".join(lines)
+
+    def to_dict(self):
+        d = {"schema": SCHEMA, "mode": self.mode, "label": self.label(),
+             "meta": self.meta, "workloads": self.workloads,
+             "topology": self.topology.to_dict(),
+             "points": [p.to_dict() for p in self.points]}
+        if self.validation is not None:
+            d["validation"] = self.validation
+            d["sim_error"] = dict(self.validation.get("sim_error", {}))
+        return d
+
+    def plot(self, path):
+        """Write a PNG: one panel per workload, throughput against cores, a line per policy."""
+        try:
+            import matplotlib
+            matplotlib.use("Agg", force=False)
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise RuntimeError("--plot needs matplotlib (pip install matplotlib)") from None
+        series = self.series()
+        n = max(1, len(series))
+        ncols = min(n, 2)
+        nrows = math.ceil(n / ncols)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(6.2 * ncols, 4.3 * nrows + 0.4),
+                                 squeeze=False)
+        flat = [ax for row in axes for ax in row]
+        for ax in flat[n:]:
+            ax.set_visible(False)
+        styles = {"asymo": ("tab:red", "o", "-"), "even": ("tab:blue", "s", "--"),
+                  "shared": ("tab:green", "^", "-."), "steal": ("tab:purple", "v", ":"),
+                  "numpy": ("black", "x", "--"), "torch": ("tab:orange", "d", "--")}
+        sim_pts = {(p.workload, p.policy, p.cores): p.sim_throughput for p in self.points
+                   if p.sim_throughput is not None}
+        acc, bounds = 0, []
+        for c in self.topology.clusters[:-1]:
+            acc += c.ncpus
+            bounds.append(acc + 0.5)
+        for ax, (wl, by_policy) in zip(flat, series.items()):
+            unit = next(p.unit for p in self.points if p.workload == wl)
+            for pol, pts in by_policy.items():
+                color, marker, ls = styles.get(pol, (None, ".", "-"))
+                xs, ys = zip(*pts)
+                label = pol
+                if pol == "numpy" and self.mode == "simulated":
+                    label = "numpy (model: static even split)"
+                ax.plot(xs, ys, marker=marker, linestyle=ls, color=color, label=label)
+                sims = [(k, sim_pts.get((wl, pol, k))) for k in xs]
+                sims = [(k, v) for k, v in sims if v is not None]
+                if sims:
+                    sx, sy = zip(*sims)
+                    ax.plot(sx, sy, linestyle="none", marker=marker, color=color,
+                            markerfacecolor="none", markersize=11, alpha=0.7)
+            for b in bounds:
+                ax.axvline(b, color="grey", linewidth=0.8, linestyle=":")
+            ax.set_title(self.workloads.get(wl, wl)[:70], fontsize=9)
+            start = 0.5
+            for c in self.topology.clusters:
+                ax.text(start + c.ncpus / 2, 0.02, c.name, transform=ax.get_xaxis_transform(),
+                        ha="center", va="bottom", fontsize=8, color="grey")
+                start += c.ncpus
+            ax.set_xlabel("cores (fastest cluster first)")
+            ax.set_ylabel(unit)
+            ax.set_ylim(bottom=0)
+            ax.set_xticks(range(1, self.topology.ncpus + 1))
+            ax.set_xlim(0.5, self.topology.ncpus + 0.5)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        title = self.label()
+        if self.mode == "measured" and self.topology.emulated:
+            period = self.meta.get("emulator_period_s")
+            title += ("\nthe emulator slows a core by time-slicing"
+                      + (f" (period {period * 1e3:g} ms)" if period else "")
+                      + ": speed only, not cache size")
+        if sim_pts:
+            title += ("\nhollow markers: the simulator, fed only by its calibration (traced "
+                      "tasks, availability, co-running), measured in separate runs")
+        fig.suptitle(title, fontsize=10)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+
+
+def _fmt(v):
+    if v is None:
+        return "-"
+    if v >= 100:
+        return f"{v:.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def _machine_meta(topology):
+    from asymo.profile import _cpu_model_name
+    meta = {"cpu_model": _cpu_model_name(), "platform": platform.platform(),
+            "python": platform.python_version(), "numpy": np.__version__,
+            "usable_cpus": sorted(os.sched_getaffinity(0)),
+            "topology_spec": topology.to_spec(),
+            "emulated": {str(k): v for k, v in sorted(topology.emulated.items())}}
+    torch = _torch()
+    if torch is not None:
+        meta["torch"] = torch.__version__
+    try:
+        from threadpoolctl import threadpool_info
+        meta["blas"] = [{"internal_api": i.get("internal_api"), "version": i.get("version"),
+                         "num_threads": i.get("num_threads")}
+                        for i in threadpool_info() if i.get("user_api") == "blas"]
+    except Exception:  # pragma: no cover - informational only
+        pass
+    return meta
