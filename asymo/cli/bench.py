@@ -54,6 +54,8 @@ def _register_scaling(bsub):
                "  flock /tmp/asymo-bench.lock asymo bench scaling --emulate 1:0.5 "
                "--plot scaling.png\n"
                "  asymo bench scaling --simulate kirin970 --workload matmul --json k970.json\n"
+               "  asymo bench scaling --simulate kirin970 --sim-profile k970-profile.json "
+               "--workload matmul,conv2d\n"
                "  flock /tmp/asymo-bench.lock asymo bench scaling --emulate 1:0.5 "
                "--workload spin,matmul --calibrate-sim cal.json\n"
                "  flock /tmp/asymo-bench.lock asymo bench scaling --emulate 1:0.5 "
@@ -98,6 +100,13 @@ def _register_scaling(bsub):
                    help="with --simulate: co-running interference, a core's speed (0..1] "
                         "while one other core runs tasks (default: none assumed; "
                         "--calibrate-sim measures it on a machine at hand)")
+    p.add_argument("--sim-profile", metavar="FILE", default=None,
+                   help="with --simulate: price GEMM tasks (matmul, conv2d, models) with the "
+                        "cost models of this calibration profile (written by `asymo "
+                        "calibrate`, e.g. on the device being simulated; its clusters must "
+                        "match the simulated topology's) instead of a flat GFLOP/s per "
+                        "cluster; other work (spin) keeps the capabilities. The output says "
+                        "which costs came from where")
     p.add_argument("--validate-sim", action="store_true",
                    help="also run the simulator for this machine, fed only by its inputs "
                         "(asymo.sim.calibrate) measured in runs of their own interleaved with "
@@ -171,6 +180,13 @@ def run_scaling(args):
         interference = scaling.parse_interference(args.interfere) if args.interfere else ()
         if args.sim_corun is not None and not args.simulate:
             raise ValueError("--sim-corun is a simulator option: use it with --simulate")
+        if args.sim_profile and not args.simulate:
+            raise ValueError("--sim-profile is a simulator option: use it with --simulate")
+        cost_models = None
+        if args.sim_profile:
+            from asymo.sim.costs import load_model_costs
+            cost_models = load_model_costs(args.sim_profile, getattr(preset, "topology",
+                                                                     preset))
         if args.sim_corun is not None and not 0 < args.sim_corun <= 1:
             raise ValueError(f"--sim-corun must lie in (0, 1], got {args.sim_corun}")
         if args.emulator_period is not None and not args.emulate:
@@ -194,7 +210,8 @@ def run_scaling(args):
         result = scaling.simulate_scaling(preset, workloads, policies=args.policies,
                                           overheads=overheads, max_cores=args.max_cores,
                                           interference=interference, corun=args.sim_corun,
-                                          progress=not args.no_progress)
+                                          progress=not args.no_progress,
+                                          cost_models=cost_models)
     else:
         from asymo.sim import calibrate as simcal
         with _emulation(emulate, period):

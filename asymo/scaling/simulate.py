@@ -57,7 +57,7 @@ def parse_interference(text):
 
 def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds=None,
                      gflops_per_core=None, max_cores=None, interference=(), corun=None,
-                     progress=False):
+                     progress=False, cost_models=None):
     """The scaling sweep from the simulator instead of the machine.
 
     Parameters
@@ -80,6 +80,14 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
         Co-running interference (:class:`asymo.sim.CoRunning`): a core's speed while one
         other core runs tasks, all cores sharing one resource. Default: none (an assumption
         for a preset: measure it on the device with ``--calibrate-sim``).
+    cost_models : ModelCosts, Calibration, str or path, optional
+        Price GEMM tasks with AsyMo's cost model instead of ``gflops_per_core``: the models
+        (`asymo.sim.costs.ModelCosts`), a parsed profile section
+        (`asymo.calibration.Calibration`) or a calibration profile file (``asymo
+        calibrate``, e.g. run on the device) whose clusters must match the target's
+        (ValueError naming the mismatch otherwise). Work the models do not cover keeps the
+        capabilities; ``meta["task_costs"]`` says which jobs came from where
+        (`asymo.sim.costs`).
     """
     from asymo.sim.presets import Preset, get_preset
     if isinstance(target, str):
@@ -109,6 +117,9 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
     if bad:
         raise ValueError(f"the simulator models the pool policies and 'numpy', not {bad}")
     ncores = topology.ncpus if max_cores is None else min(int(max_cores), topology.ncpus)
+    if cost_models is not None:
+        from asymo.sim.costs import model_costs_for
+        cost_models = model_costs_for(cost_models, topology)
     from tqdm import tqdm
     points = []
     plan = [(wl, pol, k) for wl in workloads for pol in pols for k in range(1, ncores + 1)]
@@ -116,7 +127,8 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
                            leave=False):
         sub = first_cores(topology, k)
         sub_rates = rates[:sub.nclusters]
-        jobs = wl.sim_jobs(sub, sub_rates)
+        jobs = (wl.sim_jobs(sub, sub_rates) if cost_models is None
+                else wl.sim_jobs(sub, sub_rates, task_costs=cost_models))
         itf = [i for i in interference if i.cpu in sub.cpus]
         if corun is not None and k > 1:
             from asymo.sim.engine import CoRunning
@@ -139,7 +151,11 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
                                                 else None} for i in interference],
                               "model": "discrete-event simulation of the pool (asymo.sim); "
                                        "compute only: no caches or memory bandwidth; 'numpy' "
-                                       "modelled as a static equal split"},
+                                       "modelled as a static equal split; "
+                                       + (cost_models.describe() if cost_models is not None
+                                          else "task costs: capabilities (gflops_per_core)"),
+                              "task_costs": (cost_models.to_dict() if cost_models is not None
+                                             else "capabilities")},
                         workloads={wl.name: wl.describe() for wl in workloads})
     res._fill_speedups()
     return res

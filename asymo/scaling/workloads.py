@@ -21,7 +21,9 @@ class Workload:
     Subclasses define ``name``, ``unit`` ("GFLOP/s" or "images/s"), ``work`` (FLOPs or images
     per run), ``policies()`` (which runners exist here), ``runner(policy, topology)`` (a
     context manager giving a zero-argument callable that runs the workload once) and
-    ``sim_jobs(topology, gflops_per_core)`` (the same work as simulator jobs).
+    ``sim_jobs(topology, gflops_per_core, task_costs=None)`` (the same work as simulator
+    jobs; ``task_costs``, an `asymo.sim.costs.ModelCosts`, prices GEMM tasks by the cost
+    model instead of the per-cluster rate where it covers them).
     """
 
     name = ""
@@ -119,7 +121,8 @@ class SpinWorkload(Workload):
         with _open_pool(topology, policy) as pool:
             yield lambda: pool.parallel_for(_fn_arg(spin), self.ntasks, ctx=ctx)
 
-    def sim_jobs(self, topology, gflops_per_core):
+    def sim_jobs(self, topology, gflops_per_core, task_costs=None):
+        # not a GEMM: the cost model does not describe it, capabilities price it
         per_task = self.iters * self.FLOPS_PER_ITER
         costs = np.array([[per_task / (g * 1e9) for g in gflops_per_core]] * self.ntasks)
         return [Job(costs=costs, name="spin")]
@@ -143,19 +146,25 @@ def _gemm_tiles(M, K, N, topology, gflops_per_core, tile=None):
     return np.stack([flops / (g * 1e9) for g in gflops_per_core], axis=1)
 
 
-def _gemm_job(M, K, N, topology, gflops_per_core, name=""):
+def _gemm_job(M, K, N, topology, gflops_per_core, name="", task_costs=None):
     """Simulator job for one float32 M x K x N product as asymo.matmul would run it.
 
     With the GEMM planner available (``asymo.gemm_plan``), its plan for ``topology`` gives the
     per-cluster task counts and ranges: each cluster's share of the FLOPs is spread evenly
     over its tasks (edge blocks are not modelled), and the job carries the plan's counts as
     its split. Without it, row tiles sized to the fastest cluster's L2 (``_gemm_tiles``).
+    ``task_costs`` (`asymo.sim.costs.ModelCosts`): the plan's tasks priced by the cost model
+    where it covers the plan.
     """
     try:
         from asymo.gemm_plan import plan_gemm
     except ImportError:
         return Job(costs=_gemm_tiles(M, K, N, topology, gflops_per_core), name=name)
     plan = plan_gemm(M, K, N, "float32", topology=topology)
+    if task_costs is not None:
+        job = task_costs.gemm_job(plan, topology, name=name)
+        if job is not None:
+            return job
     if getattr(plan, "serial", False):
         # too small to be worth the pool: the calling thread runs it (model: one task on a
         # core of the fastest cluster)
@@ -174,7 +183,7 @@ def _gemm_job(M, K, N, topology, gflops_per_core, name=""):
     return Job(costs=costs, split=counts, name=name)
 
 
-def _conv_gemm_jobs(M, K, N, topology, gflops_per_core, name=""):
+def _conv_gemm_jobs(M, K, N, topology, gflops_per_core, name="", task_costs=None):
     """Simulator jobs of one convolution's GEMM, ``weight (M x K) @ col (K x N pixels)``, as
     asymo.conv2d runs it: in chunks of columns whose column matrix fits its chunk size, one
     GEMM per chunk (im2col's own tasks are not modelled: the calibration folds their time
@@ -185,7 +194,7 @@ def _conv_gemm_jobs(M, K, N, topology, gflops_per_core, name=""):
         COL_CHUNK_BYTES = 8 << 20
     nchunks = max(1, math.ceil(K * N * 4 / COL_CHUNK_BYTES))
     edges = [N * i // nchunks for i in range(nchunks + 1)]
-    return [_gemm_job(M, K, b - a, topology, gflops_per_core, name=name)
+    return [_gemm_job(M, K, b - a, topology, gflops_per_core, name=name, task_costs=task_costs)
             for a, b in zip(edges, edges[1:]) if b > a]
 
 
@@ -243,8 +252,9 @@ class MatmulWorkload(Workload):
         else:
             raise ValueError(f"unknown policy {policy!r}")
 
-    def sim_jobs(self, topology, gflops_per_core):
-        return [_gemm_job(M, K, N, topology, gflops_per_core, name=f"{M}x{K}x{N}")
+    def sim_jobs(self, topology, gflops_per_core, task_costs=None):
+        return [_gemm_job(M, K, N, topology, gflops_per_core, name=f"{M}x{K}x{N}",
+                          task_costs=task_costs)
                 for M, K, N in self.shapes]
 
 
@@ -322,13 +332,13 @@ class Conv2dWorkload(Workload):
         else:
             raise ValueError(f"unknown policy {policy!r}")
 
-    def sim_jobs(self, topology, gflops_per_core):
+    def sim_jobs(self, topology, gflops_per_core, task_costs=None):
         jobs = []
         for _ in range(self.batch):
             for c, h, w, oc, k, s, p in self.layers:
                 oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
                 jobs.extend(_conv_gemm_jobs(oc, c * k * k, oh * ow, topology, gflops_per_core,
-                                            name=f"conv{c}x{h}x{w}"))
+                                            name=f"conv{c}x{h}x{w}", task_costs=task_costs))
         return jobs
 
 
@@ -403,14 +413,15 @@ class ModelWorkload(Workload):
         else:
             raise ValueError(f"models run on the pool or torch, not {policy!r}")
 
-    def sim_jobs(self, topology, gflops_per_core):
+    def sim_jobs(self, topology, gflops_per_core, task_costs=None):
         jobs = []
         for m, _ in self._load():
             for _ in range(self.batch):      # conv2d runs image by image
                 for layer in m.layers:
                     for (M, K, N) in layer.matmul_shapes():
                         jobs.extend(_conv_gemm_jobs(M, K, N, topology, gflops_per_core,
-                                                    name=f"{m.name}:{layer.name}"))
+                                                    name=f"{m.name}:{layer.name}",
+                                                    task_costs=task_costs))
         return jobs
 
 

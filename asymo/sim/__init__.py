@@ -5,7 +5,8 @@ policy's queueing and stealing rules, scheduling overheads, interference on chos
 the asymmetry emulator's duty cycle, co-running interference), its calibration for the
 machine at hand (``asymo.sim.calibrate``),
 built-in CPU presets (Kirin 970, Snapdragon 845, RK3588, Pixel 6, Intel 6P+8E) and job
-builders for the workloads ``asymo bench scaling`` measures.
+builders for the workloads ``asymo bench scaling`` measures, with GEMM task costs from the
+per-cluster rates or from AsyMo's cost model in a calibration profile (``asymo.sim.costs``).
 
 >>> from asymo import sim
 >>> job = sim.Job.uniform(96, 1e-3)                 # 96 tasks of 1 ms on a speed-1.0 core
@@ -16,9 +17,11 @@ True
 from asymo.sim.engine import (POLICIES, CoRunning, DutyCycle, Interference, Job, Overheads, SimResult,
                               first_cores,
                               simulate, split_counts)
+from asymo.sim.costs import ModelCosts, load_model_costs
 from asymo.sim.presets import PRESETS, Preset, get_preset, preset_names
 
 __all__ = [
     "POLICIES", "CoRunning", "DutyCycle", "Interference", "Job", "Overheads", "SimResult", "first_cores", "simulate",
-    "split_counts", "PRESETS", "Preset", "get_preset", "preset_names",
+    "split_counts", "PRESETS", "Preset", "get_preset", "preset_names", "ModelCosts",
+    "load_model_costs",
 ]
