@@ -43,8 +43,8 @@ import warnings
 
 import numpy as np
 
-__all__ = ["SCHEMA", "calibrate_sim", "measure_submitter_wake", "spin_pair_task", "interquartile_mean", "sim_inputs", "save_calibration", "load_calibration",
-           "check_calibration", "format_calibration", "CalibrationWarning"]
+__all__ = ["SCHEMA", "calibrate_sim", "measure_submitter_wake", "spin_pair_task", "interquartile_mean", "sim_inputs", "task_level", "save_calibration",
+           "load_calibration", "check_calibration", "format_calibration", "CalibrationWarning"]
 
 SCHEMA = "asymo.sim.calibration/1"
 
@@ -141,6 +141,42 @@ def _traced_sums(run, pool, cpu, seconds, max_external, mon, bufs, max_traces=40
                 clean.append(x)
                 total += x
     return clean or every
+
+
+def _untraced_seconds(run, cpu, seconds, max_external, mon):
+    """Seconds per call of ``run()`` as it really runs (no tracing), pinned to ``cpu``, over
+    calls totalling at least ``seconds`` (at least 3); calls disturbed by other processes
+    are left out unless all were."""
+    from asymo.scaling.machine import _pinned_thread
+    clean, every, total = [], [], 0.0
+    with _pinned_thread(cpu):
+        run()                                               # warm-up
+        while (total < seconds or len(clean) < 3) and len(every) < 400:
+            snap = mon.snapshot()
+            t0 = time.perf_counter()
+            run()
+            x = time.perf_counter() - t0
+            every.append(x)
+            if mon.share_since(snap) <= max_external:
+                clean.append(x)
+                total += x
+    return clean or every
+
+
+def _task_level(untraced_s, trace, job_overhead_s):
+    """Factor scaling traced task costs to the level of untraced runs on one core.
+
+    Traced costs are per-task medians over rounds (each drops the interruptions every whole
+    run has somewhere) of tasks run serially by the tracing thread; on the development
+    machine their sum was 1-8% below a whole traced run and GEMM runs traced up to ~17%
+    slower than untraced ones in some sweeps. The 1-core untraced call less the submitting
+    thread's traced work and the per-job overheads is what the tasks really took."""
+    jobs, tail = trace
+    tasks = sum(float(j.task_s.sum()) for j in jobs)
+    serial = sum(j.gap_s for j in jobs) + tail + job_overhead_s * len(jobs)
+    if tasks <= 0 or not math.isfinite(untraced_s):
+        return 1.0
+    return min(2.0, max(0.5, (untraced_s - serial) / tasks))
 
 
 def _copy_for_corun(wl):
@@ -265,6 +301,7 @@ class _WorkloadCalibration(_StackedContext):
         self.blocks = {}                 # per key: one figure per round (for the sign test)
         self.shares = []
         self.traces, self.every = {}, {}
+        self.untraced = []               # seconds per untraced 1-core call
         self.rounds = 0
 
     def _open(self, stack):
@@ -294,6 +331,9 @@ class _WorkloadCalibration(_StackedContext):
                 self.every.setdefault((k, c), []).append(tr)
                 if mon.share_since(snap) <= self.max_external:
                     self.traces.setdefault((k, c), []).append(tr)
+        run1, _, _, cpus1 = self.runs[1]
+        self.untraced += _untraced_seconds(run1, cpus1[0], self.sample_s, self.max_external,
+                                           mon)
         run, pool, _, _ = self.runs[self.topology.ncpus]
         for kind, cpu in self.keys:
             # an emulated core needs the longer sample to average over its periods
@@ -318,6 +358,9 @@ class _WorkloadCalibration(_StackedContext):
         mean = {key: interquartile_mean(v) for key, v in self.sums.items() if v}
         fast, target = self.fast, self.target
         out["task_s_fast"] = mean[("alone", fast)]
+        if self.untraced:
+            out["untraced_1core_s"] = interquartile_mean(self.untraced)
+            out["untraced_samples"] = len(self.untraced)
         out["emulated"] = {}
         for cpu in self.emulated:
             a = mean[("alone", fast)] / mean[("alone", cpu)]
@@ -541,12 +584,27 @@ def _machine_id():
 # --------------------------------------------------------------------------------------------
 # using a calibration
 
+def task_level(cal, workload):
+    """The factor :func:`sim_inputs` scales ``workload``'s traced task costs by (see
+    :func:`_task_level`): 1.0 for a calibration without untraced 1-core runs."""
+    entry = cal["workloads"][workload]
+    untraced = entry.get("untraced_1core_s")
+    one = entry["traces"].get("1")
+    if untraced is None or not one:
+        return 1.0
+    from asymo.sim.trace import trace_from_dict
+    o = cal.get("overheads", {}).get("asymo", {})
+    job = o.get("job", o.get("small_s", 0.0)) or 0.0
+    return _task_level(float(untraced), trace_from_dict(one[0]), float(job))
+
+
 def sim_inputs(cal, workload, k, topology, *, emulator_period=None, corun=True,
-               availability=True):
+               availability=True, level=True):
     """Simulator inputs for ``workload`` on the first ``k`` cores of ``topology``.
 
-    Returns ``(jobs, interference)``: the traced jobs (:func:`asymo.sim.trace.jobs_from_traces`)
-    and, per emulated core among them, a :class:`~asymo.sim.DutyCycle` stopping it for
+    Returns ``(jobs, interference)``: the traced jobs (:func:`asymo.sim.trace.jobs_from_traces`;
+    ``level``: their task costs scaled by :func:`task_level`, so that one core's run takes
+    what the calibration's untraced 1-core calls took) and, per emulated core among them, a :class:`~asymo.sim.DutyCycle` stopping it for
     ``1 - speed`` of every ``emulator_period`` plus the time lost per period measured for
     this workload (``availability=False``: the nominal stop only), plus a
     :class:`~asymo.sim.CoRunning` with the workload's measured factor (``corun=False``:
@@ -565,6 +623,10 @@ def sim_inputs(cal, workload, k, topology, *, emulator_period=None, corun=True,
                          "cores")
     sub = first_cores(topology, k)
     jobs = jobs_from_traces([[trace_from_dict(t)] for t in traces], sub)
+    factor = task_level(cal, workload) if level else 1.0
+    if factor != 1.0:
+        import dataclasses
+        jobs = [dataclasses.replace(j, costs=j.costs * factor) for j in jobs]
     period = emulator_period if emulator_period is not None else \
         (cal.get("emulator_period_s") or _default_period())
     itf = []
@@ -607,6 +669,9 @@ def check_calibration(cal, topology=None):
             if not (math.isfinite(a["availability"]) and 0 < a["availability"] <= 1.5 and
                     math.isfinite(a["lost_per_period_s"])):
                 raise ValueError(f"workload {name!r}: bad availability record for cpu {cpu}")
+        u = e.get("untraced_1core_s")
+        if u is not None and not (isinstance(u, (int, float)) and math.isfinite(u) and u > 0):
+            raise ValueError(f"workload {name!r}: untraced_1core_s={u!r} must be a number > 0")
         f = e.get("corun", {}).get("factor")
         if f is not None and not (0 < f <= 1):
             raise ValueError(f"workload {name!r}: co-running factor {f!r} outside (0, 1]")
@@ -646,7 +711,8 @@ def format_calibration(cal):
             f"cpu {c} at {s:g}" for c, s in cal["emulated"].items())
             + f", period {cal['emulator_period_s'] * 1e3:g} ms")
     lines.append(f"{'workload':<10}{'jobs':>6}{'tasks':>7}{'serial ms':>11}"
-                 f"{'task ms':>9}{'avail':>8}{'lost us/per':>13}{'co-run':>8}  (measured in rounds slower, busy)")
+                 f"{'task ms':>9}{'level':>7}{'avail':>8}{'lost us/per':>13}{'co-run':>8}"
+                 "  (measured in rounds slower, busy)")
     for name, e in cal["workloads"].items():
         traces = e["traces"][str(max(int(k) for k in e["traces"]))][0]
         ntasks = sum(j["ntasks"] for j in traces["jobs"])
@@ -661,9 +727,12 @@ def format_calibration(cal):
             obs = (f"({cr.get('measured_factor', cr['factor']):.3f} in "
                    f"{cr.get('rounds_slower', '?')}/{cr.get('rounds', '?')}, "
                    f"{cr['corunner_busy_share']:.2f})")
+        level = f"{task_level(cal, name):.3f}" if "untraced_1core_s" in e else "-"
         lines.append(f"{name:<10}{len(traces['jobs']):>6}{ntasks:>7}{serial * 1e3:>11.2f}"
-                     f"{e['task_s_fast'] * 1e3:>9.2f}{avail:>8}{lost:>13}{crs:>8}  {obs}")
-    lines.append("avail: the emulated core's share of a fast core on the workload's tasks "
+                     f"{e['task_s_fast'] * 1e3:>9.2f}{level:>7}{avail:>8}{lost:>13}{crs:>8}"
+                     f"  {obs}")
+    lines.append("level: traced task costs scaled by this so that one core's run takes what "
+                 "untraced 1-core calls took; avail: the emulated core's share of a fast core on the workload's tasks "
                  "(nominal: its emulated speed); lost: time lost per emulator period beyond "
                  "the nominal stop; co-run: a core's speed while another runs the same "
                  "workload, as used (1 unless the co-running runs were slower in all rounds "
