@@ -136,6 +136,22 @@ def _register_scaling(bsub):
     p.set_defaults(func=run_scaling)
 
 
+def _check_policies(names, simulate):
+    """Reject unknown policy names up front (a typo would otherwise be skipped silently, or
+    fail only after the workloads were built)."""
+    from asymo.scaling import BASELINES, POOL_POLICIES
+    known = list(POOL_POLICIES) + list(BASELINES)
+    if not names:
+        raise ValueError(f"--policies is empty; give some of {', '.join(known)}")
+    for name in names:
+        if name not in known:
+            raise ValueError(f"unknown policy {name!r} in --policies; choose from "
+                             f"{', '.join(known)}")
+        if simulate and name == "torch":
+            raise ValueError("torch is not simulated: --simulate models the pool policies "
+                             f"({', '.join(POOL_POLICIES)}) and numpy (a static equal split)")
+
+
 def _sim_target(text):
     """A preset name, or a topology spec ('big:0-3@1.0,little:4-7@0.45') to simulate."""
     from asymo.sim.presets import get_preset
@@ -167,6 +183,8 @@ def run_scaling(args):
         if args.simulate and (args.validate_sim or args.emulate):
             raise ValueError("--simulate does not measure: it cannot be combined with "
                              "--validate-sim or --emulate")
+        if args.policies is not None:
+            _check_policies(args.policies, simulate=bool(args.simulate))
         names = args.workload or _default_workloads()
         if args.validate_sim and "spin" not in names:
             names = ["spin"] + list(names)
