@@ -33,3 +33,32 @@ def test_measure_scaling_rejects_an_unknown_policy_before_measuring():
     with pytest.raises(ValueError, match="unknown policy 'asym'"):
         scaling.measure_scaling([scaling.SpinWorkload(ntasks=2, iters=10)], policies=["asym"],
                                 repeats=1, min_time=0.0, progress=False)
+
+
+@pytest.mark.parametrize("option", ["--json", "--plot", "--calibrate-sim"])
+def test_unwritable_output_is_reported_before_the_run(tmp_path, capsys, option):
+    missing = tmp_path / "no" / "such" / "out.file"
+    argv = ["--workload", "spin"] + (["--simulate", "kirin970"]
+                                     if option != "--calibrate-sim" else [])
+    rc, out, err = _run(capsys, *argv, option, str(missing))
+    assert rc == 2 and out == ""
+    assert f"{option} {missing}: directory {missing.parent} does not exist" in err
+    rc, out, err = _run(capsys, *argv, option, str(tmp_path))
+    assert rc == 2 and out == "" and "is a directory" in err
+
+
+def test_a_write_that_fails_after_the_run_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    import builtins
+    real_open = builtins.open
+    target = str(tmp_path / "k.json")
+
+    def failing_open(path, *a, **kw):
+        if str(path) == target:
+            raise OSError(28, "No space left on device", target)
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(builtins, "open", failing_open)
+    rc, out, err = _run(capsys, "--simulate", "kirin970", "--workload", "spin",
+                        "--max-cores", "2", "--json", target)
+    assert rc == 1 and "SIMULATED: kirin970" in out
+    assert f"cannot write {target}: No space left on device" in err

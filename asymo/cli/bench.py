@@ -152,6 +152,18 @@ def _check_policies(names, simulate):
                              f"({', '.join(POOL_POLICIES)}) and numpy (a static equal split)")
 
 
+def _check_output(path, option):
+    """Fail before the run, not after it, when ``path`` cannot be written."""
+    import os
+    if os.path.isdir(path):
+        raise ValueError(f"{option} {path}: is a directory; give a file name")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ValueError(f"{option} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ValueError(f"{option} {path}: directory {parent} is not writable")
+
+
 def _sim_target(text):
     """A preset name, or a topology spec ('big:0-3@1.0,little:4-7@0.45') to simulate."""
     from asymo.sim.presets import get_preset
@@ -183,6 +195,15 @@ def run_scaling(args):
         if args.simulate and (args.validate_sim or args.emulate):
             raise ValueError("--simulate does not measure: it cannot be combined with "
                              "--validate-sim or --emulate")
+        for option, path in (("--json", args.json), ("--plot", args.plot),
+                             ("--calibrate-sim", args.calibrate_sim)):
+            if path is not None:
+                _check_output(path, option)
+        if args.plot:
+            try:
+                import matplotlib  # noqa: F401  (checked now: the run may take minutes)
+            except ImportError:
+                raise ValueError("--plot needs matplotlib (pip install matplotlib)") from None
         if args.policies is not None:
             _check_policies(args.policies, simulate=bool(args.simulate))
         names = args.workload or _default_workloads()
@@ -260,13 +281,18 @@ def run_scaling(args):
             if args.validate_sim:
                 scaling.validate_sim(result, calibration=cal, emulator_period=period)
     print(result.table())
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result.to_dict(), f, indent=1)
-        print(f"wrote {args.json}")
-    if args.plot:
-        result.plot(args.plot)
-        print(f"wrote {args.plot}")
+    try:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result.to_dict(), f, indent=1)
+            print(f"wrote {args.json}")
+        if args.plot:
+            result.plot(args.plot)
+            print(f"wrote {args.plot}")
+    except OSError as exc:
+        print(f"asymo bench scaling: error: cannot write {exc.filename or 'output'}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
     return 0
 
 
