@@ -62,3 +62,17 @@ def test_a_write_that_fails_after_the_run_is_a_clear_error(tmp_path, capsys, mon
                         "--max-cores", "2", "--json", target)
     assert rc == 1 and "SIMULATED: kirin970" in out
     assert f"cannot write {target}: No space left on device" in err
+
+
+@pytest.mark.parametrize("argv, match", [
+    (("--emulate", "4095:0.5"), "--emulate 4095:0.5: cpu 4095 is not in this process's "
+                                "affinity mask"),
+    (("--emulate", "0:0.5", "--emulator-period", "100"), "period must be in"),
+    (("--emulate", ""), "emulation spec is empty"),
+])
+def test_emulator_refusals_are_clear_errors(capsys, argv, match):
+    import os
+    rc, out, err = _run(capsys, "--workload", "spin", "--repeats", "1", *argv)
+    assert rc == 2 and out == ""
+    assert match in err and "Traceback" not in err
+    assert "ASYMO_EMULATED" not in os.environ     # nothing left running

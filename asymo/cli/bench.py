@@ -211,7 +211,7 @@ def run_scaling(args):
             names = ["spin"] + list(names)
         workloads = scaling.make_workloads(names, quick=not args.full)
         overheads = _overheads(args.sim_overheads) if args.sim_overheads else None
-        emulate = scaling.parse_emulate(args.emulate) if args.emulate else None
+        emulate = scaling.parse_emulate(args.emulate) if args.emulate is not None else None
         preset = _sim_target(args.simulate) if args.simulate else None
         if args.interfere and not args.simulate:
             raise ValueError("--interfere is a simulator option: use it with --simulate "
@@ -253,7 +253,13 @@ def run_scaling(args):
                                           cost_models=cost_models)
     else:
         from asymo.sim import calibrate as simcal
-        with _emulation(emulate, period):
+        try:
+            emu = _start_emulation(emulate, period)
+        except (ValueError, TypeError, RuntimeError) as exc:   # EmulationError included
+            print(f"asymo bench scaling: error: --emulate {args.emulate}: {exc}",
+                  file=sys.stderr)
+            return 2
+        with _emulation(emu):
             t = topo.detect(override=args.topology)
             cal = None
             if args.sim_calibration:
@@ -296,15 +302,27 @@ def run_scaling(args):
     return 0
 
 
-@contextlib.contextmanager
-def _emulation(spec, period=None):
+def _start_emulation(spec, period=None):
+    """The running emulation for ``--emulate`` (None without it). A spec the emulator refuses
+    (a cpu outside the affinity mask, a period out of range, no SCHED_FIFO) raises
+    ValueError / EmulationError (a RuntimeError) here, before anything is measured."""
     if not spec:
-        yield
-        return
+        return None
     try:
         from asymo.emulate import slow_cores
     except ImportError:
         raise RuntimeError("--emulate needs asymo.emulate, which is not in this build") from None
     kw = {} if period is None else {"period": period}
-    with slow_cores(spec, **kw):
+    emu = slow_cores(spec, **kw)
+    emu.start()
+    return emu
+
+
+@contextlib.contextmanager
+def _emulation(emu):
+    """Stop ``emu`` (from :func:`_start_emulation`) on every way out of the block."""
+    try:
         yield
+    finally:
+        if emu is not None:
+            emu.stop()
