@@ -76,3 +76,25 @@ def test_emulator_refusals_are_clear_errors(capsys, argv, match):
     assert rc == 2 and out == ""
     assert match in err and "Traceback" not in err
     assert "ASYMO_EMULATED" not in os.environ     # nothing left running
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("9:0.5", "interference on cpu 9, which the simulated topology (a73:4-7@1,"),
+    ("4:0", "interference stops cpu 4 for the whole run"),
+])
+def test_interference_the_simulation_cannot_apply_is_an_error(capsys, spec, match):
+    rc, out, err = _run(capsys, "--simulate", "kirin970", "--workload", "spin",
+                        "--interfere", spec)
+    assert rc == 2 and out == "" and match in err
+
+
+def test_a_stop_window_and_a_slow_core_still_simulate(capsys):
+    from asymo import scaling
+    res = scaling.simulate_scaling("kirin970", scaling.make_workloads(["spin"]),
+                                   policies=["asymo"], max_cores=5,
+                                   interference=scaling.parse_interference("4:0:0:1,0:0.5"))
+    thr = {p.cores: p.throughput for p in res.points}
+    plain = scaling.simulate_scaling("kirin970", scaling.make_workloads(["spin"]),
+                                     policies=["asymo"], max_cores=5)
+    ref = {p.cores: p.throughput for p in plain.points}
+    assert all(0 < thr[k] < ref[k] for k in thr)

@@ -246,11 +246,16 @@ def run_scaling(args):
         return 2
 
     if preset is not None:
-        result = scaling.simulate_scaling(preset, workloads, policies=args.policies,
-                                          overheads=overheads, max_cores=args.max_cores,
-                                          interference=interference, corun=args.sim_corun,
-                                          progress=not args.no_progress,
-                                          cost_models=cost_models)
+        try:
+            result = scaling.simulate_scaling(preset, workloads, policies=args.policies,
+                                              overheads=overheads, max_cores=args.max_cores,
+                                              interference=interference,
+                                              corun=args.sim_corun,
+                                              progress=not args.no_progress,
+                                              cost_models=cost_models)
+        except ValueError as exc:   # what the simulator cannot model, e.g. a stopped core
+            print(f"asymo bench scaling: error: {exc}", file=sys.stderr)
+            return 2
     else:
         from asymo.sim import calibrate as simcal
         try:
