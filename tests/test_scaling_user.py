@@ -98,3 +98,51 @@ def test_a_stop_window_and_a_slow_core_still_simulate(capsys):
                                      policies=["asymo"], max_cores=5)
     ref = {p.cores: p.throughput for p in plain.points}
     assert all(0 < thr[k] < ref[k] for k in thr)
+
+
+def test_simulated_table_and_plot_say_what_was_assumed(capsys):
+    from asymo import scaling
+    rc, out, err = _run(capsys, "--simulate", "big:0-1@1.0,little:2-3@0.5", "--workload",
+                        "spin", "--policies", "asymo", "--interfere", "1:0.5,2:0.25:1:3",
+                        "--sim-corun", "0.9")
+    assert rc == 0, err
+    line = next(ln for ln in out.splitlines() if ln.startswith("simulated with: "))
+    assert "per-core GFLOP/s big 10, little 5 (assumed: 10 x capacity" in line
+    assert "cpu 1 at 0.5 of its speed for the whole run" in line
+    assert "cpu 2 at 0.25 of its speed from 1 to 3 ms" in line
+    assert "co-running factor 0.9" in line
+    res = scaling.simulate_scaling("kirin970", scaling.make_workloads(["spin"]),
+                                   policies=["asymo"], max_cores=5)
+    assert "per-core GFLOP/s a73 8.8, a53 5.1 (the preset's)" in res.sim_conditions()
+    assert "no interference; no co-running slowdown" in res.sim_conditions()
+    import matplotlib.pyplot as plt
+    fig = res.figure()
+    try:
+        assert "no interference" in fig._suptitle.get_text()
+        assert fig.axes[0].get_ylabel() == "GFLOP/s (simulated)"
+    finally:
+        plt.close(fig)
+
+
+def test_plot_marks_simulated_points_in_the_legend_and_clusters_on_the_axis():
+    import matplotlib.pyplot as plt
+    from asymo import scaling
+    from asymo.topology import parse_spec
+    topo = parse_spec("big:0@1.0,little:1@0.5")
+    pts = [scaling.Point(workload="spin", policy="asymo", cores=k, throughput=10.0 * k,
+                         unit="GFLOP/s", time_s=1.0, cpus=list(range(k)),
+                         sim_throughput=9.0 * k) for k in (1, 2)]
+    long_desc = "spin: " + "x" * 100
+    res = scaling.ScalingResult(points=pts, mode="measured", topology=topo,
+                                workloads={"spin": long_desc})
+    fig = res.figure()
+    try:
+        ax = fig.axes[0]
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert labels == ["asymo", "hollow: simulated"]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["1\nbig", "2\nlittle"]
+        assert ax.get_title().endswith("...") and len(ax.get_title()) == 70
+        assert "MEASURED" in fig._suptitle.get_text()
+        assert ax.get_ylabel() == "GFLOP/s"
+    finally:
+        plt.close(fig)
