@@ -146,3 +146,17 @@ def test_plot_marks_simulated_points_in_the_legend_and_clusters_on_the_axis():
         assert ax.get_ylabel() == "GFLOP/s"
     finally:
         plt.close(fig)
+
+
+def test_help_fills_the_description_and_keeps_the_examples(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit):
+        main(["bench", "scaling", "--help"])
+    text = capsys.readouterr().out
+    desc, _, rest = text.partition("options:")
+    assert "Throughput of matmul" in desc
+    assert max(len(ln) for ln in desc.splitlines()[1:]) <= 80   # below the usage lines
+    examples = rest.partition("examples:")[2].splitlines()
+    assert any(ln.startswith("  asymo bench scaling --simulate kirin970 --sim-profile")
+               for ln in examples)                               # one command per line
+    assert "default 0.0005, from 0.0001 to 0.1" in " ".join(rest.split())

@@ -6,6 +6,7 @@ CPU, or both compared (``--validate-sim``). Wrap measured runs in
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import sys
@@ -38,6 +39,28 @@ def _overheads(text):
     return Overheads(job=vals[0], task=vals[1], steal=vals[2])
 
 
+def _period_range():
+    try:
+        from asymo.emulate import DEFAULT_PERIOD, MAX_PERIOD, MIN_PERIOD
+    except ImportError:
+        return "default: asymo.emulate.DEFAULT_PERIOD"
+    return f"default {DEFAULT_PERIOD:g}, from {MIN_PERIOD:g} to {MAX_PERIOD:g}"
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Fills the description to the terminal's width like the default formatter, but keeps
+    indented lines (the examples in the epilog) as written."""
+
+    def _fill_text(self, text, width, indent):
+        out = []
+        for line in text.splitlines():
+            if line.startswith(" "):
+                out.append(indent + line)
+            else:
+                out.append(super()._fill_text(line, width, indent))
+        return "\n".join(out)
+
+
 def _register_scaling(bsub):
     from asymo.scaling import BASELINES, POOL_POLICIES, WORKLOADS
     from asymo.sim.presets import preset_names
@@ -60,13 +83,14 @@ def _register_scaling(bsub):
                "--workload spin,matmul --calibrate-sim cal.json\n"
                "  flock /tmp/asymo-bench.lock asymo bench scaling --emulate 1:0.5 "
                "--workload spin,matmul --validate-sim --sim-calibration cal.json --json v.json",
-        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+        formatter_class=_HelpFormatter)
     p.add_argument("--workload", "-w", type=_csv, default=None, metavar="LIST",
                    help=f"comma-separated workloads from {', '.join(WORKLOADS)} "
                         "(default: spin, plus matmul when asymo.matmul is built)")
     p.add_argument("--policies", type=_csv, default=None, metavar="LIST",
                    help=f"subset of {', '.join(POOL_POLICIES + BASELINES)} "
-                        "(default: all available)")
+                        "(default: all available; --simulate models the pool policies and "
+                        "numpy, as a static equal split, not torch)")
     p.add_argument("--full", action="store_true",
                    help="larger workloads (several shapes/layers/models) instead of the quick "
                         "default")
@@ -125,8 +149,8 @@ def _register_scaling(bsub):
                         "beside the sweep (a file for another topology or format is reported "
                         "and replaced by a fresh measurement)")
     p.add_argument("--emulator-period", type=float, default=None, metavar="SEC",
-                   help="with --emulate: the emulator's period in seconds (default "
-                        "asymo.emulate.DEFAULT_PERIOD); the simulator's duty cycle uses the "
+                   help="with --emulate: the emulator's period in seconds "
+                        f"({_period_range()}); the simulator's duty cycle uses the "
                         "same (without --emulate, a running emulator's period is read from "
                         "env ASYMO_EMULATED_PERIOD)")
     p.add_argument("--json", metavar="FILE", default=None, help="write the points as JSON")
