@@ -6,6 +6,7 @@ CPU, or both compared (``--validate-sim``). Wrap measured runs in
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import sys
@@ -38,6 +39,28 @@ def _overheads(text):
     return Overheads(job=vals[0], task=vals[1], steal=vals[2])
 
 
+def _period_range():
+    try:
+        from asymo.emulate import DEFAULT_PERIOD, MAX_PERIOD, MIN_PERIOD
+    except ImportError:
+        return "default: asymo.emulate.DEFAULT_PERIOD"
+    return f"default {DEFAULT_PERIOD:g}, from {MIN_PERIOD:g} to {MAX_PERIOD:g}"
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Fills the description to the terminal's width like the default formatter, but keeps
+    indented lines (the examples in the epilog) as written."""
+
+    def _fill_text(self, text, width, indent):
+        out = []
+        for line in text.splitlines():
+            if line.startswith(" "):
+                out.append(indent + line)
+            else:
+                out.append(super()._fill_text(line, width, indent))
+        return "\n".join(out)
+
+
 def _register_scaling(bsub):
     from asymo.scaling import BASELINES, POOL_POLICIES, WORKLOADS
     from asymo.sim.presets import preset_names
@@ -60,13 +83,14 @@ def _register_scaling(bsub):
                "--workload spin,matmul --calibrate-sim cal.json\n"
                "  flock /tmp/asymo-bench.lock asymo bench scaling --emulate 1:0.5 "
                "--workload spin,matmul --validate-sim --sim-calibration cal.json --json v.json",
-        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+        formatter_class=_HelpFormatter)
     p.add_argument("--workload", "-w", type=_csv, default=None, metavar="LIST",
                    help=f"comma-separated workloads from {', '.join(WORKLOADS)} "
                         "(default: spin, plus matmul when asymo.matmul is built)")
     p.add_argument("--policies", type=_csv, default=None, metavar="LIST",
                    help=f"subset of {', '.join(POOL_POLICIES + BASELINES)} "
-                        "(default: all available)")
+                        "(default: all available; --simulate models the pool policies and "
+                        "numpy, as a static equal split, not torch)")
     p.add_argument("--full", action="store_true",
                    help="larger workloads (several shapes/layers/models) instead of the quick "
                         "default")
@@ -125,8 +149,8 @@ def _register_scaling(bsub):
                         "beside the sweep (a file for another topology or format is reported "
                         "and replaced by a fresh measurement)")
     p.add_argument("--emulator-period", type=float, default=None, metavar="SEC",
-                   help="with --emulate: the emulator's period in seconds (default "
-                        "asymo.emulate.DEFAULT_PERIOD); the simulator's duty cycle uses the "
+                   help="with --emulate: the emulator's period in seconds "
+                        f"({_period_range()}); the simulator's duty cycle uses the "
                         "same (without --emulate, a running emulator's period is read from "
                         "env ASYMO_EMULATED_PERIOD)")
     p.add_argument("--json", metavar="FILE", default=None, help="write the points as JSON")
@@ -134,6 +158,34 @@ def _register_scaling(bsub):
                    help="write a PNG plot (needs matplotlib)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_scaling)
+
+
+def _check_policies(names, simulate):
+    """Reject unknown policy names up front (a typo would otherwise be skipped silently, or
+    fail only after the workloads were built)."""
+    from asymo.scaling import BASELINES, POOL_POLICIES
+    known = list(POOL_POLICIES) + list(BASELINES)
+    if not names:
+        raise ValueError(f"--policies is empty; give some of {', '.join(known)}")
+    for name in names:
+        if name not in known:
+            raise ValueError(f"unknown policy {name!r} in --policies; choose from "
+                             f"{', '.join(known)}")
+        if simulate and name == "torch":
+            raise ValueError("torch is not simulated: --simulate models the pool policies "
+                             f"({', '.join(POOL_POLICIES)}) and numpy (a static equal split)")
+
+
+def _check_output(path, option):
+    """Fail before the run, not after it, when ``path`` cannot be written."""
+    import os
+    if os.path.isdir(path):
+        raise ValueError(f"{option} {path}: is a directory; give a file name")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ValueError(f"{option} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ValueError(f"{option} {path}: directory {parent} is not writable")
 
 
 def _sim_target(text):
@@ -167,12 +219,23 @@ def run_scaling(args):
         if args.simulate and (args.validate_sim or args.emulate):
             raise ValueError("--simulate does not measure: it cannot be combined with "
                              "--validate-sim or --emulate")
+        for option, path in (("--json", args.json), ("--plot", args.plot),
+                             ("--calibrate-sim", args.calibrate_sim)):
+            if path is not None:
+                _check_output(path, option)
+        if args.plot:
+            try:
+                import matplotlib  # noqa: F401  (checked now: the run may take minutes)
+            except ImportError:
+                raise ValueError("--plot needs matplotlib (pip install matplotlib)") from None
+        if args.policies is not None:
+            _check_policies(args.policies, simulate=bool(args.simulate))
         names = args.workload or _default_workloads()
         if args.validate_sim and "spin" not in names:
             names = ["spin"] + list(names)
         workloads = scaling.make_workloads(names, quick=not args.full)
         overheads = _overheads(args.sim_overheads) if args.sim_overheads else None
-        emulate = scaling.parse_emulate(args.emulate) if args.emulate else None
+        emulate = scaling.parse_emulate(args.emulate) if args.emulate is not None else None
         preset = _sim_target(args.simulate) if args.simulate else None
         if args.interfere and not args.simulate:
             raise ValueError("--interfere is a simulator option: use it with --simulate "
@@ -207,14 +270,25 @@ def run_scaling(args):
         return 2
 
     if preset is not None:
-        result = scaling.simulate_scaling(preset, workloads, policies=args.policies,
-                                          overheads=overheads, max_cores=args.max_cores,
-                                          interference=interference, corun=args.sim_corun,
-                                          progress=not args.no_progress,
-                                          cost_models=cost_models)
+        try:
+            result = scaling.simulate_scaling(preset, workloads, policies=args.policies,
+                                              overheads=overheads, max_cores=args.max_cores,
+                                              interference=interference,
+                                              corun=args.sim_corun,
+                                              progress=not args.no_progress,
+                                              cost_models=cost_models)
+        except ValueError as exc:   # what the simulator cannot model, e.g. a stopped core
+            print(f"asymo bench scaling: error: {exc}", file=sys.stderr)
+            return 2
     else:
         from asymo.sim import calibrate as simcal
-        with _emulation(emulate, period):
+        try:
+            emu = _start_emulation(emulate, period)
+        except (ValueError, TypeError, RuntimeError) as exc:   # EmulationError included
+            print(f"asymo bench scaling: error: --emulate {args.emulate}: {exc}",
+                  file=sys.stderr)
+            return 2
+        with _emulation(emu):
             t = topo.detect(override=args.topology)
             cal = None
             if args.sim_calibration:
@@ -242,25 +316,42 @@ def run_scaling(args):
             if args.validate_sim:
                 scaling.validate_sim(result, calibration=cal, emulator_period=period)
     print(result.table())
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result.to_dict(), f, indent=1)
-        print(f"wrote {args.json}")
-    if args.plot:
-        result.plot(args.plot)
-        print(f"wrote {args.plot}")
+    try:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result.to_dict(), f, indent=1)
+            print(f"wrote {args.json}")
+        if args.plot:
+            result.plot(args.plot)
+            print(f"wrote {args.plot}")
+    except OSError as exc:
+        print(f"asymo bench scaling: error: cannot write {exc.filename or 'output'}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
     return 0
 
 
-@contextlib.contextmanager
-def _emulation(spec, period=None):
+def _start_emulation(spec, period=None):
+    """The running emulation for ``--emulate`` (None without it). A spec the emulator refuses
+    (a cpu outside the affinity mask, a period out of range, no SCHED_FIFO) raises
+    ValueError / EmulationError (a RuntimeError) here, before anything is measured."""
     if not spec:
-        yield
-        return
+        return None
     try:
         from asymo.emulate import slow_cores
     except ImportError:
         raise RuntimeError("--emulate needs asymo.emulate, which is not in this build") from None
     kw = {} if period is None else {"period": period}
-    with slow_cores(spec, **kw):
+    emu = slow_cores(spec, **kw)
+    emu.start()
+    return emu
+
+
+@contextlib.contextmanager
+def _emulation(emu):
+    """Stop ``emu`` (from :func:`_start_emulation`) on every way out of the block."""
+    try:
         yield
+    finally:
+        if emu is not None:
+            emu.stop()

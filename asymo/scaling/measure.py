@@ -10,7 +10,7 @@ import time
 from asymo import topology as topo
 from asymo.scaling.machine import _OPEN_POOLS, _open_pool, _pinned_thread
 from asymo.scaling.result import Point, ScalingResult, _machine_meta
-from asymo.scaling.workloads import POOL_POLICIES, _fn_arg, _spin_cfunc
+from asymo.scaling.workloads import BASELINES, POOL_POLICIES, _fn_arg, _spin_cfunc
 from asymo.sim.engine import first_cores
 
 
@@ -272,6 +272,11 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if min_time < 0:
         raise ValueError(f"min_time must be >= 0, got {min_time}")
+    if policies is not None:
+        unknown = [p for p in policies if p not in POOL_POLICIES + BASELINES]
+        if unknown:
+            raise ValueError(f"unknown policy {unknown[0]!r}; choose from "
+                             f"{', '.join(POOL_POLICIES + BASELINES)}")
     topology = topology if topology is not None else topo.detect()
     ncores = topology.ncpus if max_cores is None else min(int(max_cores), topology.ncpus)
     if ncores < 1:

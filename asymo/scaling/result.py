@@ -78,6 +78,42 @@ class ScalingResult:
         return f"MEASURED on {self.meta.get('cpu_model', 'this machine')} " \
                f"({self.topology.ncpus} cores{e})"
 
+    def sim_conditions(self):
+        """What a simulated sweep assumed besides the model, in words: per-core rates,
+        scheduling overheads, interference windows, co-running ("" when measured)."""
+        if self.mode != "simulated":
+            return ""
+        m = self.meta
+        parts = []
+        rates = m.get("gflops_per_core")
+        if rates:
+            names = [c.name for c in self.topology.clusters]
+            source = ("the preset's" if m.get("preset")
+                      else "assumed: 10 x capacity, a topology spec has no rate")
+            parts.append("per-core GFLOP/s " + ", ".join(
+                f"{n} {r:.3g}" for n, r in zip(names, rates)) + f" ({source})")
+        ov = m.get("overheads_s")
+        if ov:
+            parts.append(f"overheads job {ov['job'] * 1e6:.3g} us, task "
+                         f"{ov['task'] * 1e6:.3g} us, steal {ov['steal'] * 1e6:.3g} us")
+        parts.append(self._interference_text())
+        return "; ".join(parts)
+
+    def _interference_text(self):
+        m = self.meta
+        windows = []
+        for i in m.get("interference") or ():
+            when = ("for the whole run" if i.get("stop_s") is None and not i.get("start_s")
+                    else f"from {i.get('start_s', 0) * 1e3:g} to "
+                         + ("the end" if i.get("stop_s") is None
+                            else f"{i['stop_s'] * 1e3:g} ms"))
+            windows.append(f"cpu {i['cpu']} at {i['speed']:g} of its speed {when}")
+        text = ("interference: " + ", ".join(windows)) if windows else "no interference"
+        corun = m.get("corun_factor")
+        text += (f"; co-running factor {corun:g} (a core's speed while one other runs "
+                 "tasks)" if corun is not None else "; no co-running slowdown")
+        return text
+
     def table(self):
         """The sweep as a text table: one row per (workload, policy), one column per core
         count, throughput in the workload's unit, then the best speedup over one core."""
@@ -102,6 +138,7 @@ class ScalingResult:
                              "speed, not cache size.")
         else:
             lines.append("model: " + self.meta.get("model", ""))
+            lines.append("simulated with: " + self.sim_conditions())
         ncores = max((p.cores for p in self.points), default=0)
         cluster_of = [c.name for c in self.topology.clusters for _ in c.cpus]
         for wl, by_policy in self.series().items():
@@ -143,6 +180,15 @@ class ScalingResult:
 
     def plot(self, path):
         """Write a PNG: one panel per workload, throughput against cores, a line per policy."""
+        fig = self.figure()
+        import matplotlib.pyplot as plt
+        try:
+            fig.savefig(path, dpi=110)
+        finally:
+            plt.close(fig)
+
+    def figure(self):
+        """The matplotlib figure :meth:`plot` writes (the caller closes it)."""
         try:
             import matplotlib
             matplotlib.use("Agg", force=False)
@@ -163,6 +209,7 @@ class ScalingResult:
                   "numpy": ("black", "x", "--"), "torch": ("tab:orange", "d", "--")}
         sim_pts = {(p.workload, p.policy, p.cores): p.sim_throughput for p in self.points
                    if p.sim_throughput is not None}
+        cluster_of = [c.name for c in self.topology.clusters for _ in c.cpus]
         acc, bounds = 0, []
         for c in self.topology.clusters[:-1]:
             acc += c.ncpus
@@ -184,32 +231,39 @@ class ScalingResult:
                             markerfacecolor="none", markersize=11, alpha=0.7)
             for b in bounds:
                 ax.axvline(b, color="grey", linewidth=0.8, linestyle=":")
-            ax.set_title(self.workloads.get(wl, wl)[:70], fontsize=9)
-            start = 0.5
-            for c in self.topology.clusters:
-                ax.text(start + c.ncpus / 2, 0.02, c.name, transform=ax.get_xaxis_transform(),
-                        ha="center", va="bottom", fontsize=8, color="grey")
-                start += c.ncpus
-            ax.set_xlabel("cores (fastest cluster first)")
-            ax.set_ylabel(unit)
-            ax.set_ylim(bottom=0)
+            desc = self.workloads.get(wl, wl)
+            ax.set_title(desc if len(desc) <= 70 else desc[:67] + "...", fontsize=9)
+            # the cluster of each core under its number (as the table's 'cluster' row): tick
+            # labels, which a legend never covers
             ax.set_xticks(range(1, self.topology.ncpus + 1))
+            ax.set_xticklabels([f"{k}\n{name[:9]}" for k, name in
+                                enumerate(cluster_of, start=1)], fontsize=8)
+            ax.set_xlabel("cores and their cluster (fastest cluster first)")
+            ax.set_ylabel(unit + (" (simulated)" if self.mode == "simulated" else ""))
+            ax.set_ylim(bottom=0)
             ax.set_xlim(0.5, self.topology.ncpus + 0.5)
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
+            handles, labels = ax.get_legend_handles_labels()
+            if any(k[0] == wl for k in sim_pts):
+                from matplotlib.lines import Line2D
+                handles.append(Line2D([], [], linestyle="none", marker="o", color="grey",
+                                      markerfacecolor="none", markersize=9))
+                labels.append("hollow: simulated")
+            ax.legend(handles, labels, fontsize=8)
         title = self.label()
         if self.mode == "measured" and self.topology.emulated:
             period = self.meta.get("emulator_period_s")
             title += ("\nthe emulator slows a core by time-slicing"
                       + (f" (period {period * 1e3:g} ms)" if period else "")
                       + ": speed only, not cache size")
+        if self.mode == "simulated":
+            title += "\n" + self._interference_text()
         if sim_pts:
             title += ("\nhollow markers: the simulator, fed only by its calibration (traced "
                       "tasks, availability, co-running), measured in separate runs")
         fig.suptitle(title, fontsize=10)
         fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        return fig
 
 
 def _fmt(v):

@@ -75,7 +75,9 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
     gflops_per_core : sequence of float, optional
         Per-cluster FP32 rate; default: the preset's, or 10 GFLOP/s x capacity.
     interference : sequence of Interference
-        Cores slowed in every simulated run (windows on cores not yet added are ignored).
+        Cores slowed in every simulated run (windows on cores not yet added are ignored; a
+        cpu the topology does not have, or a core stopped for the whole run, is a
+        ValueError).
     corun : float, optional
         Co-running interference (:class:`asymo.sim.CoRunning`): a core's speed while one
         other core runs tasks, all cores sharing one resource. Default: none (an assumption
@@ -111,6 +113,17 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
             raise ValueError(f"speeds has {len(speeds)} entries for {topology.nclusters} "
                              "clusters")
         rates = [rates[0] * s for s in speeds]
+    interference = list(interference)
+    for itf in interference:
+        # checked against the whole topology: the sweep drops windows on cores not yet
+        # added, which would otherwise hide a cpu the topology does not have at all
+        if itf.cpu not in topology.cpus:
+            raise ValueError(f"interference on cpu {itf.cpu}, which the simulated topology "
+                             f"({topology.to_spec()}) does not have")
+        if itf.speed == 0 and math.isinf(itf.stop):
+            raise ValueError(f"interference stops cpu {itf.cpu} for the whole run, so no run "
+                             "that uses it would ever finish; give the stop a window "
+                             "(CPU:0:START_MS:STOP_MS) or simulate without that core")
     overheads = overheads if overheads is not None else DEFAULT_SIM_OVERHEADS
     pols = list(policies) if policies is not None else list(POOL_POLICIES) + ["numpy"]
     bad = [p for p in pols if p not in POOL_POLICIES and p != "numpy"]
