@@ -67,13 +67,13 @@ def test_our_children_that_exit_in_the_window_are_not_other_load(tmp_path, monke
     # A child of ours burns CPU before the first snapshot and exits (reaped) before the
     # second: its run time is ours, not the other processes'. Its time was in the first
     # snapshot's live descendants and leaves /proc with it, so without the reaped children's
-    # time it read as 0.3 s of the machine used by others.
+    # time it read as 0.4 s of the machine used by others (0.2 of 2 cpus over the 1 s).
     usage = tmp_path / "cpuacct.usage"
     _fake_total(usage, 10**12)
     mon = OtherLoad(ncpus=2, cpuacct_paths=[str(usage)])
     if not mon.available:
         pytest.skip("no /proc/<pid>/schedstat here")
-    burn = ("import sys, time\nt = time.process_time() + 0.3\n"
+    burn = ("import sys, time\nt = time.process_time() + 0.4\n"
             "while time.process_time() < t: pass\nprint('ready', flush=True)\nsys.stdin.read()")
     child = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
@@ -83,12 +83,16 @@ def test_our_children_that_exit_in_the_window_are_not_other_load(tmp_path, monke
         monkeypatch.setattr(time, "monotonic", lambda: next(clock))
         own = iter([5 * 10**9, 5 * 10**9 + 10**8])       # we ran 0.1 s
         monkeypatch.setattr(time, "process_time_ns", lambda: next(own))
+        real = time.perf_counter()
         snap = mon.snapshot()
         child.stdin.close()
         assert child.wait(timeout=30) == 0
         # nobody else ran: the machine's total grew by our own 0.1 s (and the child's exit)
         _fake_total(usage, 10**12 + 10**8)
-        assert mon.share_since(snap) < 0.05
+        share = mon.share_since(snap)
+        # the per-process figure is real: others may have used every cpu meanwhile
+        real = time.perf_counter() - real
+        assert share <= 0.02 + real < 0.15, (share, real)
     finally:
         if child.poll() is None:
             child.kill()
