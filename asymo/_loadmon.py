@@ -12,15 +12,25 @@ and on a shared machine they are most of the disturbance (a colleague's ``git``,
 a short test). Where the kernel exposes the machine's total task run time in nanoseconds
 (cgroup v1 ``cpuacct.usage`` of the root cgroup, which every task is charged to), the share
 is also taken as that total less our own process's CPU time (``time.process_time_ns``, which
-keeps the time of threads that have exited) and our descendants' run time, so short-lived
-processes count too (``precise`` is True); the larger of the two figures is used. Without
-it the per-process figure is a lower bound. Where ``schedstat`` is unavailable (non-Linux, or
+keeps the time of threads that have exited), our live descendants' run time and that of our
+children that have exited and been reaped (``getrusage(RUSAGE_CHILDREN)``: a child that
+leaves /proc takes its run time out of the live descendants' sum, and without it would read
+as someone else's), so short-lived processes count too (``precise`` is True); the larger of
+the two figures is used. Not seen as ours: threads that exited in a descendant, and
+grandchildren reaped by a live child (their time stays in that child's own children's
+total); both read as other load. Without the machine's total the per-process figure is a
+lower bound. Where ``schedstat`` is unavailable (non-Linux, or
 a kernel without it) ``available`` is False and every share reads 0.
 """
 from __future__ import annotations
 
 import os
 import time
+
+try:
+    import resource
+except ImportError:     # pragma: no cover - not on POSIX
+    resource = None
 
 __all__ = ["OtherLoad", "CPUACCT_USAGE_PATHS"]
 
@@ -36,6 +46,15 @@ def _read_ns(path):
             return int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _reaped_children_ns():
+    """Run time of our children that have exited and been waited for (with the children they
+    waited for), in nanoseconds."""
+    if resource is None:    # pragma: no cover - not on POSIX
+        return 0
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round((ru.ru_utime + ru.ru_stime) * 1e9)
 
 
 def _ppid(pid):
@@ -112,7 +131,7 @@ class OtherLoad:
         total = None
         if self.cpuacct is not None:
             # read last and next to our own clock so the two totals cover the same instant
-            own += time.process_time_ns()
+            own += time.process_time_ns() + _reaped_children_ns()
             total = _read_ns(self.cpuacct)
         return t, runtimes, total, own
 

@@ -109,7 +109,8 @@ def parse_section(section, topology, path=""):
                          f"{topology.nclusters}")
     out = []
     for c, cl in zip(clusters, topology.clusters):
-        if not isinstance(c, dict) or tuple(c.get("cpus", ())) != tuple(cl.cpus):
+        if (not isinstance(c, dict) or not isinstance(c.get("cpus"), list)
+                or tuple(c["cpus"]) != tuple(cl.cpus)):
             raise ValueError(f"cluster {cl.name!r}: the profile's cpus "
                              f"{c.get('cpus') if isinstance(c, dict) else c!r} differ from "
                              f"{list(cl.cpus)}")
@@ -117,7 +118,9 @@ def parse_section(section, topology, path=""):
             model = cm.CostPredictor.from_dict(c.get("model"))
         except ValueError as exc:
             raise ValueError(f"cluster {cl.name!r}: {exc}") from None
-        cap = c.get("capability_gflops") or {}
+        cap = c.get("capability_gflops")
+        if not isinstance(cap, dict):
+            raise ValueError(f"cluster {cl.name!r}: capability_gflops is {cap!r}, not an object")
         caps = {}
         for kind in ("mm", "mv"):
             v = cap.get(kind)

@@ -459,13 +459,13 @@ def default_blocks(M, N, K, cluster, nthreads, mr, nr, itemsize):
         # column blocks on 4 cores run 3, 2, 2, 2 while the others wait (simulated Kirin 970
         # conv2d: 8 cores slower than 7). Vary the column width too, nearest column count
         # first (more tasks on a tie), never narrower than the floor (8 micro-tiles, or nc if
-        # the cache made it less) nor wider than the cache allows (nc_max; mc_for keeps
-        # AsyMo's L2 constraint).
+        # the cache made it less) nor wider than the cache allows (nc_max, and AsyMo's L2
+        # constraint with the A and C blocks: mc_for cannot go below mr rows to keep it).
         ntn = -(-N // nc)
         widths = range(min(nc, 8 * nr), min(nc_max, _round_up(N, nr)) + 1, nr)
         for w in sorted(widths, key=lambda w: (abs(-(-N // w) - ntn), w)):
             m, t = mc_for(w)
-            if t % threads == 0:
+            if t % threads == 0 and m * kc + w * kc + m * w <= budget:
                 mc, nc = m, w
                 break
     return (mc, nc, kc)

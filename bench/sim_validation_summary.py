@@ -28,9 +28,12 @@ POLICIES = ("asymo", "even", "shared", "steal")
 
 
 def load(path):
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        d = json.load(f)
-    val = d.get("validation")
+    try:
+        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+            d = json.load(f)
+    except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:
+        raise SystemExit(f"{path}: not a JSON file written by --validate-sim --json ({exc})")
+    val = d.get("validation") if isinstance(d, dict) else None
     if not isinstance(val, dict) or "workloads" not in val:
         raise SystemExit(f"{path}: no validation in it (run with --validate-sim --json)")
     period = (val.get("model") or {}).get("emulator_period_s")
@@ -48,6 +51,8 @@ def cells(sweep):
     out, floor = {}, {}
     for name, w in sweep["val"]["workloads"].items():
         pts = w["points"]
+        if not pts:
+            continue
         kmax = max(p["cores"] for p in pts)
         for p in pts:
             if p["cores"] == kmax and p["policy"] in POLICIES:
@@ -64,19 +69,24 @@ def gmean(xs):
 
 
 def summarize(sweeps, tol):
-    per = defaultdict(list)
+    """Rows per (workload, policy); a row's ``errors`` has one entry per sweep, in order,
+    None where that sweep lacks the cell (other workloads or policies)."""
+    per = defaultdict(dict)
     floors = []
-    for s in sweeps:
+    for i, s in enumerate(sweeps):
         c, floor = cells(s)
         floors.append(floor)
         for key, v in c.items():
-            per[key].append(v)
+            per[key][i] = v
     rows = []
-    for (name, pol), vals in per.items():
+    for (name, pol), by_sweep in per.items():
+        vals = list(by_sweep.values())
         errs = [sim / meas - 1.0 for meas, sim, _ in vals]
         pooled = gmean([sim for _, sim, _ in vals]) / gmean([meas for meas, _, _ in vals]) - 1
         speedup = [s for _, _, s in vals if s is not None]
-        rows.append({"workload": name, "policy": pol, "errors": errs,
+        rows.append({"workload": name, "policy": pol,
+                     "errors": [by_sweep[i][1] / by_sweep[i][0] - 1.0 if i in by_sweep else None
+                                for i in range(len(sweeps))],
                      "mean": statistics.fmean(errs), "pooled": pooled,
                      "speedup": statistics.fmean(speedup) if speedup else float("nan"),
                      "within": sum(abs(e) <= tol for e in errs)})
@@ -105,15 +115,18 @@ def main(argv=None):
                   f"{g['runs'][0]}/{g['runs'][1]}; 1-core spread across policies "
                   + ", ".join(f"{n} {v:.0%}" for n, v in fl.items()))
         cells_ok = sum(abs(r["pooled"]) <= args.tolerance for r in rows)
-        per_sweep = [sum(abs(r["errors"][i]) <= args.tolerance for r in rows
-                         if i < len(r["errors"])) for i in range(len(group))]
+        per_sweep = [(sum(abs(r["errors"][i]) <= args.tolerance for r in rows
+                          if r["errors"][i] is not None),
+                      sum(r["errors"][i] is not None for r in rows)) for i in range(len(group))]
         if args.markdown:
             print("\n| workload | " + " | ".join(POLICIES) + " |")
             print("| --- |" + " --- |" * len(POLICIES))
             for name in dict.fromkeys(r["workload"] for r in rows):
                 mine = {r["policy"]: r for r in rows if r["workload"] == name}
                 print(f"| {name} | " + " | ".join(
-                    f"{mine[p]['pooled']:+.1%} ({', '.join(f'{e:+.0%}' for e in mine[p]['errors'])})"
+                    f"{mine[p]['pooled']:+.1%} ("
+                    + ", ".join("-" if e is None else f"{e:+.0%}" for e in mine[p]["errors"])
+                    + ")"
                     if p in mine else "" for p in POLICIES) + " |")
         else:
             print(f"  {'workload':10s} {'policy':7s} {'pooled':>8s} {'mean':>8s} "
@@ -121,9 +134,10 @@ def main(argv=None):
             for r in rows:
                 print(f"  {r['workload']:10s} {r['policy']:7s} {r['pooled']:+8.1%} "
                       f"{r['mean']:+8.1%} {r['speedup']:+8.1%}  "
-                      + " ".join(f"{e:+6.1%}" for e in r["errors"]))
+                      + " ".join(f"{'-':>6s}" if e is None else f"{e:+6.1%}"
+                                 for e in r["errors"]))
         print(f"  within {args.tolerance:.0%}: pooled {cells_ok}/{len(rows)}; per sweep "
-              + ", ".join(f"{n}/{len(rows)}" for n in per_sweep))
+              + ", ".join(f"{n}/{m}" for n, m in per_sweep))
     return 0
 
 

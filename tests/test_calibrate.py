@@ -318,6 +318,8 @@ def synthetic_section(tmp_path_factory):
     (lambda s: s.update(schema=0), "schema"),
     (lambda s: s["clusters"].pop(), "clusters"),
     (lambda s: s["clusters"][0].update(cpus=[5]), "cpus"),
+    (lambda s: s["clusters"][0].update(cpus=5), "cpus"),
+    (lambda s: s["clusters"][0].update(capability_gflops=[10.0]), "capability"),
     (lambda s: s["clusters"][1]["model"].update(coef=[1.0]), "BlockCostModel"),
     (lambda s: s["clusters"][0]["capability_gflops"].update(mv=-1), "capability"),
     (lambda s: s["clusters"][0].update(cache="big"), "cache"),

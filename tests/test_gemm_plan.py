@@ -210,3 +210,18 @@ def test_simulated_kirin_conv2d_scales_to_all_eight_cores(isa):
     for k, g in enumerate(tput, 1):
         ideal = rates[0] * min(k, 4) + rates[1] * max(k - 4, 0)
         assert g >= 0.95 * ideal, (k, g, ideal)
+
+
+@pytest.mark.parametrize("M, N, K, threads, l2, mr, nr, itemsize", [
+    (7, 3136, 27, 4, 16384, 8, 8, 4),       # was (8, 112, 27): 4136 > 4096 elements
+    (1, 3136, 3, 12, 16384, 6, 16, 8),      # was (6, 272, 3): 2466 > 2048 elements
+])
+def test_wider_columns_keep_the_l2_constraint(M, N, K, threads, l2, mr, nr, itemsize):
+    # the column widths tried to balance the task count must leave room in L2 for an mr-row
+    # A block and its C block, not only for the B panel
+    from asymo.topology import Cache, Cluster
+    cl = Cluster("x", tuple(range(threads)), 1.0, l1d=Cache(1, 16384, (0,)),
+                 l2=Cache(2, l2, (0,)))
+    mc, nc, kc = P.default_blocks(M, N, K, cl, threads, mr, nr, itemsize)
+    assert (mc * kc + nc * kc + mc * nc) * itemsize <= l2, (mc, nc, kc)
+    assert mc % mr == 0 and nc % nr == 0

@@ -317,3 +317,37 @@ def test_model_costs_for_each_source(tmp_path):
     mc = ModelCosts([FAST_BIG, SLOW_LITTLE], TWO)
     mc.jobs_model = 7
     assert model_costs_for(mc, TWO).jobs_model == 0      # counters start at zero per sweep
+
+
+@pytest.mark.parametrize("field, value", [
+    ("cpus", 3), ("cpus", None), ("capability_gflops", [10.0]), ("capability_gflops", 1.5),
+    ("model_name", None)])
+def test_wrongly_typed_profile_fields_are_clear_errors(tmp_path, field, value):
+    # a hand-edited or foreign profile: a ValueError naming the cluster, never an
+    # AttributeError / TypeError from inside the parser (matmul's planner catches ValueError
+    # only, to fall back to default plans with a warning)
+    p = _write_profile(tmp_path / "dev.json", TWO, [BIG, LITTLE])
+    doc = json.loads(p.read_text())
+    doc["sections"]["gemm"]["clusters"][1][field] = value
+    if field == "model_name":
+        del doc["sections"]["gemm"]["clusters"][1][field]
+    p.write_text(json.dumps(doc))
+    if field == "model_name":       # optional: the model's own feature set names it
+        assert load_model_costs(p, TWO).names == ("table2", "table2")
+        return
+    with pytest.raises(ValueError, match="cluster 'little'"):
+        load_model_costs(p, TWO)
+
+
+def test_a_model_params_that_is_not_an_object_is_a_clear_error(tmp_path):
+    p = _write_profile(tmp_path / "dev.json", TWO, [BIG, LITTLE])
+    doc = json.loads(p.read_text())
+    del doc["sections"]["gemm"]["clusters"][0]["model_name"]
+    doc["sections"]["gemm"]["clusters"][0]["model"]["params"] = []
+    p.write_text(json.dumps(doc))
+    try:
+        mc = load_model_costs(p, TWO)
+    except ValueError as exc:
+        assert "cluster 'big'" in str(exc)
+    else:
+        assert mc.names[0] == mc.models[0].features

@@ -301,8 +301,9 @@ def load_model_costs(path, topology):
     if cal.dtype != "float32":
         raise ValueError(f"{where} is calibrated for {cal.dtype}; the simulated workloads are "
                          "float32")
-    names = [c.get("model_name", c.get("model", {}).get("params", {}).get("features", ""))
-             if isinstance(c, dict) else "" for c in section["clusters"]]
+    # the profile's name for each model variant, else the parsed model's feature set
+    names = [c.get("model_name") if isinstance(c.get("model_name"), str) else cc.model.features
+             for c, cc in zip(section["clusters"], cal.clusters)]
     return ModelCosts([c.model for c in cal.clusters], topology, source=path, names=names)
 
 
