@@ -192,32 +192,25 @@ def test_sim_inputs_from_a_calibration():
         simcal.sim_inputs(cal, "w", 3, top)
 
 
-def test_task_level_scales_traced_costs_to_untraced_one_core_calls():
+def test_traced_ratio_checks_traces_against_untraced_calls_without_changing_costs():
     top, cal = _cal()
-    # no untraced calls measured (an older calibration): costs as traced
-    assert simcal.task_level(cal, "w") == 1.0
-    base, _ = simcal.sim_inputs(cal, "w", 2, top)
+    # no untraced calls measured (an older calibration): nothing to check
+    assert simcal.traced_ratio(cal, "w") is None
+    before, _ = simcal.sim_inputs(cal, "w", 2, top)
     # 1-core trace: 4 tasks of 100 us, 100 us of the submitter's work, 20 us tail, one job
     # of 1 us overhead; an untraced call of 341 us leaves 220 us for 400 us of traced tasks
     cal["workloads"]["w"]["untraced_1core_s"] = 341e-6
     simcal.check_calibration(cal, top)
-    assert simcal.task_level(cal, "w") == pytest.approx(220 / 400)
-    for k in (1, 2):
-        scaled, _ = simcal.sim_inputs(cal, "w", k, top)
-        plain, _ = simcal.sim_inputs(cal, "w", k, top, level=False)
-        assert np.allclose(scaled[0].costs, plain[0].costs * 0.55)
-        assert scaled[0].delay == plain[0].delay          # the submitter's work is not scaled
-    assert np.allclose(simcal.sim_inputs(cal, "w", 2, top, level=False)[0][0].costs,
-                       base[0].costs)
-    # a simulated 1-core run then takes the untraced call's time (less the job overhead)
-    jobs, _ = simcal.sim_inputs(cal, "w", 1, top)
-    one = parse_spec("c0:0@1")
-    assert sim.simulate(one, jobs, policy="asymo").makespan == pytest.approx(340e-6, rel=1e-6)
-    # clamped: a wild figure cannot scale by more than 2x either way
-    cal["workloads"]["w"]["untraced_1core_s"] = 10.0
-    assert simcal.task_level(cal, "w") == 2.0
-    cal["workloads"]["w"]["untraced_1core_s"] = 1e-6
-    assert simcal.task_level(cal, "w") == 0.5
+    assert simcal.traced_ratio(cal, "w") == pytest.approx(400 / 220)
+    after, _ = simcal.sim_inputs(cal, "w", 2, top)
+    assert np.array_equal(after[0].costs, before[0].costs)     # a check, not a correction
+    text = "\n".join(simcal.format_calibration(cal))
+    assert "1.82" in text and "WARNING" in text and "w (1.82)" in text
+    cal["workloads"]["w"]["untraced_1core_s"] = 521e-6          # 400 us left: consistent
+    assert simcal.traced_ratio(cal, "w") == pytest.approx(1.0)
+    assert "WARNING" not in "\n".join(simcal.format_calibration(cal))
+    cal["workloads"]["w"]["untraced_1core_s"] = 100e-6          # less than the serial work
+    assert simcal.traced_ratio(cal, "w") is None
     cal["workloads"]["w"]["untraced_1core_s"] = -1.0
     with pytest.raises(ValueError, match="untraced_1core_s"):
         simcal.check_calibration(cal, top)
@@ -301,7 +294,7 @@ def test_calibrate_sim_tiny_run_on_this_machine():
     assert 0 < e["corun"]["factor"] <= 1 and 0 < e["corun"]["corunner_busy_share"] <= 1
     assert e["emulated"] == {}
     assert e["untraced_1core_s"] > 0 and e["untraced_samples"] >= 3
-    assert 0.5 <= simcal.task_level(cal, "spin") <= 2.0
+    assert simcal.traced_ratio(cal, "spin") > 0
     jobs, itf = simcal.sim_inputs(cal, "spin", 2, top)
     assert math.isfinite(sim.simulate(top, jobs, policy="asymo", interference=itf).makespan)
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from asymo.scaling.result import _fmt
 from asymo.scaling.workloads import POOL_POLICIES
-from asymo.sim.calibrate import calibrate_sim, format_calibration, sim_inputs, task_level
+from asymo.sim.calibrate import calibrate_sim, format_calibration, sim_inputs, traced_ratio
 from asymo.sim.engine import Job, Overheads, first_cores, simulate
 
 
@@ -115,9 +115,7 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
     The simulator is given only a calibration (:mod:`asymo.sim.calibrate`, measured in runs
     separate from the sweep: ``calibration``, else ``measured.calibration``, else measured
     now): each workload's real job sequence traced task by task as each cluster with the
-    submitting thread's work between jobs, the task costs scaled so that one core's run takes
-    what the calibration's untraced 1-core calls took (:func:`asymo.sim.calibrate.task_level`);
-    on an emulated machine the emulator's duty cycle
+    submitting thread's work between jobs; on an emulated machine the emulator's duty cycle
     (an emulated core at speed ``s`` is stopped for ``1 - s`` of every ``emulator_period``
     plus the time per period the workload was measured to lose beyond that), each sample
     simulated as calls back to back (the duty-cycle phase carried from call to call, as the
@@ -219,9 +217,8 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
            "max_abs_error": max(w["max_abs_error"] for w in out.values()), "tolerance": 0.10,
            "calibration": cal,
            "model": {"task_costs": "traced (asymo.sim.trace), per task and cluster, medians "
-                                   "of runs separate from the sweep, scaled to the level of "
-                                   "untraced 1-core calls of those runs",
-                     "task_level": {n: task_level(cal, n) for n in names},
+                                   "of runs separate from the sweep",
+                     "traced_over_untraced_1core": {n: traced_ratio(cal, n) for n in names},
                      "emulator": [{"cpu": d.cpu, "stopped": d.busy, "period_s": d.period}
                                   for d in duties],
                      "emulator_period_s": emulator_period if duties else None,
@@ -240,8 +237,7 @@ def format_validation(val):
                     f"{e['period_s'] * 1e3:g} ms" for e in model.get("emulator", []))
     lines = ["simulator vs measurement. The simulator is given only the calibration, measured "
              "in runs separate from the points predicted: each workload's pool jobs traced "
-             "task by task as each cluster with the submitting thread's work between jobs, "
-             "scaled to the level of untraced 1-core calls (level); "
+             "task by task as each cluster with the submitting thread's work between jobs; "
              "no-op jobs for the overheads; the workload's co-running factor"
              + (f"; the emulator's duty cycle ({emu}) plus the time per period the workload "
                 "loses beyond it" if emu else "") + "."]

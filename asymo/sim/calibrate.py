@@ -43,7 +43,7 @@ import warnings
 
 import numpy as np
 
-__all__ = ["SCHEMA", "calibrate_sim", "measure_submitter_wake", "spin_pair_task", "interquartile_mean", "sim_inputs", "task_level", "save_calibration",
+__all__ = ["SCHEMA", "calibrate_sim", "measure_submitter_wake", "spin_pair_task", "interquartile_mean", "sim_inputs", "traced_ratio", "save_calibration",
            "load_calibration", "check_calibration", "format_calibration", "CalibrationWarning"]
 
 SCHEMA = "asymo.sim.calibration/1"
@@ -163,20 +163,17 @@ def _untraced_seconds(run, cpu, seconds, max_external, mon):
     return clean or every
 
 
-def _task_level(untraced_s, trace, job_overhead_s):
-    """Factor scaling traced task costs to the level of untraced runs on one core.
-
-    Traced costs are per-task medians over rounds (each drops the interruptions every whole
-    run has somewhere) of tasks run serially by the tracing thread; on the development
-    machine their sum was 1-8% below a whole traced run and GEMM runs traced up to ~17%
-    slower than untraced ones in some sweeps. The 1-core untraced call less the submitting
-    thread's traced work and the per-job overheads is what the tasks really took."""
+def _traced_ratio(untraced_s, trace, job_overhead_s):
+    """Traced task time over what untraced calls on one core leave for the tasks (the call
+    less the submitting thread's traced work and the per-job overheads): about 1 in a
+    consistent calibration."""
     jobs, tail = trace
     tasks = sum(float(j.task_s.sum()) for j in jobs)
     serial = sum(j.gap_s for j in jobs) + tail + job_overhead_s * len(jobs)
-    if tasks <= 0 or not math.isfinite(untraced_s):
-        return 1.0
-    return min(2.0, max(0.5, (untraced_s - serial) / tasks))
+    left = untraced_s - serial
+    if tasks <= 0 or not (math.isfinite(left) and left > 0):
+        return None
+    return tasks / left
 
 
 def _copy_for_corun(wl):
@@ -584,27 +581,36 @@ def _machine_id():
 # --------------------------------------------------------------------------------------------
 # using a calibration
 
-def task_level(cal, workload):
-    """The factor :func:`sim_inputs` scales ``workload``'s traced task costs by (see
-    :func:`_task_level`): 1.0 for a calibration without untraced 1-core runs."""
+#: a workload whose traced 1-core task time differs from untraced 1-core calls by more than
+#: this is flagged: its traces were disturbed (the simulator's figures for it are suspect)
+TRACE_CONSISTENCY_TOLERANCE = 0.15
+
+
+def traced_ratio(cal, workload):
+    """A consistency check of ``workload``'s calibration: its traced 1-core task time over
+    the task time of untraced 1-core calls measured in the same rounds (None when the
+    calibration has no untraced calls, e.g. a file from an older asymo).
+
+    Not applied to the costs: scaling every core count's traces by it was tried on the
+    development machine and made the validation worse (one disturbed 1-core trace then
+    spoils every core count), so it only flags a calibration to distrust."""
     entry = cal["workloads"][workload]
     untraced = entry.get("untraced_1core_s")
     one = entry["traces"].get("1")
     if untraced is None or not one:
-        return 1.0
+        return None
     from asymo.sim.trace import trace_from_dict
     o = cal.get("overheads", {}).get("asymo", {})
     job = o.get("job", o.get("small_s", 0.0)) or 0.0
-    return _task_level(float(untraced), trace_from_dict(one[0]), float(job))
+    return _traced_ratio(float(untraced), trace_from_dict(one[0]), float(job))
 
 
 def sim_inputs(cal, workload, k, topology, *, emulator_period=None, corun=True,
-               availability=True, level=True):
+               availability=True):
     """Simulator inputs for ``workload`` on the first ``k`` cores of ``topology``.
 
-    Returns ``(jobs, interference)``: the traced jobs (:func:`asymo.sim.trace.jobs_from_traces`;
-    ``level``: their task costs scaled by :func:`task_level`, so that one core's run takes
-    what the calibration's untraced 1-core calls took) and, per emulated core among them, a :class:`~asymo.sim.DutyCycle` stopping it for
+    Returns ``(jobs, interference)``: the traced jobs (:func:`asymo.sim.trace.jobs_from_traces`)
+    and, per emulated core among them, a :class:`~asymo.sim.DutyCycle` stopping it for
     ``1 - speed`` of every ``emulator_period`` plus the time lost per period measured for
     this workload (``availability=False``: the nominal stop only), plus a
     :class:`~asymo.sim.CoRunning` with the workload's measured factor (``corun=False``:
@@ -623,10 +629,6 @@ def sim_inputs(cal, workload, k, topology, *, emulator_period=None, corun=True,
                          "cores")
     sub = first_cores(topology, k)
     jobs = jobs_from_traces([[trace_from_dict(t)] for t in traces], sub)
-    factor = task_level(cal, workload) if level else 1.0
-    if factor != 1.0:
-        import dataclasses
-        jobs = [dataclasses.replace(j, costs=j.costs * factor) for j in jobs]
     period = emulator_period if emulator_period is not None else \
         (cal.get("emulator_period_s") or _default_period())
     itf = []
@@ -711,8 +713,9 @@ def format_calibration(cal):
             f"cpu {c} at {s:g}" for c, s in cal["emulated"].items())
             + f", period {cal['emulator_period_s'] * 1e3:g} ms")
     lines.append(f"{'workload':<10}{'jobs':>6}{'tasks':>7}{'serial ms':>11}"
-                 f"{'task ms':>9}{'level':>7}{'avail':>8}{'lost us/per':>13}{'co-run':>8}"
+                 f"{'task ms':>9}{'tr/un':>7}{'avail':>8}{'lost us/per':>13}{'co-run':>8}"
                  "  (measured in rounds slower, busy)")
+    suspect = []
     for name, e in cal["workloads"].items():
         traces = e["traces"][str(max(int(k) for k in e["traces"]))][0]
         ntasks = sum(j["ntasks"] for j in traces["jobs"])
@@ -727,17 +730,25 @@ def format_calibration(cal):
             obs = (f"({cr.get('measured_factor', cr['factor']):.3f} in "
                    f"{cr.get('rounds_slower', '?')}/{cr.get('rounds', '?')}, "
                    f"{cr['corunner_busy_share']:.2f})")
-        level = f"{task_level(cal, name):.3f}" if "untraced_1core_s" in e else "-"
+        ratio = traced_ratio(cal, name)
+        trun = f"{ratio:.2f}" if ratio is not None else "-"
+        if ratio is not None and abs(ratio - 1) > TRACE_CONSISTENCY_TOLERANCE:
+            suspect.append(f"{name} ({ratio:.2f})")
         lines.append(f"{name:<10}{len(traces['jobs']):>6}{ntasks:>7}{serial * 1e3:>11.2f}"
-                     f"{e['task_s_fast'] * 1e3:>9.2f}{level:>7}{avail:>8}{lost:>13}{crs:>8}"
+                     f"{e['task_s_fast'] * 1e3:>9.2f}{trun:>7}{avail:>8}{lost:>13}{crs:>8}"
                      f"  {obs}")
-    lines.append("level: traced task costs scaled by this so that one core's run takes what "
-                 "untraced 1-core calls took; avail: the emulated core's share of a fast core on the workload's tasks "
-                 "(nominal: its emulated speed); lost: time lost per emulator period beyond "
+    lines.append("tr/un: traced 1-core task time over that of untraced 1-core calls in the "
+                 "same rounds (a consistency check, about 1); avail: the emulated core's "
+                 "share of a fast core on the workload's tasks (nominal: its emulated speed); lost: time lost per emulator period beyond "
                  "the nominal stop; co-run: a core's speed while another runs the same "
                  "workload, as used (1 unless the co-running runs were slower in all rounds "
                  "but one), as measured, in how many rounds co-running was slower, and the "
                  "co-runner's share of time in tasks.")
+    if suspect:
+        lines.append(f"WARNING: traced and untraced 1-core runs disagree by more than "
+                     f"{TRACE_CONSISTENCY_TOLERANCE:.0%} for {', '.join(suspect)}: those "
+                     "traces were disturbed; distrust the simulated figures built on them and "
+                     "calibrate again on a quieter machine.")
     ov = cal.get("overheads", {})
     if ov:
         lines.append("overheads (no-op jobs): " + "; ".join(
