@@ -215,10 +215,15 @@ def test_occupy_core_spins_the_requested_share_of_each_period():
     assert out == [0]
     assert stats.stop_reason == lib.ASYMO_OCCUPY_TIME_LIMIT
     assert 0.19 < stats.elapsed_ns / 1e9 < 0.3
-    assert 150 <= stats.periods + stats.skipped <= 201
+    # A wake-up later than a whole period merges periods: on this VM the timer wake-ups of a
+    # SCHED_FIFO thread were measured 150-400 us late on average at times (2026-11-22, an
+    # otherwise idle machine), so only a loose lower bound holds.
+    assert 100 <= stats.periods + stats.skipped <= 201
     # The core is taken from the time each wake-up is due (late_ns: interrupt, switch) to the
-    # end of the busy phase on the grid.
-    assert 0.35 < (stats.busy_ns + stats.late_ns) / stats.elapsed_ns < 0.45
+    # end of the busy phase on the grid: at least the requested share counting the lateness,
+    # never more than it in the busy phases themselves (the lateness is the host's, and can
+    # reach past the busy phase, so it bounds nothing from above).
+    assert (stats.busy_ns + stats.late_ns) / stats.elapsed_ns > 0.35
     assert stats.busy_ns / stats.elapsed_ns <= 0.41
 
 
