@@ -163,6 +163,8 @@ def test_measured_spin_with_validation_tiny(tmp_path, capsys):
     assert all(p["samples_total"] == p["samples_clean"] == 1 for p in doc["points"])
     assert all(0.0 <= p["external_load"] <= 1.0 for p in doc["points"])
     assert "simulator vs measurement" in out
+    assert "tr/un" in out and "bench/sim_validation_summary.py" in out
+    assert "traced_over_untraced_1core" in val["model"]
     assert png.exists()
 
 

@@ -273,4 +273,8 @@ def format_validation(val):
                  "duty cycle, cores independent); speedup = the error of the simulated "
                  "speedup over the same policy's 1-core point (a diagnostic: it takes the "
                  "sweep's own 1-core figure as the level).")
+    lines.append("one sweep: on a shared or virtual machine the same point moves by 10-20% "
+                 "from sweep to sweep (compare the 1-core rows, which every policy runs "
+                 "alike); pool several sweeps' --json files with "
+                 "bench/sim_validation_summary.py before judging the model.")
     return lines
