@@ -1,6 +1,7 @@
 """``asymo bench scaling``: JSON schema, plot, errors; measured runs kept tiny."""
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,6 +167,16 @@ def test_measured_spin_with_validation_tiny(tmp_path, capsys):
     assert "tr/un" in out and "bench/sim_validation_summary.py" in out
     assert "traced_over_untraced_1core" in val["model"]
     assert png.exists()
+    # the stored sweep validates again to the same figures (bench/sim_revalidate.py)
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "sim_revalidate", Path(__file__).resolve().parent.parent / "bench" / "sim_revalidate.py")
+    reval = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reval)
+    again = reval.revalidate(reval.load(str(js)))
+    assert again.keys() == {("spin", p) for p in doc["sim_error"]}
+    for (_, pol), err in again.items():
+        assert err == pytest.approx(doc["sim_error"][pol], rel=1e-9, abs=1e-12)
 
 
 def test_simulate_with_interference(tmp_path, capsys):
