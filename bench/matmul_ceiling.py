@@ -241,13 +241,7 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=["mm", "mv"], action="append",
                     help="only these shape groups (repeatable; default both)")
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median)")
-    ap.add_argument("--target", type=float, default=0.03,
-                    help="seconds of calls per timing (default 0.03)")
-    ap.add_argument("--core", type=int, default=1, help="core the emulator slows")
-    ap.add_argument("--speed", type=float, default=0.5, help="speed of the slowed core")
-    ap.add_argument("--period", type=float, default=None, metavar="SECONDS",
-                    help="emulator period (default asymo.emulate.DEFAULT_PERIOD)")
+    mg.add_timing_args(ap, rounds=5)
     ap.add_argument("--no-symmetric", action="store_true",
                     help="skip the pass without the emulator (the sym2 column)")
     ap.add_argument("--json", help="also write the results to this file")

@@ -148,6 +148,21 @@ def geomean(xs):
 # ---------------------------------------------------------------------------------------------
 # the emulator
 # ---------------------------------------------------------------------------------------------
+def add_timing_args(ap, rounds):
+    """The timing and emulator options (--rounds, --target, --core, --speed, --period) of the
+    matmul benchmarks (this one and matmul_ceiling.py); ``rounds`` is the default of
+    --rounds."""
+    ap.add_argument("--rounds", type=int, default=rounds,
+                    help=f"interleaved rounds (median; default {rounds})")
+    ap.add_argument("--target", type=float, default=0.03,
+                    help="seconds of calls per timing (default 0.03)")
+    ap.add_argument("--core", type=int, default=1, help="core the emulator slows")
+    ap.add_argument("--speed", type=float, default=0.5, help="speed of the slowed core")
+    ap.add_argument("--period", type=float, default=None, metavar="SECONDS",
+                    help="emulator period (default: asymo.emulate.DEFAULT_PERIOD); the slowed "
+                         "core stops for (1 - speed) of every period")
+
+
 @contextlib.contextmanager
 def emulation(core, speed, period=None):
     """(topology, description) with ``core`` slowed to ``speed`` by asymo's emulator."""
@@ -287,14 +302,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="a representative subset of shapes")
     ap.add_argument("--only", choices=["mm", "mv", "cube"], action="append",
                     help="only these shape groups (repeatable)")
-    ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds (median)")
-    ap.add_argument("--target", type=float, default=0.03,
-                    help="seconds of calls per timing (default 0.03)")
-    ap.add_argument("--core", type=int, default=1, help="core the emulator slows")
-    ap.add_argument("--speed", type=float, default=0.5, help="speed of the slowed core")
-    ap.add_argument("--period", type=float, default=None, metavar="SECONDS",
-                    help="emulator period (default: asymo.emulate.DEFAULT_PERIOD); the slowed "
-                         "core stops for (1 - speed) of every period")
+    add_timing_args(ap, rounds=9)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--no-fast", action="store_true",
