@@ -88,12 +88,6 @@ def direct_plan_call(pool, split, pin=None):
     return make
 
 
-def fast_pool_of(topo):
-    fast = topo.clusters[0]
-    return Pool(topology=Topology(clusters=(Cluster(fast.name, fast.cpus, 1.0, fast.l1d,
-                                                    fast.l2, fast.l3),)))
-
-
 def emulated_pass(shapes, args, dtype):
     import threadpoolctl
     rows = []
@@ -103,13 +97,12 @@ def emulated_pass(shapes, args, dtype):
         pool = Pool(topology=topo)
         pool_shared = Pool(topology=topo, policy="shared")
         pool_even = Pool(topology=topo, policy="even")
-        pool_fast = fast_pool_of(topo)
+        pool_fast = mg.fast_pool(topo)
         if args.no_caller_help:
             pool.caller_helps = False
         try:
-            fast_make = mg.asymo_on(pool_fast)
             contenders = {
-                "fast": lambda a, b, out: mg._Pinned(fast_make(a, b, out), pins),
+                "fast": mg.pinned(mg.asymo_on(pool_fast), pins),
                 "fast_direct": direct_plan_call(pool_fast, None, pin=pins),
                 "default": mg.asymo_on(pool),
             }
@@ -171,11 +164,9 @@ def symmetric_pass(shapes, args, dtype):
     cpus = tuple(sorted(os.sched_getaffinity(0)))[:2]
     topo = Topology(clusters=(Cluster("sym", cpus, 1.0),))
     pool = Pool(topology=topo)
-    pool_fast = fast_pool_of(Topology(clusters=(Cluster("c0", cpus[:1], 1.0),)))
+    pool_fast = mg.fast_pool(Topology(clusters=(Cluster("c0", cpus[:1], 1.0),)))
     try:
-        fast_make = mg.asymo_on(pool_fast)
-        contenders = {"fast": lambda a, b, out: mg._Pinned(fast_make(a, b, out),
-                                                          set(cpus[:1])),
+        contenders = {"fast": mg.pinned(mg.asymo_on(pool_fast), cpus[:1]),
                       "sym2": mg.asymo_on(pool)}
         out = {}
         for shape in shapes:

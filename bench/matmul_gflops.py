@@ -192,6 +192,20 @@ class _Pinned:
         return self.fn()
 
 
+def pinned(make, cpus):
+    """Contender factory: ``make``'s call, timed with the calling thread kept on ``cpus``."""
+    cpus = set(cpus)
+    return lambda a, b, out: _Pinned(make(a, b, out), cpus)
+
+
+def fast_pool(topo):
+    """A pool on the fastest cluster of ``topo`` alone (capacity 1): the fast-core-alone
+    baseline."""
+    fast = topo.clusters[0]
+    return Pool(topology=Topology(clusters=(Cluster(fast.name, fast.cpus, 1.0, fast.l1d,
+                                                    fast.l2, fast.l3),)))
+
+
 def numpy_call(a, b, out):
     return lambda: np.matmul(a, b, out=out)
 
@@ -233,14 +247,11 @@ def run_mode(mode, shapes, args):
     with emulation(args.core, args.speed, args.period) as (topo, how):
         fast = topo.clusters[0]
         pool = Pool(topology=topo)
-        pool_fast = Pool(topology=Topology(clusters=(Cluster(fast.name, fast.cpus, 1.0,
-                                                             fast.l1d, fast.l2, fast.l3),)))
+        pool_fast = fast_pool(topo)
         nthreads = topo.ncpus
         try:
-            fast_make = asymo_on(pool_fast)
             contenders = {"asymo": asymo_on(pool), "numpy": numpy_call,
-                          "asymo_fast": lambda a, b, out: _Pinned(fast_make(a, b, out),
-                                                                  set(fast.cpus))}
+                          "asymo_fast": pinned(asymo_on(pool_fast), fast.cpus)}
             header = (f"emulated: {how}; asymo pool {topo.to_spec()}, NumPy/OpenBLAS "
                       f"{nthreads} threads, asymo_fast = asymo on cpus {fast.cpus} alone (pool "
                       "and calling thread). (The emulator slows speed, not caches.)")
