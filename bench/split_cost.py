@@ -28,6 +28,7 @@ from asymo.emulate import DEFAULT_PERIOD, slow_cores  # noqa: E402
 from asymo.gemm import gemm  # noqa: E402
 from asymo.pool import Pool  # noqa: E402
 from matmul_gflops import _per_call as per_call  # noqa: E402  (one timing loop for both)
+from matmul_gflops import add_timing_args  # noqa: E402  (and the same options)
 
 MM = [(n, n, n) for n in (96, 128, 160, 200, 256, 320, 400)] + [
     (196, 256, 512), (784, 128, 256), (49, 1024, 1024), (196, 4608, 512)]
@@ -36,13 +37,11 @@ MV = [(m, k, 1) for m in (256, 1024, 2048) for k in (256, 1024, 2048)]
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--core", type=int, default=1)
-    ap.add_argument("--speed", type=float, default=0.5)
-    ap.add_argument("--period", type=float, default=DEFAULT_PERIOD, metavar="SECONDS")
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--target", type=float, default=0.03)
+    add_timing_args(ap, rounds=7)
     ap.add_argument("--only", choices=["mm", "mv"], action="append")
     args = ap.parse_args(argv)
+    if args.period is None:
+        args.period = DEFAULT_PERIOD
     shapes = [s for g in (args.only or ["mm", "mv"]) for s in {"mm": MM, "mv": MV}[g]]
     print(f"load average at start {os.getloadavg()[0]:.2f}; emulated: cpu {args.core} at "
           f"speed {args.speed}, period {args.period * 1e3:g} ms; {args.rounds} interleaved "
