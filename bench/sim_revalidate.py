@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
-import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from asymo import topology as topo                       # noqa: E402
@@ -29,13 +28,13 @@ from asymo.scaling import validate as V                  # noqa: E402
 from asymo.scaling.result import Point, ScalingResult    # noqa: E402
 from asymo.scaling.workloads import make_workloads       # noqa: E402
 from asymo.sim import calibrate as C                     # noqa: E402
+from sim_validation_summary import read_json             # noqa: E402
 
 TOLERANCE = 0.10
 
 
 def load(path):
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        d = json.load(f)
+    d = read_json(path)
     if not isinstance(d, dict) or "validation" not in d or "meta" not in d:
         raise SystemExit(f"{path}: not a --validate-sim --json file")
     return d

@@ -27,10 +27,15 @@ from collections import defaultdict
 POLICIES = ("asymo", "even", "shared", "steal")
 
 
+def read_json(path):
+    """The JSON document in ``path`` (gzip-compressed when the name ends in .gz)."""
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        return json.load(f)
+
+
 def load(path):
     try:
-        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-            d = json.load(f)
+        d = read_json(path)
     except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:
         raise SystemExit(f"{path}: not a JSON file written by --validate-sim --json ({exc})")
     val = d.get("validation") if isinstance(d, dict) else None
