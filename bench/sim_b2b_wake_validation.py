@@ -79,10 +79,9 @@ def main(argv=None):
     from asymo.emulate import DEFAULT_PERIOD, slow_cores
 
     period = args.period or DEFAULT_PERIOD
-    cpu, speed = args.emulate.split(":")
     names = args.workload.split(",")
     wls = scaling.make_workloads(names)
-    with slow_cores({int(cpu): float(speed)}, period=period):
+    with slow_cores(scaling.parse_emulate(args.emulate), period=period):
         t = topo.detect()
         load0 = os.getloadavg()[0]
         res = scaling.measure_scaling(wls, topology=t, repeats=args.repeats,
@@ -102,7 +101,7 @@ def main(argv=None):
                                               emulator_period=period)
         finally:
             scaling.validate.SIM_BACK_TO_BACK_MAX = saved
-    print(f"cpu {cpu} emulated at {speed}, period {period * 1e3:g} ms; {args.repeats} samples "
+    print(f"emulated {args.emulate} (CPU:SPEED), period {period * 1e3:g} ms; {args.repeats} samples "
           f"per point (medians), >= {args.min_time:g} s each; submitter wake-up measured "
           f"{cal.get('submitter_wake_s', 0) * 1e6:.1f} us "
           f"({cal.get('submitter_wake', {}).get('over_longest_s')}); 1-min load average "
