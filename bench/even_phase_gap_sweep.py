@@ -29,21 +29,16 @@ import sys
 import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np
-import importlib.util
-spec = importlib.util.spec_from_file_location("d", os.path.join(os.path.dirname(os.path.abspath(__file__)), "even_join_diagnostic.py")); d = importlib.util.module_from_spec(spec); spec.loader.exec_module(d)
 from asymo import scaling, topology as topo
 from asymo.emulate import slow_cores
-spin = d._spin_pair(); buf = np.zeros(4)
+from asymo.sim.calibrate import spin_pair_task, time_pair_job
+spin = spin_pair_task(); buf = np.zeros(4)
 P = float(sys.argv[1])
 with slow_cores({1: 0.5}, period=P):
     t = topo.detect()
     with scaling._open_pool(t, "even") as pool, scaling._pinned_thread(0):
         def job(i0, i1):
-            buf[0], buf[1] = i0, i1
-            pool.reset_stats(); t0 = time.perf_counter()
-            pool.parallel_for(spin.address, 2, ctx=buf.ctypes.data)
-            w = time.perf_counter() - t0
-            return w, [x["busy_s"] for x in pool.stats()["workers"]]
+            return time_pair_job(pool, spin, buf, i0, i1)
         for _ in range(20): job(1e5, 10)
         per = statistics.median(job(1e5, 10)[1][0] for _ in range(20)) / 1e5
         n = int(400e-6 / per)
