@@ -201,14 +201,12 @@ def emulated(spec, period=None):
     if not spec:
         yield None
         return
+    from asymo import emulate
+    from asymo.scaling import parse_emulate
     try:
-        from asymo import emulate
-    except ImportError:
-        raise SystemExit("this build has no asymo.emulate (the emulator); cannot run --emulate")
-    speeds = {}
-    for item in spec.split(","):
-        cpu, speed = item.split(":")
-        speeds[int(cpu)] = float(speed)
+        speeds = parse_emulate(spec)
+    except ValueError as exc:
+        raise SystemExit(f"--emulate: {exc}")
     period = emulate.DEFAULT_PERIOD if period is None else period
     with emulate.slow_cores(speeds, period=period):
         yield f"{spec} (emulator period {period * 1e3:g} ms)"
