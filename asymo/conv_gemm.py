@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from asymo import split_cost as _split_cost
 from asymo.gemm import gemm as _gemm
 from asymo.gemm import matmul as _matmul
 from asymo.gemm_plan import plan_gemm as _plan_gemm
@@ -35,22 +34,17 @@ def plan_conv_gemm(m, k, n, dtype, pool):
     ``asymo calibrate`` made a profile for this CPU (`asymo.plan_matmul`), else the default
     (with the AVX-512 kernels for packed products, see `PREFER_AVX512`)."""
     dname = np.dtype(dtype).name
-    # a convolution's GEMM runs on the fastest cluster alone when the slower clusters' share
-    # saves less than their sync and tail cost (asymo.split_cost, the rule matmul uses)
-    if pool is not None and _split_cost.pool_fastest_only(pool, 2.0 * m * k * n, "mm"):
-        plan = _plan_matmul(m, k, n, dname, pool=pool)
-        if plan.kind == "mm" and plan.split_dim in ("M", "N"):
-            return _plan_gemm(m, k, n, dname, pool, split=[1.0] + [0.0] * (pool.nclusters - 1),
-                              isa="avx512" if PREFER_AVX512 and "avx512" in _supported_isas()
-                              else plan.isa)
-        return plan
+    # (a small GEMM's plan already runs on the fastest cluster alone: asymo.split_cost, the
+    # rule matmul uses, decides inside the planners)
     plan = _plan_matmul(m, k, n, dname, pool=pool)
     if (PREFER_AVX512 and plan.kind == "mm" and plan.isa != "avx512"
             and getattr(plan, "source", "default") == "default"
             and plan.split_dim in ("M", "N") and "avx512" in _supported_isas()):
         ratio = getattr(plan, "ratio", None)
-        plan = _plan_gemm(m, k, n, dname, pool, isa="avx512",
-                          split=None if not ratio else [float(r) for r in ratio])
+        split = None if not ratio else [float(r) for r in ratio]
+        if len(plan.cluster_ranges) > 1 and all(b == a for a, b in plan.cluster_ranges[1:]):
+            split = [1.0] + [0.0] * (len(plan.cluster_ranges) - 1)   # kept on the fastest
+        plan = _plan_gemm(m, k, n, dname, pool, isa="avx512", split=split)
     return plan
 
 

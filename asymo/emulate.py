@@ -60,6 +60,7 @@ import time
 import warnings
 from collections.abc import Mapping
 
+from asymo import split_cost as _split_cost
 from asymo import topology as _topology
 from asymo._occupier import EXIT_PARENT_GONE, EXIT_TIME_LIMIT, lock_path
 
@@ -71,7 +72,7 @@ __all__ = [
 
 ENV_EMULATED = _topology.EMULATED_ENV_VAR  # "ASYMO_EMULATED"
 #: the period (seconds) of the running emulation, for cost models (`asymo.split_cost`)
-ENV_PERIOD = "ASYMO_EMULATED_PERIOD"
+ENV_PERIOD = _split_cost.PERIOD_ENV_VAR  # "ASYMO_EMULATED_PERIOD"
 MODES = ("fifo", "approximate")
 #: seconds per spin/sleep cycle (see the module docstring for the measurements behind it)
 DEFAULT_PERIOD = 5e-4

@@ -66,10 +66,16 @@ TAIL_CATCH = 0.5
 DEFAULT_RATE = {"mm": 75.0e9, "mv": 25.0e9, "depthwise": 30.0e9, "epilogue": 4.0e9}
 
 
-def emulated_period(environ=None):
-    """The emulator's period in seconds from env ``ASYMO_EMULATED_PERIOD``, or None."""
-    env = os.environ if environ is None else environ
-    text = env.get(PERIOD_ENV_VAR)
+# Plan caches (asymo.conv, asymo.gemm_plan) key on the period on every call: read it from the
+# environment's raw byte dict (as asymo.pool does for the topology) and parse a value once.
+_environ_data = getattr(os.environ, "_data", None)
+if not (isinstance(_environ_data, dict) and os.name == "posix"):  # pragma: no cover
+    _environ_data = None
+_PERIOD_KEY = os.fsencode(PERIOD_ENV_VAR)
+_last = (None, None)    # (raw env value, its period)
+
+
+def _parse_period(text):
     if not text:
         return None
     try:
@@ -77,6 +83,23 @@ def emulated_period(environ=None):
     except ValueError:
         return None
     return period if math.isfinite(period) and period > 0 else None
+
+
+def emulated_period(environ=None):
+    """The emulator's period in seconds from env ``ASYMO_EMULATED_PERIOD``, or None."""
+    global _last
+    if environ is not None or _environ_data is None:
+        env = os.environ if environ is None else environ
+        return _parse_period(env.get(PERIOD_ENV_VAR))
+    raw = _environ_data.get(_PERIOD_KEY)
+    if raw is None:
+        return None
+    last = _last
+    if last[0] == raw:
+        return last[1]
+    period = _parse_period(os.fsdecode(raw))
+    _last = (raw, period)
+    return period
 
 
 def tail_s(topology, cluster, period=None):
