@@ -51,6 +51,7 @@ import warnings
 import weakref
 from fractions import Fraction
 
+from asymo import _environ
 from asymo._ffi import ffi, lib
 from asymo.topology import ENV_VAR as TOPOLOGY_ENV_VAR
 from asymo.topology import Topology, detect, parse_spec
@@ -612,12 +613,8 @@ _default_pool = None
 _default_built_for = None
 
 
-# os.environ.get encodes the name and decodes the value on every call (about 0.5 us each);
-# matmul asks for the default pool on every call, so on POSIX the key is read from the
-# encoded mapping os.environ keeps in sync (os.environ._data), which costs a dict lookup.
-_environ_data = getattr(os.environ, "_data", None)
-if not (isinstance(_environ_data, dict) and os.name == "posix"):  # pragma: no cover
-    _environ_data = None
+# matmul asks for the default pool on every call: its key is read from the raw environment
+_environ_data = _environ.DATA
 _TOPOLOGY_KEY = os.fsencode(TOPOLOGY_ENV_VAR)
 _POLICY_KEY = os.fsencode(POLICY_ENV_VAR)
 

@@ -40,6 +40,8 @@ from __future__ import annotations
 import math
 import os
 
+from asymo import _environ
+
 __all__ = ["fastest_only", "pool_fastest_only", "split_gain", "cluster_rates", "emulated_period",
            "tail_s", "SYNC_S", "TAIL_CATCH", "DEFAULT_RATE", "PERIOD_ENV_VAR"]
 
@@ -67,10 +69,8 @@ DEFAULT_RATE = {"mm": 75.0e9, "mv": 25.0e9, "depthwise": 30.0e9, "epilogue": 4.0
 
 
 # Plan caches (asymo.conv, asymo.gemm_plan) key on the period on every call: read it from the
-# environment's raw byte dict (as asymo.pool does for the topology) and parse a value once.
-_environ_data = getattr(os.environ, "_data", None)
-if not (isinstance(_environ_data, dict) and os.name == "posix"):  # pragma: no cover
-    _environ_data = None
+# raw environment (asymo._environ) and parse a value once.
+_environ_data = _environ.DATA
 _PERIOD_KEY = os.fsencode(PERIOD_ENV_VAR)
 _last = (None, None)    # (raw env value, its period)
 
