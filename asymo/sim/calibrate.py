@@ -123,44 +123,41 @@ def _co_runner(wl, cpu, topology):
             raise RuntimeError(f"the co-running workload failed: {box['error']!r}")
 
 
-def _traced_sums(run, pool, cpu, seconds, max_external, mon, bufs, max_traces=400):
-    """Seconds in tasks per run of ``run()``, traced as cluster 0 on ``cpu``, for runs
-    totalling at least ``seconds`` (at least 3 runs): a long sample, so that an emulated
-    core's stops fall at every phase of the runs. Runs disturbed by other processes (more
-    than ``max_external`` of the machine) are left out unless all were."""
+def _sample_seconds(measure, cpu, seconds, max_external, mon, max_samples=400):
+    """Figures of ``measure()`` (seconds per call), pinned to ``cpu``, over calls totalling
+    at least ``seconds`` (at least 3 calls, after one warm-up): a long sample, so that an
+    emulated core's stops fall at every phase of the calls. Calls disturbed by other
+    processes (more than ``max_external`` of the machine) are left out unless all were."""
     from asymo.scaling.machine import _pinned_thread
-    from asymo.sim.trace import task_seconds, trace_jobs
     clean, every, total = [], [], 0.0
     with _pinned_thread(cpu):
-        trace_jobs(run, pool, 0, buffers=bufs)             # warm-up
-        while (total < seconds or len(clean) < 3) and len(every) < max_traces:
+        measure()                                           # warm-up
+        while (total < seconds or len(clean) < 3) and len(every) < max_samples:
             snap = mon.snapshot()
-            x = task_seconds(trace_jobs(run, pool, 0, buffers=bufs))
+            x = measure()
             every.append(x)
             if mon.share_since(snap) <= max_external:
                 clean.append(x)
                 total += x
     return clean or every
+
+
+def _traced_sums(run, pool, cpu, seconds, max_external, mon, bufs):
+    """Seconds in tasks per run of ``run()``, traced as cluster 0 on ``cpu``
+    (:func:`_sample_seconds`)."""
+    from asymo.sim.trace import task_seconds, trace_jobs
+    return _sample_seconds(lambda: task_seconds(trace_jobs(run, pool, 0, buffers=bufs)),
+                           cpu, seconds, max_external, mon)
 
 
 def _untraced_seconds(run, cpu, seconds, max_external, mon):
-    """Seconds per call of ``run()`` as it really runs (no tracing), pinned to ``cpu``, over
-    calls totalling at least ``seconds`` (at least 3); calls disturbed by other processes
-    are left out unless all were."""
-    from asymo.scaling.machine import _pinned_thread
-    clean, every, total = [], [], 0.0
-    with _pinned_thread(cpu):
-        run()                                               # warm-up
-        while (total < seconds or len(clean) < 3) and len(every) < 400:
-            snap = mon.snapshot()
-            t0 = time.perf_counter()
-            run()
-            x = time.perf_counter() - t0
-            every.append(x)
-            if mon.share_since(snap) <= max_external:
-                clean.append(x)
-                total += x
-    return clean or every
+    """Seconds per call of ``run()`` as it really runs (no tracing), pinned to ``cpu``
+    (:func:`_sample_seconds`)."""
+    def timed():
+        t0 = time.perf_counter()
+        run()
+        return time.perf_counter() - t0
+    return _sample_seconds(timed, cpu, seconds, max_external, mon)
 
 
 def _traced_ratio(untraced_s, trace, job_overhead_s):
