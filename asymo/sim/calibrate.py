@@ -597,8 +597,7 @@ def traced_ratio(cal, workload):
     if untraced is None or not one:
         return None
     from asymo.sim.trace import trace_from_dict
-    o = cal.get("overheads", {}).get("asymo", {})
-    job = o.get("job", o.get("small_s", 0.0)) or 0.0
+    job = cal.get("overheads", {}).get("asymo", {}).get("job", 0.0)
     return _traced_ratio(float(untraced), trace_from_dict(one[0]), float(job))
 
 
