@@ -164,8 +164,9 @@ def _traced_ratio(untraced_s, trace, job_overhead_s):
     """Traced task time over what untraced calls on one core leave for the tasks (the call
     less the submitting thread's traced work and the per-job overheads): about 1 in a
     consistent calibration."""
+    from asymo.sim.trace import task_seconds
     jobs, tail = trace
-    tasks = sum(float(j.task_s.sum()) for j in jobs)
+    tasks = task_seconds(trace)
     serial = sum(j.gap_s for j in jobs) + tail + job_overhead_s * len(jobs)
     left = untraced_s - serial
     if tasks <= 0 or not (math.isfinite(left) and left > 0):
