@@ -9,8 +9,9 @@ import numpy as np
 
 from asymo.scaling.result import _fmt
 from asymo.scaling.workloads import POOL_POLICIES
-from asymo.sim.calibrate import calibrate_sim, format_calibration, sim_inputs, traced_ratio
-from asymo.sim.engine import Job, Overheads, first_cores, simulate
+from asymo.sim.calibrate import (_default_period, calibrate_sim, format_calibration, sim_inputs,
+                                  submitter_wake, traced_ratio)
+from asymo.sim.engine import DutyCycle, Job, Overheads, first_cores, simulate
 
 
 SIM_PHASES = 4   # emulator phases averaged over (the stops' offset from the run's start)
@@ -24,7 +25,6 @@ SIM_BACK_TO_BACK_MAX = 32
 def _duty_cycles(topology, period):
     """The emulator's stops on ``topology``'s emulated cores: core ``cpu`` at speed ``s`` is
     stopped for ``1 - s`` of every period (see :class:`asymo.sim.DutyCycle`)."""
-    from asymo.sim.engine import DutyCycle
     return [DutyCycle(cpu=cpu, busy=1.0 - s, period=period)
             for cpu, s in sorted(topology.emulated.items())
             if cpu in topology.cpus and s < 1.0]
@@ -33,7 +33,6 @@ def _duty_cycles(topology, period):
 def _phased(interference, i, n):
     """The interference list with every duty cycle's periods shifted by ``i / n`` of a
     period (other kinds unchanged)."""
-    from asymo.sim.engine import DutyCycle
     return [DutyCycle(cpu=d.cpu, busy=d.busy, period=d.period, phase=d.period * i / n)
             if isinstance(d, DutyCycle) else d for d in interference]
 
@@ -54,7 +53,6 @@ def _sim_mean(topology, jobs, policy, overheads, interference, *, back_to_back=F
     traced delays, so that the gap between calls is the submitter's own work and the
     duty-cycle phase carries over from one call to the next, as when the sweep times calls
     back to back), and the makespan is the total over ``R``; ``res.calls`` says ``R``."""
-    from asymo.sim.engine import DutyCycle
     duties = [d for d in interference if isinstance(d, DutyCycle)]
     if not duties:
         res = simulate(topology, jobs, policy=policy, overheads=overheads,
@@ -149,7 +147,6 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
     if emulator_period is None:
         emulator_period = measured.meta.get("emulator_period_s")
     if emulator_period is None:
-        from asymo.sim.calibrate import _default_period
         emulator_period = _default_period()
     cal = calibration or getattr(measured, "calibration", None)
     if cal is None or any(n not in cal["workloads"] for n in names):
@@ -157,7 +154,6 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
                             min_time=min_time, emulator_period=emulator_period)
     duties = _duty_cycles(topology, emulator_period)
     overheads = _noop_overheads(cal, topology, duties)
-    from asymo.sim.calibrate import submitter_wake
     wake = submitter_wake(cal)
     out = {}
     for name in names:
