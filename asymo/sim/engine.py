@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 POLICIES = ("asymo", "even", "shared", "steal")
+SUBMIT_SPIN_S = 10e-6   # csrc/pool.c SUBMIT_SPIN_NS: the submitter polls this long, then sleeps
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class Overheads:
     task: float = 0.0
     steal: float = 0.0
     wake: float = 0.0
-    spin: float = 10e-6   # csrc/pool.c SUBMIT_SPIN_NS (engine.SUBMIT_SPIN_S)
+    spin: float = SUBMIT_SPIN_S
 
     def __post_init__(self):
         for name in ("job", "task", "steal", "wake", "spin"):
@@ -468,7 +469,6 @@ class _Workers:
 # Constants of csrc/pool.c that shape the schedule.
 CHUNK_TARGET_S = 20e-6      # the owner doubles its chunk while a chunk runs shorter than this
 CHUNK_MAX = 1 << 24
-SUBMIT_SPIN_S = 10e-6       # SUBMIT_SPIN_NS: the submitter polls this long, then sleeps
 
 
 class _Queues:
