@@ -551,20 +551,15 @@ def interquartile_mean(values):
 def _default_period():
     """The period of the emulator this process runs under (env ``ASYMO_EMULATED_PERIOD``,
     which ``asymo.emulate`` sets while it runs), else ``asymo.emulate.DEFAULT_PERIOD``."""
-    text = os.environ.get("ASYMO_EMULATED_PERIOD")
+    from asymo.emulate import DEFAULT_PERIOD, ENV_PERIOD
+    from asymo.split_cost import emulated_period
+    period = emulated_period()
+    if period is not None:
+        return period
+    text = os.environ.get(ENV_PERIOD)
     if text:
-        try:
-            period = float(text)
-        except ValueError:
-            period = float("nan")
-        if math.isfinite(period) and period > 0:
-            return period
         warnings.warn(f"ignoring ASYMO_EMULATED_PERIOD={text!r}: not a period in seconds",
                       CalibrationWarning, stacklevel=2)
-    try:
-        from asymo.emulate import DEFAULT_PERIOD
-    except ImportError:
-        return 1e-3
     return DEFAULT_PERIOD
 
 
