@@ -9,8 +9,8 @@ import numpy as np
 
 from asymo.scaling.result import _fmt
 from asymo.scaling.workloads import POOL_POLICIES
-from asymo.sim.calibrate import (_default_period, calibrate_sim, format_calibration, sim_inputs,
-                                  submitter_wake, traced_ratio)
+from asymo.sim.calibrate import (_default_period, _emulated_cpus, _fast_cpu, calibrate_sim,
+                                  format_calibration, sim_inputs, submitter_wake, traced_ratio)
 from asymo.sim.engine import DutyCycle, Job, Overheads, first_cores, simulate
 
 
@@ -25,9 +25,8 @@ SIM_BACK_TO_BACK_MAX = 32
 def _duty_cycles(topology, period):
     """The emulator's stops on ``topology``'s emulated cores: core ``cpu`` at speed ``s`` is
     stopped for ``1 - s`` of every period (see :class:`asymo.sim.DutyCycle`)."""
-    return [DutyCycle(cpu=cpu, busy=1.0 - s, period=period)
-            for cpu, s in sorted(topology.emulated.items())
-            if cpu in topology.cpus and s < 1.0]
+    return [DutyCycle(cpu=cpu, busy=1.0 - topology.emulated[cpu], period=period)
+            for cpu in _emulated_cpus(topology)]
 
 
 def _phased(interference, i, n):
@@ -81,8 +80,7 @@ def _trace_cpus(topology):
     the first un-slowed core (the cores are alike; the slowdown is modelled as the
     emulator's stops), else on each cluster's own first core."""
     if topology.emulated:
-        fast = [c for c in topology.cpus if topology.emulated.get(c, 1.0) >= 1.0]
-        return [fast[0] if fast else topology.cpus[0]] * topology.nclusters
+        return [_fast_cpu(topology)] * topology.nclusters
     return [c.cpus[0] for c in topology.clusters]
 
 

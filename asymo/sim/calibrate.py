@@ -624,10 +624,8 @@ def sim_inputs(cal, workload, k, topology, *, emulator_period=None, corun=True,
     period = emulator_period if emulator_period is not None else \
         (cal.get("emulator_period_s") or _default_period())
     itf = []
-    for cpu, s in sorted(sub.emulated.items()):
-        if cpu not in sub.cpus or s >= 1.0:
-            continue
-        busy = 1.0 - s
+    for cpu in _emulated_cpus(sub):
+        busy = 1.0 - sub.emulated[cpu]
         got = entry.get("emulated", {}).get(str(cpu))
         if availability and got is not None:
             busy += got["lost_per_period_s"] / period
