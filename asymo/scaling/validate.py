@@ -58,17 +58,18 @@ def _sim_mean(topology, jobs, policy, overheads, interference, *, back_to_back=F
                        interference=interference)
         res.calls = 1
         return res
-    runs = [simulate(topology, jobs, policy=policy, overheads=overheads,
-                     interference=_phased(interference, i, SIM_PHASES))
-            for i in range(SIM_PHASES)]
+    def phased_runs(calls):
+        return [simulate(topology, list(jobs) * calls, policy=policy, overheads=overheads,
+                         interference=_phased(interference, i, SIM_PHASES))
+                for i in range(SIM_PHASES)]
+
+    runs = phased_runs(1)
     reps = 1
     if back_to_back:
         one = statistics.fmean(r.makespan for r in runs)
         reps = back_to_back_calls(one, max(d.period for d in duties))
         if reps > 1:
-            runs = [simulate(topology, list(jobs) * reps, policy=policy, overheads=overheads,
-                             interference=_phased(interference, i, SIM_PHASES))
-                    for i in range(SIM_PHASES)]
+            runs = phased_runs(reps)
     res = runs[0]
     res.makespan = statistics.fmean(r.makespan for r in runs) / reps
     res.calls = reps
