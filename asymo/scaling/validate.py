@@ -9,8 +9,9 @@ import numpy as np
 
 from asymo.scaling.result import _fmt
 from asymo.scaling.workloads import POOL_POLICIES
-from asymo.sim.calibrate import calibrate_sim, format_calibration, sim_inputs, traced_ratio
-from asymo.sim.engine import Job, Overheads, first_cores, simulate
+from asymo.sim.calibrate import (_default_period, _emulated_cpus, _fast_cpu, calibrate_sim,
+                                  format_calibration, sim_inputs, submitter_wake, traced_ratio)
+from asymo.sim.engine import DutyCycle, Job, Overheads, first_cores, simulate
 
 
 SIM_PHASES = 4   # emulator phases averaged over (the stops' offset from the run's start)
@@ -24,16 +25,13 @@ SIM_BACK_TO_BACK_MAX = 32
 def _duty_cycles(topology, period):
     """The emulator's stops on ``topology``'s emulated cores: core ``cpu`` at speed ``s`` is
     stopped for ``1 - s`` of every period (see :class:`asymo.sim.DutyCycle`)."""
-    from asymo.sim.engine import DutyCycle
-    return [DutyCycle(cpu=cpu, busy=1.0 - s, period=period)
-            for cpu, s in sorted(topology.emulated.items())
-            if cpu in topology.cpus and s < 1.0]
+    return [DutyCycle(cpu=cpu, busy=1.0 - topology.emulated[cpu], period=period)
+            for cpu in _emulated_cpus(topology)]
 
 
 def _phased(interference, i, n):
     """The interference list with every duty cycle's periods shifted by ``i / n`` of a
     period (other kinds unchanged)."""
-    from asymo.sim.engine import DutyCycle
     return [DutyCycle(cpu=d.cpu, busy=d.busy, period=d.period, phase=d.period * i / n)
             if isinstance(d, DutyCycle) else d for d in interference]
 
@@ -54,24 +52,24 @@ def _sim_mean(topology, jobs, policy, overheads, interference, *, back_to_back=F
     traced delays, so that the gap between calls is the submitter's own work and the
     duty-cycle phase carries over from one call to the next, as when the sweep times calls
     back to back), and the makespan is the total over ``R``; ``res.calls`` says ``R``."""
-    from asymo.sim.engine import DutyCycle
     duties = [d for d in interference if isinstance(d, DutyCycle)]
     if not duties:
         res = simulate(topology, jobs, policy=policy, overheads=overheads,
                        interference=interference)
         res.calls = 1
         return res
-    runs = [simulate(topology, jobs, policy=policy, overheads=overheads,
-                     interference=_phased(interference, i, SIM_PHASES))
-            for i in range(SIM_PHASES)]
+    def phased_runs(calls):
+        return [simulate(topology, list(jobs) * calls, policy=policy, overheads=overheads,
+                         interference=_phased(interference, i, SIM_PHASES))
+                for i in range(SIM_PHASES)]
+
+    runs = phased_runs(1)
     reps = 1
     if back_to_back:
         one = statistics.fmean(r.makespan for r in runs)
         reps = back_to_back_calls(one, max(d.period for d in duties))
         if reps > 1:
-            runs = [simulate(topology, list(jobs) * reps, policy=policy, overheads=overheads,
-                             interference=_phased(interference, i, SIM_PHASES))
-                    for i in range(SIM_PHASES)]
+            runs = phased_runs(reps)
     res = runs[0]
     res.makespan = statistics.fmean(r.makespan for r in runs) / reps
     res.calls = reps
@@ -83,8 +81,7 @@ def _trace_cpus(topology):
     the first un-slowed core (the cores are alike; the slowdown is modelled as the
     emulator's stops), else on each cluster's own first core."""
     if topology.emulated:
-        fast = [c for c in topology.cpus if topology.emulated.get(c, 1.0) >= 1.0]
-        return [fast[0] if fast else topology.cpus[0]] * topology.nclusters
+        return [_fast_cpu(topology)] * topology.nclusters
     return [c.cpus[0] for c in topology.clusters]
 
 
@@ -149,7 +146,6 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
     if emulator_period is None:
         emulator_period = measured.meta.get("emulator_period_s")
     if emulator_period is None:
-        from asymo.sim.calibrate import _default_period
         emulator_period = _default_period()
     cal = calibration or getattr(measured, "calibration", None)
     if cal is None or any(n not in cal["workloads"] for n in names):
@@ -157,7 +153,6 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
                             min_time=min_time, emulator_period=emulator_period)
     duties = _duty_cycles(topology, emulator_period)
     overheads = _noop_overheads(cal, topology, duties)
-    from asymo.sim.calibrate import submitter_wake
     wake = submitter_wake(cal)
     out = {}
     for name in names:

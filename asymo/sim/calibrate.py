@@ -123,52 +123,50 @@ def _co_runner(wl, cpu, topology):
             raise RuntimeError(f"the co-running workload failed: {box['error']!r}")
 
 
-def _traced_sums(run, pool, cpu, seconds, max_external, mon, bufs, max_traces=400):
-    """Seconds in tasks per run of ``run()``, traced as cluster 0 on ``cpu``, for runs
-    totalling at least ``seconds`` (at least 3 runs): a long sample, so that an emulated
-    core's stops fall at every phase of the runs. Runs disturbed by other processes (more
-    than ``max_external`` of the machine) are left out unless all were."""
+def _sample_seconds(measure, cpu, seconds, max_external, mon, max_samples=400):
+    """Figures of ``measure()`` (seconds per call), pinned to ``cpu``, over calls totalling
+    at least ``seconds`` (at least 3 calls, after one warm-up): a long sample, so that an
+    emulated core's stops fall at every phase of the calls. Calls disturbed by other
+    processes (more than ``max_external`` of the machine) are left out unless all were."""
     from asymo.scaling.machine import _pinned_thread
-    from asymo.sim.trace import task_seconds, trace_jobs
     clean, every, total = [], [], 0.0
     with _pinned_thread(cpu):
-        trace_jobs(run, pool, 0, buffers=bufs)             # warm-up
-        while (total < seconds or len(clean) < 3) and len(every) < max_traces:
+        measure()                                           # warm-up
+        while (total < seconds or len(clean) < 3) and len(every) < max_samples:
             snap = mon.snapshot()
-            x = task_seconds(trace_jobs(run, pool, 0, buffers=bufs))
+            x = measure()
             every.append(x)
             if mon.share_since(snap) <= max_external:
                 clean.append(x)
                 total += x
     return clean or every
+
+
+def _traced_sums(run, pool, cpu, seconds, max_external, mon, bufs):
+    """Seconds in tasks per run of ``run()``, traced as cluster 0 on ``cpu``
+    (:func:`_sample_seconds`)."""
+    from asymo.sim.trace import task_seconds, trace_jobs
+    return _sample_seconds(lambda: task_seconds(trace_jobs(run, pool, 0, buffers=bufs)),
+                           cpu, seconds, max_external, mon)
 
 
 def _untraced_seconds(run, cpu, seconds, max_external, mon):
-    """Seconds per call of ``run()`` as it really runs (no tracing), pinned to ``cpu``, over
-    calls totalling at least ``seconds`` (at least 3); calls disturbed by other processes
-    are left out unless all were."""
-    from asymo.scaling.machine import _pinned_thread
-    clean, every, total = [], [], 0.0
-    with _pinned_thread(cpu):
-        run()                                               # warm-up
-        while (total < seconds or len(clean) < 3) and len(every) < 400:
-            snap = mon.snapshot()
-            t0 = time.perf_counter()
-            run()
-            x = time.perf_counter() - t0
-            every.append(x)
-            if mon.share_since(snap) <= max_external:
-                clean.append(x)
-                total += x
-    return clean or every
+    """Seconds per call of ``run()`` as it really runs (no tracing), pinned to ``cpu``
+    (:func:`_sample_seconds`)."""
+    def timed():
+        t0 = time.perf_counter()
+        run()
+        return time.perf_counter() - t0
+    return _sample_seconds(timed, cpu, seconds, max_external, mon)
 
 
 def _traced_ratio(untraced_s, trace, job_overhead_s):
     """Traced task time over what untraced calls on one core leave for the tasks (the call
     less the submitting thread's traced work and the per-job overheads): about 1 in a
     consistent calibration."""
+    from asymo.sim.trace import task_seconds
     jobs, tail = trace
-    tasks = sum(float(j.task_s.sum()) for j in jobs)
+    tasks = task_seconds(trace)
     serial = sum(j.gap_s for j in jobs) + tail + job_overhead_s * len(jobs)
     left = untraced_s - serial
     if tasks <= 0 or not (math.isfinite(left) and left > 0):
@@ -553,6 +551,7 @@ def interquartile_mean(values):
 def _default_period():
     """The period of the emulator this process runs under (env ``ASYMO_EMULATED_PERIOD``,
     which ``asymo.emulate`` sets while it runs), else ``asymo.emulate.DEFAULT_PERIOD``."""
+    from asymo.emulate import DEFAULT_PERIOD
     from asymo.split_cost import PERIOD_ENV_VAR, emulated_period
     period = emulated_period()
     if period is not None:
@@ -561,10 +560,6 @@ def _default_period():
     if text:
         warnings.warn(f"ignoring {PERIOD_ENV_VAR}={text!r}: not a period in seconds",
                       CalibrationWarning, stacklevel=2)
-    try:
-        from asymo.emulate import DEFAULT_PERIOD
-    except ImportError:
-        return 1e-3
     return DEFAULT_PERIOD
 
 
@@ -598,8 +593,7 @@ def traced_ratio(cal, workload):
     if untraced is None or not one:
         return None
     from asymo.sim.trace import trace_from_dict
-    o = cal.get("overheads", {}).get("asymo", {})
-    job = o.get("job", o.get("small_s", 0.0)) or 0.0
+    job = cal.get("overheads", {}).get("asymo", {}).get("job", 0.0)
     return _traced_ratio(float(untraced), trace_from_dict(one[0]), float(job))
 
 
@@ -630,10 +624,8 @@ def sim_inputs(cal, workload, k, topology, *, emulator_period=None, corun=True,
     period = emulator_period if emulator_period is not None else \
         (cal.get("emulator_period_s") or _default_period())
     itf = []
-    for cpu, s in sorted(sub.emulated.items()):
-        if cpu not in sub.cpus or s >= 1.0:
-            continue
-        busy = 1.0 - s
+    for cpu in _emulated_cpus(sub):
+        busy = 1.0 - sub.emulated[cpu]
         got = entry.get("emulated", {}).get(str(cpu))
         if availability and got is not None:
             busy += got["lost_per_period_s"] / period

@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 POLICIES = ("asymo", "even", "shared", "steal")
+SUBMIT_SPIN_S = 10e-6   # csrc/pool.c SUBMIT_SPIN_NS: the submitter polls this long, then sleeps
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class Overheads:
     task: float = 0.0
     steal: float = 0.0
     wake: float = 0.0
-    spin: float = 10e-6   # csrc/pool.c SUBMIT_SPIN_NS (engine.SUBMIT_SPIN_S)
+    spin: float = SUBMIT_SPIN_S
 
     def __post_init__(self):
         for name in ("job", "task", "steal", "wake", "spin"):
@@ -468,7 +469,6 @@ class _Workers:
 # Constants of csrc/pool.c that shape the schedule.
 CHUNK_TARGET_S = 20e-6      # the owner doubles its chunk while a chunk runs shorter than this
 CHUNK_MAX = 1 << 24
-SUBMIT_SPIN_S = 10e-6       # SUBMIT_SPIN_NS: the submitter polls this long, then sleeps
 
 
 class _Queues:
@@ -595,6 +595,16 @@ class _Policy:
                 return self.next_shared - 1, self.next_shared, -1
             return None
         return self.queues.pop_front(w, self.chunk[w])
+
+    def take(self, w):
+        """w's next range and whether w stole it: its own queue's front, else a range stolen
+        into its queue -- the thief goes straight back to its own queue, where the stolen
+        range now sits in front, and takes its first chunk before anyone can steal it back
+        (in pool.c a window of a few instructions). ``(None, False)`` when w finds no work."""
+        r = self.pop(w)
+        if r is not None or self.steal(w) is None:
+            return r, False
+        return self.pop(w), True
 
     def adapt(self, w, seconds):
         if self.policy == "shared":
@@ -771,20 +781,16 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
         while heap:
             t, w = heapq.heappop(heap)
             clock = clocks[w]
-            r = state.pop(w)
-            t_take = t
+            r, stole = state.take(w)
             if r is None:
-                if state.steal(w) is None:
-                    end = max(end, t)
-                    if w == 0:
-                        idle0 = t
-                    continue
-                # The thief goes straight back to its own queue, where the stolen range now
-                # sits in front: it takes its first chunk before anyone can steal it back
-                # (in pool.c a window of a few instructions).
+                end = max(end, t)
+                if w == 0:
+                    idle0 = t
+                continue
+            t_take = t
+            if stole:
                 steal_ops[w] += 1
                 t_take = clock.finish(t, overheads.steal)
-                r = state.pop(w)
             lo, hi, origin = r
             ci = workers.cluster[w]
             t_start = clock.finish(t_take, overheads.task)
@@ -859,17 +865,16 @@ def _run_job_piecewise(state, start, workers, clocks, groups, cost_on, overheads
         while pending:
             pending.sort()
             w = pending.pop(0)
-            r = state.pop(w)
-            pieces = []
+            r, stole = state.take(w)
             if r is None:
-                if state.steal(w) is None:
-                    end = max(end, now)
-                    if w == 0:
-                        idle0 = now
-                    continue
+                end = max(end, now)
+                if w == 0:
+                    idle0 = now
+                continue
+            pieces = []
+            if stole:
                 steal_ops[w] += 1
                 pieces.append(["steal", overheads.steal, overheads.steal])
-                r = state.pop(w)
             lo, hi, origin = r
             cost = float(cost_on[workers.cluster[w]][lo:hi].sum())
             pieces.append(["take", overheads.task, overheads.task])

@@ -121,10 +121,9 @@ def task_seconds(trace):
     return float(sum(j.task_s.sum() for j in jobs))
 
 
-def collect_traces(run, pool, cpus, *, repeats=5, warmup=1, max_external=0.05,
-                   as_clusters=None):
-    """Repeated traces of ``run()`` on ``pool``: for each cluster ``c`` (or each of
-    ``as_clusters``), traced as ``c`` with the calling thread pinned to ``cpus[i]``.
+def collect_traces(run, pool, cpus, *, repeats=5, warmup=1, max_external=0.05):
+    """Repeated traces of ``run()`` on ``pool``: for each cluster ``c``, traced as ``c`` with
+    the calling thread pinned to ``cpus[c]`` (an int: the same core for every cluster).
 
     A trace during which other processes used more than ``max_external`` of the machine is
     retaken (up to ``4 * repeats`` traces; all of them are kept when fewer were undisturbed).
@@ -134,15 +133,12 @@ def collect_traces(run, pool, cpus, *, repeats=5, warmup=1, max_external=0.05,
     from asymo._loadmon import OtherLoad
     from asymo.scaling.machine import _pinned_thread
     mon = OtherLoad()
-    clusters = list(range(pool.topology.nclusters)) if as_clusters is None else \
-        list(as_clusters)
-    cpus = [cpus] * len(clusters) if isinstance(cpus, int) else list(cpus)
-    if len(cpus) != len(clusters):
-        raise ValueError(f"{len(cpus)} cpus for {len(clusters)} traced clusters")
+    ncl = pool.topology.nclusters
+    cpus = [cpus] * ncl if isinstance(cpus, int) else list(cpus)
     bufs = (ffi.new("asymo_trace_job[]", 1 << 12), ffi.new("int64_t[]", 1 << 16))
     out = []
-    for c, cpu in zip(clusters, cpus):
-        with _pinned_thread(cpu):
+    for c in range(ncl):
+        with _pinned_thread(cpus[c]):
             for _ in range(warmup):
                 trace_jobs(run, pool, c, buffers=bufs)
             clean, every = [], []
