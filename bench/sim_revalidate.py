@@ -30,7 +30,7 @@ from asymo.scaling.workloads import make_workloads       # noqa: E402
 from asymo.sim import calibrate as C                     # noqa: E402
 from sim_validation_summary import read_json             # noqa: E402
 
-TOLERANCE = 0.10
+TOLERANCE = V.TOLERANCE
 
 
 def load(path):

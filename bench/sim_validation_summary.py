@@ -20,11 +20,14 @@ import argparse
 import gzip
 import json
 import math
+import os
 import statistics
 import sys
 from collections import defaultdict
 
-POLICIES = ("asymo", "even", "shared", "steal")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from asymo.scaling.validate import POOL_POLICIES as POLICIES, TOLERANCE  # noqa: E402
 
 
 def read_json(path):
@@ -102,7 +105,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+",
                     help="JSON files written by --validate-sim --json (.json.gz read too)")
-    ap.add_argument("--tolerance", type=float, default=0.10)
+    ap.add_argument("--tolerance", type=float, default=TOLERANCE)
     ap.add_argument("--markdown", action="store_true", help="print Markdown tables")
     args = ap.parse_args(argv)
     sweeps = [load(p) for p in args.files]
