@@ -742,12 +742,7 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
     clocks = [_Clock(per_cpu.get(cpu, ()), duty.get(cpu)) for cpu in workers.cpu]
 
     nclusters = topology.nclusters
-    busy = np.zeros(workers.n)
-    tasks_run = np.zeros(workers.n, dtype=np.int64)
-    tasks_stolen = np.zeros(workers.n, dtype=np.int64)
-    steal_ops = np.zeros(workers.n, dtype=np.int64)
-    steals = np.zeros((nclusters, nclusters), dtype=np.int64)
-    stats = (busy, tasks_run, tasks_stolen, steal_ops, steals)
+    stats = _Tally(workers.n, nclusters)
     total_speed = sum(workers.speed)
     now, ideal = 0.0, 0.0
     job_makespans = []
@@ -789,27 +784,45 @@ def simulate(topology, jobs, *, policy="asymo", speeds=None, overheads=None,
                 continue
             t_take = t
             if stole:
-                steal_ops[w] += 1
+                stats.steal_ops[w] += 1
                 t_take = clock.finish(t, overheads.steal)
             lo, hi, origin = r
             ci = workers.cluster[w]
             t_start = clock.finish(t_take, overheads.task)
             t_end = clock.finish(t_start, float(cost_on[ci][lo:hi].sum()))
-            busy[w] += t_end - t_start
-            tasks_run[w] += hi - lo
-            if origin >= 0:
-                tasks_stolen[w] += hi - lo
-                steals[ci, origin] += hi - lo
-            state.adapt(w, t_end - t_start)
+            stats.ran(state, w, ci, lo, hi, origin, t_end - t_start)
             heapq.heappush(heap, (t_end, w))
         end = _submitter_wakes(end, idle0, overheads)
         job_makespans.append(end - now)
         now = end
 
     return SimResult(policy=policy, topology=topology, makespan=now,
-                     job_makespans=job_makespans, busy=busy, tasks_run=tasks_run,
-                     tasks_stolen=tasks_stolen, steal_ops=steal_ops, steals=steals,
-                     ideal_makespan=ideal, overheads=overheads)
+                     job_makespans=job_makespans, busy=stats.busy, tasks_run=stats.tasks_run,
+                     tasks_stolen=stats.tasks_stolen, steal_ops=stats.steal_ops,
+                     steals=stats.steals, ideal_makespan=ideal, overheads=overheads)
+
+
+class _Tally:
+    """What a simulation counts, per worker (and stolen tasks per cluster pair), for both
+    event loops."""
+
+    def __init__(self, nworkers, nclusters):
+        self.busy = np.zeros(nworkers)
+        self.tasks_run = np.zeros(nworkers, dtype=np.int64)
+        self.tasks_stolen = np.zeros(nworkers, dtype=np.int64)
+        self.steal_ops = np.zeros(nworkers, dtype=np.int64)
+        self.steals = np.zeros((nclusters, nclusters), dtype=np.int64)
+
+    def ran(self, state, w, ci, lo, hi, origin, seconds):
+        """Worker ``w`` (of cluster ``ci``) ran tasks ``lo:hi`` (stolen from a worker of
+        cluster ``origin``, or its own when negative) in ``seconds``; the policy adapts its
+        chunk to it."""
+        self.busy[w] += seconds
+        self.tasks_run[w] += hi - lo
+        if origin >= 0:
+            self.tasks_stolen[w] += hi - lo
+            self.steals[ci, origin] += hi - lo
+        state.adapt(w, seconds)
 
 
 def _submitter_wakes(end, idle0, overheads):
@@ -827,7 +840,6 @@ def _run_job_piecewise(state, start, workers, clocks, groups, cost_on, overheads
     its current rate (the core's availability, times the co-running slowdown for tasks)
     until the next event: a piece ending or a core's availability changing. Returns the
     time the job's last task ended and the time worker 0 found no more work."""
-    busy, tasks_run, tasks_stolen, steal_ops, steals = stats
     n = workers.n
     member_of = [[g for g, (_, ws) in enumerate(groups) if w in ws] for w in range(n)]
     segs = [None] * n          # per worker: list of pieces [kind, work left, work, ...]
@@ -843,13 +855,7 @@ def _run_job_piecewise(state, start, workers, clocks, groups, cost_on, overheads
             done = s.pop(0)
             if done[0] == "task":
                 lo, hi, origin, t0 = task[w]
-                ci = workers.cluster[w]
-                busy[w] += now - t0
-                tasks_run[w] += hi - lo
-                if origin >= 0:
-                    tasks_stolen[w] += hi - lo
-                    steals[ci, origin] += hi - lo
-                state.adapt(w, now - t0)
+                stats.ran(state, w, workers.cluster[w], lo, hi, origin, now - t0)
                 task[w] = None
             if s and s[0][0] == "task":
                 lo, hi, origin, _ = task[w]
@@ -873,7 +879,7 @@ def _run_job_piecewise(state, start, workers, clocks, groups, cost_on, overheads
                 continue
             pieces = []
             if stole:
-                steal_ops[w] += 1
+                stats.steal_ops[w] += 1
                 pieces.append(["steal", overheads.steal, overheads.steal])
             lo, hi, origin = r
             cost = float(cost_on[workers.cluster[w]][lo:hi].sum())
