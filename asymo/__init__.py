@@ -23,6 +23,7 @@ _LAZY = {
     "models": ("asymo.models", None),
     "from_onnx": ("asymo.models.onnx_loader", "from_onnx"),
     "from_torch": ("asymo.models.torch_loader", "from_torch"),
+    "torch": ("asymo.torch", None),
     "plan_matmul": ("asymo.matmul_plan", "plan_matmul"),
     "sim": ("asymo.sim", None),
     "scaling": ("asymo.scaling", None),

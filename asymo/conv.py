@@ -161,6 +161,42 @@ def _ptr(a):
     return ffi.cast("void *", a.ctypes.data)
 
 
+def _torch_of(*arrays):
+    """The torch module when any of ``arrays`` is a torch tensor (torch stays optional:
+    imported only when a tensor is passed)."""
+    for a in arrays:
+        if a is not None and type(a).__module__.startswith("torch"):
+            import torch
+
+            if isinstance(a, torch.Tensor):
+                return torch
+    return None
+
+
+def _tensor_as_array(torch, a, what, name):
+    """A NumPy view of a CPU tensor (detached: asymo is inference-only, no gradients)."""
+    if a is None or not isinstance(a, torch.Tensor):
+        return a
+    if a.device.type != "cpu":
+        raise TypeError(f"{what}: {name} is on {a.device}; asymo runs on the CPU")
+    if a.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"{what}: {name} must be float32 or float64, got {a.dtype}")
+    return a.detach().resolve_conj().numpy()
+
+
+def _conv2d_torch(torch, x, weight, bias, stride, padding, dilation, groups, activation,
+                  residual, out, pool):
+    args = [_tensor_as_array(torch, a, "conv2d", n) for a, n in
+            ((x, "input"), (weight, "weight"), (bias, "bias"), (residual, "residual"))]
+    res = conv2d(*args[:3], stride, padding, dilation, groups, activation=activation,
+                 residual=args[3], out=out if isinstance(out, np.ndarray) else None, pool=pool)
+    if isinstance(out, torch.Tensor):
+        with torch.no_grad():
+            out.copy_(torch.from_numpy(res))
+        return out
+    return torch.from_numpy(res)
+
+
 def _even_blocks(n, nblocks):
     nblocks = max(1, min(int(nblocks), int(n)))
     return [n * i // nblocks for i in range(nblocks + 1)]
@@ -197,6 +233,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     Returns
     -------
     ndarray, shape (N, Cout, OH, OW) or (Cout, OH, OW)
+        A torch tensor when any argument is one (CPU float32 / float64 tensors are read
+        without a copy; tensors that require grad are detached: asymo is inference-only,
+        and the result has no autograd history). ``out`` may then be a tensor too.
 
     Raises
     ------
@@ -206,6 +245,10 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         Wrong ranks, channel / group mismatches, kernel larger than the padded input, bad
         stride / padding / dilation, wrong ``out``.
     """
+    torch = _torch_of(x, weight, bias, residual, out)
+    if torch is not None:
+        return _conv2d_torch(torch, x, weight, bias, stride, padding, dilation, groups,
+                             activation, residual, out, pool)
     x = _as_float_array(x, "input")
     weight = _as_float_array(weight, "weight")
     if x.ndim not in (3, 4):

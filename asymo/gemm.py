@@ -198,7 +198,9 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     Returns
     -------
     ndarray or scalar
-        The product (a NumPy scalar when both operands are 1-D and ``out`` is None).
+        The product (a NumPy scalar when both operands are 1-D and ``out`` is None); a torch
+        tensor when an operand is one (tensors that require grad are detached: asymo is
+        inference-only).
 
     Raises
     ------
@@ -223,6 +225,10 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
         res = _matmul_2d(a, b, out, pool)
         if res is not None:
             return res
+    if type(a) is not np.ndarray or type(b) is not np.ndarray:
+        torch = _torch_of(a, b, out)
+        if torch is not None:
+            return _matmul_torch(torch, a, b, out, backend, pool)
     backend = _check_backend(backend)
     if type(a) is not np.ndarray:
         if _foreign(a):
@@ -271,6 +277,38 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     if target is not c2:
         c2[...] = target
     return res[()] if scalar else res
+
+
+def _torch_of(*arrays):
+    """The torch module when any of ``arrays`` is a torch tensor (torch stays optional)."""
+    for x in arrays:
+        if x is not None and type(x).__module__.startswith("torch"):
+            import torch
+
+            if isinstance(x, torch.Tensor):
+                return torch
+    return None
+
+
+def _matmul_torch(torch, a, b, out, backend, pool):
+    """``matmul`` on tensors: CPU float32 / float64 tensors are read without a copy (detached:
+    asymo is inference-only) and the result comes back as a tensor."""
+    def arr(x, name):
+        if not isinstance(x, torch.Tensor):
+            return x
+        if x.device.type != "cpu":
+            raise TypeError(f"matmul: {name} is on {x.device}; asymo runs on the CPU")
+        if x.dtype in (torch.bfloat16,):
+            raise TypeError(f"matmul: {name} has dtype {x.dtype}, which NumPy cannot hold")
+        return x.detach().resolve_conj().numpy()
+
+    res = matmul(arr(a, "a"), arr(b, "b"), out=out if isinstance(out, np.ndarray) else None,
+                 backend=backend, pool=pool)
+    if isinstance(out, torch.Tensor):
+        with torch.no_grad():
+            out.copy_(torch.as_tensor(res))
+        return out
+    return torch.as_tensor(res)
 
 
 def _matmul_2d(a, b, out, pool):
