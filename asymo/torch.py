@@ -30,8 +30,8 @@ import threading
 
 import torch as _torch
 
-from asymo.conv import conv2d as _asymo_conv2d
-from asymo.gemm import matmul as _asymo_matmul
+from asymo.ops.conv import conv2d as _asymo_conv2d
+from asymo.ops.matmul import matmul as _asymo_matmul
 
 __all__ = ["compile", "CompiledModule", "conv2d", "matmul", "torch_threads"]
 
