@@ -647,6 +647,11 @@ class GraphModel:
             outs = [torch.from_numpy(o) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def materialize(self):
+        """Plan batch 1 and make one arena instance now (the weights are loaded already)."""
+        self._release(1, self._acquire(1))
+        return self
+
     def run(self, x, *, pool=None):
         """``model(x)`` (the zoo models' name for it)."""
         return self(x, pool=pool)
