@@ -287,3 +287,17 @@ def test_bad_models_rejected_before_running():
              helper.make_node("Add", ["x", "b"], ["y"])]
     with pytest.raises(GraphError, match="cycle"):
         asymo.from_onnx(_model(nodes, [_vi("x", ["N", 3])], [_vi("y", None)]))
+
+
+@pytest.mark.parametrize("name,size", [("googlenet", 64), ("resnet50", 64), ("alexnet", 67),
+                                       ("mobilenet_v1", 64), ("squeezenet", 67)])
+def test_zoo_networks_as_graphs_match_the_zoo(name, size):
+    import asymo.models as zoo
+
+    ref_model = zoo.get(name, image_size=size, seed=3)
+    gm = zoo.get_graph(name, image_size=size, seed=3)
+    x = RNG.standard_normal((2, 3, size, size)).astype(np.float32)
+    want = ref_model.run(x)
+    np.testing.assert_allclose(gm(x), want, rtol=1e-4, atol=1e-5)
+    assert gm.matmul_shapes() == ref_model.matmul_shapes()
+    assert gm.flops == ref_model.flops

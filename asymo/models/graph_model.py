@@ -309,6 +309,28 @@ def _bn_runner(n, V, C, g):
     return run
 
 
+def _lrn_runner(n, V, C, g):
+    x, y = V[n.inputs[0]], V[n.outputs[0]]
+    size = int(n.attrs["size"])
+    alpha, beta = float(n.attrs.get("alpha", 1e-4)), float(n.attrs.get("beta", 0.75))
+    bias = float(n.attrs.get("bias", 1.0))
+    c = x.shape[1]
+    before, after = (size - 1) // 2, size // 2  # ONNX: floor((size-1)/2) before, ceil after
+    hi = np.minimum(np.arange(c) + after + 1, c)
+    lo = np.maximum(np.arange(c) - before, 0)
+
+    def run(pool):
+        # the window sums of squares as differences of a prefix sum over channels
+        csum = np.zeros((x.shape[0], c + 1) + x.shape[2:], np.float32)
+        np.cumsum(np.square(x), axis=1, out=csum[:, 1:])
+        window = csum[:, hi] - csum[:, lo]
+        window *= np.float32(alpha / size)
+        window += np.float32(bias)
+        np.power(window, np.float32(beta), out=window)
+        np.divide(x, window, out=y)
+    return run
+
+
 def _concat_runner(n, V, C, g):
     ins = [V[t] if t in V else C[t] for t in n.inputs if t]
     y = V[n.outputs[0]]
@@ -410,7 +432,7 @@ _RUNNERS = {
     "LeakyRelu": _unary_runner, "asymo.SiLU": _unary_runner,
     "Add": _binary_runner, "Mul": _binary_runner, "Sub": _binary_runner, "Div": _binary_runner,
     "BatchNormalization": _bn_runner, "Concat": _concat_runner, "Transpose": _transpose_runner,
-    "Identity": _copy_runner, "Softmax": _softmax_runner,
+    "Identity": _copy_runner, "Softmax": _softmax_runner, "LRN": _lrn_runner,
 }
 _SHAPED_RUNNERS = {"ReduceMean": _reduce_mean_runner, "Split": _split_runner,
                    "Slice": _slice_runner, "Pad": _pad_runner}

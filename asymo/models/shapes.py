@@ -424,7 +424,7 @@ RULES = {
     "Reshape": _reshape, "Flatten": _flatten, "Squeeze": _squeeze, "Unsqueeze": _unsqueeze,
     "MaxPool": _pool, "AveragePool": _pool, "GlobalAveragePool": _global_pool,
     "GlobalMaxPool": _global_pool,
-    "Pad": _pad, "Softmax": _softmax, "Dropout": _same, "Identity": _same,
+    "Pad": _pad, "Softmax": _softmax, "LRN": _same, "Dropout": _same, "Identity": _same,
 }
 SUPPORTED_OPS = frozenset(k for k in RULES if not k.startswith("asymo."))
 

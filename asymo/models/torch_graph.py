@@ -124,6 +124,9 @@ class TorchGraphRunner:
                               value=value if mode == "constant" else None)
                 elif op == "Softmax":
                     y = torch.softmax(ins[0], dim=int(a.get("axis", -1 if g.opset >= 13 else 1)))
+                elif op == "LRN":
+                    y = F.local_response_norm(ins[0], int(a["size"]), a.get("alpha", 1e-4),
+                                              a.get("beta", 0.75), a.get("bias", 1.0))
                 elif op == "ReduceMean":
                     axes, keep = reduce_axes(g, n, allshapes)
                     y = ins[0].mean(dim=axes, keepdim=keep)
