@@ -301,3 +301,35 @@ def test_zoo_networks_as_graphs_match_the_zoo(name, size):
     np.testing.assert_allclose(gm(x), want, rtol=1e-4, atol=1e-5)
     assert gm.matmul_shapes() == ref_model.matmul_shapes()
     assert gm.flops == ref_model.flops
+
+
+def test_planned_graph_ranges_back_to_onnx_for_other_executors():
+    """A contiguous range of a planned graph (a pipeline stage) exported to ONNX runs on
+    ONNX Runtime with the same result as asymo's run_layers."""
+    from asymo.models.onnx_export import to_onnx
+
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["a", "lo", "hi"], ["b"]),
+             helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "b"], ["d"]),
+             helper.make_node("Relu", ["d"], ["e"]),
+             helper.make_node("Sigmoid", ["e"], ["s"]),
+             helper.make_node("Mul", ["e", "s"], ["f"]),
+             helper.make_node("MaxPool", ["f"], ["g"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("GlobalAveragePool", ["g"], ["h"]),
+             helper.make_node("Flatten", ["h"], ["i"]),
+             helper.make_node("Gemm", ["i", "fw", "fb"], ["j"], transB=1),
+             helper.make_node("Relu", ["j"], ["y"])]
+    inits = [("w1", _w(4, 3, 3, 3)), ("w2", _w(4, 4, 3, 3)), ("lo", np.float32(0)),
+             ("hi", np.float32(6)), ("fw", _w(5, 4)), ("fb", _w(5))]
+    m = asymo.from_onnx(_model(nodes, [_vi("x", ["N", 3, 8, 8])], [_vi("y", None)], inits))
+    x = _w(2, 3, 8, 8)
+    full = _ort(to_onnx(m.graph), {"x": x})[0]
+    np.testing.assert_allclose(full, m(x), rtol=1e-4, atol=1e-5)
+    segs = m.graph.segments()
+    k = 1
+    a, b = segs[k][0], segs[-1][1]
+    sub = m.graph.subgraph(a, b)
+    h = m.run_layers(x, 0, k - 1)
+    got = _ort(to_onnx(sub), {sub.inputs[0].name: h})[0]
+    np.testing.assert_allclose(got, m(x), rtol=1e-4, atol=1e-5)
