@@ -84,3 +84,13 @@ def test_pipeline_prediction_warning():
            "kernel_level": {"throughput": 50.0, "predicted_throughput": 52.0}}
     w = prediction_warnings(low)
     assert len(w) == 1 and "0.47x" in w[0] and "re-measure" in w[0].lower()
+
+
+def test_demo_network_section(capsys):
+    pytest.importorskip("torch")
+    from asymo.cli.demo import network_demo
+
+    res = network_demo("squeezenet1_1", size=64, repeats=1, min_time=0.01)
+    text = capsys.readouterr().out
+    assert "how to read it" in text and "lower is better" in text
+    assert res["seconds"]["asymo"] > 0 and "torch" in res["seconds"]

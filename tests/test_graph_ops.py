@@ -172,6 +172,10 @@ def test_arena_is_planned_once_and_shared():
     p = m.plan(4)
     assert p.arena_bytes < p.naive_bytes
     assert p.aliases.get("g") == "f"  # Flatten is a view
+    # the two 1x1 convolutions write their channel slices of the concat's output
+    concat = next(n for n in m.graph.nodes if n.op == "Concat")
+    assert p.kernels[concat.name].startswith("view")
+    assert p.slices["c"] == ("e", 0, 4) and p.slices["d"] == ("e", 4, 8)
     # tensors alive at the same time never overlap
     x = _w(4, 3, 8, 8)
     y1 = m(x)

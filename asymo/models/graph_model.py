@@ -36,6 +36,9 @@ ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 INPLACE_OPS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "Add", "Mul", "Sub",
                          "Div", "BatchNormalization"})
 ALIGN = 64  # bytes: every arena tensor starts on a cache line
+# operators that write a strided output (a channel slice of a concat) correctly
+SLICE_WRITERS = frozenset({"asymo.Conv", "MaxPool", "AveragePool", "Relu", "Clip", "Sigmoid",
+                           "HardSigmoid", "HardSwish", "asymo.SiLU", "Tanh"})
 
 
 @dataclass
@@ -45,7 +48,8 @@ class ExecutionPlan:
     ``shapes``: tensor -> shape; ``storage``: tensor -> ``(offset, nbytes)`` in the arena
     (bytes), views and in-place results sharing their input's storage (``aliases``: tensor ->
     the tensor whose storage it uses); ``kernels``: node name -> kernel path;
-    ``naive_bytes``: what one buffer per tensor would take."""
+    ``naive_bytes``: what one buffer per tensor would take; ``slices``: tensor -> ``(concat
+    output, first channel, end channel)`` for concat inputs written in place."""
 
     batch: int
     shapes: dict
@@ -54,12 +58,14 @@ class ExecutionPlan:
     kernels: dict
     naive_bytes: int = 0
     aliases: dict = field(default_factory=dict)
+    slices: dict = field(default_factory=dict)
 
     def to_dict(self):
         return {"batch": self.batch, "arena_bytes": self.arena_bytes,
                 "naive_bytes": self.naive_bytes,
                 "storage": {k: list(v) for k, v in self.storage.items()},
                 "kernels": dict(self.kernels), "aliases": dict(self.aliases),
+                "slices": {k: list(v) for k, v in self.slices.items()},
                 "shapes": {k: list(v) for k, v in self.shapes.items()}}
 
 
@@ -125,6 +131,39 @@ def _plan(graph, batch):
             root[t] = t
             birth[t] = i
             members[t] = [t]
+    # Concat along channels: producers that feed only the concat write straight into their
+    # channel slice of its output (no copy); the output's storage is then live from the first
+    # producer on.
+    readers = {}
+    for i, n in enumerate(nodes):
+        for t in set(n.inputs):
+            if t:
+                readers[t] = readers.get(t, 0) + 1
+    producer = {t: n for n in nodes for t in n.outputs if t}
+    slices = {}
+    for i, n in enumerate(nodes):
+        if n.op != "Concat":
+            continue
+        y = n.outputs[0]
+        ins = [t for t in n.inputs if t]
+        rank = len(shapes[y])
+        if (rank != 4 or int(n.attrs.get("axis", 1)) % rank != 1 or root[y] != y
+                or len(set(ins)) != len(ins)):
+            continue
+        if not all(t not in consts and root.get(t) == t and members.get(t) == [t]
+                   and t not in graph.outputs and readers.get(t) == 1 and birth.get(t, -1) >= 0
+                   and producer[t].op in SLICE_WRITERS and t not in slices
+                   for t in ins):
+            continue
+        c0 = 0
+        for t in ins:
+            c1 = c0 + shapes[t][1]
+            slices[t] = (y, c0, c1)
+            del members[t]
+            root[t] = y
+            members[y].append(t)
+            birth[y] = min(birth[y], birth[t])
+            c0 = c1
     # first-fit placement of the roots, largest first
     blocks = []
     for r, ms in members.items():
@@ -143,12 +182,16 @@ def _plan(graph, batch):
         placed.append((off, size, b0, d0))
         offsets[r] = (off, nbytes)
     arena = max((o + s for o, s, _, _ in placed), default=0)
-    storage = {t: offsets[root[t]] for t in root}
-    aliases = {t: r for t, r in root.items() if t != r}
+    storage = {t: offsets[root[t]] for t in root if t not in slices}
+    aliases = {t: r for t, r in root.items() if t != r and t not in slices}
     kernels = {n.name: _kernel_path(n, shapes, consts) for n in nodes}
+    for n in nodes:
+        if n.op == "Concat" and all(slices.get(t, (None,))[0] == n.outputs[0]
+                                    for t in n.inputs if t):
+            kernels[n.name] = "view (its inputs are written in place)"
     naive = sum(4 * math.prod(shapes[t]) for t in root)
     return ExecutionPlan(batch, {t: shapes[t] for t in root}, storage, arena, kernels, naive,
-                         aliases)
+                         aliases, slices)
 
 
 # ---- node runners: make(node, V, C, graph) -> fn(pool) ------------------------------------
@@ -450,11 +493,13 @@ class _Instance:
         for t, (off, nbytes) in plan.storage.items():
             shape = plan.shapes[t]
             V[t] = base[off // 4: off // 4 + nbytes // 4].reshape(shape)
+        for t, (y, c0, c1) in plan.slices.items():
+            V[t] = V[y][:, c0:c1]
         self.views = V
         C = graph.initializers
         self.steps = []
         for n in graph.nodes:
-            if n.op in ALIAS_OPS:
+            if n.op in ALIAS_OPS or plan.kernels[n.name].startswith("view"):
                 self.steps.append(None)
                 continue
             if n.op in _SHAPED_RUNNERS:
