@@ -337,3 +337,28 @@ def test_planned_graph_ranges_back_to_onnx_for_other_executors():
     h = m.run_layers(x, 0, k - 1)
     got = _ort(to_onnx(sub), {sub.inputs[0].name: h})[0]
     np.testing.assert_allclose(got, m(x), rtol=1e-4, atol=1e-5)
+
+
+def test_bad_attributes_and_huge_activations_are_clear_errors():
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], strides=[0, 1])
+    with pytest.raises(GraphError, match="strides"):
+        asymo.from_onnx(_model([conv], [_vi("x", ["N", 3, 8, 8])], [_vi("y", None)],
+                               [("w", _w(4, 3, 3, 3))]))
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], group=0)
+    with pytest.raises(GraphError, match="group"):
+        asymo.from_onnx(_model([conv], [_vi("x", ["N", 3, 8, 8])], [_vi("y", None)],
+                               [("w", _w(4, 3, 3, 3))]))
+    pad = helper.make_node("Pad", ["x", "p"], ["y"])
+    m = asymo.from_onnx(_model([pad], [_vi("x", ["N", 3, 8, 8])], [_vi("y", None)],
+                               [("p", np.array([0, 0, 0, 0, 0, 0, 40000, 40000]))]))
+    with pytest.raises(GraphError, match="GiB"):
+        m(_w(1, 3, 8, 8))
+
+
+def test_gemm_on_computed_operands():
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),
+             helper.make_node("Gemm", ["x", "a", "c"], ["y"], transA=1, alpha=0.5, beta=2.0)]
+    model = _model(nodes, [_vi("x", [4, 3])], [_vi("y", None)], [("c", _w(3))])
+    m = asymo.from_onnx(model)
+    x = _w(4, 3)
+    np.testing.assert_allclose(m(x), _ort(model, {"x": x})[0], rtol=1e-5, atol=1e-6)

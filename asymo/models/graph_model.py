@@ -36,6 +36,8 @@ ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 INPLACE_OPS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "Add", "Mul", "Sub",
                          "Div", "BatchNormalization"})
 ALIGN = 64  # bytes: every arena tensor starts on a cache line
+#: The largest activation arena planned (bytes), so a bad shape fails clearly, not in malloc.
+MAX_ARENA_BYTES = 16 << 30
 # operators that write a strided output (a channel slice of a concat) correctly
 SLICE_WRITERS = frozenset({"asymo.Conv", "MaxPool", "AveragePool", "Relu", "Clip", "Sigmoid",
                            "HardSigmoid", "HardSwish", "asymo.SiLU", "Tanh"})
@@ -182,6 +184,10 @@ def _plan(graph, batch):
         placed.append((off, size, b0, d0))
         offsets[r] = (off, nbytes)
     arena = max((o + s for o, s, _, _ in placed), default=0)
+    if arena > MAX_ARENA_BYTES:
+        raise GraphError(f"{graph.name}: batch {batch} needs {arena / 2**30:.1f} GiB of "
+                         f"activations, more than the limit of {MAX_ARENA_BYTES / 2**30:.0f} GiB "
+                         "(a smaller batch, or raise asymo.models.graph_model.MAX_ARENA_BYTES)")
     storage = {t: offsets[root[t]] for t in root if t not in slices}
     aliases = {t: r for t, r in root.items() if t != r and t not in slices}
     kernels = {n.name: _kernel_path(n, shapes, consts) for n in nodes}
@@ -233,6 +239,30 @@ def _gemm_runner(n, V, C, g):
         if b is not None:
             np.add(y, b, out=y)
         _act(y, act)
+    return run
+
+
+def _generic_gemm_runner(n, V, C, g):
+    """Gemm on computed operands (the planner turns the usual constant-weight Gemm into
+    asymo.Gemm): ``alpha * op(A) @ op(B) + beta * C``."""
+    from asymo.ops.matmul import matmul
+
+    def get(t):
+        return V[t] if t in V else np.asarray(C[t], np.float32)
+    a, b = get(n.inputs[0]), get(n.inputs[1])
+    a = a.T if n.attrs.get("transA", 0) else a
+    b = b.T if n.attrs.get("transB", 0) else b
+    c = get(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
+    alpha = np.float32(n.attrs.get("alpha", 1.0))
+    beta = np.float32(n.attrs.get("beta", 1.0))
+    y = V[n.outputs[0]]
+
+    def run(pool):
+        matmul(a, b, out=y, pool=pool)
+        if alpha != 1:
+            np.multiply(y, alpha, out=y)
+        if c is not None:
+            np.add(y, c * beta if beta != 1 else c, out=y)
     return run
 
 
@@ -468,6 +498,7 @@ def _reduce_mean_runner(n, V, C, g, shapes):
 
 _RUNNERS = {
     "asymo.Conv": _conv_runner, "asymo.Gemm": _gemm_runner, "MatMul": _matmul_runner,
+    "Gemm": _generic_gemm_runner,
     "MaxPool": _pool_runner, "AveragePool": _pool_runner, "GlobalAveragePool": _pool_runner,
     "GlobalMaxPool": _global_max_runner,
     "Relu": _unary_runner, "Clip": _unary_runner, "Sigmoid": _unary_runner,
