@@ -209,6 +209,17 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
         med, samples = _measure(cons, repeats, min_time, pause, bar)
         # check the results agree (a wrong answer is no benchmark)
         ref = np.asarray(model(x, pool=pool))
+        scale = max(float(np.abs(ref).max()), 1e-30)
+        diffs = {}
+        for c in cons:
+            c.enter()
+            try:
+                y = c.call()
+            finally:
+                c.leave()
+            y = y[0] if isinstance(y, (list, tuple)) else y
+            y = y.numpy() if hasattr(y, "numpy") else np.asarray(y)
+            diffs[c.name] = float(np.abs(y.reshape(ref.shape) - ref).max() / scale)
         notes = {c.name: c.note for c in cons}
     finally:
         if bar is not None:
@@ -231,6 +242,7 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
         "ratio": {k: v / ta for k, v in med.items() if k != "asymo"},
         "best_other": best, "vs_best_other": (others[best] / ta) if best else None,
         "output_shape": list(ref.shape),
+        "max_rel_diff_vs_asymo": diffs,
     }
 
 
@@ -263,6 +275,8 @@ def format_table(results):
         lines.append(row)
         ratios = "  ".join(f"{k} {v:.2f}x" for k, v in r["ratio"].items())
         lines.append(f"{'':<18}{ratios}")
+        worst = max((v for k, v in r.get("max_rel_diff_vs_asymo", {}).items()), default=0.0)
+        lines.append(f"{'':<18}outputs agree: max |other - asymo| / max |asymo| = {worst:.1e}")
     return "\n".join(lines)
 
 
