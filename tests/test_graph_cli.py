@@ -16,7 +16,8 @@ from asymo.cli.pipeline import prediction_warnings  # noqa: E402
 @pytest.fixture(scope="module")
 def small_onnx(tmp_path_factory):
     rng = np.random.default_rng(0)
-    w = lambda *s: numpy_helper.from_array((rng.standard_normal(s) * 0.2).astype(np.float32))  # noqa: E731
+    def w(*s):
+        return numpy_helper.from_array((rng.standard_normal(s) * 0.2).astype(np.float32))
     inits = [w(8, 3, 3, 3), w(8, 8, 3, 3), w(10, 8)]
     for t, n in zip(inits, ("w1", "w2", "fw")):
         t.name = n

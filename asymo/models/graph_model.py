@@ -27,8 +27,7 @@ import numpy as np
 from asymo.models import spec
 from asymo.models.graph import GraphError
 from asymo.models.graph_plan import optimize
-from asymo.models.shapes import (infer_shapes, ints, pad_amounts, reshape_target, slice_spec,
-                                 split_sizes)
+from asymo.models.shapes import infer_shapes, ints, pad_amounts, slice_spec, split_sizes
 
 __all__ = ["GraphModel", "ExecutionPlan", "ALIAS_OPS", "INPLACE_OPS"]
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from asymo.models.graph import Graph, GraphError, Node
-from asymo.models.shapes import infer_shapes, ints, pool_geometry
+from asymo.models.shapes import infer_shapes, pool_geometry
 
 __all__ = ["optimize"]
 
@@ -123,7 +123,7 @@ class _Rewriter:
                                      "outputs (running mean / variance) are not supported")
 
     def fold_batchnorm(self, shapes):
-        keep, removed = [], set()
+        removed = set()
         for n in self.g.nodes:
             if n.op != "BatchNormalization":
                 continue
@@ -250,7 +250,7 @@ class _Rewriter:
         self._reorder(drop, moves)
 
     def silu(self):
-        drop, by_name = set(), {}
+        drop = set()
         prod = {t: n for n in self.g.nodes for t in n.outputs}
         for n in self.g.nodes:
             if n.op != "Mul" or len(n.inputs) != 2:
