@@ -27,7 +27,10 @@ def _cdef_text():
 
 
 def _sources():
-    return sorted(os.path.relpath(p) for p in glob.glob(os.path.join(HERE, "*.c")))
+    # the frame sources and the micro-kernels, one family per file under csrc/kernels/<isa>/
+    found = glob.glob(os.path.join(HERE, "*.c")) + glob.glob(
+        os.path.join(HERE, "kernels", "*", "*.c"))
+    return sorted(os.path.relpath(p) for p in found)
 
 
 ffibuilder = FFI()

@@ -14,7 +14,8 @@ SELFTEST = os.path.join(ROOT, "tests", "c", "gemm_selftest.c")
 
 def build_and_run(cc, tmp_path, runner=(), extra=()):
     exe = str(tmp_path / "gemm_selftest")
-    sources = [SELFTEST] + sorted(glob.glob(os.path.join(CSRC, "*.c")))
+    sources = [SELFTEST] + sorted(glob.glob(os.path.join(CSRC, "*.c"))
+                                + glob.glob(os.path.join(CSRC, "kernels", "*", "*.c")))
     subprocess.run([cc, "-O2", "-std=gnu11", "-pthread", *extra, "-I", CSRC, *sources, "-lm",
                     "-o", exe], check=True, capture_output=True, text=True, timeout=300)
     res = subprocess.run([*runner, exe], capture_output=True, text=True, timeout=300)
