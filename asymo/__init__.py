@@ -18,6 +18,7 @@ _LAZY = {
     "frequency_plan": ("asymo.dvfs.selection", "frequency_plan"),
     "emulate": ("asymo.emulate", None),
     "matmul": ("asymo.gemm", "matmul"),
+    "prepack": ("asymo.packed", "prepack"),
     "pipeline": ("asymo.pipeline", None),
     "conv2d": ("asymo.conv", "conv2d"),
     "models": ("asymo.models", None),

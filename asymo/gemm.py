@@ -28,8 +28,9 @@ from asymo._ffi import ffi, lib
 from asymo import gemm_plan as _plans
 from asymo.matmul_plan import plan_for_matmul as _plan_for_matmul
 from asymo.matmul_fast import matmul as _fast_matmul
+from asymo.packed import PackedOperand, prepack
 
-__all__ = ["matmul", "gemm", "BACKENDS", "BACKEND_ENV_VAR"]
+__all__ = ["matmul", "gemm", "prepack", "PackedOperand", "BACKENDS", "BACKEND_ENV_VAR"]
 
 #: the available backends
 BACKENDS = ("c", "numba")
@@ -218,6 +219,8 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
         res = _fast_matmul(a, b, out, pool)
         if res is not None:
             return res
+    if type(a) is PackedOperand or type(b) is PackedOperand:
+        return _matmul_packed(a, b, out, backend, pool)
     if (backend == "c" and type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2
             and 0 < b.ndim <= 2 and (out is None or type(out) is np.ndarray)):
         res = _matmul_2d(a, b, out, pool)
@@ -271,6 +274,105 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     if target is not c2:
         c2[...] = target
     return res[()] if scalar else res
+
+
+def _matmul_packed(a, b, out, backend, pool):
+    """`matmul` with a `PackedOperand`: x @ W (W packed as b; x 1-D, 2-D, or a stack whose
+    rows fold into M) and W @ x (W packed as a; x 1-D or 2-D) use the packed layouts on a
+    matrix-product plan; every other case is the product with the operand's matrix."""
+    pa = a if type(a) is PackedOperand else None
+    pb = b if type(b) is PackedOperand else None
+    plain_a = pa.array if pa is not None else a
+    plain_b = pb.array if pb is not None else b
+    if backend is None:
+        backend = _default_backend
+    usable = (backend == "c" and (pa is None or pa.side == "a")
+              and (pb is None or pb.side == "b"))
+    if usable and pa is not None and pb is not None:
+        other = None
+    elif usable:
+        other = plain_a if pb is not None else plain_b
+        usable = (type(other) is np.ndarray and other.dtype == (pa or pb).dtype
+                  and other.dtype.isnative and 1 <= other.ndim <= (2 if pa is not None else 32)
+                  and (out is None or (type(out) is np.ndarray and out.dtype == other.dtype
+                                       and out.flags.writeable)))
+    if not usable:
+        return matmul(plain_a, plain_b, out, backend=backend, pool=pool)
+    dt = (pa or pb).dtype
+    if pb is not None and pa is None:
+        K, N = pb.shape
+        if other.shape[-1] != K:
+            return matmul(plain_a, plain_b, out, backend=backend, pool=pool)  # NumPy's error
+        lead = other.shape[:-1]
+        rshape = lead + (N,)
+        a2 = other.reshape(-1, K)
+        M = a2.shape[0]
+        b2 = None
+    else:
+        M, K = pa.shape
+        b2 = plain_b if pb is None else None
+        if pb is None:
+            if other.shape[0] != K:
+                return matmul(plain_a, plain_b, out, backend=backend, pool=pool)
+            N = 1 if other.ndim == 1 else other.shape[1]
+            rshape = (M,) if other.ndim == 1 else (M, N)
+            b2 = other[:, np.newaxis] if other.ndim == 1 else other
+        else:
+            if pb.shape[0] != K:
+                return matmul(plain_a, plain_b, out, backend=backend, pool=pool)
+            N = pb.shape[1]
+            rshape = (M, N)
+        a2 = None
+    if out is not None and out.shape != rshape:
+        return matmul(plain_a, plain_b, out, backend=backend, pool=pool)
+    if M == 0 or N == 0 or K == 0:
+        return matmul(plain_a, plain_b, out, backend=backend, pool=pool)
+    pool = _resolve_pool(pool)
+    plan = _plan_for_matmul(M, K, N, dt, pool, 1)
+    if plan.kind != "mm" or plan.split_dim == "batch":
+        return matmul(plain_a, plain_b, out, backend=backend, pool=pool)
+    if a2 is not None and not _usable(a2):
+        a2 = np.ascontiguousarray(a2)
+    if b2 is not None and not _usable(b2):
+        b2 = np.ascontiguousarray(b2)
+    res = np.empty(rshape, dt) if out is None else out
+    if out is None:
+        c2 = res.reshape(M, N)  # a view: res is fresh and contiguous
+    elif (out.ndim == 2 and _usable(out) and not _overlaps_itself(out)
+          and not (a2 is not None and np.may_share_memory(out, a2))
+          and not (b2 is not None and np.may_share_memory(out, b2))):
+        c2 = out
+    else:
+        c2 = np.empty((M, N), dt)
+    _run_packed(pa.array if a2 is None else a2, pb.array if b2 is None else b2, c2, M, K, N,
+                plan, pool, pa, pb)
+    if out is not None and c2 is not out:
+        out[...] = c2.reshape(rshape)
+    return res
+
+
+def _run_packed(a2, b2, c2, M, K, N, plan, pool, pa, pb):
+    """One 2-D product on a matrix-product plan with pre-packed operands (pa for A, pb for
+    B, either None); a2 and b2 are the plain matrices (used where no layout serves)."""
+    es = a2.itemsize
+    g = ffi.new("asymo_gemm_args *")
+    g.dtype = _CODES[a2.dtype]
+    g.m, g.k, g.n = M, K, N
+    g.a = _ptr(a2)
+    g.rsa, g.csa = a2.strides[0] // es, a2.strides[1] // es
+    g.b = _ptr(b2)
+    g.rsb, g.csb = b2.strides[0] // es, b2.strides[1] // es
+    g.c = _wptr(c2)
+    g.rsc, g.csc = c2.strides[0] // es, c2.strides[1] // es
+    g.nbatch = 1
+    if pa is not None:
+        g.a_packed = pa.cdata_for(plan)
+    if pb is not None:
+        g.b_packed = pb.cdata_for(plan)
+    handle = pool._handle if pool is not None and not plan.in_caller() else ffi.NULL
+    rc = lib.asymo_gemm(handle, g, plan.cdata())
+    if rc != lib.ASYMO_OK:
+        raise _fail(rc, M, K, N, plan)
 
 
 def _matmul_2d(a, b, out, pool):
@@ -433,8 +535,10 @@ def gemm(a, b, out=None, *, plan=None, pool=None, backend=None):
 
     Parameters
     ----------
-    a : ndarray, shape (M, K)
-    b : ndarray, shape (K, N)
+    a : ndarray or PackedOperand (side "a"), shape (M, K)
+    b : ndarray or PackedOperand (side "b"), shape (K, N)
+        A `PackedOperand` (`asymo.prepack`) is used in its packed layouts on a matrix-product
+        plan (conv2d's and the models' weights).
     out : ndarray, shape (M, N), optional
         Must not overlap ``a`` or ``b``.
     plan : GemmPlan, optional
@@ -448,6 +552,8 @@ def gemm(a, b, out=None, *, plan=None, pool=None, backend=None):
     ndarray
     """
     backend = _check_backend(backend)
+    pa = a if type(a) is PackedOperand and a.side == "a" else None
+    pb = b if type(b) is PackedOperand and b.side == "b" else None
     a = np.asarray(a)
     b = np.asarray(b)
     if a.ndim != 2 or b.ndim != 2:
@@ -489,6 +595,14 @@ def gemm(a, b, out=None, *, plan=None, pool=None, backend=None):
     if plan is not None and pool is not None and plan.nclusters > pool.nclusters:
         raise ValueError(f"gemm: the plan has {plan.nclusters} clusters but the pool has "
                          f"{pool.nclusters}")
+    if (pa is not None or pb is not None) and backend == "c":
+        if plan is None:
+            plan = _plan_for_matmul(M, K, N, a.dtype, pool, 1)
+        if plan.kind == "mm" and plan.split_dim != "batch":
+            _run_packed(a, b, target, M, K, N, plan, pool, pa, pb)
+            if target is not out:
+                out[...] = target
+            return out
     _call(a, b, target, None, M, K, N, 1, backend, pool, plan=plan)
     if target is not out:
         out[...] = target
