@@ -9,10 +9,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import asymo
-from asymo import gemm, gemm_plan
-from asymo.pool import Pool
-from asymo.packed import PackedOperand
-from asymo.topology import parse_spec
+from asymo.hw.topology import parse_spec
+from asymo.ops import matmul as gemm
+from asymo.ops.packed import PackedOperand
+from asymo.plan import gemm as gemm_plan
+from asymo.runtime.pool import Pool
 
 from test_matmul import check_close, make
 
