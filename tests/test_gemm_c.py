@@ -37,6 +37,6 @@ def test_neon_kernels_under_qemu(tmp_path):
     qemu = shutil.which("qemu-aarch64-static") or shutil.which("qemu-aarch64")
     if cc is None or qemu is None:
         pytest.skip("needs aarch64-linux-gnu-gcc and qemu-aarch64 (apt-get install "
-                    "gcc-aarch64-linux-gnu qemu-user-static)")
+                    "gcc-aarch64-linux-gnu qemu-user; make test does it)")
     out = build_and_run(cc, tmp_path, runner=(qemu,), extra=("-static",))
     assert "isa neon: f32 tile 8x12" in out

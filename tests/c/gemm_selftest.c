@@ -128,6 +128,28 @@ static int check_one(asymo_pool *pool, int isa, int dtype, const shape_t *s, int
     return bad;
 }
 
+/* Implicit B for the packed test: rows [p0, p0 + kb) x columns [j0, j0 + cols) of a row-major
+ * k x n matrix as one nr-wide sliver (what conv2d's im2col producer does). */
+typedef struct {
+    const char *b;
+    int64_t n;
+    int es;
+} implicit_b;
+
+static void implicit_pack_b(const void *ctx_, void *dst, int64_t j0, int64_t cols, int64_t p0,
+                            int64_t kb, int64_t nr)
+{
+    const implicit_b *ctx = (const implicit_b *)ctx_;
+    for (int64_t p = 0; p < kb; p++)
+        for (int64_t j = 0; j < nr; j++) {
+            char *d = (char *)dst + (p * nr + j) * ctx->es;
+            if (j < cols)
+                memcpy(d, ctx->b + ((p0 + p) * ctx->n + j0 + j) * ctx->es, (size_t)ctx->es);
+            else
+                memset(d, 0, (size_t)ctx->es);
+        }
+}
+
 /* Pre-packed A and B (asymo_gemm_pack, plain pointers NULL) and row-major contiguous B, on a
  * plan split along split_dim at a multiple of the tile; kc smaller than K so several K blocks
  * are packed. Returns the number of failures. */
@@ -172,7 +194,13 @@ static int check_packed(asymo_pool *pool, int isa, int dtype, int64_t m, int64_t
     g.b = pack_b ? NULL : b; g.rsb = n; g.csb = 1;
     g.c = c; g.rsc = n; g.csc = 1; g.nbatch = 1;
     g.a_packed = pack_a ? &pa : NULL;
-    g.b_packed = pack_b ? &pb : NULL;
+    g.b_packed = pack_b == 1 ? &pb : NULL;
+    implicit_b ib = {b, n, es};
+    if (pack_b == 2) { /* packed A with an implicit B (conv2d: weights @ im2col) */
+        g.b = NULL;
+        g.pack_b = implicit_pack_b;
+        g.pack_b_ctx = &ib;
+    }
     asymo_gemm_plan p;
     memset(&p, 0, sizeof p);
     p.kind = ASYMO_GEMM_MM; p.split_dim = split_dim; p.isa = isa; p.nclusters = 2;
@@ -239,11 +267,12 @@ int main(void)
                         cases += 2;
                     }
         for (int dtype = 0; dtype < 2; dtype++)
-            for (int pk = 0; pk < 4; pk++)
+            for (int pk = 0; pk < 5; pk++)
                 for (int use_pool = 0; use_pool < 2; use_pool++) {
+                    /* (A packed, B packed / plain / implicit): 11, 01, 10, 11, 12 */
                     failures += check_packed(use_pool ? pool : NULL, isa, dtype, 53, 75, 61,
                                              pk & 1 ? ASYMO_SPLIT_N : ASYMO_SPLIT_M, 32,
-                                             pk != 1, pk != 2);
+                                             pk != 1, pk == 4 ? 2 : pk != 2);
                     cases++;
                 }
         asymo_gemm_kernel_tile(isa, ASYMO_DTYPE_F32, &mr, &nr);
