@@ -692,6 +692,13 @@ def _make_plan(M, K, N, dname, nbatch, isa, topo, active, pool, split, blocks, k
             split = [1.0] + [0.0] * (ncl - 1)
         if small:
             serial_cpus = clusters[0].cpus
+    if not serial and not serial_cpus and split is None and total_workers == 1:
+        # One worker on one cpu: a calling thread already on that cpu would hand the product to
+        # a thread that must preempt it (two context switches a call, measured at up to half
+        # the speed of a matrix-vector product); it runs the product itself instead.
+        only = [c for c, a in zip(clusters, active) if a > 0]
+        if len(only) == 1 and only[0].ncpus == 1:
+            serial_cpus = only[0].cpus
     if split_dim is None:
         if nbatch > 1 and per_item < BATCH_SPLIT_FLOPS and nbatch >= total_workers:
             split_dim = "batch"
