@@ -198,9 +198,9 @@ def _sim_target(text):
 
 
 def _default_workloads():
-    from asymo.lab.scaling.machine import _asymo_attr
+    from asymo.lab.machine import asymo_attr
     names = ["spin"]
-    if _asymo_attr("matmul") is not None:
+    if asymo_attr("matmul") is not None:
         names.append("matmul")
     return names
 

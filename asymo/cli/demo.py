@@ -81,9 +81,9 @@ def run(args):
             err = float(np.max(np.abs(asymo.conv2d(x, w, padding=1) - ref)))
         except ImportError:
             # still checked, against the NumPy im2col + BLAS convolution of the scaling bench
-            from asymo.lab.scaling.workloads import _im2col_conv
+            from asymo.lab.scaling.workloads import im2col_conv
             err = float(np.max(np.abs(asymo.conv2d(x, w, padding=1)
-                                      - _im2col_conv(x, w, stride=1, padding=1))))
+                                      - im2col_conv(x, w, stride=1, padding=1))))
             torch_note = (" (torch is not installed here: n/a; conv2d's error is against "
                           "NumPy im2col + matmul)")
         rows.append(("conv2d 3x3 64->64 56x56", 2.0 * 64 * 64 * 9 * 56 * 56, t_as, t_torch,

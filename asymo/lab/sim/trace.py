@@ -16,9 +16,15 @@ and an approximation (packing attributed to the first task of a panel) for more.
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 
 import numpy as np
+
+from asymo.lab.loadmon import OtherLoad
+from asymo.lab.machine import pinned_thread
+from asymo.lab.sim.engine import Job, split_counts
+from asymo.runtime.ffi import ffi, lib
 
 __all__ = ["TracedJob", "trace_jobs", "collect_traces", "merge_traces", "traced_sim_jobs",
            "jobs_from_traces", "trace_to_dict", "trace_from_dict", "task_seconds"]
@@ -44,9 +50,6 @@ def trace_jobs(run, pool, as_cluster, *, max_jobs=1 << 12, max_tasks=1 << 16, bu
     time after the last job. Pin the calling thread first: the durations are of the core it
     runs on.
     """
-    import time
-
-    from asymo.runtime.ffi import ffi, lib
     handle = pool._handle
     nclusters = pool.topology.nclusters
     if not 0 <= as_cluster < nclusters:
@@ -129,16 +132,13 @@ def collect_traces(run, pool, cpus, *, repeats=5, warmup=1, max_external=0.05):
     retaken (up to ``4 * repeats`` traces; all of them are kept when fewer were undisturbed).
     Returns a list (per cluster traced) of lists of ``trace_jobs`` results.
     """
-    from asymo.runtime.ffi import ffi
-    from asymo.lab.loadmon import OtherLoad
-    from asymo.lab.scaling.machine import _pinned_thread
     mon = OtherLoad()
     ncl = pool.topology.nclusters
     cpus = [cpus] * ncl if isinstance(cpus, int) else list(cpus)
     bufs = (ffi.new("asymo_trace_job[]", 1 << 12), ffi.new("int64_t[]", 1 << 16))
     out = []
     for c in range(ncl):
-        with _pinned_thread(cpus[c]):
+        with pinned_thread(cpus[c]):
             for _ in range(warmup):
                 trace_jobs(run, pool, c, buffers=bufs)
             clean, every = [], []
@@ -210,7 +210,6 @@ def jobs_from_traces(per_cluster, topology):
     """Simulator jobs from per-cluster traces of one workload run on ``topology``:
     ``per_cluster[c]`` is a list of ``trace_jobs`` results traced as cluster ``c`` (per-task
     medians are taken over them)."""
-    from asymo.lab.sim.engine import Job, split_counts
     ncl = topology.nclusters
     if len(per_cluster) != ncl:
         raise ValueError(f"traces for {len(per_cluster)} clusters, the topology has {ncl}")
