@@ -37,7 +37,7 @@ import numpy as np
 
 from asymo.plan import costmodel as _costmodel
 from asymo.plan import split_cost as _split_cost
-from asymo.plan.partition import largest_remainder
+from asymo.runtime.partition import largest_remainder
 from asymo.runtime.ffi import ffi, lib
 
 __all__ = [

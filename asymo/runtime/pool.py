@@ -51,7 +51,7 @@ import warnings
 import weakref
 
 from asymo.hw import environ as _environ
-from asymo.plan.partition import largest_remainder as _largest_remainder
+from asymo.runtime.partition import largest_remainder as _largest_remainder
 from asymo.runtime.ffi import ffi, lib
 from asymo.hw.topology import ENV_VAR as TOPOLOGY_ENV_VAR
 from asymo.hw.topology import Topology, detect, parse_spec

@@ -61,7 +61,7 @@ __all__ = ["SCHEMA", "calibrate_sim", "SimCalibrator", "measure_submitter_wake",
            "default_period", "sim_inputs", "traced_ratio", "save_calibration",
            "load_calibration", "check_calibration", "format_calibration", "CalibrationWarning"]
 
-SCHEMA = "asymo.lab.sim.calibration/1"
+SCHEMA = "asymo.sim.calibration/1"
 
 
 class CalibrationWarning(UserWarning):

@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from asymo.hw.topology import Topology
-from asymo.plan.partition import largest_remainder
+from asymo.runtime.partition import largest_remainder
 from asymo.runtime.ffi import lib
 from asymo.runtime.pool import POLICIES as _POOL_POLICIES
 
@@ -173,7 +173,7 @@ def _check_count(n, what):
 def split_counts(ntasks, weights):
     """Per-cluster task counts proportional to ``weights``, summing to ``ntasks``.
 
-    The pool's rule (`asymo.plan.partition.largest_remainder`): largest-remainder rounding,
+    The pool's rule (`asymo.runtime.partition.largest_remainder`): largest-remainder rounding,
     ties to the faster (earlier) cluster.
     """
     ntasks = _check_count(ntasks, "ntasks")
