@@ -37,8 +37,8 @@ import numpy as np
 
 from asymo.plan import costmodel as _costmodel
 from asymo.plan import split_cost as _split_cost
-from asymo.runtime.partition import largest_remainder
 from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.partition import largest_remainder
 
 __all__ = [
     "GemmPlan", "plan_gemm", "default_blocks", "block_candidates", "set_block_chooser",
