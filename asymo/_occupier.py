@@ -49,7 +49,7 @@ def main(argv=None):
         _report(args.ready_fd, f"error cpu_busy {errno.EBUSY}\n")
         return EXIT_SETUP_FAILED
 
-    from asymo._ffi import ffi, lib
+    from asymo._lab import ffi, lib  # the emulator is a module of its own (csrc/lab/)
 
     params = ffi.new("asymo_occupy_params *", {
         "cpu": args.cpu,

@@ -13,7 +13,7 @@ import pytest
 
 import asymo.emulate as E
 from asymo import topology as topo
-from asymo._ffi import ffi, lib
+from asymo._lab import ffi, lib  # the emulator (csrc/lab/emulate.c)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AFFINITY = sorted(os.sched_getaffinity(0))

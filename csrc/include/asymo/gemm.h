@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#include "pool.h"
+#include "asymo/pool.h"
 
 /* CDEF BEGIN */
 enum {
