@@ -20,6 +20,9 @@ int asymo_gemm_current_cpu(void)
 #endif
 }
 
+/* ------------------------------------------------------------------------------------------
+ * SPLIT_BATCH: a task computes whole products
+ * ---------------------------------------------------------------------------------------- */
 /* One whole item in the calling thread. */
 static void item_serial(const job *J, const operands *o, const cluster_part *C, int slot)
 {

@@ -1,4 +1,4 @@
-/* Task tracing (a lab tool, for the simulator's calibration: asymo.sim.trace).
+/* Task tracing (a lab tool, for the simulator's calibration: asymo.lab.sim.trace).
  *
  * Not part of the public API (include/asymo/ does not include it). It is compiled into the
  * runtime module all the same, because it takes over a live pool's jobs and acts as one of
