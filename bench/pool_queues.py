@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import asymo  # noqa: E402
-from asymo._ffi import ffi, lib  # noqa: E402
+from asymo.runtime.ffi import ffi, lib  # noqa: E402
 
 NOOP = ffi.addressof(lib, "asymo_task_noop")
 SPIN = ffi.addressof(lib, "asymo_task_spin")
@@ -56,26 +56,26 @@ def scenarios(pool):
 
     def empty_jobs():
         for _ in range(500):
-            lib.asymo_pool_run(h, NOOP, ffi.NULL, n, even)
+            lib.asymo_pool_run(h, NOOP, ffi.NULL, n, even, 0)
         return 500
 
     def million():
-        lib.asymo_pool_run(h, NOOP, ffi.NULL, big, big_counts)
+        lib.asymo_pool_run(h, NOOP, ffi.NULL, big, big_counts, 0)
         return big
 
     def steal_everything():
-        lib.asymo_pool_run(h, NOOP, ffi.NULL, one_sided, last_counts)
+        lib.asymo_pool_run(h, NOOP, ffi.NULL, one_sided, last_counts, 0)
         return one_sided
 
     def small_compute_jobs():
         for _ in range(100):
-            lib.asymo_pool_run(h, SPIN, spin_small, 64, small_counts)
+            lib.asymo_pool_run(h, SPIN, spin_small, 64, small_counts, 0)
         return 100
 
     def concurrent_submitters():
         def sub():
             for _ in range(100):
-                lib.asymo_pool_run(h, SPIN, spin_small, 64, small_counts)
+                lib.asymo_pool_run(h, SPIN, spin_small, 64, small_counts, 0)
         ts = [threading.Thread(target=sub) for _ in range(3)]
         for t in ts:
             t.start()
@@ -96,7 +96,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--topology", default="big:0@1.0,little:1@0.5",
                     help="topology override spec (default: %(default)s)")
-    ap.add_argument("--policy", default="asymo", choices=sorted(asymo.pool.POLICIES))
+    ap.add_argument("--policy", default="asymo", choices=sorted(asymo.runtime.pool.POLICIES))
     ap.add_argument("--repeat", type=int, default=15)
     args = ap.parse_args(argv)
 

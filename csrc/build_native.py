@@ -1,4 +1,4 @@
-"""cffi builders for ``asymo._native`` (the runtime) and ``asymo._lab`` (the emulator).
+"""cffi builders for ``asymo._native`` (the runtime) and ``asymo.lab._occupy`` (the emulator).
 
 The C API is declared in headers; each header marks the part cffi must see between
 ``/* CDEF BEGIN */`` and ``/* CDEF END */`` (plain declarations, no preprocessor), so the
@@ -14,9 +14,10 @@ Tree (see csrc/include/asymo/asymo.h for the public API)::
 ``asymo._native`` is every C file outside lab/ and python/, plus lab/trace.c: tracing takes
 over a live pool's jobs and acts as one of its workers, so it needs the pool's internals and
 the pool object Python holds, which only the same module can give it. Its declarations stay in
-lab/trace.h, which the public header does not include. ``asymo._lab`` is the emulator alone
-(lab/emulate.c): a helper process runs it, it shares no state with the runtime, and keeping it
-in a module of its own means ``import asymo`` never loads it.
+lab/trace.h, which the public header does not include. ``asymo.lab._occupy`` is the emulator
+alone (lab/emulate.c): a helper process runs it, it shares no state with the runtime, and as a
+module of the lab package it is never loaded by ``import asymo`` (tests/test_layout.py checks
+that no ``asymo.lab`` module is).
 
 No ``-march``: the library must run on any CPU of the target architecture. ISA-specific
 kernels are compiled with per-function ``target`` attributes and chosen at run time.
@@ -86,7 +87,7 @@ def _builder(name, headers, sources, prelude):
 
 ffibuilder = _builder("asymo._native", NATIVE_HEADERS, native_sources(),
                       '#include "asymo/asymo.h"\n#include "lab/trace.h"\n')
-lab_ffibuilder = _builder("asymo._lab", LAB_HEADERS, [_rel(p) for p in LAB_SOURCES],
+lab_ffibuilder = _builder("asymo.lab._occupy", LAB_HEADERS, [_rel(p) for p in LAB_SOURCES],
                           '#include "lab/emulate.h"\n')
 
 if __name__ == "__main__":

@@ -10,9 +10,9 @@ import warnings
 import numpy as np
 import pytest
 
-from asymo._ffi import ffi, lib
-from asymo.pool import POLICIES, Pool, get_pool, reset_default_pool
-from asymo.topology import parse_spec
+from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.pool import POLICIES, Pool, get_pool, reset_default_pool
+from asymo.hw.topology import parse_spec
 
 NCPU = len(os.sched_getaffinity(0))
 COUNT = ffi.addressof(lib, "asymo_task_count")
@@ -277,9 +277,10 @@ def test_bad_arguments():
         pool.close()
     err = ffi.new("int *")
     cpus, cl = ffi.new("int[]", [0, 1]), ffi.new("int[]", [0, 0])
-    assert lib.asymo_pool_create(2, cpus, cl, 2, 0, lib.ASYMO_QUEUE_DEFAULT, err) == ffi.NULL  # cluster 1 empty
+    queue = lib.ASYMO_QUEUE_DEFAULT
+    assert lib.asymo_pool_create(2, cpus, cl, 2, 0, queue, err) == ffi.NULL  # cluster 1 empty
     assert err[0] == lib.ASYMO_EINVAL
-    assert lib.asymo_pool_create(2, cpus, cl, 1, 7, lib.ASYMO_QUEUE_DEFAULT, err) == ffi.NULL  # unknown policy
+    assert lib.asymo_pool_create(2, cpus, cl, 1, 7, queue, err) == ffi.NULL  # unknown policy
     assert err[0] == lib.ASYMO_EINVAL
 
 
@@ -391,7 +392,7 @@ def run_python(code, env=None, timeout=60):
 def test_fork_child_gets_a_working_pool():
     code = """
         import os, sys, numpy as np
-        from asymo._ffi import ffi, lib
+        from asymo.runtime.ffi import ffi, lib
         import asymo
         pool = asymo.get_pool()
         count = ffi.addressof(lib, "asymo_task_count")
@@ -418,7 +419,7 @@ def test_fork_child_gets_a_working_pool():
 def test_interpreter_exit_shuts_pool_down():
     code = """
         import numpy as np, threading
-        from asymo._ffi import ffi, lib
+        from asymo.runtime.ffi import ffi, lib
         import asymo
         spin = ffi.addressof(lib, "asymo_task_spin")
         ctx = np.array([100000], np.int64)
