@@ -59,9 +59,9 @@ def trace_jobs(run, pool, as_cluster, *, max_jobs=1 << 12, max_tasks=1 << 16, bu
     recs, times = buffers
     max_jobs, max_tasks = len(recs), len(times)
     rc = lib.asymo_pool_trace_start(handle, int(as_cluster), recs, max_jobs, times, max_tasks)
-    if rc == -4:
+    if rc == lib.ASYMO_EBUSY:
         raise RuntimeError("another task trace is running in this process")
-    if rc != 0:
+    if rc != lib.ASYMO_OK:
         raise ValueError(f"cannot trace cluster {as_cluster} of this pool (code {rc}): "
                          "it has no active worker")
     ntask = ffi.new("int64_t *")
@@ -71,8 +71,10 @@ def trace_jobs(run, pool, as_cluster, *, max_jobs=1 << 12, max_tasks=1 << 16, bu
     finally:
         t1 = time.perf_counter_ns()
         njobs = lib.asymo_pool_trace_stop(handle, ntask)
-    if njobs < 0:
+    if njobs == lib.ASYMO_EOVERFLOW:
         raise RuntimeError("the task trace overflowed its buffers: raise max_jobs/max_tasks")
+    if njobs < 0:
+        raise RuntimeError(f"the task trace of this pool failed (code {njobs})")
     # trace times are CLOCK_MONOTONIC ns since trace start; perf_counter shares the clock on
     # Linux but not the origin: gaps come from differences between records, the first gap
     # and the tail from the run's length
