@@ -1,20 +1,15 @@
-/* AVX2+FMA micro-kernels (float32 6 x 16, float64 6 x 8), the skinny-product kernels, and
- * the row-major A packer of this family.
+/* AVX2+FMA micro-kernels (float32 6 x 16, float64 6 x 8), BLIS form, the skinny-product
+ * kernels, and the row-major A packer of this family.
  *
  * The C tile takes 12 of the 16 ymm registers (two vectors per row); per k step the kernel
  * loads one row of the packed B sliver (two vectors) and broadcasts the mr values of the packed
- * A micro-panel, which are contiguous (BLIS form). Compiled with per-function target
- * attributes so the library runs on any x86-64 CPU; the driver calls only the kernels
- * asymo_isa_supported() reports. */
+ * A micro-panel, which are contiguous. Compiled with per-function target attributes so the
+ * library runs on any x86-64 CPU; the driver calls only the kernels asymo_isa_supported()
+ * reports. */
 #if defined(__x86_64__)
 
-#include <immintrin.h>
-
-#include "gemm_kernels.h"
-
-#define ATTR_AVX2 __attribute__((target("avx2,fma")))
-
-#define REP6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#include "kernels/gemm_kernels.h"
+#include "kernels/x86_templates.h"
 
 /* One k step: VT vector type, LOADV its aligned load, W lanes; `q` is the step within the
  * unrolled group. */
@@ -28,7 +23,7 @@
 /* Shared body. The k loop is unrolled by 4; A, read from L2 as one stream, is prefetched
  * AHEAD bytes ahead (the B sliver stays in L1 across the micro-panels of the block). C rows
  * are prefetched before the loop so the final loads and stores do not stall. */
-#define UKR_BODY(T, MR)                                                                       \
+#define UKR_BODY_1STEP(T, MR)                                                                       \
     const T *a = (const T *)a_;                                                               \
     const T *b = (const T *)b_;                                                               \
     T *c = (T *)c_;                                                                           \
@@ -74,7 +69,7 @@
 ATTR_AVX2 static void ukr_avx2_f32(int64_t k, const void *a_, const void *b_, void *c_,
                                    int64_t rsc, int accumulate)
 {
-    UKR_BODY(float, 6)
+    UKR_BODY_1STEP(float, 6)
 }
 #undef VT
 #undef LOADV
@@ -103,7 +98,7 @@ ATTR_AVX2 static void ukr_avx2_f32(int64_t k, const void *a_, const void *b_, vo
 ATTR_AVX2 static void ukr_avx2_f64(int64_t k, const void *a_, const void *b_, void *c_,
                                    int64_t rsc, int accumulate)
 {
-    UKR_BODY(double, 6)
+    UKR_BODY_1STEP(double, 6)
 }
 #undef VT
 #undef LOADV
@@ -157,76 +152,9 @@ ATTR_AVX2 static void pack_rows_avx2_f32(void *dst_, const void *src_, int64_t r
             dst[p * 6 + i] = s[i * rsa + p];
 }
 
-/* Dot-form skinny kernels (out[l, s] = mat row l . vector s, both contiguous along p):
- * four rows share each vector load, two accumulators per row hide the FMA latency, and the four
- * row sums are reduced together with horizontal adds, so short rows (K of a few hundred) are
- * not dominated by the reduction. */
-#define DOT_ARGS int64_t l0, int64_t l1, int64_t ns, int64_t k, const void *mat_,               \
-                 int64_t mat_rsl, int64_t mat_csp, const void *vec_, int64_t vec_rsp,          \
-                 int64_t vec_css, void *out_, int64_t out_rsl, int64_t out_css
-
-/* 4 ymm of float -> xmm of their 4 sums */
-ATTR_AVX2 static inline __m128 hsum4_ps(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
-{
-    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-
-/* 4 ymm of double -> ymm of their 4 sums */
-ATTR_AVX2 static inline __m256d hsum4_pd(__m256d a0, __m256d a1, __m256d a2, __m256d a3)
-{
-    const __m256d h01 = _mm256_hadd_pd(a0, a1), h23 = _mm256_hadd_pd(a2, a3);
-    return _mm256_add_pd(_mm256_permute2f128_pd(h01, h23, 0x20),
-                         _mm256_permute2f128_pd(h01, h23, 0x31));
-}
-
-#define DOT_BODY(T, V, W, ZERO, LOAD, FMA, ADD, FINISH4)                                       \
-    const T *mat = (const T *)mat_;                                                            \
-    const T *vec = (const T *)vec_;                                                            \
-    T *out = (T *)out_;                                                                        \
-    const int64_t kv = k - k % (2 * W);                                                        \
-    (void)mat_csp;                                                                             \
-    (void)vec_rsp;                                                                             \
-    int64_t l = l0;                                                                            \
-    for (; l < l1; l += 4) {                                                                   \
-        const int64_t rows = l1 - l < 4 ? l1 - l : 4;                                          \
-        /* fewer than 4 rows left: repeat the last one (its sums are not stored) */            \
-        const T *r0 = mat + l * mat_rsl;                                                       \
-        const T *r1 = rows > 1 ? r0 + mat_rsl : r0;                                            \
-        const T *r2 = rows > 2 ? r0 + 2 * mat_rsl : r1;                                        \
-        const T *r3 = rows > 3 ? r0 + 3 * mat_rsl : r2;                                        \
-        for (int64_t s = 0; s < ns; s++) {                                                     \
-            const T *v = vec + s * vec_css;                                                    \
-            V a0 = ZERO, a1 = ZERO, a2 = ZERO, a3 = ZERO;                                      \
-            V b0 = ZERO, b1 = ZERO, b2 = ZERO, b3 = ZERO;                                      \
-            for (int64_t p = 0; p < kv; p += 2 * W) {                                          \
-                const V x0 = LOAD(v + p), x1 = LOAD(v + p + W);                                \
-                a0 = FMA(LOAD(r0 + p), x0, a0);                                                \
-                a1 = FMA(LOAD(r1 + p), x0, a1);                                                \
-                a2 = FMA(LOAD(r2 + p), x0, a2);                                                \
-                a3 = FMA(LOAD(r3 + p), x0, a3);                                                \
-                b0 = FMA(LOAD(r0 + p + W), x1, b0);                                            \
-                b1 = FMA(LOAD(r1 + p + W), x1, b1);                                            \
-                b2 = FMA(LOAD(r2 + p + W), x1, b2);                                            \
-                b3 = FMA(LOAD(r3 + p + W), x1, b3);                                            \
-            }                                                                                  \
-            T sums[4];                                                                         \
-            FINISH4(ADD(a0, b0), ADD(a1, b1), ADD(a2, b2), ADD(a3, b3), sums);                 \
-            for (int64_t p = kv; p < k; p++) {                                                 \
-                const T x = v[p];                                                              \
-                sums[0] += r0[p] * x;                                                          \
-                sums[1] += r1[p] * x;                                                          \
-                sums[2] += r2[p] * x;                                                          \
-                sums[3] += r3[p] * x;                                                          \
-            }                                                                                  \
-            T *o = out + l * out_rsl + s * out_css;                                            \
-            for (int64_t i = 0; i < rows; i++)                                                 \
-                o[i * out_rsl] = sums[i];                                                      \
-        }                                                                                      \
-    }
-
 #define FIN_AVX2_PS(x0, x1, x2, x3, dst) _mm_storeu_ps(dst, hsum4_ps(x0, x1, x2, x3))
 #define FIN_AVX2_PD(x0, x1, x2, x3, dst) _mm256_storeu_pd(dst, hsum4_pd(x0, x1, x2, x3))
+
 ATTR_AVX2 static void dot_avx2_f32(DOT_ARGS)
 {
     DOT_BODY(float, __m256, 8, _mm256_setzero_ps(), _mm256_loadu_ps, _mm256_fmadd_ps,
@@ -237,13 +165,14 @@ ATTR_AVX2 static void dot_avx2_f64(DOT_ARGS)
     DOT_BODY(double, __m256d, 4, _mm256_setzero_pd(), _mm256_loadu_pd, _mm256_fmadd_pd,
              _mm256_add_pd, FIN_AVX2_PD)
 }
-/* Axpy-form skinny kernels: the shared C loops, vectorized by the compiler for each target. */
+
+/* Axpy-form skinny kernels: the shared C loops, vectorized by the compiler for this target. */
 #define SK_NO_DOT
 #define SK_T float
 #define SK_SUFFIX avx2_f32
 #define SK_LANES 32
 #define SK_ATTR ATTR_AVX2
-#include "gemm_skinny_impl.h"
+#include "kernels/skinny_impl.h"
 #undef SK_T
 #undef SK_SUFFIX
 #undef SK_LANES
@@ -253,12 +182,11 @@ ATTR_AVX2 static void dot_avx2_f64(DOT_ARGS)
 #define SK_SUFFIX avx2_f64
 #define SK_LANES 16
 #define SK_ATTR ATTR_AVX2
-#include "gemm_skinny_impl.h"
+#include "kernels/skinny_impl.h"
 #undef SK_T
 #undef SK_SUFFIX
 #undef SK_LANES
 #undef SK_ATTR
-
 #undef SK_NO_DOT
 
 const asymo_gemm_kernel asymo_gemm_avx2_f32 = {6, 16, ukr_avx2_f32, dot_avx2_f32,
