@@ -2,9 +2,9 @@
 (layer weights, a fixed projection) once into the micro-panel layout of the GEMM kernels.
 
 A `PackedOperand` is accepted wherever its matrix is by `asymo.matmul` (as ``b``, or as ``a``
-when packed with ``side="a"``) and by `asymo.ops.matmul.gemm`. A plan's clusters each use the layout
-of their kernel and K block (``kc``); a layout is made the first time a plan needs it and kept
-(at most `MAX_LAYOUTS`), so every later call skips the packing of that operand. Calls the
+when packed with ``side="a"``) and by `asymo.ops.matmul.gemm`. A plan's clusters each use the
+layout of their kernel and K block (``kc``); a layout is made the first time a plan needs it and
+kept (at most `MAX_LAYOUTS`), so every later call skips the packing of that operand. Calls the
 packed layout cannot serve -- a matrix-vector plan, a batch of products, other dtypes -- use the
 operand's own copy of the matrix and give the same result as the unpacked product.
 
