@@ -460,7 +460,7 @@ int asymo_gemm_pack(int isa, int dtype, int side, int64_t dim, int64_t k, int64_
     const dtype_ops *ops = dtype == ASYMO_DTYPE_F32 ? &gemm_ops_f32 : &gemm_ops_f64;
     const int es = dtype == ASYMO_DTYPE_F32 ? 4 : 8;
     const int mr = kern->mr, nr = kern->nr;
-    const int64_t pad = cdiv(dim, side == ASYMO_PACK_A ? mr : nr) * (side == ASYMO_PACK_A ? mr : nr);
+    const int64_t unit = side == ASYMO_PACK_A ? mr : nr, pad = cdiv(dim, unit) * unit;
     for (int64_t p0 = 0; p0 < k; p0 += kc) {
         const int64_t kb = min64(kc, k - p0);
         char *block = (char *)dst + (size_t)(p0 * pad) * es;

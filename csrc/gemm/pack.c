@@ -160,7 +160,7 @@ DEFINE_PACK(double, f64)
 
 #define OPS(SUFFIX)                                                                            \
     {(void (*)(void *, const void *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,    \
-               int, asymo_pack_rows_fn))pack_a_##SUFFIX,                                                           \
+               int, asymo_pack_rows_fn))pack_a_##SUFFIX,                                       \
      (void (*)(void *, const void *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,    \
                int))pack_b_##SUFFIX,                                                           \
      (void (*)(void *, int64_t, int64_t, const void *, int, int64_t, int64_t,                 \

@@ -23,7 +23,7 @@
 /* Shared body. The k loop is unrolled by 4; A, read from L2 as one stream, is prefetched
  * AHEAD bytes ahead (the B sliver stays in L1 across the micro-panels of the block). C rows
  * are prefetched before the loop so the final loads and stores do not stall. */
-#define UKR_BODY_1STEP(T, MR)                                                                       \
+#define UKR_BODY_1STEP(T, MR)                                                                 \
     const T *a = (const T *)a_;                                                               \
     const T *b = (const T *)b_;                                                               \
     T *c = (T *)c_;                                                                           \
