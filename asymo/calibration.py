@@ -358,12 +358,16 @@ class GemmTimer:
         handle = pool._handle
 
         def run(p, n):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                rc = lib.asymo_gemm(handle, g, p)
-                if rc != lib.ASYMO_OK:
-                    raise RuntimeError(f"asymo_gemm failed ({rc}) on {size}")
-            return (time.perf_counter() - t0) / n
+            pool._acquire()  # the handle stays valid while held (asymo.pool.acquire)
+            try:
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    rc = lib.asymo_gemm(handle, g, p)
+                    if rc != lib.ASYMO_OK:
+                        raise RuntimeError(f"asymo_gemm failed ({rc}) on {size}")
+                return (time.perf_counter() - t0) / n
+            finally:
+                pool._release()
 
         t_start = time.perf_counter()
         inner = []

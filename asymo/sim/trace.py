@@ -44,6 +44,12 @@ def trace_jobs(run, pool, as_cluster, *, max_jobs=1 << 12, max_tasks=1 << 16, bu
     time after the last job. Pin the calling thread first: the durations are of the core it
     runs on.
     """
+    from asymo.pool import hold
+    with hold(pool):  # the handle stays valid while held (asymo.pool.acquire)
+        return _trace_jobs(run, pool, as_cluster, max_jobs, max_tasks, buffers)
+
+
+def _trace_jobs(run, pool, as_cluster, max_jobs, max_tasks, buffers):
     import time
 
     from asymo._ffi import ffi, lib
