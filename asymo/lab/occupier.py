@@ -13,7 +13,10 @@ import errno
 import fcntl
 import os
 import signal
+import stat
 import sys
+
+from asymo.hw import rundir as _rundir
 
 EXIT_TIME_LIMIT = 0
 EXIT_SETUP_FAILED = 2
@@ -70,25 +73,48 @@ def main(argv=None):
 
 
 def lock_path(cpu):
-    return os.path.join("/tmp", f"asymo-emulate-cpu{cpu}.lock")
+    """The per-cpu lock file: in root's ``/run/asymo`` when run as root (no other user can
+    plant anything there), else ``/tmp/asymo-emulate-cpuN.lock``, shared by every user's
+    emulations (opened without following symlinks, see `_lock_cpu`). Env ``ASYMO_RUN_DIR``
+    moves it (tests)."""
+    if os.geteuid() == 0 or os.environ.get(_rundir.ENV_VAR):
+        try:
+            return os.path.join(_rundir.run_dir(), f"emulate-cpu{int(cpu)}.lock")
+        except OSError:
+            pass
+    return os.path.join("/tmp", f"asymo-emulate-cpu{int(cpu)}.lock")
 
 
 def _lock_cpu(cpu):
     """An fd holding the cpu's lock, False if another helper holds it, None if no lock file
-    can be opened here (then emulations are not checked for overlap across processes)."""
+    can be opened here (then emulations are not checked for overlap across processes).
+
+    The file is never opened through a symlink (a link planted in /tmp would otherwise make a
+    root process open, and before this was fixed chmod, its target), only a regular file is
+    used, and only a file this call created is made world-readable-writable (so other users'
+    emulations can lock it too)."""
     path = lock_path(cpu)
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | flags, 0o666)
+    except FileExistsError:
         try:
-            os.fchmod(fd, 0o666)  # let other users' emulations take the same lock
-        except OSError:
-            pass
-    except OSError:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | flags)  # flock needs no write
+        except OSError:  # a symlink (ELOOP), no permission, ...
             return None
+    except OSError:
+        return None
+    else:
+        if path.startswith("/tmp/"):
+            try:
+                os.fchmod(fd, 0o666)  # our own new file: let other users' emulations lock it
+            except OSError:
+                pass
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            return None
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
