@@ -212,3 +212,57 @@ def test_conv2d_no_input_channels_is_empty_as_in_torch():
     torch = pytest.importorskip("torch")
     t = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1)
     assert tuple(t.shape) == (2, 0, 5, 5)
+
+
+# -- item 8: K >= 2^31 on broadcast views ------------------------------------------------------------
+def test_matmul_k_beyond_int32_on_broadcast_views_as_numpy():
+    k = 2 ** 31
+    a = np.broadcast_to(np.float32(1), (k,))
+    b = np.broadcast_to(np.float32(0.5), (k,))
+    ref = np.matmul(a, b)  # NumPy's loop needs no copy of the operands
+    np.testing.assert_array_equal(asymo.matmul(a, b), ref)
+    a2 = np.broadcast_to(np.float32(1), (1, k))
+    np.testing.assert_array_equal(asymo.matmul(a2, b), np.matmul(a2, b))
+
+
+# -- item 8: argument validation of parallel_for and plan_gemm --------------------------------------
+def test_parallel_for_split_rejects_bools():
+    from asymo.runtime.ffi import ffi, lib
+    count = ffi.addressof(lib, "asymo_task_count")
+    with asymo.Pool("big:0@1.0,little:1@0.5") as p:
+        c = np.zeros(4, np.int32)
+        for bad in ([True, 3], [np.True_, 3], ["1", 3]):
+            with pytest.raises(TypeError, match="split entries must be numbers"):
+                p.parallel_for(count, 4, ctx=c, split=bad)
+        assert not c.any()
+        p.parallel_for(count, 4, ctx=c, split=[1, 3])
+        assert (c == 1).all()
+
+
+def test_plan_gemm_rejects_fractional_blocks():
+    from asymo.plan.gemm import plan_gemm
+    for bad in ((8.5, 64, 64), (8, 64, True), ((8, 64, 64.0),)):
+        with pytest.raises(TypeError, match="integers"):
+            plan_gemm(64, 64, 64, blocks=bad)
+    with pytest.raises(ValueError, match=">= 1"):
+        plan_gemm(64, 64, 64, blocks=(0, 64, 64))
+    with pytest.raises(TypeError, match="M must be an integer"):
+        plan_gemm(64.5, 64, 64)
+    assert plan_gemm(64, 64, 64, blocks=(np.int64(8), 64, 64)).blocks[0] == (8, 64, 64)
+
+
+# -- item 8: the per-pool calibration cache does not grow with every pool ---------------------------
+def test_per_pool_cache_forgets_collected_pools():
+    import gc
+
+    from asymo.plan import matmul as mplan
+    a = np.ones((256, 256), np.float32)
+    before = len(mplan._pool_cals)
+    pools = [asymo.Pool() for _ in range(12)]  # alive together: distinct ids
+    for p in pools:
+        asymo.matmul(a, a, pool=p)
+        p.close()
+    assert len(mplan._pool_cals) >= before + 12
+    del pools, p
+    gc.collect()
+    assert len(mplan._pool_cals) <= before

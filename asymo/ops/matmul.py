@@ -49,7 +49,7 @@ def _fail(rc, M, K, N, plan):
     msg = (f"asymo GEMM failed ({_ERRORS.get(rc, rc)}) for shape (M, K, N) = ({M}, {K}, {N}), "
            f"plan {plan}")
     if rc == lib.ASYMO_ENOMEM:
-        return MemoryError(msg)
+        return _CoreMemoryError(msg)
     return RuntimeError(msg)
 
 
@@ -207,13 +207,32 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     ``out`` None or of that dtype). Other dtypes, mixed dtypes, ndarray subclasses and other
     array types go to `numpy.matmul` and return exactly its result.
     """
+    # When the C core cannot allocate its work buffers (a packed copy of a broadcast operand
+    # with K >= 2^31, say), NumPy's own loop may need none: do what NumPy does then (its own
+    # MemoryError if it cannot either).
     if backend is None:
         backend = _default_backend
     if backend == "c" and _fast_matmul is not None:
         # the common case in C (asymo/matmul_fast.py); None: not a case it takes
-        res = _fast_matmul(a, b, out, pool)
+        try:
+            res = _fast_matmul(a, b, out, pool)
+        except MemoryError as exc:
+            if "asymo GEMM failed" not in str(exc):  # the result array's allocation
+                raise
+            return np.matmul(a, b, out=out)
         if res is not None:
             return res
+    try:
+        return _matmul_general(a, b, out, backend, pool)
+    except _CoreMemoryError:
+        return np.matmul(a, b, out=out)
+
+
+class _CoreMemoryError(MemoryError):
+    """The C core's ASYMO_ENOMEM (its work buffers), not the result's allocation."""
+
+
+def _matmul_general(a, b, out, backend, pool):
     if (backend == "c" and type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2
             and 0 < b.ndim <= 2 and (out is None or type(out) is np.ndarray)):
         res = _matmul_2d(a, b, out, pool)

@@ -394,6 +394,10 @@ class Pool:
             raise TypeError(f"split must be a sequence (one entry per cluster) or None, "
                             f"not {type(split).__name__}")
         split = list(split)
+        if any(isinstance(x, (bool, str, bytes)) or type(x).__name__ in ("bool", "bool_")
+               for x in split):
+            raise TypeError(f"split entries must be numbers (integer counts or float "
+                            f"weights), not {split!r}")
         if len(split) != nc:
             raise ValueError(f"split has {len(split)} entries but the pool has {nc} "
                              f"cluster(s) ({', '.join(c.name for c in self._topology.clusters)})")
