@@ -31,7 +31,7 @@ def test_lock_never_follows_a_planted_symlink(tmp_path, monkeypatch):
     victim.chmod(0o600)
     planted = tmp_path / "asymo-emulate-cpu1.lock"
     planted.symlink_to(victim)
-    monkeypatch.setattr(occupier, "lock_path", lambda cpu: str(planted))
+    monkeypatch.setattr(occupier, "lock_paths", lambda cpu: [str(planted)])
     fd = occupier._lock_cpu(1)
     assert fd is None  # not locked through the link (the emulation runs unchecked)
     assert stat.S_IMODE(victim.stat().st_mode) == 0o600
@@ -42,20 +42,21 @@ def test_lock_chmods_only_a_file_it_created(tmp_path, monkeypatch):
     path = tmp_path / "asymo-emulate-cpu1.lock"
     path.write_text("")
     path.chmod(0o600)
-    monkeypatch.setattr(occupier, "lock_path", lambda cpu: str(path))
-    fd = occupier._lock_cpu(1)
+    monkeypatch.setattr(occupier, "lock_paths", lambda cpu: [str(path)])
+    fds = occupier._lock_cpu(1)
     try:
-        assert fd not in (None, False)
+        assert fds not in (None, False)
         assert stat.S_IMODE(path.stat().st_mode) == 0o600  # someone else's: left alone
     finally:
-        if fd:
+        for fd in fds or ():
             os.close(fd)
 
 
 def test_lock_lives_in_a_private_directory(tmp_path, monkeypatch):
     monkeypatch.delenv(rundir.ENV_VAR, raising=False)
     if os.geteuid() == 0:
-        assert occupier.lock_path(3) == "/run/asymo/emulate-cpu3.lock"
+        assert occupier.lock_paths(3) == ["/run/asymo/emulate-cpu3.lock",
+                                          "/tmp/asymo-emulate-cpu3.lock"]
         st = os.lstat("/run/asymo")
         assert stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022
     d = tmp_path / "run"
