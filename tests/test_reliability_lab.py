@@ -90,7 +90,12 @@ def test_speed_005_is_accepted(monkeypatch):
 def test_collected_emulation_restores_the_environment(monkeypatch):
     monkeypatch.delenv(topo.ENV_VAR, raising=False)
     monkeypatch.delenv(E.ENV_EMULATED, raising=False)
-    emu = E.slow_cores({AFFINITY[-1]: 0.5}).start()
+    try:
+        emu = E.slow_cores({AFFINITY[-1]: 0.5}).start()
+    except E.EmulationError as exc:
+        if "another process" in str(exc):
+            pytest.skip(f"the core is slowed by another process's emulation: {exc}")
+        raise
     assert os.environ.get(topo.ENV_VAR)
     del emu
     gc.collect()
@@ -112,6 +117,10 @@ def test_sigkill_of_asymo_emulate_ends_its_command():
     child = None
     try:
         line = p.stdout.readline()
+        if not line:
+            err = p.stderr.read()
+            if "another process" in err:
+                pytest.skip(f"the core is slowed by another process's emulation: {err}")
         assert line.strip().isdigit(), (line, p.stderr.read() if not line else "")
         child = int(line)
         p.kill()
