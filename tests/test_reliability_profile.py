@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from asymo import profile as prof
-from asymo.calibrate import gemm as calib
+from asymo.plan import calibration as calib
 from asymo.hw.topology import detect, parse_spec
 from asymo.lab.sim.calibrate import CalibrationWarning, load_calibration
 from asymo.lab.sim.costs import load_model_costs
