@@ -262,7 +262,8 @@ class Pool:
         if handle == ffi.NULL:
             _raise_for(err[0], "asymo.Pool could not be created")
         self._handle = handle
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._inflight = 0  # holds (jobs and reads of the C handle) under way, all threads
         self._split_cache = {}
         self._closed = False  # no new holds (but the holders of the moment may go on)
@@ -569,10 +570,13 @@ class Pool:
         if held is None:
             held = _tls.held = {}
         n = held.get(self, 0)
-        with self._cond:
-            if self._dead or (self._closed and not n):
-                raise ValueError(closed_message)
-            self._inflight += 1
+        lock = self._lock  # (a bare Lock: `with self._cond` costs twice as much)
+        lock.acquire()
+        if self._closed and (self._dead or not n):
+            lock.release()
+            raise ValueError(closed_message)
+        self._inflight += 1
+        lock.release()
         held[self] = n + 1
 
     def _release(self):
@@ -582,12 +586,12 @@ class Pool:
             held[self] = n - 1
         elif n == 1:
             del held[self]
-        with self._cond:
+        with self._lock:
             if self._inflight > 0:
                 self._inflight -= 1
-            if self._inflight:
+            if self._inflight or not self._closed:
                 return
-            self._cond.notify_all()
+            self._cond.notify_all()  # close() waits for the last holder
             if self._retired and not self._dead:
                 self._destroy_locked()
 
@@ -884,7 +888,8 @@ def _after_fork_in_child():
     _default_lock = threading.Lock()
     held = getattr(_tls, "held", None) or {}  # the forking thread's holds go on in the child
     for pool in list(_live_pools):
-        pool._cond = threading.Condition(threading.Lock())
+        pool._lock = threading.Lock()
+        pool._cond = threading.Condition(pool._lock)
         pool._inflight = held.get(pool, 0)
 
 
