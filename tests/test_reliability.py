@@ -319,7 +319,7 @@ def test_scaling_progress_total_is_fixed(monkeypatch):
     """asymo bench scaling's bar: disturbed samples stall it, never move its end."""
     import contextlib
 
-    from asymo.lab.scaling import measure
+    from asymo.lab import sampling
 
     rec = _BarRecorder(monkeypatch)
 
@@ -329,8 +329,8 @@ def test_scaling_progress_total_is_fixed(monkeypatch):
 
     items = [(("a",), factory, True), (("b",), factory, False)]
     # every sample counts as disturbed: each item is sampled 4 x repeats times
-    samples = measure._measure_items(items, 3, 1e-5, True, max_external=-1.0)
-    assert all(len(v) == measure.MAX_ROUNDS_FACTOR * 3 for v in samples.values())
+    samples = sampling.measure_items(items, 3, 1e-5, True, max_external=-1.0)
+    assert all(len(v) == sampling.MAX_ROUNDS_FACTOR * 3 for v in samples.values())
     rec.check()
     assert rec.bars[0].n == rec.bars[0].total
 

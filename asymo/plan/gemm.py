@@ -36,8 +36,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from asymo.plan import costmodel as _costmodel
 from asymo.plan import split_cost as _split_cost
 from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.partition import largest_remainder
 
 __all__ = [
     "GemmPlan", "plan_gemm", "default_blocks", "block_candidates", "set_block_chooser",
@@ -382,31 +384,23 @@ def _kc_for(K, l1, mr, nr, itemsize):
     return _round_up(-(-K // npanels), 8)
 
 
-def block_candidates(M, N, K, cluster, nthreads, mr, nr, itemsize, max_i=64):
-    """Candidate (mc, nc, kc) for one cluster from AsyMo's constraints (section 4.2).
+def block_candidates(M, K, N, cluster, nthreads, mr, nr, itemsize):
+    """Candidate (mc, nc, kc) for ``cluster`` computing an M x N part of C with K.
 
-    kc from the L1 constraint; ``mc = nc = sqrt(M N / (i * threads))`` for i = 1, 2, ...
-    (least memory traffic for a task count that is a multiple of the thread count), rounded
-    to the register tile, clipped to the matrix, and kept when the cache constraint
-    ``(mc*kc + nc*kc + mc*nc) * threads <= L2`` holds (threads: those sharing the L2). When
-    M << N (or N << M) the short dimension is not partitioned. A cost model picks among these.
+    The candidates of `asymo.plan.costmodel.block_candidates` (AsyMo's constraints, section
+    4.2) for the cluster's caches (L1 per core; the L2 shared by the cores that share it,
+    fallbacks when unknown), in whole register tiles: mc and nc rounded up to multiples of
+    ``mr`` and ``nr`` (an unpartitioned M or N becomes one block of whole tiles), each still
+    within the L2 constraint. A cost model picks among these.
     """
     l1, l2 = _cache_budget(cluster)
-    kc = _kc_for(K, l1, mr, nr, itemsize)
-    budget = l2 // itemsize
-    M, N, T = max(M, 1), max(N, 1), max(nthreads, 1)
     out = []
-    for i in range(1, max_i + 1):
-        tasks = i * T
-        side = math.sqrt(M * N / tasks)
-        if side >= M:    # M << N: whole M per task, partition N only
-            mc, nc = _round_up(M, mr), _round_up(-(-N // tasks), nr)
-        elif side >= N:  # N << M: partition M only
-            mc, nc = _round_up(-(-M // tasks), mr), _round_up(N, nr)
-        else:
-            mc, nc = _round_up(int(side), mr), _round_up(int(side), nr)
-        if mc * kc + nc * kc + mc * nc <= budget and (mc, nc, kc) not in out:
-            out.append((mc, nc, kc))
+    for mc, nc, kc in _costmodel.block_candidates(M, K, N, threads=nthreads, l1_bytes=l1,
+                                                  l2_bytes=l2, l2_sharing=1, mr=mr, nr=nr,
+                                                  itemsize=itemsize):
+        cand = (_round_up(mc, mr), _round_up(nc, nr), kc)
+        if cand not in out and _costmodel.fits_l2(*cand, 1, l2, itemsize):
+            out.append(cand)
     return out
 
 
@@ -530,19 +524,6 @@ def clear_plan_cache():
 
 
 
-def _largest_remainder(n, weights):
-    total = float(sum(weights))
-    if total <= 0:
-        raise ValueError(f"split ratio {list(weights)} has no positive entry")
-    exact = [n * w / total for w in weights]
-    counts = [int(math.floor(x)) for x in exact]
-    short = n - sum(counts)
-    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - counts[i]), i))
-    for i in order[:short]:
-        counts[i] += 1
-    return counts
-
-
 def _context(pool, topology):
     """(topology, active workers per cluster, pool or None)."""
     if pool is not None:
@@ -572,7 +553,7 @@ def _split_units(units, pool, split, weights):
             raise ValueError(f"split ratio {split} must be finite, >= 0, with a positive entry")
     if pool is not None and hasattr(pool, "split_counts"):
         return list(pool.split_counts(units, split))
-    return _largest_remainder(units, weights if split is None else split)
+    return largest_remainder(units, weights if split is None else split)
 
 
 def _ranges(size, unit, pool, split, weights):

@@ -50,9 +50,9 @@ import re
 import threading
 import warnings
 import weakref
-from fractions import Fraction
 
 from asymo.hw import environ as _environ
+from asymo.runtime.partition import largest_remainder as _largest_remainder
 from asymo.runtime.ffi import ffi, lib
 from asymo.hw.topology import ENV_VAR as TOPOLOGY_ENV_VAR
 from asymo.hw.topology import Topology, detect, parse_spec
@@ -60,13 +60,11 @@ from asymo.hw.topology import Topology, detect, parse_spec
 __all__ = ["Pool", "POLICIES", "QUEUES", "get_pool", "reset_default_pool", "set_thread_limit",
            "get_thread_limit", "acquire", "release", "hold"]
 
-#: policy name -> C constant
-POLICIES = {
-    "asymo": lib.ASYMO_POLICY_ASYMO,
-    "even": lib.ASYMO_POLICY_EVEN,
-    "shared": lib.ASYMO_POLICY_SHARED,
-    "steal": lib.ASYMO_POLICY_STEAL,
-}
+#: policy name -> C constant: the C library's ``ASYMO_POLICY_*`` enum, in its order (the
+#: one list of policies: the lab's simulator and sweeps read it from here)
+POLICIES = dict(sorted(((name[len("ASYMO_POLICY_"):].lower(), getattr(lib, name))
+                        for name in dir(lib) if name.startswith("ASYMO_POLICY_")),
+                       key=lambda item: item[1]))
 #: per-worker queue implementation name -> C constant (None: env ASYMO_POOL_QUEUE, else the
 #: one measured faster on this kind of machine, see bench/pool_queues.py)
 QUEUES = {"mutex": lib.ASYMO_QUEUE_MUTEX, "chaselev": lib.ASYMO_QUEUE_CHASELEV}
@@ -185,22 +183,6 @@ def _as_ctx(ctx):
 
 _ADDRESS_LIMIT = 1 << (8 * ffi.sizeof("void *"))
 _NTASKS_LIMIT = 1 << 63  # the C side counts tasks in int64_t
-
-
-def _largest_remainder(n, weights):
-    """Integer counts summing to ``n``, proportional to ``weights`` (ties: earlier first).
-
-    Exact rational arithmetic: the counts never depend on float rounding.
-    """
-    weights = [Fraction(w) for w in weights]
-    total = sum(weights)
-    exact = [n * w / total for w in weights]
-    counts = [math.floor(x) for x in exact]
-    short = n - sum(counts)  # 0 <= short < len(weights)
-    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - counts[i]), i))
-    for i in order[:short]:
-        counts[i] += 1
-    return counts
 
 
 class Pool:

@@ -57,6 +57,7 @@ import os
 
 import numpy as np
 
+from asymo.lab.sim.engine import Job
 from asymo.plan import costmodel as cm
 
 __all__ = ["ModelCosts", "share_settings", "fixed_cost", "gemm_task_costs", "load_model_costs",
@@ -230,7 +231,6 @@ class ModelCosts:
         """A simulator `Job` for ``plan`` with cost-model task costs (the plan's split), or
         None when the models do not cover the plan: the caller builds the job from
         capabilities. Counts both outcomes."""
-        from asymo.lab.sim.engine import Job
         costs = self.task_costs(plan, topology)
         if costs is None:
             self.jobs_capabilities += 1
