@@ -101,14 +101,18 @@ def measure_items(items, repeats, min_time, progress, desc="measuring",
                 busy = sum(w["busy_s"] for w in pool.stats()["workers"]) / number
         samples[key].append((dt, share, busy))
 
+    # Progress counts the undisturbed samples still needed (an item that reached its cap of
+    # samples counts as complete), so the total is known from the start and never changes:
+    # a disturbed sample stalls the bar instead of moving its end away.
     bar = tqdm(total=len(items) * repeats, desc=desc, unit="run", disable=not progress,
                leave=False)
+    shown = {}
 
     def tick(key):
-        if bar.n >= bar.total:
-            bar.total += 1
+        now = repeats if done(key) else min(clean(key), repeats)
         bar.set_postfix_str(" ".join(str(k) for k in key)[:40])
-        bar.update(1)
+        bar.update(now - shown.get(key, 0))
+        shown[key] = now
 
     try:
         rnd = 0

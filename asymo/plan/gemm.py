@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import os
 import threading
 from dataclasses import dataclass, field
@@ -599,6 +600,11 @@ def plan_gemm(M, K, N, dtype="float32", pool=None, *, nbatch=1, split=None, bloc
     GemmPlan
     """
     dname = _dtype_name(dtype)
+    for name, v in (("M", M), ("K", K), ("N", N), ("nbatch", nbatch)):
+        if not _integral(v):
+            raise TypeError(f"plan_gemm: {name} must be an integer, not {v!r}")
+    if blocks is not None:
+        blocks = _check_blocks(blocks)
     M, K, N, nbatch = int(M), int(K), int(N), int(nbatch)
     if min(M, K, N) < 0 or nbatch < 1:
         raise ValueError(f"plan_gemm: bad shape (M, K, N) = ({M}, {K}, {N}), nbatch={nbatch}")
@@ -627,6 +633,31 @@ def plan_gemm(M, K, N, dtype="float32", pool=None, *, nbatch=1, split=None, bloc
                 _plan_cache.clear()
             _plan_cache[key] = (plan, owner)
     return plan
+
+
+def _integral(v):
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def _check_blocks(blocks):
+    """``blocks`` as one ``(mc, nc, kc)`` of ints >= 1, or a tuple of them (one per cluster);
+    anything else (8.5, a bool, a string) is a TypeError / ValueError, never truncated."""
+    def one(b):
+        if isinstance(b, (str, bytes)) or not hasattr(b, "__len__") or len(b) != 3:
+            raise ValueError(f"plan_gemm: blocks must be (mc, nc, kc) or one per cluster, "
+                             f"not {blocks!r}")
+        if not all(_integral(x) for x in b):
+            raise TypeError(f"plan_gemm: block sizes must be integers, not {tuple(b)!r}")
+        if min(int(x) for x in b) < 1:
+            raise ValueError(f"plan_gemm: block sizes must be >= 1, not {tuple(b)!r}")
+        return tuple(int(x) for x in b)
+
+    if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__len__") or not len(blocks):
+        raise ValueError(f"plan_gemm: blocks must be (mc, nc, kc) or one per cluster, not "
+                         f"{blocks!r}")
+    if isinstance(blocks[0], (tuple, list)):
+        return tuple(one(b) for b in blocks)
+    return one(blocks)
 
 
 def _freeze(x):

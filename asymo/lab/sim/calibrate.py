@@ -652,11 +652,11 @@ def load_calibration(path, topology=None):
     """Read a calibration written by :func:`save_calibration`; None (with a
     ``CalibrationWarning`` saying why) when it is unreadable, of another format, or for
     another topology."""
+    from asymo.profile.files import read_json_file
     try:
-        with open(path) as f:
-            cal = json.load(f)
+        cal = read_json_file(path)  # a regular file only, size- and depth-limited
         check_calibration(cal, topology)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         warnings.warn(f"ignoring simulator calibration {path}: {exc}", CalibrationWarning,
                       stacklevel=2)
         return None

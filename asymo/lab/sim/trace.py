@@ -25,6 +25,7 @@ from asymo.lab.loadmon import OtherLoad
 from asymo.lab.machine import pinned_thread
 from asymo.lab.sim.engine import Job, split_counts
 from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.pool import hold
 
 __all__ = ["TracedJob", "trace_jobs", "collect_traces", "merge_traces", "traced_sim_jobs",
            "jobs_from_traces", "trace_to_dict", "trace_from_dict", "task_seconds"]
@@ -50,6 +51,11 @@ def trace_jobs(run, pool, as_cluster, *, max_jobs=1 << 12, max_tasks=1 << 16, bu
     time after the last job. Pin the calling thread first: the durations are of the core it
     runs on.
     """
+    with hold(pool):  # the handle stays valid while held (asymo.runtime.pool.acquire)
+        return _trace_jobs(run, pool, as_cluster, max_jobs, max_tasks, buffers)
+
+
+def _trace_jobs(run, pool, as_cluster, max_jobs, max_tasks, buffers):
     handle = pool._handle
     nclusters = pool.topology.nclusters
     if not 0 <= as_cluster < nclusters:
