@@ -14,7 +14,7 @@ def register(sub):
                     "which contiguous layers each stage runs, and the predicted throughput "
                     "and latency beside the kernel-level prediction (every layer on all "
                     "cores). Predictions come from the calibrated Pipe-it time model "
-                    "(calibration/pipeline_timemodel.py), or, without a calibration or for "
+                    "(bench/calibration_pipeline_timemodel.py), or, without a calibration or for "
                     "another machine (--topology), from the default model scaled by cluster "
                     "capacity; the output says which.")
     add_model_args(p)
@@ -52,5 +52,5 @@ def run(args):
           f"img/s   latency {_ms(plan.kernel_level_predicted_latency).strip()} ms", file=out)
     for name, a in plan.alternatives.items():
         print(f"  {name:<13}{a['pipeline']:<24}{a['predicted_throughput']:8.2f} img/s", file=out)
-    print(f"energy per image: {plan.predicted_energy:.4g} ({plan.energy_source})", file=out)
+    print(f"energy per image: {plan.predicted_energy:.4g} J ({plan.energy_source})", file=out)
     return 0

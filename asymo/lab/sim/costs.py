@@ -52,12 +52,12 @@ the machine it was fitted on.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 
 import numpy as np
 
+from asymo.lab.sim.engine import Job
 from asymo.plan import costmodel as cm
 
 __all__ = ["ModelCosts", "share_settings", "fixed_cost", "gemm_task_costs", "load_model_costs",
@@ -203,7 +203,7 @@ class ModelCosts:
 
     @classmethod
     def from_calibration(cls, calibration, topology):
-        """From a parsed profile section (`asymo.calibrate.gemm.Calibration`)."""
+        """From a parsed profile section (`asymo.plan.calibration.Calibration`)."""
         return cls([c.model for c in calibration.clusters], topology,
                    source=calibration.path or "calibration",
                    names=[getattr(c.model, "features", "") for c in calibration.clusters])
@@ -231,7 +231,6 @@ class ModelCosts:
         """A simulator `Job` for ``plan`` with cost-model task costs (the plan's split), or
         None when the models do not cover the plan: the caller builds the job from
         capabilities. Counts both outcomes."""
-        from asymo.lab.sim.engine import Job
         costs = self.task_costs(plan, topology)
         if costs is None:
             self.jobs_capabilities += 1
@@ -268,18 +267,18 @@ def load_model_costs(path, topology):
     read as JSON only (never unpickled); anything that is not a usable profile with a GEMM
     calibration for ``topology`` raises ValueError saying what is wrong.
     """
-    from asymo.calibrate.gemm import SECTION, parse_section
+    from asymo.plan.calibration import SECTION, parse_section
     from asymo.profile import PROFILE_VERSION
     path = os.fspath(path)
     where = f"calibration profile {path}"
+    from asymo.profile.files import loads_bounded, read_regular_file
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_regular_file(path)  # a regular file only, size-limited, never blocking
     except OSError as exc:
         raise ValueError(f"cannot read {where}: {exc.strerror or exc}") from None
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        data = loads_bounded(raw)
+    except ValueError as exc:
         raise ValueError(f"{where} is not valid JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != "asymo-profile":
         raise ValueError(f"{where} is not an asymo calibration profile (no "
@@ -311,10 +310,10 @@ def model_costs_for(source, topology):
     """`ModelCosts` for simulating ``topology`` (or its first cores), with zeroed counters.
 
     ``source``: a `ModelCosts` (checked against ``topology``), a parsed profile section
-    (`asymo.calibrate.gemm.Calibration`, checked likewise) or the path of a profile file
+    (`asymo.plan.calibration.Calibration`, checked likewise) or the path of a profile file
     (`load_model_costs`). ValueError when the models do not fit ``topology``.
     """
-    from asymo.calibrate.gemm import Calibration
+    from asymo.plan.calibration import Calibration
     if isinstance(source, ModelCosts):
         costs = source
     elif isinstance(source, Calibration):

@@ -1,0 +1,54 @@
+/* Internal: the per-ISA GEMM micro-kernels and the skinny-shape kernels the driver picks from.
+ * Not part of the cffi API. */
+#ifndef ASYMO_GEMM_KERNELS_H
+#define ASYMO_GEMM_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* c[0:mr, 0:nr] (row stride rsc, unit column stride) = or += the product of a packed A
+ * micro-panel and a packed B sliver, BLIS form: k steps of mr contiguous values of A
+ * (a[p * mr + i]) and of nr contiguous values of B (b[p * nr + j]). Both panels are read as
+ * one forward stream each, so the hardware prefetchers follow them and the broadcasts of A
+ * come from one cache line per few k steps instead of mr row streams. */
+typedef void (*asymo_ukr_fn)(int64_t k, const void *a, const void *b, void *c, int64_t rsc,
+                             int accumulate);
+
+/* Optional fast packing of an mr-row group of row-major A (unit column stride) into a
+ * micro-panel: dst[p * mr + i] = src[i * rsa + p] for i < mr, p < kb. NULL: the driver's
+ * generic loops. */
+typedef void (*asymo_pack_rows_fn)(void *dst, const void *src, int64_t rsa, int64_t kb);
+
+/* Skinny product, no packing: out[l, s] = sum_p mat[l, p] * vec[p, s] for l in [l0, l1),
+ * s < ns (ns <= ASYMO_SKINNY_MAX); strides in elements. `mat_csp == 1` selects the dot form,
+ * `mat_rsl == 1` the axpy form; the driver guarantees one of them. In the dot form the vectors
+ * are contiguous along p (vec_rsp == 1). */
+typedef void (*asymo_skinny_fn)(int64_t l0, int64_t l1, int64_t ns, int64_t k,
+                                const void *mat, int64_t mat_rsl, int64_t mat_csp,
+                                const void *vec, int64_t vec_rsp, int64_t vec_css,
+                                void *out, int64_t out_rsl, int64_t out_css);
+
+#define ASYMO_SKINNY_MAX 8
+
+typedef struct {
+    int mr;
+    int nr;
+    asymo_ukr_fn ukr;
+    asymo_skinny_fn skinny_dot;
+    asymo_skinny_fn skinny_axpy;
+    asymo_pack_rows_fn pack_a_rows;
+} asymo_gemm_kernel;
+
+/* Kernel tables, NULL entries where an ISA is not compiled in for this architecture. */
+extern const asymo_gemm_kernel asymo_gemm_portable_f32, asymo_gemm_portable_f64;
+#if defined(__x86_64__)
+extern const asymo_gemm_kernel asymo_gemm_avx2_f32, asymo_gemm_avx2_f64;
+extern const asymo_gemm_kernel asymo_gemm_avx512_f32, asymo_gemm_avx512_f64;
+#endif
+#if defined(__aarch64__)
+extern const asymo_gemm_kernel asymo_gemm_neon_f32, asymo_gemm_neon_f64;
+#endif
+
+#define ASYMO_ALIGN 64
+
+#endif
