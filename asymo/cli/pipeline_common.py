@@ -8,8 +8,8 @@ OBJECTIVES = ("throughput", "latency", "energy")
 
 def add_model_args(p):
     p.add_argument("model", metavar="MODEL",
-                   help="zoo model: alexnet, googlenet, mobilenet_v1, resnet50, squeezenet, "
-                        "vgg16")
+                   help="zoo model (alexnet, googlenet, mobilenet_v1, resnet50, squeezenet, "
+                        "vgg16) or, for `asymo pipeline`, an ONNX file MODEL.onnx")
     p.add_argument("--objective", choices=OBJECTIVES, default="throughput",
                    help="what the plan optimises (default: throughput)")
     p.add_argument("--method", choices=("optimal", "pipe-it", "two-stage"), default="optimal",
