@@ -66,17 +66,27 @@ def run_in_thread(fn, cpus, *, name="asymo-measure"):
     return box["value"]
 
 
-def _time(fn, *, min_time, min_repeats=3, max_repeats=15):
+def _time(fn, *, window=0.01, windows=3):
+    """Seconds per call of ``fn``: the median over ``windows`` of the mean time of the calls
+    in a window of at least ``window`` seconds, after one warm-up call.
+
+    Means over windows, not medians of single calls: under a duty-cycled slowdown (the
+    emulator's period is 0.5 ms) a call shorter than the period can fall between the slow
+    phases, and the median of such calls would report the core's unslowed speed.
+    """
     fn()  # warm-up (first-run allocation, packing)
-    ts = []
-    t_all = time.perf_counter()
-    while len(ts) < max_repeats:
+    means = []
+    for _ in range(windows):
+        n = 0
         t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-        if len(ts) >= min_repeats and time.perf_counter() - t_all >= min_time:
-            break
-    return float(np.median(ts))
+        while True:
+            fn()
+            n += 1
+            t = time.perf_counter() - t0
+            if t >= window:
+                break
+        means.append(t / n)
+    return float(np.median(means))
 
 
 @dataclass
@@ -105,7 +115,7 @@ def _baseline_cpu_sets(topology):
     return [allc] if allc == fast else [allc, fast]
 
 
-def measure_segment_times(graph, topology, *, executors=None, min_time=0.02, progress=None):
+def measure_segment_times(graph, topology, *, executors=None, window=0.01, progress=None):
     """Measure every segment on every executor and core configuration (step 1).
 
     Returns ``SegmentTimes``; executors that cannot build the graph are in ``skipped``.
@@ -124,10 +134,10 @@ def measure_segment_times(graph, topology, *, executors=None, min_time=0.02, pro
                 if progress:
                     progress(f"measuring {kind} segments on cpus {list(cpus)}")
                 times[:, ci] = run_in_thread(
-                    lambda: _segments_on(graph, kind, cpus, x0, topology, min_time), cpus)
+                    lambda: _segments_on(graph, kind, cpus, x0, topology, window), cpus)
             for cpus in _baseline_cpu_sets(topology):
                 whole[(kind, cpus)] = run_in_thread(
-                    lambda: _whole_on(graph, kind, cpus, x0, topology, min_time), cpus)
+                    lambda: _whole_on(graph, kind, cpus, x0, topology, window), cpus)
         except ValueError as exc:  # the executor lacks an operator of this graph
             skipped[kind] = str(exc)
             continue
@@ -138,24 +148,24 @@ def measure_segment_times(graph, topology, *, executors=None, min_time=0.02, pro
     return SegmentTimes(tables, whole, skipped)
 
 
-def _segments_on(graph, kind, cpus, x0, topology, min_time):
+def _segments_on(graph, kind, cpus, x0, topology, window):
     out = []
     x = x0
     for j in range(len(graph)):
         ex = make_executor(kind, graph, j, j, cpus, topology=topology)
         try:
             buf = np.empty(ex.output_shape, np.float32)
-            out.append(_time(lambda: ex.run(x, out=buf), min_time=min_time))
+            out.append(_time(lambda: ex.run(x, out=buf), window=window))
             x = buf
         finally:
             ex.close()
     return out
 
 
-def _whole_on(graph, kind, cpus, x0, topology, min_time):
+def _whole_on(graph, kind, cpus, x0, topology, window):
     ex = make_executor(kind, graph, 0, len(graph) - 1, cpus, topology=topology)
     try:
-        return _time(lambda: ex.run(x0), min_time=max(min_time, 0.1))
+        return _time(lambda: ex.run(x0), window=max(window, 0.05))
     finally:
         ex.close()
 

@@ -1,7 +1,10 @@
 """Stage executors: run a contiguous range of a ``CutGraph``'s segments on a set of cpus.
 
 One small interface (``StageExecutor``): built for ``(graph, first, last, cpus)``, called as
-``executor.run(x, out=None)`` from a thread pinned to those cpus, closed with ``close()``.
+``executor.run(x, out=None)`` from the stage's thread, closed with ``close()``. The first
+``run`` from a thread pins that thread to the stage's cpus (for ONNX Runtime, to the first of
+them): call it from a thread of its own (the pipeline's stage thread,
+``asymo.pipeline.anyplan.run_in_thread``), not from a thread that must keep running anywhere.
 Every thread an executor creates runs on its stage's cpus only, so stages on different
 clusters never steal each other's cores:
 
