@@ -21,6 +21,8 @@ _LAZY = {
     "pipeline": ("asymo.pipeline", None),
     "conv2d": ("asymo.conv", "conv2d"),
     "models": ("asymo.models", None),
+    "from_onnx": ("asymo.models.onnx_loader", "from_onnx"),
+    "from_torch": ("asymo.models.torch_loader", "from_torch"),
     "plan_matmul": ("asymo.matmul_plan", "plan_matmul"),
     "sim": ("asymo.sim", None),
     "scaling": ("asymo.scaling", None),

@@ -15,11 +15,14 @@ network is and how nodes are counted, and :mod:`asymo.models.spec` for the descr
 """
 from __future__ import annotations
 
+from asymo.models.graph import Graph, GraphError, Node, TensorInfo
+from asymo.models.graph_model import ExecutionPlan, GraphModel
 from asymo.models.model import Model
 from asymo.models.spec import Layer
 from asymo.models.zoo import BUILDERS, DEFAULT_SIZES, TABLE_I_MAJOR_COUNTS, build_layers
 
-__all__ = ["names", "get", "Model", "Layer", "TABLE_I_MAJOR_COUNTS", "DEFAULT_SIZES"]
+__all__ = ["names", "get", "Model", "Layer", "TABLE_I_MAJOR_COUNTS", "DEFAULT_SIZES",
+           "Graph", "GraphError", "Node", "TensorInfo", "GraphModel", "ExecutionPlan"]
 
 
 def names():

@@ -1,0 +1,691 @@
+"""``GraphModel``: a planned graph that runs on asymo's operations.
+
+At load (:class:`GraphModel` construction) the graph is rewritten once by
+:func:`asymo.models.graph_plan.optimize` (BatchNorm folded, activations and residual adds in
+the convolutions' epilogues, fully-connected weights stored as rows). Per batch size, on first
+use, :meth:`GraphModel.plan` decides the rest as data (:class:`ExecutionPlan`): every tensor's
+shape, each node's kernel path, and one activation arena: tensors whose lifetimes do not
+overlap share memory (first-fit by size, TFLite's greedy arena), reshapes are views, and
+element-wise operators write over an input that dies with them. An *instance* of a plan (the
+arena plus every node bound to its input and output views) is made once and reused: inference
+allocates no activation memory. Concurrent calls (several threads) take separate instances.
+
+``model(x)`` takes NCHW float32 NumPy arrays (or torch tensors, giving torch tensors back) of
+any batch size. ``model.layers`` are the graph's segments between single-tensor cut points, as
+:class:`asymo.models.Layer` descriptors, and ``model.run_layers(x, first, last)`` runs a
+contiguous range of them: the pipeline planner and runtime take a ``GraphModel`` like a zoo
+model.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from asymo.models import spec
+from asymo.models.graph import GraphError
+from asymo.models.graph_plan import optimize
+from asymo.models.shapes import (infer_shapes, ints, pad_amounts, reshape_target, slice_spec,
+                                 split_sizes)
+
+__all__ = ["GraphModel", "ExecutionPlan", "ALIAS_OPS", "INPLACE_OPS"]
+
+ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+INPLACE_OPS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "Add", "Mul", "Sub",
+                         "Div", "BatchNormalization"})
+ALIGN = 64  # bytes: every arena tensor starts on a cache line
+
+
+@dataclass
+class ExecutionPlan:
+    """What running the graph at one batch size needs, decided once (plain data).
+
+    ``shapes``: tensor -> shape; ``storage``: tensor -> ``(offset, nbytes)`` in the arena
+    (bytes), views and in-place results sharing their input's storage (``aliases``: tensor ->
+    the tensor whose storage it uses); ``kernels``: node name -> kernel path;
+    ``naive_bytes``: what one buffer per tensor would take."""
+
+    batch: int
+    shapes: dict
+    storage: dict
+    arena_bytes: int
+    kernels: dict
+    naive_bytes: int = 0
+    aliases: dict = field(default_factory=dict)
+
+    def to_dict(self):
+        return {"batch": self.batch, "arena_bytes": self.arena_bytes,
+                "naive_bytes": self.naive_bytes,
+                "storage": {k: list(v) for k, v in self.storage.items()},
+                "kernels": dict(self.kernels), "aliases": dict(self.aliases),
+                "shapes": {k: list(v) for k, v in self.shapes.items()}}
+
+
+def _kernel_path(node, shapes, consts):
+    op = node.op
+    if op == "asymo.Conv":
+        w = consts[node.inputs[1]].shape
+        g = node.attrs["group"]
+        if g > 1 and g == shapes[node.inputs[0]][1] and w[1] == 1:
+            return "conv2d:depthwise"
+        if w[2:] == (1, 1) and node.attrs["strides"] == (1, 1) and not any(node.attrs["pads"]):
+            return "conv2d:1x1-gemm"
+        return "conv2d:implicit-gemm"
+    if op == "asymo.Gemm":
+        return "matmul:rows"
+    if op in ("MaxPool", "AveragePool", "GlobalAveragePool"):
+        return "pool2d"
+    if op == "MatMul":
+        return "matmul"
+    if op in ALIAS_OPS:
+        return "view"
+    return "numpy"
+
+
+def _plan(graph, batch):
+    shapes = infer_shapes(graph, batch)
+    consts = graph.initializers
+    nodes = graph.nodes
+    end = len(nodes)
+    last_use = {}
+    for i, n in enumerate(nodes):
+        for t in n.inputs:
+            if t and t not in consts:
+                last_use[t] = i
+    for t in graph.outputs:
+        last_use[t] = end
+    root = {}
+    birth = {}
+    for t in graph.inputs:
+        root[t.name] = t.name
+        birth[t.name] = -1
+    members = {t.name: [t.name] for t in graph.inputs}
+
+    def root_death(r):
+        return max(last_use.get(m, birth[r]) for m in members[r])
+
+    for i, n in enumerate(nodes):
+        outs = [t for t in n.outputs if t]
+        x = n.inputs[0] if n.inputs else ""
+        if n.op in ALIAS_OPS and x not in consts:
+            r = root[x]
+            root[outs[0]] = r
+            members[r].append(outs[0])
+            continue
+        if (n.op in INPLACE_OPS and x and x not in consts and x not in graph.outputs
+                and shapes[x] == shapes[outs[0]] and root_death(root[x]) == i
+                and all(root.get(t) != root[x] for t in n.inputs[1:] if t)):
+            r = root[x]
+            root[outs[0]] = r
+            members[r].append(outs[0])
+            continue
+        for t in outs:
+            root[t] = t
+            birth[t] = i
+            members[t] = [t]
+    # first-fit placement of the roots, largest first
+    blocks = []
+    for r, ms in members.items():
+        nbytes = 4 * math.prod(shapes[r])
+        blocks.append((nbytes, birth[r], root_death(r), r))
+    blocks.sort(key=lambda b: (-b[0], b[1]))
+    placed, offsets = [], {}
+    for nbytes, b0, d0, r in blocks:
+        size = -(-max(nbytes, 1) // ALIGN) * ALIGN
+        busy = sorted((o, o + s) for o, s, b1, d1 in placed if b1 <= d0 and b0 <= d1)
+        off = 0
+        for lo, hi in busy:
+            if off + size <= lo:
+                break
+            off = max(off, hi)
+        placed.append((off, size, b0, d0))
+        offsets[r] = (off, nbytes)
+    arena = max((o + s for o, s, _, _ in placed), default=0)
+    storage = {t: offsets[root[t]] for t in root}
+    aliases = {t: r for t, r in root.items() if t != r}
+    kernels = {n.name: _kernel_path(n, shapes, consts) for n in nodes}
+    naive = sum(4 * math.prod(shapes[t]) for t in root)
+    return ExecutionPlan(batch, {t: shapes[t] for t in root}, storage, arena, kernels, naive,
+                         aliases)
+
+
+# ---- node runners: make(node, V, C, graph) -> fn(pool) ------------------------------------
+def _conv_runner(n, V, C, g):
+    from asymo.conv import conv2d
+
+    x, y = V[n.inputs[0]], V[n.outputs[0]]
+    w = C[n.inputs[1]]
+    b = C[n.inputs[2]] if n.inputs[2] else None
+    r = V[n.inputs[3]] if len(n.inputs) > 3 and n.inputs[3] else None
+    a = n.attrs
+    args = dict(stride=a["strides"], padding=(a["pads"][0], a["pads"][1]),
+                dilation=a["dilations"], groups=a["group"], activation=a["activation"])
+
+    def run(pool):
+        conv2d(x, w, b, residual=r, out=y, pool=pool, **args)
+    return run
+
+
+def _act(y, act):
+    if act == "relu":
+        np.maximum(y, 0, out=y)
+    elif act == "relu6":
+        np.clip(y, 0, 6, out=y)
+
+
+def _gemm_runner(n, V, C, g):
+    from asymo.conv_gemm import matmul_into
+
+    x, y = V[n.inputs[0]], V[n.outputs[0]]
+    w = C[n.inputs[1]]
+    b = C[n.inputs[2]] if n.inputs[2] else None
+    act = n.attrs.get("activation")
+    xt, yt = x.T, y.T
+
+    def run(pool):
+        # y.T = w @ x.T: one dot product per weight row (rows streamed once)
+        matmul_into(w, xt, yt, pool)
+        if b is not None:
+            np.add(y, b, out=y)
+        _act(y, act)
+    return run
+
+
+def _matmul_runner(n, V, C, g):
+    from asymo.gemm import matmul
+
+    a = V.get(n.inputs[0], C.get(n.inputs[0]))
+    b = V.get(n.inputs[1], C.get(n.inputs[1]))
+    y = V[n.outputs[0]]
+
+    def run(pool):
+        matmul(a, b, out=y, pool=pool)
+    return run
+
+
+def _pool_runner(n, V, C, g):
+    from asymo.pooling import avg_pool2d, max_pool2d
+
+    x, y = V[n.inputs[0]], V[n.outputs[0]]
+    if n.op == "GlobalAveragePool":
+        hw = x.shape[2:]
+        if len(hw) != 2:
+            def run(pool):
+                np.mean(x, axis=tuple(range(2, x.ndim)), keepdims=True, out=y)
+            return run
+
+        def run(pool):
+            avg_pool2d(x, hw, 1, out=y, pool=pool)
+        return run
+    a = n.attrs
+    k, s, p, ceil = a["kernel_shape"], a["strides"], (a["pads"][0], a["pads"][1]), \
+        bool(a["ceil_mode"])
+    if n.op == "MaxPool":
+        def run(pool):
+            max_pool2d(x, k, s, p, ceil, out=y, pool=pool)
+    else:
+        cip = bool(a.get("count_include_pad", 0))
+
+        def run(pool):
+            avg_pool2d(x, k, s, p, ceil, cip, out=y, pool=pool)
+    return run
+
+
+def _global_max_runner(n, V, C, g):
+    x, y = V[n.inputs[0]], V[n.outputs[0]]
+    axes = tuple(range(2, x.ndim))
+
+    def run(pool):
+        np.max(x, axis=axes, keepdims=True, out=y)
+    return run
+
+
+def _unary_runner(n, V, C, g):
+    x, y = V[n.inputs[0]], V[n.outputs[0]]
+    op, a = n.op, n.attrs
+    if op == "Relu":
+        return lambda pool: np.maximum(x, 0, out=y)
+    if op == "Clip":
+        lo, hi = a["min"], a["max"]
+        return lambda pool: np.clip(x, lo, hi, out=y)
+    if op == "Tanh":
+        return lambda pool: np.tanh(x, out=y)
+
+    def sigmoid(src, dst):
+        np.negative(src, out=dst)
+        np.exp(dst, out=dst)
+        dst += 1
+        np.reciprocal(dst, out=dst)
+
+    if op == "Sigmoid":
+        return lambda pool: sigmoid(x, y)
+    if op == "asymo.SiLU":
+        def run(pool):
+            sigmoid(x, y)
+            np.multiply(y, x, out=y)
+        return run
+    if op in ("HardSigmoid", "HardSwish"):
+        alpha = float(a.get("alpha", 0.2)) if op == "HardSigmoid" else 1.0 / 6.0
+        beta = float(a.get("beta", 0.5)) if op == "HardSigmoid" else 0.5
+
+        def run(pool):
+            np.multiply(x, np.float32(alpha), out=y)
+            np.add(y, np.float32(beta), out=y)
+            np.clip(y, 0, 1, out=y)
+            if op == "HardSwish":
+                np.multiply(y, x, out=y)
+        return run
+    if op == "LeakyRelu":
+        alpha = np.float32(a.get("alpha", 0.01))
+
+        def run(pool):
+            np.multiply(x, alpha, out=y)
+            np.maximum(x, y, out=y) if alpha <= 1 else np.minimum(x, y, out=y)
+        return run
+    raise AssertionError(op)  # pragma: no cover
+
+
+def _binary_runner(n, V, C, g):
+    f = {"Add": np.add, "Mul": np.multiply, "Sub": np.subtract, "Div": np.divide}[n.op]
+    a = V[n.inputs[0]] if n.inputs[0] in V else np.asarray(C[n.inputs[0]], np.float32)
+    b = V[n.inputs[1]] if n.inputs[1] in V else np.asarray(C[n.inputs[1]], np.float32)
+    y = V[n.outputs[0]]
+    return lambda pool: f(a, b, out=y)
+
+
+def _bn_runner(n, V, C, g):
+    x, y = V[n.inputs[0]], V[n.outputs[0]]
+    scale, shift, mean, var = (np.asarray(C[t], np.float64) for t in n.inputs[1:5])
+    k = scale / np.sqrt(var + float(n.attrs.get("epsilon", 1e-5)))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    kk = k.astype(np.float32).reshape(shape)
+    tt = (shift - mean * k).astype(np.float32).reshape(shape)
+
+    def run(pool):
+        np.multiply(x, kk, out=y)
+        np.add(y, tt, out=y)
+    return run
+
+
+def _concat_runner(n, V, C, g):
+    ins = [V[t] if t in V else C[t] for t in n.inputs if t]
+    y = V[n.outputs[0]]
+    ax = int(n.attrs.get("axis", 1)) % y.ndim
+
+    def run(pool):
+        np.concatenate(ins, axis=ax, out=y)
+    return run
+
+
+def _split_runner(n, V, C, g, shapes):
+    x = V[n.inputs[0]]
+    ax, sizes = split_sizes(g, n, shapes)
+    pairs, start = [], 0
+    for t, k in zip(n.outputs, sizes):
+        idx = [slice(None)] * x.ndim
+        idx[ax] = slice(start, start + k)
+        if t:
+            pairs.append((V[t], x[tuple(idx)]))
+        start += k
+
+    def run(pool):
+        for dst, src in pairs:
+            np.copyto(dst, src)
+    return run
+
+
+def _slice_runner(n, V, C, g, shapes):
+    x, y = V[n.inputs[0]], V[n.outputs[0]]
+    idx = [slice(None)] * x.ndim
+    for a, b, e, st in slice_spec(g, n, shapes):
+        idx[a] = slice(b, e if e >= 0 else None, st)
+    src = x[tuple(idx)]
+    return lambda pool: np.copyto(y, src)
+
+
+def _transpose_runner(n, V, C, g):
+    x, y = V[n.inputs[0]], V[n.outputs[0]]
+    src = x.transpose(ints(n.attrs.get("perm", tuple(reversed(range(x.ndim))))))
+    return lambda pool: np.copyto(y, src)
+
+
+def _copy_runner(n, V, C, g):
+    x, y = V[n.inputs[0]], V[n.outputs[0]]
+    return lambda pool: np.copyto(y, x)
+
+
+def _pad_runner(n, V, C, g, shapes):
+    x, y = V[n.inputs[0]], V[n.outputs[0]]
+    amounts, value = pad_amounts(g, n, shapes)
+    mode = n.attrs.get("mode", "constant")
+    inner = y[tuple(slice(b, b + d) for (b, _), d in zip(amounts, x.shape))]
+    if mode == "constant":
+        v = np.float32(value)
+
+        def run(pool):
+            y.fill(v)
+            np.copyto(inner, x)
+        return run
+    npmode = {"reflect": "reflect", "edge": "edge"}[mode]
+    return lambda pool: np.copyto(y, np.pad(x, amounts, mode=npmode))
+
+
+def _softmax_runner(n, V, C, g):
+    x, y = V[n.inputs[0]], V[n.outputs[0]]
+    ax = int(n.attrs.get("axis", -1 if g.opset >= 13 else 1)) % x.ndim
+    if g.opset < 13 and ax != x.ndim - 1:
+        x2 = x.reshape(math.prod(x.shape[:ax]), -1)
+        y2 = y.reshape(x2.shape)
+        ax2 = 1
+    else:
+        x2, y2, ax2 = x, y, ax
+
+    def run(pool):
+        np.subtract(x2, x2.max(axis=ax2, keepdims=True), out=y2)
+        np.exp(y2, out=y2)
+        np.divide(y2, y2.sum(axis=ax2, keepdims=True), out=y2)
+    return run
+
+
+def _reduce_mean_runner(n, V, C, g, shapes):
+    from asymo.models.shapes import reduce_axes
+
+    x, y = V[n.inputs[0]], V[n.outputs[0]]
+    axes, keep = reduce_axes(g, n, shapes)
+    yk = y.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+
+    def run(pool):
+        np.mean(x, axis=axes, keepdims=True, out=yk)
+    return run
+
+
+_RUNNERS = {
+    "asymo.Conv": _conv_runner, "asymo.Gemm": _gemm_runner, "MatMul": _matmul_runner,
+    "MaxPool": _pool_runner, "AveragePool": _pool_runner, "GlobalAveragePool": _pool_runner,
+    "GlobalMaxPool": _global_max_runner,
+    "Relu": _unary_runner, "Clip": _unary_runner, "Sigmoid": _unary_runner,
+    "HardSigmoid": _unary_runner, "HardSwish": _unary_runner, "Tanh": _unary_runner,
+    "LeakyRelu": _unary_runner, "asymo.SiLU": _unary_runner,
+    "Add": _binary_runner, "Mul": _binary_runner, "Sub": _binary_runner, "Div": _binary_runner,
+    "BatchNormalization": _bn_runner, "Concat": _concat_runner, "Transpose": _transpose_runner,
+    "Identity": _copy_runner, "Softmax": _softmax_runner,
+}
+_SHAPED_RUNNERS = {"ReduceMean": _reduce_mean_runner, "Split": _split_runner,
+                   "Slice": _slice_runner, "Pad": _pad_runner}
+
+
+class _Instance:
+    """An arena and the graph's nodes bound to views of it (used by one call at a time)."""
+
+    def __init__(self, graph, plan):
+        self.arena = np.empty(max(plan.arena_bytes, ALIGN) // 4 + ALIGN // 4, np.float32)
+        # align the arena's start to a cache line
+        shift = (-self.arena.ctypes.data % ALIGN) // 4
+        base = self.arena[shift:]
+        V = {}
+        for t, (off, nbytes) in plan.storage.items():
+            shape = plan.shapes[t]
+            V[t] = base[off // 4: off // 4 + nbytes // 4].reshape(shape)
+        self.views = V
+        C = graph.initializers
+        self.steps = []
+        for n in graph.nodes:
+            if n.op in ALIAS_OPS:
+                self.steps.append(None)
+                continue
+            if n.op in _SHAPED_RUNNERS:
+                fn = _SHAPED_RUNNERS[n.op](n, V, C, graph, plan.shapes | dict(
+                    (k, np.shape(v)) for k, v in C.items()))
+            else:
+                fn = _RUNNERS[n.op](n, V, C, graph)
+            self.steps.append(fn)
+
+    def run(self, first, last, pool):
+        for fn in self.steps[first:last + 1]:
+            if fn is not None:
+                fn(pool)
+
+
+def _descriptor(n, shapes, consts):
+    """The :mod:`asymo.models.spec` step describing node ``n`` (None for light operators)."""
+    per = {t: tuple(shapes[t][1:]) for t in list(n.inputs) + list(n.outputs) if t in shapes}
+    if n.op == "asymo.Conv":
+        w = consts[n.inputs[1]]
+        return spec.Conv(name=n.name, in_shape=per[n.inputs[0]], out_shape=per[n.outputs[0]],
+                         kernel=tuple(w.shape[2:]), stride=tuple(n.attrs["strides"]),
+                         padding=(n.attrs["pads"][0], n.attrs["pads"][1]),
+                         dilation=tuple(n.attrs["dilations"]), groups=n.attrs["group"],
+                         activation=n.attrs["activation"], bias=bool(n.inputs[2]))
+    if n.op == "asymo.Gemm":
+        return spec.Linear(name=n.name, in_shape=per[n.inputs[0]], out_shape=per[n.outputs[0]],
+                           activation=n.attrs["activation"], bias=bool(n.inputs[2]))
+    if n.op in ("MaxPool", "AveragePool") and len(per[n.inputs[0]]) == 3:
+        a = n.attrs
+        return spec.Pool(kind="max" if n.op == "MaxPool" else "avg",
+                         in_shape=per[n.inputs[0]], out_shape=per[n.outputs[0]],
+                         kernel=tuple(a["kernel_shape"]), stride=tuple(a["strides"]),
+                         padding=(a["pads"][0], a["pads"][1]), ceil_mode=bool(a["ceil_mode"]),
+                         count_include_pad=bool(a.get("count_include_pad", 0)))
+    if n.op == "GlobalAveragePool" and len(per[n.inputs[0]]) == 3:
+        return spec.Pool(kind="avg", in_shape=per[n.inputs[0]], out_shape=per[n.outputs[0]])
+    return None
+
+
+def _segment_kind(nodes, steps):
+    if any(n.op == "asymo.Conv" and len(n.inputs) > 3 for n in nodes) or \
+            any(n.op == "Add" for n in nodes):
+        return "residual"
+    if any(n.op == "Concat" for n in nodes):
+        return "inception"
+    weighted = [s for s in steps if isinstance(s, (spec.Conv, spec.Linear))]
+    if not weighted:
+        return "other"
+    dom = max(weighted, key=lambda s: s.flops)
+    if isinstance(dom, spec.Linear):
+        return "fc"
+    return "dwconv" if dom.depthwise else "conv"
+
+
+class GraphModel:
+    """A graph planned for asymo (build with :func:`asymo.from_onnx` / :func:`asymo.from_torch`).
+
+    Parameters
+    ----------
+    graph : asymo.models.graph.Graph
+        The model as loaded (kept as ``source_graph``; ``graph`` is the rewritten one).
+    pool : asymo.Pool, optional
+        Default pool for calls (``asymo.get_pool()`` when None).
+    name : str, optional
+    """
+
+    def __init__(self, graph, *, pool=None, name=None):
+        self.source_graph = graph
+        self.graph, self.rewrites = optimize(graph)
+        self.name = name or graph.name
+        self.pool = pool
+        g = self.graph
+        self.input_names = [t.name for t in g.inputs]
+        self.output_names = list(g.outputs)
+        self.input_shape = tuple(g.inputs[0].shape[1:])
+        self._lock = threading.Lock()
+        self._plans = {}
+        self._free = {}
+        shapes = infer_shapes(g, g.batch)
+        self.output_shape = tuple(shapes[g.outputs[0]][1:])
+        self._segments = g.segments(shapes)
+        self.layers = self._make_layers(shapes)
+
+    def _make_layers(self, shapes):
+        out = []
+        consts = self.graph.initializers
+        for i, (a, b, tin, tout) in enumerate(self._segments):
+            nodes = self.graph.nodes[a:b + 1]
+            steps = tuple(s for s in (_descriptor(n, shapes, consts) for n in nodes)
+                          if s is not None)
+            tin = tin or self.input_names[0]
+            tout = tout or self.output_names[0]
+            name = nodes[-1].name if len(nodes) == 1 else f"{nodes[0].name}..{nodes[-1].name}"
+            out.append(spec.Layer(index=i, name=name, kind=_segment_kind(nodes, steps),
+                                  input_shape=tuple(shapes[tin][1:]),
+                                  output_shape=tuple(shapes[tout][1:]), steps=steps))
+        return tuple(out)
+
+    def __repr__(self):
+        return (f"GraphModel({self.name!r}, input_shape={self.input_shape}, "
+                f"nodes={len(self.graph.nodes)}, layers={len(self.layers)})")
+
+    # ---- descriptors (what the planners read) -----------------------------------------
+    @property
+    def nodes(self):
+        return self.graph.nodes
+
+    @property
+    def flops(self):
+        return sum(layer.flops for layer in self.layers)
+
+    def major_count(self):
+        return sum(layer.major_count for layer in self.layers)
+
+    def matmul_shapes(self):
+        """NumPy-matmul ``(M, K, N)`` products of one image, in order (for asymo.dvfs)."""
+        out = []
+        for layer in self.layers:
+            out.extend(layer.matmul_shapes())
+        return out
+
+    def summary(self):
+        rows = [f"{self.name}: input {self.input_shape}, {len(self.graph.nodes)} nodes "
+                f"({len(self.source_graph.nodes)} before planning), {len(self.layers)} "
+                f"segments, {self.flops / 1e9:.3f} GFLOP/image"]
+        for layer in self.layers:
+            rows.append(f"{layer.index:>4} {layer.kind:<10} {str(layer.output_shape):<18} "
+                        f"{layer.flops / 1e6:>9.1f} MFLOP  {layer.name}")
+        return "\n".join(rows)
+
+    # ---- planning -----------------------------------------------------------------------
+    def plan(self, batch=1):
+        """The :class:`ExecutionPlan` for ``batch`` images (made once, then cached)."""
+        batch = int(batch)
+        p = self._plans.get(batch)
+        if p is None:
+            with self._lock:
+                p = self._plans.get(batch)
+                if p is None:
+                    p = self._plans[batch] = _plan(self.graph, batch)
+        return p
+
+    def _acquire(self, batch):
+        plan = self.plan(batch)
+        with self._lock:
+            free = self._free.setdefault(batch, [])
+            if free:
+                return free.pop()
+        return _Instance(self.graph, plan)
+
+    def _release(self, batch, inst):
+        with self._lock:
+            self._free.setdefault(batch, []).append(inst)
+
+    # ---- running ------------------------------------------------------------------------
+    def _as_input(self, x, info):
+        torch_in = False
+        if not isinstance(x, np.ndarray):
+            if type(x).__module__.startswith("torch"):
+                torch_in = True
+                if x.dtype.is_floating_point and str(x.dtype) != "torch.float32":
+                    raise TypeError(f"{self.name}: input {info.name!r} must be float32, got "
+                                    f"{x.dtype} (use x.float())")
+                x = x.detach().cpu().numpy()
+            else:
+                x = np.asarray(x)
+        if x.dtype != np.float32:
+            raise TypeError(f"{self.name}: input {info.name!r} must be float32, got dtype "
+                            f"{x.dtype} (convert with x.astype(np.float32))")
+        want = tuple(info.shape[1:])
+        unbatched = False
+        if x.ndim == len(want) and tuple(x.shape) == want:
+            x, unbatched = x[None], True
+        if x.ndim != len(want) + 1 or tuple(x.shape[1:]) != want:
+            raise ValueError(f"{self.name}: input {info.name!r} must have shape (N, "
+                             f"{', '.join(map(str, want))}), got {tuple(x.shape)}")
+        if x.shape[0] < 1:
+            raise ValueError(f"{self.name}: input {info.name!r} has an empty batch")
+        return x, torch_in, unbatched
+
+    def __call__(self, *inputs, pool=None):
+        """Run the model: one array (or tensor) per graph input; returns one array per
+        output (a tuple when there are several)."""
+        g = self.graph
+        if len(inputs) != len(g.inputs):
+            raise TypeError(f"{self.name}: expected {len(g.inputs)} input(s) "
+                            f"({self.input_names}), got {len(inputs)}")
+        xs, torch_in, unbatched = [], False, False
+        for x, info in zip(inputs, g.inputs):
+            x, t, u = self._as_input(x, info)
+            xs.append(x)
+            torch_in |= t
+            unbatched |= u
+        batch = xs[0].shape[0]
+        if any(x.shape[0] != batch for x in xs):
+            raise ValueError(f"{self.name}: inputs have different batch sizes "
+                             f"{[x.shape[0] for x in xs]}")
+        inst = self._acquire(batch)
+        try:
+            for x, info in zip(xs, g.inputs):
+                np.copyto(inst.views[info.name], x)
+            inst.run(0, len(g.nodes) - 1, pool if pool is not None else self.pool)
+            outs = [inst.views[t].copy() for t in g.outputs]
+        finally:
+            self._release(batch, inst)
+        if unbatched:
+            outs = [o[0] for o in outs]
+        if torch_in:
+            import torch
+
+            outs = [torch.from_numpy(o) for o in outs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def run(self, x, *, pool=None):
+        """``model(x)`` (the zoo models' name for it)."""
+        return self(x, pool=pool)
+
+    def run_layers(self, x, first, last, *, pool=None):
+        """Run segments ``first..last`` (inclusive indices into ``layers``) on the activation
+        ``x`` of shape ``(N,) + layers[first].input_shape``; returns the activation after
+        ``last`` (a pipeline stage)."""
+        nl = len(self.layers)
+        for nm, v in (("first", first), ("last", last)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v < nl:
+                raise IndexError(f"{nm}={v!r} is not a layer index of {self.name} "
+                                 f"(0..{nl - 1})")
+        if first > last:
+            raise ValueError(f"first={first} is after last={last}")
+        if len(self.graph.inputs) != 1 or len(self.graph.outputs) != 1:
+            raise GraphError(f"{self.name}: run_layers needs one graph input and output")
+        a, _, tin, _ = self._segments[first]
+        _, b, _, tout = self._segments[last]
+        tin = tin or self.input_names[0]
+        tout = tout or self.output_names[0]
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        want = self.layers[first].input_shape
+        unbatched = x.shape == tuple(want)
+        if unbatched:
+            x = x[None]
+        if tuple(x.shape[1:]) != tuple(want):
+            raise ValueError(f"{self.name}: layer {first} takes (N,) + {want}, got {x.shape}")
+        batch = x.shape[0]
+        inst = self._acquire(batch)
+        try:
+            np.copyto(inst.views[tin], x)
+            inst.run(a, b, pool if pool is not None else self.pool)
+            y = inst.views[tout].copy()
+        finally:
+            self._release(batch, inst)
+        return y[0] if unbatched else y
+
+    def node_range(self, first, last):
+        """The node indices ``(a, b)`` (inclusive, into ``graph.nodes``) of segments
+        ``first..last``."""
+        return self._segments[first][0], self._segments[last][1]
