@@ -152,12 +152,30 @@ def test_executor_checks_input_and_out(graph):
         ex.run(_frames(1))
 
 
-def test_interpreter_names_unsupported_operator():
+def test_operator_asymo_lacks_leaves_ort_only():
+    """Selu: asymo's loader refuses the graph (naming operator, node and opset); the cut
+    points come from the ONNX nodes and ONNX Runtime still runs every stage."""
     m = _small_cnn()
     m.graph.node[1].op_type = "Selu"
     g = CutGraph(m)
-    with pytest.raises(ValueError, match="Selu.*relu0.*opset 17"):
-        make_executor("asymo", g, 0, len(g) - 1, CPUS[:1])
+    assert g.asymo_graph is None and "Selu" in g.asymo_error
+    for kind in ("asymo", "torch"):
+        with pytest.raises(ValueError, match="Selu.*relu0.*opset 17"):
+            make_executor(kind, g, 0, len(g) - 1, CPUS[:1])
+    if HAVE_ORT:
+        from asymo.pipeline.anyplan import run_in_thread
+
+        x = _frames(1)
+        ref = _reference(m, x)
+        cut = 2
+        exs = [make_executor("ort", g, 0, cut, CPUS[:1]),
+               make_executor("ort", g, cut + 1, len(g) - 1, CPUS[:1])]
+        try:
+            y = run_in_thread(lambda: exs[1].run(exs[0].run(x)), CPUS[:1])
+        finally:
+            for e in exs:
+                e.close()
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
 
 
 def _task_affinities():

@@ -14,16 +14,18 @@ clusters never steal each other's cores:
   caller is pinned to the first cpu here); ``session.intra_op.allow_spinning = 0`` so idle
   workers sleep instead of spinning on cores another stage may need. Inputs and outputs are
   bound to caller-owned buffers (``IOBinding``): no allocation per frame.
-- ``"torch"``: the same ONNX nodes run one by one with ``torch.nn.functional`` (eager torch on
-  the network's own weights). It covers the operator set of the torchvision classification
+- ``"torch"``: the stage's nodes of asymo's graph (ONNX operators, as ``asymo.from_onnx``
+  loads them) run one by one with ``torch.nn.functional``: eager torch on the network's own
+  weights. (An ONNX graph cannot give back a torch module, and no ONNX-to-torch converter is
+  assumed installed; a model from ``asymo.from_torch`` is exported to the same graph.) It covers the operator set of the torchvision classification
   CNNs (``SUPPORTED_OPS``); it cannot run a graph with any other operator (a clear error
   names it). torch's intra-op threads: ``torch.set_num_threads(len(cpus))`` is called from the
   stage thread; torch's OpenMP team is per calling thread and its workers inherit the stage
   thread's affinity. The thread count itself is process-wide in torch, so two torch stages
   with different core counts would share one setting: the planner gives torch stages of one
   pipeline the same count (on this machine, one core each).
-- ``"asymo"``: the same nodes on asymo's own operators (``asymo.conv2d`` with the activation
-  fused, ``asymo.matmul``, asymo's pooling) on an ``asymo.Pool`` restricted to the stage cpus.
+- ``"asymo"``: the stage's sub-graph as an ``asymo.models.GraphModel`` (asymo's kernels,
+  load-time fusions, one activation arena) on an ``asymo.Pool`` restricted to the stage cpus.
 
 Executors are optional dependencies: ``available_executors()`` lists those importable here.
 """
@@ -209,15 +211,10 @@ class OrtExecutor(StageExecutor):
 
 # --- node interpreter shared by the torch and asymo executors ---------------------------------
 
+# operators the torch executor runs (the torchvision classification CNNs' core set)
 SUPPORTED_OPS = ("Conv", "Relu", "Clip", "Sigmoid", "Add", "Mul", "Concat", "Flatten",
                  "Reshape", "MaxPool", "AveragePool", "GlobalAveragePool", "Gemm", "MatMul",
-                 "BatchNormalization", "Dropout", "Identity", "Softmax", "Constant")
-
-
-def _attrs(node):
-    import onnx
-
-    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+                 "BatchNormalization", "Dropout", "Identity", "Softmax")
 
 
 def _pads2d(node, attrs):
@@ -225,71 +222,48 @@ def _pads2d(node, attrs):
     ap = attrs.get("auto_pad", b"NOTSET")
     ap = ap.decode() if isinstance(ap, bytes) else ap
     if ap not in ("NOTSET", "VALID"):
-        raise ValueError(f"node {node.name!r} ({node.op_type}): auto_pad={ap} is not "
+        raise ValueError(f"node {node.name!r} ({node.op}): auto_pad={ap} is not "
                          "supported by this executor")
     p = list(attrs.get("pads", [0, 0, 0, 0])) if ap == "NOTSET" else [0, 0, 0, 0]
     if len(p) != 4:
-        raise ValueError(f"node {node.name!r} ({node.op_type}): only 2-D is supported")
+        raise ValueError(f"node {node.name!r} ({node.op}): only 2-D is supported")
     return tuple(int(v) for v in p)
 
 
 class _Interpreter:
-    """Runs a list of ONNX nodes with a backend's operations. The constants (initializers,
-    ``Constant`` nodes and what is computed from them) are evaluated once, with NumPy."""
+    """Runs a range of asymo graph nodes (ONNX operators and attributes, constants already
+    folded into initializers by the loader) with a backend's operations."""
 
     def __init__(self, graph, first, last, backend):
-        import onnx
-        from onnx import numpy_helper
-
         self.backend = backend
-        nodes = graph.nodes(first, last)
-        opset = max((o.version for o in graph.proto.opset_import if o.domain in ("", "ai.onnx")),
-                    default=0)
-        bad = sorted({n.op_type for n in nodes if n.op_type not in SUPPORTED_OPS
-                      or n.domain not in ("", "ai.onnx")})
+        sub = graph.subgraph(first, last)   # ValueError if asymo's loader refused the model
+        nodes = list(sub.nodes)
+        bad = sorted({n.op for n in nodes if n.op not in SUPPORTED_OPS})
         if bad:
-            first_bad = next(n for n in nodes if n.op_type in bad)
+            first_bad = next(n for n in nodes if n.op in bad)
             raise ValueError(f"the {backend.name} executor cannot run operator(s) {bad} "
-                             f"(first: node {first_bad.name!r}, opset {opset})")
-        inits = {t.name: numpy_helper.to_array(t) for t in graph.proto.graph.initializer}
-        consts = {}
-        steps = []
-        needed = {t for n in nodes for t in n.input}
-        for n in nodes:
-            a = _attrs(n)
-            if n.op_type == "Constant":
-                if "value" not in a:
-                    raise ValueError(f"Constant node {n.name!r}: only 'value' is supported")
-                consts[n.output[0]] = numpy_helper.to_array(a["value"])
-                continue
-            steps.append((n, a))
-        for t in needed:
-            if t in inits:
-                consts[t] = inits[t]
-        del onnx
-        self.consts = consts
-        self.steps = self._fuse(steps)
+                             f"(first: node {first_bad.name!r}, opset {sub.opset})")
+        self.consts = dict(sub.initializers)
+        self.steps = self._fuse([(n, dict(n.attrs)) for n in nodes])
         self.input_name, self.output_name, _ = graph.boundary(first, last)
-        self.params = {k: backend.param(v) for k, v in consts.items()}
-        self._prepared = [backend.prepare(n, a, self) for n, a, _ in self.steps]
+        self.params = {k: backend.param(v) for k, v in self.consts.items()}
 
     def _fuse(self, steps):
         """Conv followed by its only consumer Relu / Clip(0, 6): one fused step."""
         uses = {}
         for n, _ in steps:
-            for t in n.input:
+            for t in n.inputs:
                 uses[t] = uses.get(t, 0) + 1
         out, i = [], 0
         while i < len(steps):
             n, a = steps[i]
             act = None
-            if n.op_type == "Conv" and i + 1 < len(steps) and uses.get(n.output[0]) == 1 \
-                    and n.output[0] != self_output(steps):
+            if n.op == "Conv" and i + 1 < len(steps) and uses.get(n.outputs[0]) == 1:
                 m, ma = steps[i + 1]
-                if m.input and m.input[0] == n.output[0]:
+                if m.inputs and m.inputs[0] == n.outputs[0]:
                     act = _activation(m, ma, self)
                     if act is not None:
-                        out.append((n, a, (act, m.output[0])))
+                        out.append((n, a, (act, m.outputs[0])))
                         i += 2
                         continue
             out.append((n, a, None))
@@ -299,30 +273,26 @@ class _Interpreter:
     def run(self, x):
         env = dict(self.params)
         env[self.input_name] = self.backend.wrap(x)
-        for (n, a, fused), prep in zip(self.steps, self._prepared):
-            ins = [env[t] if t else None for t in n.input]
-            y = self.backend.op(n, a, ins, prep, fused)
+        for n, a, fused in self.steps:
+            ins = [env[t] if t else None for t in n.inputs]
+            y = self.backend.op(n, a, ins, fused)
             if fused is not None:
                 env[fused[1]] = y
             else:
-                for name, v in zip(n.output, y if isinstance(y, tuple) else (y,)):
+                for name, v in zip(n.outputs, y if isinstance(y, tuple) else (y,)):
                     env[name] = v
         return env[self.output_name]
 
 
-def self_output(steps):  # the last step's output: never fused away from its name
-    return steps[-1][0].output[0] if steps else None
-
-
 def _activation(node, attrs, interp):
-    if node.op_type == "Relu":
+    if node.op == "Relu":
         return "relu"
-    if node.op_type == "Clip":
+    if node.op == "Clip":
         lo = hi = None
-        if len(node.input) > 1 and node.input[1]:
-            lo = interp.consts.get(node.input[1])
-        if len(node.input) > 2 and node.input[2]:
-            hi = interp.consts.get(node.input[2])
+        if len(node.inputs) > 1 and node.inputs[1]:
+            lo = interp.consts.get(node.inputs[1])
+        if len(node.inputs) > 2 and node.inputs[2]:
+            hi = interp.consts.get(node.inputs[2])
         lo = attrs.get("min", lo)
         hi = attrs.get("max", hi)
         if lo is not None and hi is not None and float(lo) == 0.0 and float(hi) == 6.0:
@@ -344,9 +314,6 @@ class _TorchBackend:
     def wrap(self, x):
         return self.torch.from_numpy(x)
 
-    def prepare(self, n, a, interp):
-        return None
-
     def _act(self, y, act):
         if act == "relu":
             return self.F.relu(y, inplace=True)
@@ -354,9 +321,9 @@ class _TorchBackend:
             return self.F.hardtanh(y, 0.0, 6.0, inplace=True)
         return y
 
-    def op(self, n, a, ins, prep, fused):
+    def op(self, n, a, ins, fused):
         F, torch = self.F, self.torch
-        t = n.op_type
+        t = n.op
         x = ins[0]
         if t == "Conv":
             p = _pads2d(n, a)
@@ -431,113 +398,6 @@ def _reshape_target(shape, target, attrs):
     return tuple(target)
 
 
-def _asymo_ops():
-    """asymo's public operators (pooling lives in asymo.ops after the layout move)."""
-    import asymo
-    for mod in ("asymo.ops.pooling", "asymo.pooling"):
-        try:
-            pooling = importlib.import_module(mod)
-            break
-        except ImportError:
-            continue
-    return asymo.conv2d, asymo.matmul, pooling.max_pool2d, pooling.avg_pool2d
-
-
-class _AsymoBackend:
-    name = "asymo"
-
-    def __init__(self, pool):
-        self.pool = pool
-        self.conv2d, self.matmul, self.max_pool2d, self.avg_pool2d = _asymo_ops()
-
-    def param(self, a):
-        a = np.asarray(a)
-        return np.ascontiguousarray(a, dtype=np.float32) if a.dtype.kind == "f" else a
-
-    def wrap(self, x):
-        return x
-
-    def prepare(self, n, a, interp):
-        if n.op_type == "Gemm" and len(n.input) > 1 and n.input[1] in interp.consts:
-            w = np.asarray(interp.consts[n.input[1]], np.float32)
-            return np.ascontiguousarray(w.T if a.get("transB", 0) else w)
-        return None
-
-    def op(self, n, a, ins, prep, fused):
-        t = n.op_type
-        x = ins[0]
-        if t == "Conv":
-            p = _pads2d(n, a)
-            if p[0] != p[2] or p[1] != p[3]:
-                x = np.pad(x, ((0, 0), (0, 0), (p[0], p[2]), (p[1], p[3])))
-                p = (0, 0, 0, 0)
-            return self.conv2d(x, ins[1], ins[2] if len(ins) > 2 else None,
-                               stride=tuple(a.get("strides", (1, 1))), padding=(p[0], p[1]),
-                               dilation=tuple(a.get("dilations", (1, 1))),
-                               groups=a.get("group", 1),
-                               activation=fused[0] if fused else None, pool=self.pool)
-        if t == "Relu":
-            return np.maximum(x, 0)
-        if t == "Clip":
-            lo = ins[1] if len(ins) > 1 and ins[1] is not None else a.get("min")
-            hi = ins[2] if len(ins) > 2 and ins[2] is not None else a.get("max")
-            return np.clip(x, lo, hi).astype(np.float32, copy=False)
-        if t == "Sigmoid":
-            return (1.0 / (1.0 + np.exp(-x))).astype(np.float32)
-        if t == "Add":
-            return ins[0] + ins[1]
-        if t == "Mul":
-            return ins[0] * ins[1]
-        if t == "Concat":
-            return np.concatenate(ins, axis=a["axis"])
-        if t == "Flatten":
-            ax = a.get("axis", 1)
-            return x.reshape(int(np.prod(x.shape[:ax])), -1)
-        if t == "Reshape":
-            return x.reshape(_reshape_target(x.shape, ins[1], a))
-        if t in ("MaxPool", "AveragePool"):
-            k = tuple(a["kernel_shape"])
-            s = tuple(a.get("strides", (1, 1)))
-            p = _pads2d(n, a)
-            if tuple(a.get("dilations", (1, 1))) != (1, 1):
-                raise ValueError(f"node {n.name!r}: dilated pooling is not supported by asymo")
-            if p[0] != p[2] or p[1] != p[3]:
-                x = np.pad(x, ((0, 0), (0, 0), (p[0], p[2]), (p[1], p[3])),
-                           constant_values=-np.inf if t == "MaxPool" else 0.0)
-                p = (0, 0, 0, 0)
-            x = np.ascontiguousarray(x)
-            ceil = bool(a.get("ceil_mode", 0))
-            if t == "MaxPool":
-                return self.max_pool2d(x, k, s, (p[0], p[1]), ceil, pool=self.pool)
-            return self.avg_pool2d(x, k, s, (p[0], p[1]), ceil,
-                                   bool(a.get("count_include_pad", 0)), pool=self.pool)
-        if t == "GlobalAveragePool":
-            return x.mean(axis=(2, 3), keepdims=True, dtype=np.float32)
-        if t == "Gemm":
-            A = x.T if a.get("transA", 0) else x
-            B = prep if prep is not None else (ins[1].T if a.get("transB", 0) else ins[1])
-            y = self.matmul(np.ascontiguousarray(A), B, pool=self.pool)
-            if a.get("alpha", 1.0) != 1.0:
-                y *= a["alpha"]
-            if len(ins) > 2 and ins[2] is not None:
-                y += a.get("beta", 1.0) * ins[2]
-            return y
-        if t == "MatMul":
-            return self.matmul(np.ascontiguousarray(ins[0]), np.ascontiguousarray(ins[1]),
-                               pool=self.pool)
-        if t == "BatchNormalization":
-            sc, b, mu, var = (np.asarray(v).reshape(1, -1, 1, 1) for v in ins[1:5])
-            return ((x - mu) * (sc / np.sqrt(var + a.get("epsilon", 1e-5))) + b).astype(
-                np.float32)
-        if t in ("Dropout", "Identity"):
-            return x
-        if t == "Softmax":
-            ax = a.get("axis", -1)
-            e = np.exp(x - x.max(axis=ax, keepdims=True))
-            return (e / e.sum(axis=ax, keepdims=True)).astype(np.float32)
-        raise ValueError(f"unsupported operator {t}")  # pragma: no cover - checked at build
-
-
 class TorchExecutor(StageExecutor):
     """The sub-graph's nodes on ``torch.nn.functional`` (see the module docstring)."""
 
@@ -561,30 +421,29 @@ class TorchExecutor(StageExecutor):
 
 
 class AsymoExecutor(StageExecutor):
-    """The sub-graph's nodes on asymo's operators and a pool on the stage cpus."""
+    """The stage's sub-graph as an asymo ``GraphModel`` (BatchNorm folded, activations and
+    residual adds fused, one activation arena) on an ``asymo.Pool`` of the stage cpus."""
 
     name = "asymo"
 
     def __init__(self, graph, first, last, cpus, *, topology=None, spin_us=0):
         super().__init__(graph, first, last, cpus)
+        from asymo.models.graph_model import GraphModel
         from asymo.pipeline.runtime import sub_topology
         from asymo.pool import Pool
 
+        self.model = GraphModel(graph.subgraph(self.first, self.last),
+                                name=f"{graph.name}[{self.first}:{self.last}]")
         if topology is None:
             from asymo.topology import detect
             topology = detect()
         self.pool = Pool(topology=sub_topology(topology, self.cpus), spin_us=spin_us)
-        try:
-            self._interp = _Interpreter(graph, self.first, self.last, _AsymoBackend(self.pool))
-        except BaseException:
-            self.pool.close()
-            raise
 
     def _bind(self):
         _pin(self.cpus)
 
     def _run(self, x, out):
-        out[...] = np.asarray(self._interp.run(x)).reshape(out.shape)
+        out[...] = self.model(x, pool=self.pool).reshape(out.shape)
 
     def close(self):
         if not self._closed:

@@ -10,9 +10,13 @@ two consecutive cut points form a *segment*; a stage runs segments ``[first, las
 Constants do not travel: initializers, ``Constant`` nodes and everything computed from
 constants alone are recomputed (or folded) by each stage that needs them.
 
-``CutGraph`` is plain data over the ONNX ``ModelProto`` (node order, names, the tensor at each
-cut, its static shape); the stage executors (``asymo.pipeline.executors``) build their
-sub-models from it.
+``CutGraph`` builds on asymo's graph (``asymo.models.graph.Graph`` from the ONNX loader of
+``asymo.from_onnx``): its topological order, node names and single-tensor cut points define the
+segments, and the asymo and torch executors run its nodes. The ONNX ``ModelProto`` is kept for
+ONNX Runtime, which gets each stage as a sub-model extracted between the same boundary tensors.
+A model with operators asymo's loader does not take can still be pipelined over ONNX Runtime:
+then the cut points are found on the ONNX nodes themselves (same rule) and only the ``ort``
+executor is available (``asymo_graph`` is None and ``asymo_error`` says why).
 """
 from __future__ import annotations
 
@@ -72,7 +76,7 @@ class Segment:
     input: str
     output: str
     output_shape: tuple
-    ops: tuple          # op types of its nodes, in order
+    ops: tuple          # op types of its nodes, in order (indices: asymo's graph if loaded)
 
     @property
     def out_bytes(self):
@@ -126,6 +130,27 @@ class CutGraph:
             raise ValueError(f"input {self.input_name!r} needs a static shape (1, ...), "
                              f"got {in_shape}")
         self.input_shape = tuple(in_shape[1:])
+        self.asymo_graph, self.asymo_error = _asymo_graph(proto, self.name)
+        if self.asymo_graph is not None:
+            self._segments_from_graph(self.asymo_graph)
+        else:
+            self._segments_from_onnx(proto, inits, shapes)
+
+    def _segments_from_graph(self, g):
+        """Segments = asymo's graph segments (its cut points), node indices into ``g.nodes``."""
+        from asymo.models.shapes import infer_shapes
+
+        shapes = infer_shapes(g, 1)
+        self.node_names = tuple(n.name for n in g.nodes)
+        self.op_types = tuple(n.op for n in g.nodes)
+        segs = []
+        for a, b, tin, tout in g.segments(shapes):
+            tin = tin or self.input_name
+            tout = tout or self.output_name
+            segs.append(Segment(a, b + 1, tin, tout, tuple(shapes[tout]), self.op_types[a:b + 1]))
+        self.segments = segs
+
+    def _segments_from_onnx(self, proto, inits, shapes):
         nodes = list(proto.graph.node)
         _check_topological(nodes, inits | {self.input_name})
         self.node_names = tuple(n.name or f"{n.op_type}_{i}" for i, n in enumerate(nodes))
@@ -162,10 +187,19 @@ class CutGraph:
         s0, s1 = self.segments[first], self.segments[last]
         return s0.input, s1.output, (1,) + tuple(s1.output_shape[1:])
 
-    def nodes(self, first, last):
-        """The ONNX nodes of segments ``[first, last]`` (in order)."""
+    def node_range(self, first, last):
+        """Inclusive node indices (into ``asymo_graph.nodes``) of segments ``[first, last]``."""
         self._check(first, last)
-        return list(self.proto.graph.node)[self.segments[first].start:self.segments[last].stop]
+        return self.segments[first].start, self.segments[last].stop - 1
+
+    def subgraph(self, first, last):
+        """Segments ``[first, last]`` as an asymo ``Graph`` of their own.
+
+        Raises ValueError when asymo's loader did not take the model (``asymo_error``)."""
+        if self.asymo_graph is None:
+            raise ValueError(self.asymo_error)
+        a, b = self.node_range(first, last)
+        return self.asymo_graph.subgraph(a, b)
 
     def submodel(self, first, last):
         """A standalone ``ModelProto`` of segments ``[first, last]`` (one input, one output,
@@ -184,6 +218,17 @@ class CutGraph:
         n = len(self.segments)
         if not (0 <= first <= last < n):
             raise ValueError(f"segment range [{first}, {last}] is not within [0, {n - 1}]")
+
+
+def _asymo_graph(proto, name):
+    """asymo's graph of the model, or ``(None, why)`` if its loader does not take it."""
+    from asymo.models.graph import GraphError
+    from asymo.models.onnx_loader import graph_from_onnx
+
+    try:
+        return graph_from_onnx(proto, name=name), None
+    except GraphError as exc:
+        return None, f"asymo's graph loader does not take this model: {exc}"
 
 
 def _fix_batch(proto, input_name):
