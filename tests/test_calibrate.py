@@ -1,5 +1,5 @@
-"""GEMM calibration (asymo.calibration, asymo calibrate), /proc/stat load adjustment
-(asymo.cpuload) and calibrated plans (asymo.plan_matmul)."""
+"""GEMM calibration (asymo.calibrate.gemm, asymo calibrate), /proc/stat load adjustment
+(asymo.hw.cpuload) and calibrated plans (asymo.plan_matmul)."""
 import json
 import os
 import subprocess
@@ -10,12 +10,12 @@ import warnings
 import numpy as np
 import pytest
 
-from asymo import calibration as calib
-from asymo import calibration_set as cset
-from asymo import costmodel as cm
-from asymo import cpuload
+from asymo.calibrate import gemm as calib
+from asymo.calibrate import gemm_set as cset
+from asymo.plan import costmodel as cm
+from asymo.hw import cpuload
 from asymo import profile as prof
-from asymo.topology import parse_spec
+from asymo.hw.topology import parse_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TWO = "big:0@1.0,little:1@0.5"
@@ -35,7 +35,7 @@ def _fresh(monkeypatch, tmp_path):
 
 
 def _clear_plans():
-    mod = sys.modules.get("asymo.matmul_plan")
+    mod = sys.modules.get("asymo.plan.matmul")
     if mod is not None:
         mod.clear_cache()
 
@@ -366,7 +366,7 @@ def test_calibrate_help():
 
 
 def test_calibrate_quick_on_the_tiny_set(tmp_path):
-    pytest.importorskip("asymo.gemm_plan")
+    pytest.importorskip("asymo.plan.gemm")
     path = tmp_path / "cli-profile.json"
     env = dict(os.environ, ASYMO_CALIBRATION_SET="tiny", ASYMO_PROFILE=str(path))
     t0 = time.monotonic()
@@ -386,8 +386,8 @@ def test_calibrate_quick_on_the_tiny_set(tmp_path):
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture
 def gemm():
-    gp = pytest.importorskip("asymo.gemm_plan")
-    from asymo import matmul_plan
+    gp = pytest.importorskip("asymo.plan.gemm")
+    from asymo.plan import matmul as matmul_plan
     return gp, matmul_plan
 
 
@@ -470,8 +470,8 @@ def test_calibrated_plan(gemm):
 
 def test_calibrated_plan_computes_the_product(gemm):
     gp, mp = gemm
-    from asymo.gemm import gemm as run_gemm
-    from asymo.pool import Pool
+    from asymo.ops.matmul import gemm as run_gemm
+    from asymo.runtime.pool import Pool
     topo = parse_spec(TWO)
     _calibrate(_real_tile_timer(gp, {"big": 1.0, "little": 0.5}), topo)
     rng = np.random.default_rng(0)
@@ -487,8 +487,8 @@ def test_calibrated_plan_computes_the_product(gemm):
 def test_matmul_uses_the_active_profile(gemm):
     gp, mp = gemm
     import asymo
-    from asymo.pool import Pool
-    from asymo.topology import detect
+    from asymo.runtime.pool import Pool
+    from asymo.hw.topology import detect
     topo = detect()
     rng = np.random.default_rng(1)
     a = rng.standard_normal((300, 200)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""AsyMo's block-size cost model (asymo.costmodel): Table 2 features, constraints, candidates,
+"""AsyMo's block-size cost model (asymo.plan.costmodel): Table 2 features, constraints, candidates,
 the scikit-learn estimator and its JSON form."""
 import json
 import math
@@ -8,7 +8,7 @@ import pytest
 from sklearn.base import clone
 from sklearn.model_selection import cross_val_score
 
-from asymo import costmodel as cm
+from asymo.plan import costmodel as cm
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from asymo.dvfs import (CALIBRATE_ENERGY_HELP, CallableMeter, CpuFreq, calibrate
 from asymo.dvfs.calibrate import _pick_freqs, format_calibration
 from asymo.dvfs.curves import curves_from_section
 from asymo.profile import Profile, load_profile
-from asymo.topology import Cluster, Topology
-from calibration.energy import memory_matrix_shape
+from asymo.hw.topology import Cluster, Topology
+from asymo.calibrate.energy_kernels import memory_matrix_shape
 
 from _dvfs_fakes import (CONV_SHAPES, KIRIN_BIG_KHZ, KIRIN_LITTLE_KHZ, make_policy, read)
 

@@ -1,6 +1,6 @@
 """``asymo calibrate``: measure this CPU once; asymo's plans use the result automatically.
 
-Runs the GEMM calibration of `asymo.calibration` (AsyMo's cost model, split ratios, report)
+Runs the GEMM calibration of `asymo.calibrate.gemm` (AsyMo's cost model, split ratios, report)
 and, with ``--energy``, the energy-frequency curves of `asymo.dvfs` (``calibrate_energy``),
 and writes both into the profile (``--profile`` / env ASYMO_PROFILE / the XDG cache).
 """
@@ -66,9 +66,10 @@ def register(sub):
 
 
 def run(args):
-    from asymo import calibration, calibration_set
+    from asymo.calibrate import gemm as calibration
+    from asymo.calibrate import gemm_set as calibration_set
     from asymo import profile as prof
-    from asymo import topology as topo
+    from asymo.hw import topology as topo
 
     try:
         t = topo.detect(override=args.topology)

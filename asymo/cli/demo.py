@@ -39,7 +39,7 @@ def run(args):
     from threadpoolctl import threadpool_limits
 
     import asymo
-    from asymo.topology import Cluster, Topology
+    from asymo.hw.topology import Cluster, Topology
 
     pool = asymo.get_pool()
     topo = pool.topology
@@ -81,7 +81,7 @@ def run(args):
             err = float(np.max(np.abs(asymo.conv2d(x, w, padding=1) - ref)))
         except ImportError:
             # still checked, against the NumPy im2col + BLAS convolution of the scaling bench
-            from asymo.scaling.workloads import _im2col_conv
+            from asymo.lab.scaling.workloads import _im2col_conv
             err = float(np.max(np.abs(asymo.conv2d(x, w, padding=1)
                                       - _im2col_conv(x, w, stride=1, padding=1))))
             torch_note = (" (torch is not installed here: n/a; conv2d's error is against "

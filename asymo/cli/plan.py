@@ -43,7 +43,7 @@ def run(args):
     print(f"times: {plan.source}", file=out)
     print(f"{'stage':>5}  {'cpus':<10}{'config':<10}{'layers':<12}{'pred. ms':>9}", file=out)
     for i, s in enumerate(plan.stages):
-        from asymo.topology import format_cpulist
+        from asymo.hw.topology import format_cpulist
         print(f"{i:>5}  {format_cpulist(s.cpus):<10}{s.label:<10}"
               f"{f'[{s.layers[0]}, {s.layers[1]}]':<12}{_ms(s.predicted_time)}", file=out)
     print(f"predicted throughput {plan.predicted_throughput:8.2f} img/s   latency "

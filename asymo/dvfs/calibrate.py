@@ -59,7 +59,7 @@ def calibrate_energy(topology=None, cpufreq=None, meter=None, progress=True, *, 
     Parameters
     ----------
     topology : Topology or None
-        Default ``cpufreq.topology`` or ``asymo.topology.detect(sysfs_root)``.
+        Default ``cpufreq.topology`` or ``asymo.hw.topology.detect(sysfs_root)``.
     cpufreq : CpuFreq or None
         Default ``CpuFreq(topology, sysfs_root)``.
     meter : Meter or None
@@ -95,7 +95,7 @@ def calibrate_energy(topology=None, cpufreq=None, meter=None, progress=True, *, 
         if cpufreq is not None:
             topology = cpufreq.topology
         else:
-            from asymo.topology import detect
+            from asymo.hw.topology import detect
             topology = detect(sysfs_root=sysfs_root)
     if cpufreq is None:
         cpufreq = CpuFreq(topology, sysfs_root=sysfs_root)
@@ -140,7 +140,7 @@ def calibrate_energy(topology=None, cpufreq=None, meter=None, progress=True, *, 
     _say(progress, f"asymo calibrate --energy: meter {meter.source} "
                    f"({'measured' if meter.measured else 'ESTIMATE'})")
 
-    from calibration import energy as bench
+    from asymo.calibrate import energy_kernels as bench
     bench.warm_up()
 
     curves = {}

@@ -153,7 +153,7 @@ def _plan(graph, batch):
 
 # ---- node runners: make(node, V, C, graph) -> fn(pool) ------------------------------------
 def _conv_runner(n, V, C, g):
-    from asymo.conv import conv2d
+    from asymo.ops.conv import conv2d
 
     x, y = V[n.inputs[0]], V[n.outputs[0]]
     w = C[n.inputs[1]]
@@ -176,7 +176,7 @@ def _act(y, act):
 
 
 def _gemm_runner(n, V, C, g):
-    from asymo.conv_gemm import matmul_into
+    from asymo.ops.conv_gemm import matmul_into
 
     x, y = V[n.inputs[0]], V[n.outputs[0]]
     w = C[n.inputs[1]]
@@ -194,7 +194,7 @@ def _gemm_runner(n, V, C, g):
 
 
 def _matmul_runner(n, V, C, g):
-    from asymo.gemm import matmul
+    from asymo.ops.matmul import matmul
 
     a = V.get(n.inputs[0], C.get(n.inputs[0]))
     b = V.get(n.inputs[1], C.get(n.inputs[1]))
@@ -206,7 +206,7 @@ def _matmul_runner(n, V, C, g):
 
 
 def _pool_runner(n, V, C, g):
-    from asymo.pooling import avg_pool2d, max_pool2d
+    from asymo.ops.pooling import avg_pool2d, max_pool2d
 
     x, y = V[n.inputs[0]], V[n.outputs[0]]
     if n.op == "GlobalAveragePool":

@@ -174,7 +174,7 @@ def _co_runner(model, topology, busy_cpus):
 
 def _make_pool(topology, cpus, spin_us=STAGE_SPIN_US):
     """A pool on ``cpus`` configured as the runtime configures a stage's pool."""
-    from asymo.pool import Pool
+    from asymo.runtime.pool import Pool
     return Pool(topology=sub_topology(topology, cpus), spin_us=spin_us)
 
 
