@@ -153,7 +153,7 @@ def bench_graph(name, path, top, args):
 
 
 def main_graph(args):
-    from asymo import topology as topo
+    from asymo.hw import topology as topo
 
     settings = []
     for x in args.settings.split(","):
@@ -167,7 +167,7 @@ def main_graph(args):
         if setting == "none":
             ctx = contextlib.nullcontext()
         else:
-            from asymo.emulate import slow_cores
+            from asymo.lab.emulate import slow_cores
             ctx = slow_cores({args.core: setting})
         with ctx:
             top = topo.detect()

@@ -332,7 +332,7 @@ def test_planner_picks_executor_and_cut_per_stage(graph):
     from asymo.pipeline.anyplan import SegmentTimes, plan_graph_pipeline
     from asymo.pipeline.configs import core_configs
     from asymo.pipeline.table import LayerTimes
-    from asymo.topology import parse_spec
+    from asymo.hw.topology import parse_spec
 
     top = parse_spec("big:0@1.0,little:1@0.5")
     cfgs = core_configs(top)

@@ -41,7 +41,7 @@ def register(sub):
 def run(args):
     if args.emulate:
         speeds = parse_emulate(args.emulate)
-        from asymo.emulate import slow_cores  # the emulator is only loaded when asked for
+        from asymo.lab.emulate import slow_cores  # the emulator is only loaded when asked for
 
         with slow_cores(speeds):
             return _run(args)

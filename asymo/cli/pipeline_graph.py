@@ -11,7 +11,7 @@ PREDICTION_TOLERANCE = 0.15
 
 
 def run_graph(args):
-    from asymo import topology as topo
+    from asymo.hw import topology as topo
     from asymo.pipeline.anyplan import plan_graph_pipeline
     from asymo.pipeline.compare import runtime_baselines
     from asymo.pipeline.executors import available_executors, parse_executors

@@ -325,7 +325,7 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
     ----------
     graph : CutGraph
     topology : Topology, optional
-        Default: this machine (``asymo.topology.detect()``, emulation included).
+        Default: this machine (``asymo.hw.topology.detect()``, emulation included).
     executors : sequence of str, optional
         Default: every available one.
     objective : {"throughput", "latency", "energy"}
@@ -353,7 +353,7 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
     if objective not in _OBJECTIVES:
         raise ValueError(f"objective must be one of {_OBJECTIVES}, got {objective!r}")
     if topology is None:
-        from asymo.topology import detect
+        from asymo.hw.topology import detect
         topology = detect()
     st = segment_times or measure_segment_times(graph, topology, executors=executors,
                                                 progress=progress)

@@ -430,12 +430,12 @@ class AsymoExecutor(StageExecutor):
         super().__init__(graph, first, last, cpus)
         from asymo.models.graph_model import GraphModel
         from asymo.pipeline.runtime import sub_topology
-        from asymo.pool import Pool
+        from asymo.runtime.pool import Pool
 
         self.model = GraphModel(graph.subgraph(self.first, self.last),
                                 name=f"{graph.name}[{self.first}:{self.last}]")
         if topology is None:
-            from asymo.topology import detect
+            from asymo.hw.topology import detect
             topology = detect()
         self.pool = Pool(topology=sub_topology(topology, self.cpus), spin_us=spin_us)
 

@@ -131,7 +131,7 @@ def graph_pipeline(graph, stages, *, topology=None, queue_depth=1, timeout=None,
         Use it as a context manager; ``run(frames)`` gives ``(outputs, RunStats)``.
     """
     if topology is None:
-        from asymo.topology import detect
+        from asymo.hw.topology import detect
         topology = detect()
     stages = [(str(k), tuple(int(c) for c in cpus), (int(a), int(b)))
               for k, cpus, (a, b) in stages]
