@@ -44,6 +44,7 @@ from asymo import profile as prof  # noqa: E402
 from asymo.hw import topology as topo  # noqa: E402
 from asymo.runtime.ffi import lib  # noqa: E402
 from asymo.calibrate.gemm import gemm_args_2d  # noqa: E402
+from asymo.plan import calibration as plan_calibration  # noqa: E402
 from asymo.runtime.pool import Pool  # noqa: E402
 
 
@@ -132,14 +133,14 @@ def main(argv=None):
         path = prof.profile_path(t, args.profile)
         if args.profile:
             os.environ[prof.ENV_VAR] = path
-        summary = calibration.profile_summary(t, path)
+        summary = plan_calibration.profile_summary(t, path)
         usable = summary["status"] == "ok" and (summary.get("gemm") or {}).get("usable")
         if args.calibrate.startswith("always") or (not usable and args.calibrate != "none"):
             mode = args.calibrate.split("-")[-1]
             print(f"calibrating ({mode}) into {path} ...", file=sys.stderr)
             section = calibration.calibrate_gemm(t, set_name=mode, path=path)
             print(calibration.format_report(section), file=sys.stderr)
-            summary = calibration.profile_summary(t, path)
+            summary = plan_calibration.profile_summary(t, path)
         elif not usable:
             sys.exit(f"no usable GEMM calibration in {path} ({summary.get('reason')}); run "
                      "`asymo calibrate` or pass --calibrate quick")

@@ -5,7 +5,7 @@ script shows what `asymo calibrate` measures on each cluster: the 15 MM sizes (V
 MobileNet V1 convolutions as asymo runs them, ``weight @ columns``), the 20 MV sizes, the
 block sizes of every setting, and the held-out shapes whose candidates are all measured.
 
-    python3 calibration/gemm_dataset.py [--set full|quick|tiny] [--topology SPEC] [--json OUT]
+    python3 bench/calibration_gemm_dataset.py [--set full|quick|tiny] [--topology SPEC] [--json OUT]
 """
 import argparse
 import json

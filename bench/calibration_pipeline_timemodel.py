@@ -6,7 +6,7 @@ configuration (a pool restricted to those cores), fits Eq. 5 per configuration a
 cluster, stores the model in the calibration profile (section "pipeline"), and reports the
 prediction error per configuration on the zoo layers (the paper's Table III).
 
-    python3 calibration/pipeline_timemodel.py [--grid paper|quick] [--topology SPEC]
+    python3 bench/calibration_pipeline_timemodel.py [--grid paper|quick] [--topology SPEC]
         [--no-save] [--models resnet50,...] [--reference OUT.json]
 
 Timing-sensitive: run it under ``flock /tmp/asymo-bench.lock``.

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from asymo.calibrate import gemm as calib
+from asymo.plan import calibration as plan_calib
 from asymo.calibrate import gemm_set as cset
 from asymo.plan import costmodel as cm
 from asymo.hw import cpuload
@@ -259,7 +260,7 @@ def test_calibration_on_synthetic_timings(tmp_path):
     loaded = prof.load_profile(path, topo)
     assert loaded.sections["energy"] == {"kept": True}
     assert loaded.sections["gemm"]["split"] == section["split"]
-    cal = calib.parse_section(loaded.sections["gemm"], topo, path)
+    cal = plan_calib.parse_section(loaded.sections["gemm"], topo, path)
     assert [c.name for c in cal.clusters] == ["big", "little"]
     assert cal.capability("mm")[0] == pytest.approx(2 * cal.capability("mm")[1])
     assert not os.path.exists(calib.partial_path(path))
@@ -330,23 +331,23 @@ def test_unusable_gemm_sections_are_rejected(synthetic_section, mutate, match):
     section = json.loads(json.dumps(synthetic_section))
     mutate(section)
     with pytest.raises(ValueError, match=match):
-        calib.parse_section(section, topo)
+        plan_calib.parse_section(section, topo)
 
 
 def test_profile_summary_for_info(tmp_path):
     topo = parse_spec(TWO)
     path = os.environ["ASYMO_PROFILE"]
-    s = calib.profile_summary(topo)
-    assert s["status"] == "missing" and "asymo calibrate" in calib.render_profile_summary(s)
+    s = plan_calib.profile_summary(topo)
+    assert s["status"] == "missing" and "asymo calibrate" in plan_calib.render_profile_summary(s)
     _calibrate(FakeTimer({"big": 1.0, "little": 0.5}), topo)
-    s = calib.profile_summary(topo)
+    s = plan_calib.profile_summary(topo)
     assert s["status"] == "ok" and s["gemm"]["usable"]
     assert [c["name"] for c in s["gemm"]["clusters"]] == ["big", "little"]
     assert s["gemm"]["clusters"][0]["r2_table2"] > 0.999
-    text = calib.render_profile_summary(s)
+    text = plan_calib.render_profile_summary(s)
     assert path in text and "big" in text and "R^2" in text
     open(path, "w").write("{corrupt")
-    s = calib.profile_summary(topo)
+    s = plan_calib.profile_summary(topo)
     assert s["status"] == "unusable" and "corrupt" in s["reason"]
 
 

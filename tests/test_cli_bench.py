@@ -236,7 +236,7 @@ def test_calibrate_sim_file_then_validation_reads_it(tmp_path, capsys):
                       "--calibrate-sim", str(cal))
     assert rc == 0 and "simulator calibration" in out and "MEASURED" not in out
     doc = json.loads(cal.read_text())
-    assert doc["schema"] == "asymo.lab.sim.calibration/1" and "spin" in doc["workloads"]
+    assert doc["schema"] == "asymo.sim.calibration/1" and "spin" in doc["workloads"]
     # a broken file is reported and replaced by a fresh measurement
     bad = tmp_path / "bad.json"
     bad.write_text("{")

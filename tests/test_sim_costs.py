@@ -296,7 +296,7 @@ def test_cli_sim_profile(tmp_path, capsys):
 
 
 def test_model_costs_for_each_source(tmp_path):
-    from asymo.calibrate.gemm import parse_section
+    from asymo.plan.calibration import parse_section
     from asymo.lab.sim.costs import model_costs_for
     cal = parse_section(_section(TWO, [FAST_BIG, SLOW_LITTLE]), TWO, "dev.json")
     from_cal = model_costs_for(cal, TWO)

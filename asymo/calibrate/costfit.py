@@ -15,7 +15,7 @@ from sklearn.metrics import r2_score
 from sklearn.model_selection import KFold
 
 from asymo.plan.costmodel import (FEATURE_SETS, MODEL_FORMAT, MODEL_FORMAT_VERSION, REGRESSORS,
-                             SETTING_COLUMNS, CostPredictor, _as_settings, _check_int, features,
+                             SETTING_COLUMNS, CostPredictor, as_settings, positive_int, features,
                              model_params)
 
 __all__ = ["BlockCostModel", "cross_validate", "choice_regret"]
@@ -72,7 +72,7 @@ class BlockCostModel(RegressorMixin, BaseEstimator):
         if self.regressor not in REGRESSORS:
             raise ValueError(f"regressor={self.regressor!r}; expected one of {list(REGRESSORS)}")
         for name in ("itemsize", "line_size", "mr", "nr"):
-            _check_int(name, getattr(self, name))
+            positive_int(name, getattr(self, name))
 
     def transform(self, X):
         """The feature matrix of settings ``X`` (columns ``feature_names_``)."""
@@ -169,7 +169,7 @@ def cross_validate(model, X, y, *, n_splits=10, seed=0):
     predictions), ``n``.
     """
     from sklearn.base import clone
-    X = _as_settings(X)
+    X = as_settings(X)
     y = np.asarray(y, dtype=np.float64).ravel()
     if len(y) < 4:
         raise ValueError(f"cross-validation needs at least 4 settings, got {len(y)}")
@@ -200,7 +200,7 @@ def choice_regret(model, X, y, groups, *, n_splits=10):
     """
     from sklearn.base import clone
     from sklearn.model_selection import GroupKFold
-    X = _as_settings(X)
+    X = as_settings(X)
     y = np.asarray(y, dtype=np.float64).ravel()
     groups = np.asarray(groups)
     labels = np.unique(groups)

@@ -25,20 +25,18 @@ import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from asymo.calibrate import gemm_set as cset
+from asymo.calibrate import costfit
 from asymo.plan import costmodel as cm
 from asymo.hw.cpuload import LoadMonitor, cluster_loads
+from asymo.plan.calibration import BASELINE, SCHEMA, SECTION
 
-__all__ = ["SECTION", "SCHEMA", "GemmTimer", "calibrate_gemm", "fit_cluster", "format_report",
-           "partial_path", "MODEL_CHOICES", "Calibration", "ClusterCalibration", "parse_section",
-           "profile_summary", "render_profile_summary"]
+__all__ = ["GemmTimer", "calibrate_gemm", "fit_cluster", "format_report", "partial_path",
+           "MODEL_CHOICES"]
 
-SECTION = "gemm"
-SCHEMA = 1
 _PARTIAL_FORMAT = "asymo-gemm-partial"
 
 #: the models compared on held-out folds: name -> BlockCostModel parameters. "table2" is the
@@ -51,7 +49,6 @@ MODEL_CHOICES = {
     "extended-positive-relative": {"features": "extended", "regressor": "positive",
                                    "relative": True},
 }
-BASELINE = "table2"
 #: held-out R^2 a model must reach to be preferred (the paper reports 0.97 and 0.98)
 R2_TARGET = 0.95
 #: a measurement round during which the cluster's load rose more than this above its usual
@@ -62,176 +59,6 @@ DISTURBED_LOAD = 0.15
 def partial_path(profile_path):
     """Where an interrupted calibration keeps its measurements."""
     return os.fspath(profile_path) + ".gemm-partial.json"
-
-
-# ---------------------------------------------------------------------------------------------
-# The stored calibration, read back
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ClusterCalibration:
-    name: str
-    cpus: tuple
-    threads: int
-    model: cm.CostPredictor
-    cache: dict
-    capability: dict      # kind -> GFLOP/s
-    baseline_load: float
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """The usable content of a profile's "gemm" section."""
-
-    path: str
-    isa: str
-    dtype: str
-    tile: tuple
-    clusters: tuple
-    created: str = ""
-    load_source: str = "proc_stat"
-
-    def capability(self, kind):
-        return [c.capability[kind] for c in self.clusters]
-
-
-def parse_section(section, topology, path=""):
-    """A `Calibration` from a profile's "gemm" section for ``topology``, or ValueError saying
-    why it cannot be used (another schema, other clusters, a malformed model...)."""
-    if not isinstance(section, dict):
-        raise ValueError("the gemm section is not a JSON object")
-    if section.get("schema") != SCHEMA:
-        raise ValueError(f"gemm section schema {section.get('schema')!r}, this asymo reads "
-                         f"{SCHEMA}")
-    clusters = section.get("clusters")
-    if not isinstance(clusters, list) or len(clusters) != topology.nclusters:
-        n = len(clusters) if isinstance(clusters, list) else "no"
-        raise ValueError(f"the gemm section has {n} clusters, the topology "
-                         f"{topology.nclusters}")
-    out = []
-    for c, cl in zip(clusters, topology.clusters):
-        if (not isinstance(c, dict) or not isinstance(c.get("cpus"), list)
-                or tuple(c["cpus"]) != tuple(cl.cpus)):
-            raise ValueError(f"cluster {cl.name!r}: the profile's cpus "
-                             f"{c.get('cpus') if isinstance(c, dict) else c!r} differ from "
-                             f"{list(cl.cpus)}")
-        try:
-            model = cm.CostPredictor.from_dict(c.get("model"))
-        except ValueError as exc:
-            raise ValueError(f"cluster {cl.name!r}: {exc}") from None
-        cap = c.get("capability_gflops")
-        if not isinstance(cap, dict):
-            raise ValueError(f"cluster {cl.name!r}: capability_gflops is {cap!r}, not an object")
-        caps = {}
-        for kind in ("mm", "mv"):
-            v = cap.get(kind)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"cluster {cl.name!r}: capability {kind!r} is {v!r}")
-            caps[kind] = float(v)
-        cache = c.get("cache")
-        need = ("l1_bytes", "l2_bytes", "l2_sharing", "mr", "nr", "itemsize", "unit")
-        if not isinstance(cache, dict) or any(not isinstance(cache.get(k), int)
-                                              or cache[k] < 1 for k in need):
-            raise ValueError(f"cluster {cl.name!r}: cache description {cache!r}")
-        threads = c.get("threads")
-        if not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"cluster {cl.name!r}: threads {threads!r}")
-        base = c.get("baseline_load", 0.0)
-        base = float(base) if isinstance(base, (int, float)) and 0 <= base <= 1 else 0.0
-        out.append(ClusterCalibration(name=cl.name, cpus=tuple(cl.cpus), threads=threads,
-                                      model=model, cache={k: cache[k] for k in need},
-                                      capability=caps, baseline_load=base))
-    tile = section.get("tile")
-    if not (isinstance(tile, list) and len(tile) == 2
-            and all(isinstance(x, int) and x > 0 for x in tile)):
-        raise ValueError(f"kernel tile {tile!r}")
-    source = section.get("load_source", "proc_stat")
-    if source not in ("wait", "proc_stat"):
-        raise ValueError(f"load_source {source!r}")
-    return Calibration(path=path, isa=str(section.get("isa")), dtype=str(section.get("dtype")),
-                       tile=tuple(tile), clusters=tuple(out),
-                       created=str(section.get("created", "")), load_source=source)
-
-
-def profile_summary(topology, path=None):
-    """What ``asymo info`` shows about the active profile (JSON-ready).
-
-    ``status``: "missing", "unusable" (with ``reason``: corrupt, another CPU, another
-    version) or "ok" (with ``sections`` and, for the GEMM calibration, its quality figures).
-    """
-    import warnings
-    from asymo import profile as prof
-    path = prof.profile_path(topology, path)
-    out = {"path": path}
-    if not os.path.exists(path):
-        out.update(status="missing", reason="not calibrated: run `asymo calibrate`")
-        return out
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", prof.ProfileWarning)
-        p = prof.load_profile(path, topology)
-    if p is None:
-        reasons = [str(w.message) for w in caught if issubclass(w.category, prof.ProfileWarning)]
-        out.update(status="unusable", reason=reasons[0] if reasons else "unreadable")
-        return out
-    out.update(status="ok", version=p.version, fingerprint=p.fingerprint,
-               sections=sorted(p.sections))
-    g = p.sections.get(SECTION)
-    if g is not None:
-        try:
-            parse_section(g, topology, path)
-        except ValueError as exc:
-            out["gemm"] = {"usable": False, "reason": str(exc)}
-            return out
-        out["gemm"] = {
-            "usable": True, "set": g.get("set"), "created": g.get("created"),
-            "isa": g.get("isa"), "dtype": g.get("dtype"), "split": g.get("split"),
-            "duration_s": g.get("duration_s"),
-            "clusters": [{"name": c["name"], "model": c.get("model_name"),
-                          "r2": c["models"][c["model_name"]]["cv"]["r2"],
-                          "r2_table2": c["models"][BASELINE]["cv"]["r2"],
-                          "regret": c["models"][c["model_name"]]["regret"]["median"],
-                          "median_gap": c["models"][c["model_name"]]["gap"]["median"],
-                          "median_gap_table2": c["models"][BASELINE]["gap"]["median"],
-                          "capability_gflops": c.get("capability_gflops")}
-                         for c in g["clusters"]],
-        }
-    return out
-
-
-def render_profile_summary(s):
-    """The ``asymo info`` table for `profile_summary`."""
-    if s["status"] == "missing":
-        return (f"calibration profile: none ({s['path']}); default plans are used "
-                "(run `asymo calibrate`)")
-    if s["status"] == "unusable":
-        return f"calibration profile: unusable, default plans are used\n  {s['reason']}"
-    lines = [f"calibration profile: {s['path']} (version {s['version']}, sections: "
-             f"{', '.join(s['sections']) or 'none'})"]
-    g = s.get("gemm")
-    if g is None:
-        lines.append("  no GEMM calibration: default plans (run `asymo calibrate`)")
-        return "\n".join(lines)
-    if not g["usable"]:
-        lines.append(f"  GEMM calibration unusable ({g['reason']}): default plans")
-        return "\n".join(lines)
-    split = "; ".join(f"{k.upper()} " + ":".join(f"{x:.2f}" for x in v)
-                      for k, v in (g.get("split") or {}).items())
-    lines.append(f"  GEMM: {g['set']} set, {g['dtype']} {g['isa']}, {g['created']}; split "
-                 f"{split}")
-    head = ("cluster", "model", "R^2", "R^2 table2", "regret", "gap", "gap table2", "MM GFLOP/s")
-    rows = []
-    for c in g["clusters"]:
-        pct = (lambda v: "-" if v is None else f"{v:.1%}")
-        rows.append((c["name"], c["model"], f"{c['r2']:.3f}", f"{c['r2_table2']:.3f}",
-                     pct(c["regret"]), pct(c["median_gap"]), pct(c["median_gap_table2"]),
-                     f"{(c.get('capability_gflops') or {}).get('mm', 0):.1f}"))
-    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
-    for r in [head] + rows:
-        lines.append("  " + "  ".join(v.ljust(w) if i < 2 else v.rjust(w)
-                                      for i, (v, w) in enumerate(zip(r, widths))))
-    lines.append("  R^2: held-out folds of 10-fold CV; regret: held-out sizes; gap: chosen vs "
-                 "best blocks on shapes outside the training set (medians)")
-    return "\n".join(lines)
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -484,7 +311,7 @@ def fit_cluster(X, y, groups, *, itemsize, line_size, mr, nr, seed=0, choices=No
 
     Each model gets the paper's 10-fold cross-validation (R^2 and relative error of
     held-out settings) and the block-choice regret on held-out sizes
-    (`asymo.plan.costmodel.choice_regret`, sizes grouped in 10 folds). The model kept is, among
+    (`asymo.calibrate.costfit.choice_regret`, sizes grouped in 10 folds). The model kept is, among
     those whose held-out R^2 reaches `R2_TARGET` (all of them if none does), the one with the
     least median regret (then mean regret): choosing blocks is what the model is for, and the
     median is robust to the few sizes whose timings a busy machine spoiled. Ties go to the
@@ -495,10 +322,10 @@ def fit_cluster(X, y, groups, *, itemsize, line_size, mr, nr, seed=0, choices=No
     choices = choices or MODEL_CHOICES
     results = {}
     for name, params in choices.items():
-        model = cm.BlockCostModel(itemsize=itemsize, line_size=line_size, mr=mr, nr=nr,
+        model = costfit.BlockCostModel(itemsize=itemsize, line_size=line_size, mr=mr, nr=nr,
                                   **params)
-        cv = cm.cross_validate(model, X, y, n_splits=10, seed=seed)
-        regret = cm.choice_regret(model, X, y, groups, n_splits=10)
+        cv = costfit.cross_validate(model, X, y, n_splits=10, seed=seed)
+        regret = costfit.choice_regret(model, X, y, groups, n_splits=10)
         model.fit(X, y)
         results[name] = {"model": model.to_dict(), "cv": cv, "regret": regret}
     good = [n for n in results if results[n]["cv"]["r2"] >= R2_TARGET] or list(results)

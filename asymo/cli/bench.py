@@ -198,11 +198,7 @@ def _sim_target(text):
 
 
 def _default_workloads():
-    from asymo.lab.scaling.machine import _asymo_attr
-    names = ["spin"]
-    if _asymo_attr("matmul") is not None:
-        names.append("matmul")
-    return names
+    return ["spin", "matmul"]
 
 
 def run_scaling(args):

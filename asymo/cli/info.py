@@ -42,7 +42,7 @@ def register(sub):
 
 def build_info(topology, sysfs_root="/sys"):
     """The data ``asymo info`` shows, as JSON-ready sections (``{"topology": ...}``)."""
-    from asymo.calibrate.gemm import profile_summary
+    from asymo.plan.calibration import profile_summary
     return {
         "sysfs_root": os.fspath(sysfs_root),
         "topology": topology.to_dict(),
@@ -134,7 +134,7 @@ def _render_topology(t):
 
 # section key -> function(section) -> text; sections without one appear only in --json
 def _render_profile(p):
-    from asymo.calibrate.gemm import render_profile_summary
+    from asymo.plan.calibration import render_profile_summary
     return render_profile_summary(p)
 
 

@@ -14,7 +14,7 @@ def register(sub):
                     "which contiguous layers each stage runs, and the predicted throughput "
                     "and latency beside the kernel-level prediction (every layer on all "
                     "cores). Predictions come from the calibrated Pipe-it time model "
-                    "(calibration/pipeline_timemodel.py), or, without a calibration or for "
+                    "(bench/calibration_pipeline_timemodel.py), or, without a calibration or for "
                     "another machine (--topology), from the default model scaled by cluster "
                     "capacity; the output says which.")
     add_model_args(p)

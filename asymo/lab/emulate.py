@@ -75,7 +75,7 @@ ENV_EMULATED = _topology.EMULATED_ENV_VAR  # "ASYMO_EMULATED"
 ENV_PERIOD = _split_cost.PERIOD_ENV_VAR  # "ASYMO_EMULATED_PERIOD"
 MODES = ("fifo", "approximate")
 #: seconds per spin/sleep cycle (see the module docstring for the measurements behind it)
-DEFAULT_PERIOD = 5e-4
+DEFAULT_PERIOD = _split_cost.DEFAULT_EMULATED_PERIOD
 DEFAULT_TIME_LIMIT = 3600.0
 MIN_PERIOD, MAX_PERIOD = 1e-4, 0.1
 READY_TIMEOUT = 30.0  # seconds for a helper to start (a loaded 2-core box is slow to fork)

@@ -11,7 +11,7 @@
   (Pipe-it's "measured layer time", Tables IV and VI), and kernel-level on all cores.
 - ``prediction_errors``: Table III -- mean relative error of the time model per configuration.
 
-The command-line driver is ``calibration/pipeline_timemodel.py``.
+The command-line driver is ``bench/calibration_pipeline_timemodel.py``.
 """
 from __future__ import annotations
 

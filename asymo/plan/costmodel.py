@@ -45,7 +45,7 @@ import numpy as np
 __all__ = [
     "SETTING_COLUMNS", "KIND_CODES", "TABLE2_FEATURES", "EXTENDED_FEATURES", "FEATURE_SETS",
     "REGRESSORS", "MODEL_FORMAT", "table2_features", "extended_features", "features",
-    "CostPredictor", "BlockCostModel", "cross_validate", "choice_regret",
+    "CostPredictor",
     "kc_for_l1", "block_candidates", "fits_l2", "choose_blocks", "MIN_TASKS_PER_THREAD",
 ]
 
@@ -92,7 +92,8 @@ REGRESSORS = ("linear", "positive")
 # ---------------------------------------------------------------------------------------------
 # Features
 # ---------------------------------------------------------------------------------------------
-def _as_settings(X):
+def as_settings(X):
+    """``X`` as a float64 array of settings (columns `SETTING_COLUMNS`), validated."""
     X = np.asarray(X, dtype=np.float64)
     if X.ndim == 1:
         X = X[np.newaxis, :]
@@ -130,7 +131,7 @@ def table2_features(X, *, itemsize=4, line_size=64):
     -------
     ndarray, shape (n, 5)
     """
-    X = _as_settings(X)
+    X = as_settings(X)
     M, K, N = X[:, 0], X[:, 1], X[:, 2]
     mc, nc, kc = np.minimum(X[:, 3], M), np.minimum(X[:, 4], N), np.minimum(X[:, 5], K)
     T = X[:, 6]
@@ -152,7 +153,7 @@ def extended_features(X, *, itemsize=4, line_size=64, mr=1, nr=1):
     last wave of tasks, ``ceil(tasks / T)`` sequential units. MM and MV ("mv" kind) settings
     use disjoint columns: they run different code.
     """
-    X = _as_settings(X)
+    X = as_settings(X)
     M, K, N = X[:, 0], X[:, 1], X[:, 2]
     mc, nc, kc = np.minimum(X[:, 3], M), np.minimum(X[:, 4], N), np.minimum(X[:, 5], K)
     T = X[:, 6]
@@ -195,7 +196,8 @@ def extended_features(X, *, itemsize=4, line_size=64, mr=1, nr=1):
 # ---------------------------------------------------------------------------------------------
 # A fitted model, for planning
 # ---------------------------------------------------------------------------------------------
-def _check_int(name, v):
+def positive_int(name, v):
+    """``v`` as an int, or a ValueError naming ``name`` unless it is a positive integer."""
     if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
         raise ValueError(f"{name}={v!r}; expected a positive integer")
     return int(v)
@@ -234,9 +236,9 @@ class CostPredictor:
         if features not in FEATURE_SETS:
             raise ValueError(f"features={features!r}; expected one of {list(FEATURE_SETS)}")
         self.features = features
-        self.itemsize = _check_int("itemsize", itemsize)
-        self.line_size = _check_int("line_size", line_size)
-        self.mr, self.nr = _check_int("mr", mr), _check_int("nr", nr)
+        self.itemsize = positive_int("itemsize", itemsize)
+        self.line_size = positive_int("line_size", line_size)
+        self.mr, self.nr = positive_int("mr", mr), positive_int("nr", nr)
         self.coef = np.asarray(coef, dtype=np.float64)
         self.intercept = float(intercept)
         names = FEATURE_SETS[features]
@@ -281,14 +283,6 @@ class CostPredictor:
 
 
 _PARAMS = ("features", "regressor", "relative", "itemsize", "line_size", "mr", "nr")
-
-
-def __getattr__(name):
-    # the scikit-learn side (fitting, validation) loads on first use: planning needs none of it
-    if name in ("BlockCostModel", "cross_validate", "choice_regret"):
-        from asymo.calibrate import costfit
-        return getattr(costfit, name)
-    raise AttributeError(f"module 'asymo.plan.costmodel' has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from asymo.plan import costmodel as cm
 from asymo.plan import gemm as gp
 from asymo.plan import split_cost
 from asymo.runtime.ffi import lib
-from asymo.calibrate.gemm import parse_section
+from asymo.plan.calibration import parse_section
 from asymo.hw.cpuload import LOAD_ENV_VAR, LoadMonitor, adjust_split, cluster_loads
 
 __all__ = ["PartitionPlan", "plan_matmul", "plan_for_matmul", "clear_cache",

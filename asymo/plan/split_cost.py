@@ -43,10 +43,14 @@ import os
 from asymo.hw import environ as _environ
 
 __all__ = ["fastest_only", "pool_fastest_only", "split_gain", "cluster_rates", "emulated_period",
-           "tail_s", "SYNC_S", "TAIL_CATCH", "DEFAULT_RATE", "PERIOD_ENV_VAR"]
+           "tail_s", "SYNC_S", "TAIL_CATCH", "DEFAULT_RATE", "PERIOD_ENV_VAR",
+           "DEFAULT_EMULATED_PERIOD"]
 
 #: env var in which `asymo.lab.emulate` publishes its period (seconds) while an emulation runs
 PERIOD_ENV_VAR = "ASYMO_EMULATED_PERIOD"
+#: the period (seconds) assumed for an emulated core when none is published: the emulator's
+#: default period (`asymo.lab.emulate` takes its default from here)
+DEFAULT_EMULATED_PERIOD = 5e-4
 
 #: seconds a job pays for involving another cluster at all: waking its workers, the job's
 #: state and shared operands (B panels, the vector) crossing between cores, the submitter's
@@ -113,8 +117,7 @@ def tail_s(topology, cluster, period=None):
     if period is None:
         period = emulated_period()
     if period is None:
-        from asymo.lab.emulate import DEFAULT_PERIOD
-        period = DEFAULT_PERIOD
+        period = DEFAULT_EMULATED_PERIOD
     s = min(speeds)
     return TAIL_CATCH * (1.0 - s) ** 2 * period / 2.0
 

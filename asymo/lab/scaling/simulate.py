@@ -85,7 +85,7 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
     cost_models : ModelCosts, Calibration, str or path, optional
         Price GEMM tasks with AsyMo's cost model instead of ``gflops_per_core``: the models
         (`asymo.lab.sim.costs.ModelCosts`), a parsed profile section
-        (`asymo.calibrate.gemm.Calibration`) or a calibration profile file (``asymo
+        (`asymo.plan.calibration.Calibration`) or a calibration profile file (``asymo
         calibrate``, e.g. run on the device) whose clusters must match the target's
         (ValueError naming the mismatch otherwise). Work the models do not cover keeps the
         capabilities; ``meta["task_costs"]`` says which jobs came from where

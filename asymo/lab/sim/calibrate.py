@@ -46,7 +46,7 @@ import numpy as np
 __all__ = ["SCHEMA", "calibrate_sim", "measure_submitter_wake", "spin_pair_task", "interquartile_mean", "sim_inputs", "traced_ratio", "save_calibration",
            "load_calibration", "check_calibration", "format_calibration", "CalibrationWarning"]
 
-SCHEMA = "asymo.lab.sim.calibration/1"
+SCHEMA = "asymo.sim.calibration/1"
 
 
 class CalibrationWarning(UserWarning):

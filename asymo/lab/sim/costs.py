@@ -203,7 +203,7 @@ class ModelCosts:
 
     @classmethod
     def from_calibration(cls, calibration, topology):
-        """From a parsed profile section (`asymo.calibrate.gemm.Calibration`)."""
+        """From a parsed profile section (`asymo.plan.calibration.Calibration`)."""
         return cls([c.model for c in calibration.clusters], topology,
                    source=calibration.path or "calibration",
                    names=[getattr(c.model, "features", "") for c in calibration.clusters])
@@ -268,7 +268,7 @@ def load_model_costs(path, topology):
     read as JSON only (never unpickled); anything that is not a usable profile with a GEMM
     calibration for ``topology`` raises ValueError saying what is wrong.
     """
-    from asymo.calibrate.gemm import SECTION, parse_section
+    from asymo.plan.calibration import SECTION, parse_section
     from asymo.profile import PROFILE_VERSION
     path = os.fspath(path)
     where = f"calibration profile {path}"
@@ -311,10 +311,10 @@ def model_costs_for(source, topology):
     """`ModelCosts` for simulating ``topology`` (or its first cores), with zeroed counters.
 
     ``source``: a `ModelCosts` (checked against ``topology``), a parsed profile section
-    (`asymo.calibrate.gemm.Calibration`, checked likewise) or the path of a profile file
+    (`asymo.plan.calibration.Calibration`, checked likewise) or the path of a profile file
     (`load_model_costs`). ValueError when the models do not fit ``topology``.
     """
-    from asymo.calibrate.gemm import Calibration
+    from asymo.plan.calibration import Calibration
     if isinstance(source, ModelCosts):
         costs = source
     elif isinstance(source, Calibration):

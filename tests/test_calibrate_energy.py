@@ -5,9 +5,10 @@ import os
 import pytest
 
 import asymo
-from asymo.dvfs import (CALIBRATE_ENERGY_HELP, CallableMeter, CpuFreq, calibrate_energy,
+from asymo.dvfs import (CallableMeter, CpuFreq,
                         data_reuse)
-from asymo.dvfs.calibrate import _pick_freqs, format_calibration
+from asymo.calibrate.energy import (CALIBRATE_ENERGY_HELP, _pick_freqs, calibrate_energy,
+                                    format_calibration)
 from asymo.dvfs.curves import curves_from_section
 from asymo.profile import Profile, load_profile
 from asymo.hw.topology import Cluster, Topology

@@ -3,7 +3,7 @@ the calibration profile (section ``"energy"``).
 
 For each cluster whose frequency can be set, at each of its frequencies (all listed ones, or
 ``max_points`` spread over the range where the driver lists none), the compute-bound and the
-memory-bound micro-benchmarks of ``calibration/energy.py`` run on all the cluster's cores,
+memory-bound micro-benchmarks of `asymo.calibrate.energy_kernels` run on all the cluster's cores,
 ``repeats`` times each; the medians of time per unit of work and of power are kept. Energy
 comes from the meter (RAPL, hwmon, a callable, a CSV trace), or, where none exists, from the
 power model -- then the curves say ``measured_energy: false``. Frequencies are restored
