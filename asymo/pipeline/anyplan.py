@@ -42,9 +42,12 @@ __all__ = ["GraphPlan", "GraphStage", "SegmentTimes", "measure_segment_times",
 _OBJECTIVES = ("throughput", "latency", "energy")
 
 
-def run_in_thread(fn, cpus, *, name="asymo-measure"):
+def run_in_thread(fn, cpus, *, name="asymo-measure", cancel=None):
     """``fn()`` in a new thread pinned to ``cpus`` (executors pin their calling thread; the
-    caller's own affinity is left alone). Returns its result or raises its exception."""
+    caller's own affinity is left alone). Returns its result or raises its exception.
+
+    If the caller is interrupted (Ctrl-C) while waiting, ``cancel`` (a ``threading.Event``
+    that ``fn`` polls) is set and the thread is given a few seconds to stop."""
     box = {}
 
     def body():
@@ -60,7 +63,13 @@ def run_in_thread(fn, cpus, *, name="asymo-measure"):
 
     t = threading.Thread(target=body, name=name, daemon=True)
     t.start()
-    t.join()
+    try:
+        t.join()
+    except BaseException:
+        if cancel is not None:
+            cancel.set()
+        t.join(5.0)
+        raise
     if "error" in box:
         raise box["error"]
     return box["value"]
@@ -126,6 +135,7 @@ def measure_segment_times(graph, topology, *, executors=None, window=0.01, progr
     rng = np.random.default_rng(0)
     x0 = rng.standard_normal((1,) + tuple(graph.input_shape), dtype=np.float32)
     tables, whole, skipped = {}, {}, {}
+    cancel = threading.Event()
     for kind in executors:
         times = np.zeros((S, len(configs)))
         try:
@@ -134,7 +144,8 @@ def measure_segment_times(graph, topology, *, executors=None, window=0.01, progr
                 if progress:
                     progress(f"measuring {kind} segments on cpus {list(cpus)}")
                 times[:, ci] = run_in_thread(
-                    lambda: _segments_on(graph, kind, cpus, x0, topology, window), cpus)
+                    lambda: _segments_on(graph, kind, cpus, x0, topology, window, cancel),
+                    cpus, cancel=cancel)
             for cpus in _baseline_cpu_sets(topology):
                 whole[(kind, cpus)] = run_in_thread(
                     lambda: _whole_on(graph, kind, cpus, x0, topology, window), cpus)
@@ -148,10 +159,12 @@ def measure_segment_times(graph, topology, *, executors=None, window=0.01, progr
     return SegmentTimes(tables, whole, skipped)
 
 
-def _segments_on(graph, kind, cpus, x0, topology, window):
+def _segments_on(graph, kind, cpus, x0, topology, window, cancel):
     out = []
     x = x0
     for j in range(len(graph)):
+        if cancel.is_set():
+            raise KeyboardInterrupt("measurement cancelled")
         ex = make_executor(kind, graph, j, j, cpus, topology=topology)
         try:
             buf = np.empty(ex.output_shape, np.float32)
@@ -437,9 +450,9 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
             ref = chosen_thr if chosen_thr == chosen_thr else metrics(chosen)[0]
             if thr1 > ref:
                 chosen, chosen_thr = stg, thr1
-        elif objective == "latency":
-            if stg[0].predicted_time < metrics(chosen)[1]:
-                chosen, chosen_thr = stg, float("nan")
+        elif metrics(stg)[1 if objective == "latency" else 2] < \
+                metrics(chosen)[1 if objective == "latency" else 2]:
+            chosen, chosen_thr = stg, float("nan")
     mthr, lat, en = metrics(chosen)
     pred = chosen_thr if chosen_thr == chosen_thr and chosen_thr > 0 else mthr
     baselines = {name: {"throughput": 1.0 / s[0].predicted_time,

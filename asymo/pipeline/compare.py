@@ -46,10 +46,7 @@ def _ort(graph, cpus, frames):
     s = ort.InferenceSession(graph.proto.SerializeToString(), so,
                              providers=["CPUExecutionProvider"])
     name = graph.input_name
-    try:
-        return _loop(lambda f: s.run(None, {name: f}), frames)
-    finally:
-        del s
+    return _loop(lambda f: s.run(None, {name: f}), frames)  # the session ends with the call
 
 
 def _torch(graph, cpus, frames):
