@@ -284,6 +284,14 @@ class _Interpreter:
         return env[self.output_name]
 
 
+def _scalar(v):
+    """A Python float from a scalar or a one-element array / tensor (Clip's bounds)."""
+    a = np.asarray(v.numpy() if hasattr(v, "numpy") else v, dtype=np.float64).reshape(-1)
+    if a.size != 1:
+        raise ValueError(f"expected a scalar bound, got {a.size} values")
+    return float(a[0])
+
+
 def _activation(node, attrs, interp):
     if node.op == "Relu":
         return "relu"
@@ -295,7 +303,7 @@ def _activation(node, attrs, interp):
             hi = interp.consts.get(node.inputs[2])
         lo = attrs.get("min", lo)
         hi = attrs.get("max", hi)
-        if lo is not None and hi is not None and float(lo) == 0.0 and float(hi) == 6.0:
+        if lo is not None and hi is not None and _scalar(lo) == 0.0 and _scalar(hi) == 6.0:
             return "relu6"
     return None
 
@@ -339,8 +347,8 @@ class _TorchBackend:
         if t == "Clip":
             lo = ins[1] if len(ins) > 1 and ins[1] is not None else a.get("min")
             hi = ins[2] if len(ins) > 2 and ins[2] is not None else a.get("max")
-            return torch.clamp(x, None if lo is None else float(lo),
-                               None if hi is None else float(hi))
+            return torch.clamp(x, None if lo is None else _scalar(lo),
+                               None if hi is None else _scalar(hi))
         if t == "Sigmoid":
             return torch.sigmoid(x)
         if t == "Add":
