@@ -1,21 +1,29 @@
-"""Whole zoo models: asymo vs torch vs NumPy im2col + matmul, side by side.
+"""Whole networks: asymo against ONNX Runtime and torch (issue 19), or the zoo (issue 6).
 
-``model.run(images)`` (asymo: conv2d, GEMM, pooling on the pool) against the same chain,
-steps and weights run with ``torch.nn.functional`` (``torch.set_num_threads(<pool workers>)``)
-and with NumPy (im2col by ``sliding_window_view`` + ``numpy.matmul``, OpenBLAS limited to the
-same thread count); also asymo on the fastest core alone, to show what the other cores add.
-Batch 1, float32. Ratios = other time / asymo time (> 1: asymo faster), medians over rounds
-that alternate the backends. Targets (issue 6): symmetric >= 0.8x torch, emulated (core 1 at
-half speed) >= 1.3x torch.
+Default: the torchvision-style networks of issue 19's targets (ResNet-18, ResNet-50,
+MobileNet V2, SqueezeNet 1.1, GoogLeNet; ``asymo.models.torchvision_defs``), exported to ONNX
+in memory and loaded with ``asymo.from_onnx``; each runs on asymo, ONNX Runtime (intra-op
+threads = cores, and one thread pinned to the fast core) and torch (the nn.Module; all cores,
+and one thread pinned), side by side in one run with ``asymo.cli.bench_model.compare`` (the
+method of ``asymo bench MODEL.onnx``). Batch 1, float32, 224x224. Ratios = other time / asymo
+time (> 1: asymo faster). Targets: symmetric >= 1.0x ORT and torch; core 1 at 0.5: >= 1.3x
+the best of {ORT, torch} x {all cores, fast core alone}; at 0.33: >= 1.15x. Also prints the
+load time (ONNX bytes to first result).
 
     flock /tmp/asymo-bench.lock python3 bench/models.py
-    flock /tmp/asymo-bench.lock python3 bench/models.py --emulate 1:0.5
+    flock /tmp/asymo-bench.lock python3 bench/models.py --emulate 1:0.5 --json r05.json
+    flock /tmp/asymo-bench.lock python3 bench/models.py --zoo            # issue 6's table
+
+``--zoo``: the six zoo models (asymo vs torch vs NumPy im2col + matmul, and asymo on the
+fastest core alone), as before.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -25,6 +33,66 @@ from _convbench import (NumpyOps, emulated, fmt_ratio, machine_lines,  # noqa: E
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if "--zoo" in argv:
+        return zoo_main([a for a in argv if a != "--zoo"])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--networks", default=None,
+                        help="comma-separated names (default: the five of the targets)")
+    parser.add_argument("--size", type=int, default=224, help="input side (default 224)")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds (median)")
+    parser.add_argument("--min-time", type=float, default=0.3,
+                        help="seconds of back-to-back calls per library per round")
+    parser.add_argument("--emulate", default=None, metavar="CPU:SPEED[,...]",
+                        help="slow cores with the emulator, e.g. 1:0.5")
+    parser.add_argument("--period", type=float, default=None, metavar="SECONDS")
+    parser.add_argument("--compare", default="ort,torch")
+    parser.add_argument("--json", default=None, metavar="FILE")
+    parser.add_argument("--plot", default=None, metavar="FILE")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    import asymo
+    from asymo.cli.bench_model import compare, format_table, plot
+    from asymo.models import torchvision_defs as tv
+    from asymo.models.torch_loader import export_onnx_bytes
+
+    names = args.networks.split(",") if args.networks else list(tv.BENCH_NETWORKS)
+    results = []
+    with emulated(args.emulate, args.period) as emu:
+        for name in names:
+            net = tv.build(name)
+            x = np.random.default_rng(0).standard_normal(
+                (1, 3, args.size, args.size)).astype(np.float32)
+            data = export_onnx_bytes(net, torch.from_numpy(x))
+            t0 = time.perf_counter()
+            model = asymo.from_onnx(data, name=name)
+            model(x)
+            t_load = time.perf_counter() - t0
+            with torch.inference_mode():
+                ref = net(torch.from_numpy(x)).numpy()
+            err = float(np.abs(model(x) - ref).max() / max(np.abs(ref).max(), 1e-30))
+            r = compare(model, x, compare=args.compare.split(","), onnx_bytes=data,
+                        torch_module=net,
+                        emulation=(f"{emu} [speed only: the slowed core keeps its caches]"
+                                   if emu else None),
+                        repeats=args.repeats, min_time=args.min_time, label=name)
+            r["load_to_first_result_s"] = t_load
+            r["max_rel_error_vs_torch"] = err
+            results.append(r)
+            print(f"{name}: load (ONNX bytes to first result) {t_load * 1e3:.0f} ms, "
+                  f"max |asymo - torch| / max|torch| = {err:.1e}", flush=True)
+    print(format_table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    if args.plot:
+        plot(results, args.plot)
+    return 0
+
+
+def zoo_main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="all",
@@ -107,6 +175,7 @@ def main(argv=None):
             if single is not None:
                 single.close()
     return 0
+
 
 
 if __name__ == "__main__":

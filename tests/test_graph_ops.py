@@ -172,6 +172,10 @@ def test_arena_is_planned_once_and_shared():
     p = m.plan(4)
     assert p.arena_bytes < p.naive_bytes
     assert p.aliases.get("g") == "f"  # Flatten is a view
+    # the two 1x1 convolutions write their channel slices of the concat's output
+    concat = next(n for n in m.graph.nodes if n.op == "Concat")
+    assert p.kernels[concat.name].startswith("view")
+    assert p.slices["c"] == ("e", 0, 4) and p.slices["d"] == ("e", 4, 8)
     # tensors alive at the same time never overlap
     x = _w(4, 3, 8, 8)
     y1 = m(x)
@@ -287,3 +291,74 @@ def test_bad_models_rejected_before_running():
              helper.make_node("Add", ["x", "b"], ["y"])]
     with pytest.raises(GraphError, match="cycle"):
         asymo.from_onnx(_model(nodes, [_vi("x", ["N", 3])], [_vi("y", None)]))
+
+
+@pytest.mark.parametrize("name,size", [("googlenet", 64), ("resnet50", 64), ("alexnet", 67),
+                                       ("mobilenet_v1", 64), ("squeezenet", 67)])
+def test_zoo_networks_as_graphs_match_the_zoo(name, size):
+    import asymo.models as zoo
+
+    ref_model = zoo.get(name, image_size=size, seed=3)
+    gm = zoo.get_graph(name, image_size=size, seed=3)
+    x = RNG.standard_normal((2, 3, size, size)).astype(np.float32)
+    want = ref_model.run(x)
+    np.testing.assert_allclose(gm(x), want, rtol=1e-4, atol=1e-5)
+    assert gm.matmul_shapes() == ref_model.matmul_shapes()
+    assert gm.flops == ref_model.flops
+
+
+def test_planned_graph_ranges_back_to_onnx_for_other_executors():
+    """A contiguous range of a planned graph (a pipeline stage) exported to ONNX runs on
+    ONNX Runtime with the same result as asymo's run_layers."""
+    from asymo.models.onnx_export import to_onnx
+
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["a", "lo", "hi"], ["b"]),
+             helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "b"], ["d"]),
+             helper.make_node("Relu", ["d"], ["e"]),
+             helper.make_node("Sigmoid", ["e"], ["s"]),
+             helper.make_node("Mul", ["e", "s"], ["f"]),
+             helper.make_node("MaxPool", ["f"], ["g"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("GlobalAveragePool", ["g"], ["h"]),
+             helper.make_node("Flatten", ["h"], ["i"]),
+             helper.make_node("Gemm", ["i", "fw", "fb"], ["j"], transB=1),
+             helper.make_node("Relu", ["j"], ["y"])]
+    inits = [("w1", _w(4, 3, 3, 3)), ("w2", _w(4, 4, 3, 3)), ("lo", np.float32(0)),
+             ("hi", np.float32(6)), ("fw", _w(5, 4)), ("fb", _w(5))]
+    m = asymo.from_onnx(_model(nodes, [_vi("x", ["N", 3, 8, 8])], [_vi("y", None)], inits))
+    x = _w(2, 3, 8, 8)
+    full = _ort(to_onnx(m.graph), {"x": x})[0]
+    np.testing.assert_allclose(full, m(x), rtol=1e-4, atol=1e-5)
+    segs = m.graph.segments()
+    k = 1
+    a, b = segs[k][0], segs[-1][1]
+    sub = m.graph.subgraph(a, b)
+    h = m.run_layers(x, 0, k - 1)
+    got = _ort(to_onnx(sub), {sub.inputs[0].name: h})[0]
+    np.testing.assert_allclose(got, m(x), rtol=1e-4, atol=1e-5)
+
+
+def test_bad_attributes_and_huge_activations_are_clear_errors():
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], strides=[0, 1])
+    with pytest.raises(GraphError, match="strides"):
+        asymo.from_onnx(_model([conv], [_vi("x", ["N", 3, 8, 8])], [_vi("y", None)],
+                               [("w", _w(4, 3, 3, 3))]))
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], group=0)
+    with pytest.raises(GraphError, match="group"):
+        asymo.from_onnx(_model([conv], [_vi("x", ["N", 3, 8, 8])], [_vi("y", None)],
+                               [("w", _w(4, 3, 3, 3))]))
+    pad = helper.make_node("Pad", ["x", "p"], ["y"])
+    m = asymo.from_onnx(_model([pad], [_vi("x", ["N", 3, 8, 8])], [_vi("y", None)],
+                               [("p", np.array([0, 0, 0, 0, 0, 0, 40000, 40000]))]))
+    with pytest.raises(GraphError, match="GiB"):
+        m(_w(1, 3, 8, 8))
+
+
+def test_gemm_on_computed_operands():
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),
+             helper.make_node("Gemm", ["x", "a", "c"], ["y"], transA=1, alpha=0.5, beta=2.0)]
+    model = _model(nodes, [_vi("x", [4, 3])], [_vi("y", None)], [("c", _w(3))])
+    m = asymo.from_onnx(model)
+    x = _w(4, 3)
+    np.testing.assert_allclose(m(x), _ort(model, {"x": x})[0], rtol=1e-5, atol=1e-6)

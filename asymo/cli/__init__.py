@@ -19,6 +19,7 @@ SUBCOMMANDS = [
     "calibrate",
     "bench",
     "models",
+    "run",
 ]
 
 
@@ -37,7 +38,11 @@ def build_parser():
 
 def main(argv=None):
     parser = build_parser()
-    args = parser.parse_args(argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    from asymo.cli.bench import normalize_argv
+
+    args = parser.parse_args(normalize_argv(list(argv)))
     try:
         return args.func(args) or 0
     except KeyboardInterrupt:

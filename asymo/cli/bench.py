@@ -11,7 +11,15 @@ import contextlib
 import json
 import sys
 
-BENCHES = ["scaling"]
+BENCHES = ["scaling", "model"]
+
+
+def normalize_argv(argv):
+    """``asymo bench MODEL.onnx ...`` is ``asymo bench model MODEL.onnx ...``."""
+    if len(argv) >= 2 and argv[0] == "bench" and argv[1] not in BENCHES \
+            and not argv[1].startswith("-"):
+        return [argv[0], "model"] + argv[1:]
+    return argv
 
 
 def register(sub):
@@ -21,6 +29,80 @@ def register(sub):
     bsub = p.add_subparsers(dest="bench", metavar="BENCH")
     bsub.required = True
     _register_scaling(bsub)
+    _register_model(bsub)
+
+
+def _register_model(bsub):
+    p = bsub.add_parser(
+        "model", help="an ONNX model on asymo vs ONNX Runtime and torch (also: asymo bench "
+                      "MODEL.onnx)",
+        description="Time MODEL.onnx on asymo against ONNX Runtime and torch, each on all "
+                    "cores and on the fastest core alone (pinned, one thread), side by side "
+                    "in one run: medians of interleaved rounds, thread limits and pinning set "
+                    "outside the timed loops, a pause between libraries. Prints the machine, "
+                    "the emulation and the ratios (other / asymo: > 1 means asymo is faster).",
+        epilog="examples:\n"
+               "  flock /tmp/asymo-bench.lock asymo bench resnet18.onnx\n"
+               "  flock /tmp/asymo-bench.lock asymo bench resnet18.onnx --emulate 1:0.5 "
+               "--compare ort,torch --json r18.json --plot r18.png",
+        formatter_class=_HelpFormatter)
+    p.add_argument("model", metavar="MODEL.onnx")
+    p.add_argument("--emulate", default=None, metavar="CPU:SPEED[,...]",
+                   help="slow cores with the emulator, e.g. 1:0.5 (needs SCHED_FIFO)")
+    p.add_argument("--compare", type=_csv, default=["ort", "torch"], metavar="LIST",
+                   help="libraries to compare with: ort, torch (default both; those not "
+                        "installed are skipped)")
+    p.add_argument("--batch", type=int, default=1, metavar="N", help="batch size (default 1)")
+    p.add_argument("--repeats", type=int, default=5, metavar="N",
+                   help="interleaved rounds; the median is reported (default 5)")
+    p.add_argument("--min-time", type=float, default=0.3, metavar="SEC",
+                   help="seconds of back-to-back calls per library per round (default 0.3)")
+    p.add_argument("--json", default=None, metavar="FILE", help="write the results as JSON")
+    p.add_argument("--plot", default=None, metavar="FILE", help="write a bar chart (PNG/SVG)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_run_model)
+
+
+def _run_model(args):
+    import numpy as np
+
+    from asymo.cli.bench_model import LIBRARIES, compare, format_table, plot
+    from asymo.cli.run import load_onnx
+
+    bad = [c for c in args.compare if c not in LIBRARIES]
+    if bad:
+        raise SystemExit(f"asymo bench: --compare takes {', '.join(LIBRARIES)}, got {bad}")
+    if args.batch < 1 or args.repeats < 1 or not args.min_time > 0:
+        raise SystemExit("asymo bench: --batch and --repeats must be >= 1, --min-time > 0")
+    model, t_load = load_onnx(args.model)
+    with open(args.model, "rb") as f:
+        data = f.read()
+    x = np.random.default_rng(0).standard_normal(
+        (args.batch,) + model.input_shape).astype(np.float32)
+    emu = contextlib.nullcontext(None)
+    if args.emulate:
+        from asymo.lab import emulate
+        from asymo.lab.scaling import parse_emulate
+        try:
+            speeds = parse_emulate(args.emulate)
+        except ValueError as exc:
+            raise SystemExit(f"asymo bench: --emulate: {exc}") from None
+        emu = emulate.slow_cores(speeds, period=emulate.DEFAULT_PERIOD)
+    with emu:
+        res = compare(model, x, compare=args.compare, onnx_bytes=data,
+                      emulation=(f"{args.emulate} (emulator, speed only: the slowed core keeps "
+                                 "its caches)" if args.emulate else None),
+                      repeats=args.repeats, min_time=args.min_time,
+                      progress=not args.no_progress)
+    res["load_s"] = t_load
+    print(format_table(res))
+    print(f"load (file to planned model): {t_load * 1e3:.0f} ms")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=2)
+    if args.plot:
+        plot(res, args.plot)
+    return 0
 
 
 def _csv(text):

@@ -25,7 +25,8 @@ def register(sub):
                                    "ResNet-50, SqueezeNet, VGG-16) or show one model's chain "
                                    "of major layers with shapes, FLOPs and GEMM dimensions.",
                        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("name", nargs="?", default=None, help="a model name (default: list all)")
+    p.add_argument("name", nargs="?", default=None,
+                   help="a zoo model name or an ONNX file (default: list the zoo)")
     p.add_argument("--image-size", type=int, default=None, metavar="PIXELS",
                    help="build the network for a square input of this side")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -56,11 +57,16 @@ def run(args):
             print(f"{r['name']:<13} {shape:<14} {r['nodes']:>5} {r['major_count']:>5} "
                   f"{r['gflop']:>7.2f}")
         return 0
-    try:
-        m = zoo.get(args.name, image_size=args.image_size)
-    except ValueError as exc:
-        print(f"asymo models: {exc}", file=sys.stderr)
-        return 2
+    if args.name.endswith(".onnx"):
+        from asymo.cli.run import load_onnx
+
+        m = load_onnx(args.name)[0]
+    else:
+        try:
+            m = zoo.get(args.name, image_size=args.image_size)
+        except ValueError as exc:
+            print(f"asymo models: {exc}", file=sys.stderr)
+            return 2
     if args.json:
         print(json.dumps({"name": m.name, "input_shape": list(m.input_shape),
                           "major_count": m.major_count(), "flops": m.flops,

@@ -119,6 +119,8 @@ def _run(args):
         result["parallel"] = {"throughput": sp.throughput, "latency_s": sp.latency,
                               "stage_utilisation": sp.stage_utilisation}
         result["speedup_vs_kernel_level"] = st.throughput / sk.throughput
+    warnings = prediction_warnings(result)
+    result["warnings"] = warnings
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -136,7 +138,31 @@ def _run(args):
         print(f"{'kernel-level':<14}{sk.throughput:9.2f}{1e3 * sk.latency:12.2f}")
         print(f"{'parallel':<14}{sp.throughput:9.2f}{1e3 * sp.latency:12.2f}")
         print(f"pipeline / kernel-level: {st.throughput / sk.throughput:.2f}x")
+    for w in warnings:
+        print(f"warning: {w}")
     return 0
+
+
+#: Measured throughput below this share of the prediction gets a warning.
+PREDICTION_WARN_RATIO = 0.85
+
+
+def prediction_warnings(result):
+    """Warnings for runs whose measured throughput is under PREDICTION_WARN_RATIO of the
+    plan's prediction (the time model or the layer times no longer describe the machine)."""
+    out = []
+    runs = [("pipeline", result.get("throughput"), result.get("predicted_throughput"))]
+    kl = result.get("kernel_level")
+    if kl:
+        runs.append(("kernel-level", kl.get("throughput"), kl.get("predicted_throughput")))
+    for name, got, want in runs:
+        if got and want and got < PREDICTION_WARN_RATIO * want:
+            out.append(f"{name} measured {got:.2f} img/s, {got / want:.2f}x of the predicted "
+                       f"{want:.2f} img/s (below {PREDICTION_WARN_RATIO:.2f}x): the time model "
+                       "does not describe this machine now (other load, emulation, or a stale "
+                       "calibration). Re-measure the layer times with `asymo plan --measured` "
+                       "or recalibrate with `asymo calibrate`.")
+    return out
 
 
 def non_negative_int(text):

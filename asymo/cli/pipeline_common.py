@@ -9,7 +9,8 @@ OBJECTIVES = ("throughput", "latency", "energy")
 def add_model_args(p):
     p.add_argument("model", metavar="MODEL",
                    help="zoo model (alexnet, googlenet, mobilenet_v1, resnet50, squeezenet, "
-                        "vgg16) or, for `asymo pipeline`, an ONNX file MODEL.onnx")
+                        "vgg16) or an ONNX file (MODEL.onnx; `asymo pipeline` then plans "
+                        "stages over asymo, ONNX Runtime and torch)")
     p.add_argument("--objective", choices=OBJECTIVES, default="throughput",
                    help="what the plan optimises (default: throughput)")
     p.add_argument("--method", choices=("optimal", "pipe-it", "two-stage"), default="optimal",
@@ -26,7 +27,16 @@ def add_model_args(p):
 
 
 def load_model(args):
+    import os
+
     import asymo.models as zoo
+    if args.model.endswith(".onnx") or (args.model not in zoo.names()
+                                         and os.path.exists(args.model)):
+        if args.image_size is not None:
+            raise SystemExit("asymo: --image-size applies to zoo models; an ONNX model has "
+                             "its own input shape")
+        from asymo.cli.run import load_onnx
+        return load_onnx(args.model)[0]
     if args.model not in zoo.names():
         raise SystemExit(f"asymo: unknown model {args.model!r}; choose from "
                          f"{', '.join(zoo.names())}")

@@ -21,7 +21,7 @@ from asymo.models.model import Model
 from asymo.models.spec import Layer
 from asymo.models.zoo import BUILDERS, DEFAULT_SIZES, TABLE_I_MAJOR_COUNTS, build_layers
 
-__all__ = ["names", "get", "Model", "Layer", "TABLE_I_MAJOR_COUNTS", "DEFAULT_SIZES",
+__all__ = ["names", "get", "get_graph", "Model", "Layer", "TABLE_I_MAJOR_COUNTS", "DEFAULT_SIZES",
            "Graph", "GraphError", "Node", "TensorInfo", "GraphModel", "ExecutionPlan"]
 
 
@@ -42,3 +42,11 @@ def get(name, *, seed=0, image_size=None):
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     return Model(name, build_layers(name, image_size), seed=seed)
+
+
+def get_graph(name, *, seed=0, image_size=None, pool=None):
+    """Zoo model ``name`` as a :class:`GraphModel` (the same weights as :func:`get`), planned
+    and run like a model from :func:`asymo.from_onnx`."""
+    from asymo.models.zoo_graph import graph_model
+
+    return graph_model(name, seed=seed, image_size=image_size, pool=pool)

@@ -36,6 +36,11 @@ ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 INPLACE_OPS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "Add", "Mul", "Sub",
                          "Div", "BatchNormalization"})
 ALIGN = 64  # bytes: every arena tensor starts on a cache line
+#: The largest activation arena planned (bytes), so a bad shape fails clearly, not in malloc.
+MAX_ARENA_BYTES = 16 << 30
+# operators that write a strided output (a channel slice of a concat) correctly
+SLICE_WRITERS = frozenset({"asymo.Conv", "MaxPool", "AveragePool", "Relu", "Clip", "Sigmoid",
+                           "HardSigmoid", "HardSwish", "asymo.SiLU", "Tanh"})
 
 
 @dataclass
@@ -45,7 +50,8 @@ class ExecutionPlan:
     ``shapes``: tensor -> shape; ``storage``: tensor -> ``(offset, nbytes)`` in the arena
     (bytes), views and in-place results sharing their input's storage (``aliases``: tensor ->
     the tensor whose storage it uses); ``kernels``: node name -> kernel path;
-    ``naive_bytes``: what one buffer per tensor would take."""
+    ``naive_bytes``: what one buffer per tensor would take; ``slices``: tensor -> ``(concat
+    output, first channel, end channel)`` for concat inputs written in place."""
 
     batch: int
     shapes: dict
@@ -54,12 +60,14 @@ class ExecutionPlan:
     kernels: dict
     naive_bytes: int = 0
     aliases: dict = field(default_factory=dict)
+    slices: dict = field(default_factory=dict)
 
     def to_dict(self):
         return {"batch": self.batch, "arena_bytes": self.arena_bytes,
                 "naive_bytes": self.naive_bytes,
                 "storage": {k: list(v) for k, v in self.storage.items()},
                 "kernels": dict(self.kernels), "aliases": dict(self.aliases),
+                "slices": {k: list(v) for k, v in self.slices.items()},
                 "shapes": {k: list(v) for k, v in self.shapes.items()}}
 
 
@@ -125,6 +133,39 @@ def _plan(graph, batch):
             root[t] = t
             birth[t] = i
             members[t] = [t]
+    # Concat along channels: producers that feed only the concat write straight into their
+    # channel slice of its output (no copy); the output's storage is then live from the first
+    # producer on.
+    readers = {}
+    for i, n in enumerate(nodes):
+        for t in set(n.inputs):
+            if t:
+                readers[t] = readers.get(t, 0) + 1
+    producer = {t: n for n in nodes for t in n.outputs if t}
+    slices = {}
+    for i, n in enumerate(nodes):
+        if n.op != "Concat":
+            continue
+        y = n.outputs[0]
+        ins = [t for t in n.inputs if t]
+        rank = len(shapes[y])
+        if (rank != 4 or int(n.attrs.get("axis", 1)) % rank != 1 or root[y] != y
+                or len(set(ins)) != len(ins)):
+            continue
+        if not all(t not in consts and root.get(t) == t and members.get(t) == [t]
+                   and t not in graph.outputs and readers.get(t) == 1 and birth.get(t, -1) >= 0
+                   and producer[t].op in SLICE_WRITERS and t not in slices
+                   for t in ins):
+            continue
+        c0 = 0
+        for t in ins:
+            c1 = c0 + shapes[t][1]
+            slices[t] = (y, c0, c1)
+            del members[t]
+            root[t] = y
+            members[y].append(t)
+            birth[y] = min(birth[y], birth[t])
+            c0 = c1
     # first-fit placement of the roots, largest first
     blocks = []
     for r, ms in members.items():
@@ -143,12 +184,20 @@ def _plan(graph, batch):
         placed.append((off, size, b0, d0))
         offsets[r] = (off, nbytes)
     arena = max((o + s for o, s, _, _ in placed), default=0)
-    storage = {t: offsets[root[t]] for t in root}
-    aliases = {t: r for t, r in root.items() if t != r}
+    if arena > MAX_ARENA_BYTES:
+        raise GraphError(f"{graph.name}: batch {batch} needs {arena / 2**30:.1f} GiB of "
+                         f"activations, more than the limit of {MAX_ARENA_BYTES / 2**30:.0f} GiB "
+                         "(a smaller batch, or raise asymo.models.graph_model.MAX_ARENA_BYTES)")
+    storage = {t: offsets[root[t]] for t in root if t not in slices}
+    aliases = {t: r for t, r in root.items() if t != r and t not in slices}
     kernels = {n.name: _kernel_path(n, shapes, consts) for n in nodes}
+    for n in nodes:
+        if n.op == "Concat" and all(slices.get(t, (None,))[0] == n.outputs[0]
+                                    for t in n.inputs if t):
+            kernels[n.name] = "view (its inputs are written in place)"
     naive = sum(4 * math.prod(shapes[t]) for t in root)
     return ExecutionPlan(batch, {t: shapes[t] for t in root}, storage, arena, kernels, naive,
-                         aliases)
+                         aliases, slices)
 
 
 # ---- node runners: make(node, V, C, graph) -> fn(pool) ------------------------------------
@@ -190,6 +239,30 @@ def _gemm_runner(n, V, C, g):
         if b is not None:
             np.add(y, b, out=y)
         _act(y, act)
+    return run
+
+
+def _generic_gemm_runner(n, V, C, g):
+    """Gemm on computed operands (the planner turns the usual constant-weight Gemm into
+    asymo.Gemm): ``alpha * op(A) @ op(B) + beta * C``."""
+    from asymo.ops.matmul import matmul
+
+    def get(t):
+        return V[t] if t in V else np.asarray(C[t], np.float32)
+    a, b = get(n.inputs[0]), get(n.inputs[1])
+    a = a.T if n.attrs.get("transA", 0) else a
+    b = b.T if n.attrs.get("transB", 0) else b
+    c = get(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
+    alpha = np.float32(n.attrs.get("alpha", 1.0))
+    beta = np.float32(n.attrs.get("beta", 1.0))
+    y = V[n.outputs[0]]
+
+    def run(pool):
+        matmul(a, b, out=y, pool=pool)
+        if alpha != 1:
+            np.multiply(y, alpha, out=y)
+        if c is not None:
+            np.add(y, c * beta if beta != 1 else c, out=y)
     return run
 
 
@@ -309,6 +382,28 @@ def _bn_runner(n, V, C, g):
     return run
 
 
+def _lrn_runner(n, V, C, g):
+    x, y = V[n.inputs[0]], V[n.outputs[0]]
+    size = int(n.attrs["size"])
+    alpha, beta = float(n.attrs.get("alpha", 1e-4)), float(n.attrs.get("beta", 0.75))
+    bias = float(n.attrs.get("bias", 1.0))
+    c = x.shape[1]
+    before, after = (size - 1) // 2, size // 2  # ONNX: floor((size-1)/2) before, ceil after
+    hi = np.minimum(np.arange(c) + after + 1, c)
+    lo = np.maximum(np.arange(c) - before, 0)
+
+    def run(pool):
+        # the window sums of squares as differences of a prefix sum over channels
+        csum = np.zeros((x.shape[0], c + 1) + x.shape[2:], np.float32)
+        np.cumsum(np.square(x), axis=1, out=csum[:, 1:])
+        window = csum[:, hi] - csum[:, lo]
+        window *= np.float32(alpha / size)
+        window += np.float32(bias)
+        np.power(window, np.float32(beta), out=window)
+        np.divide(x, window, out=y)
+    return run
+
+
 def _concat_runner(n, V, C, g):
     ins = [V[t] if t in V else C[t] for t in n.inputs if t]
     y = V[n.outputs[0]]
@@ -403,6 +498,7 @@ def _reduce_mean_runner(n, V, C, g, shapes):
 
 _RUNNERS = {
     "asymo.Conv": _conv_runner, "asymo.Gemm": _gemm_runner, "MatMul": _matmul_runner,
+    "Gemm": _generic_gemm_runner,
     "MaxPool": _pool_runner, "AveragePool": _pool_runner, "GlobalAveragePool": _pool_runner,
     "GlobalMaxPool": _global_max_runner,
     "Relu": _unary_runner, "Clip": _unary_runner, "Sigmoid": _unary_runner,
@@ -410,7 +506,7 @@ _RUNNERS = {
     "LeakyRelu": _unary_runner, "asymo.SiLU": _unary_runner,
     "Add": _binary_runner, "Mul": _binary_runner, "Sub": _binary_runner, "Div": _binary_runner,
     "BatchNormalization": _bn_runner, "Concat": _concat_runner, "Transpose": _transpose_runner,
-    "Identity": _copy_runner, "Softmax": _softmax_runner,
+    "Identity": _copy_runner, "Softmax": _softmax_runner, "LRN": _lrn_runner,
 }
 _SHAPED_RUNNERS = {"ReduceMean": _reduce_mean_runner, "Split": _split_runner,
                    "Slice": _slice_runner, "Pad": _pad_runner}
@@ -428,11 +524,13 @@ class _Instance:
         for t, (off, nbytes) in plan.storage.items():
             shape = plan.shapes[t]
             V[t] = base[off // 4: off // 4 + nbytes // 4].reshape(shape)
+        for t, (y, c0, c1) in plan.slices.items():
+            V[t] = V[y][:, c0:c1]
         self.views = V
         C = graph.initializers
         self.steps = []
         for n in graph.nodes:
-            if n.op in ALIAS_OPS:
+            if n.op in ALIAS_OPS or plan.kernels[n.name].startswith("view"):
                 self.steps.append(None)
                 continue
             if n.op in _SHAPED_RUNNERS:
@@ -646,6 +744,11 @@ class GraphModel:
 
             outs = [torch.from_numpy(o) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def materialize(self):
+        """Plan batch 1 and make one arena instance now (the weights are loaded already)."""
+        self._release(1, self._acquire(1))
+        return self
 
     def run(self, x, *, pool=None):
         """``model(x)`` (the zoo models' name for it)."""

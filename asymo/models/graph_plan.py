@@ -114,6 +114,13 @@ class _Rewriter:
                     raise GraphError(f"node {n.name!r} (Conv): the weight must be a constant")
                 if len(n.inputs) > 2 and n.inputs[2] and n.inputs[2] not in self.g.initializers:
                     raise GraphError(f"node {n.name!r} (Conv): the bias must be a constant")
+            elif n.op == "BatchNormalization":
+                if any(t not in self.g.initializers for t in n.inputs[1:5]) or len(n.inputs) < 5:
+                    raise GraphError(f"node {n.name!r} (BatchNormalization): scale, bias, mean "
+                                     "and variance must be constants")
+                if len([o for o in n.outputs if o]) > 1:
+                    raise GraphError(f"node {n.name!r} (BatchNormalization): training-mode "
+                                     "outputs (running mean / variance) are not supported")
 
     def fold_batchnorm(self, shapes):
         keep, removed = [], set()

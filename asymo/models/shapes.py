@@ -59,10 +59,19 @@ def conv_pads(node, in_hw, kernel, strides, dilations):
 
 def pool_geometry(node, in_hw):
     """``(kernel, strides, pads, dilations, ceil_mode)`` of a Conv / MaxPool / AveragePool."""
+    if "kernel_shape" not in node.attrs:
+        raise GraphError(f"node {node.name!r} ({node.op}): no kernel_shape")
     kernel = ints(node.attrs["kernel_shape"])
     strides = ints(node.attrs.get("strides", (1, 1)))
     dil = ints(node.attrs.get("dilations", (1, 1)))
+    for what, v, lo in (("kernel_shape", kernel, 1), ("strides", strides, 1),
+                        ("dilations", dil, 1)):
+        if len(v) != 2 or min(v) < lo:
+            raise GraphError(f"node {node.name!r} ({node.op}): {what} must be two values "
+                             f">= {lo} (2-D operators only), got {v}")
     pads = conv_pads(node, in_hw, kernel, strides, dil)
+    if min(pads) < 0:
+        raise GraphError(f"node {node.name!r} ({node.op}): negative pads {pads}")
     return kernel, strides, pads, dil, bool(node.attrs.get("ceil_mode", 0))
 
 
@@ -92,6 +101,8 @@ def _conv(g, n, s):
         raise GraphError(f"node {n.name!r} (Conv): only 2-D convolutions are supported, weight "
                          f"has shape {tuple(w)}")
     group = int(n.attrs.get("group", 1))
+    if group < 1:
+        raise GraphError(f"node {n.name!r} (Conv): group must be >= 1, got {group}")
     if w[1] * group != x[1] or w[0] % group:
         raise GraphError(f"node {n.name!r} (Conv): input with {x[1]} channels does not fit "
                          f"weight {tuple(w)} with group={group}")
@@ -424,7 +435,7 @@ RULES = {
     "Reshape": _reshape, "Flatten": _flatten, "Squeeze": _squeeze, "Unsqueeze": _unsqueeze,
     "MaxPool": _pool, "AveragePool": _pool, "GlobalAveragePool": _global_pool,
     "GlobalMaxPool": _global_pool,
-    "Pad": _pad, "Softmax": _softmax, "Dropout": _same, "Identity": _same,
+    "Pad": _pad, "Softmax": _softmax, "LRN": _same, "Dropout": _same, "Identity": _same,
 }
 SUPPORTED_OPS = frozenset(k for k in RULES if not k.startswith("asymo."))
 

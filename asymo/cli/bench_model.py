@@ -1,0 +1,291 @@
+"""``asymo bench MODEL.onnx``: a network on asymo against ONNX Runtime and torch, fairly.
+
+Each library runs the same model on the same input, on all cores and on the fastest core
+alone (pinned, one thread), side by side in one process:
+
+- medians over interleaved rounds (the order alternates each round, so drift and
+  interference hit every library alike), each round ``--min-time`` seconds of back-to-back
+  calls;
+- thread counts and pinning are set before a library's round, never inside the timed loop;
+- a pause (``PAUSE_S``) between libraries, because OpenMP / ONNX Runtime threads keep spinning
+  for a while after a call and would steal the next library's cores;
+- the machine, the threads and the emulation are printed beside the figures.
+
+The contenders: ``asymo`` (its pinned pool on all cores), ``asymo 1 core`` (a pool on the
+fastest core), ``ort`` (ONNX Runtime, CPU provider, intra-op threads = cores),
+``ort 1 core`` (one intra-op thread, caller pinned to the fastest core), ``torch`` (the
+``nn.Module`` when one is given, else the same planned graph run by torch eager operators,
+``torch.set_num_threads(cores)``) and ``torch 1 core`` (one thread, pinned).
+
+:func:`compare` is also what ``bench/models.py`` and the demo call.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+
+__all__ = ["compare", "format_table", "machine_description", "Contender", "PAUSE_S",
+           "LIBRARIES"]
+
+PAUSE_S = 0.3
+LIBRARIES = ("ort", "torch")
+
+
+class Contender:
+    """One library in one configuration: ``call()`` is timed; ``enter()`` / ``leave()`` set
+    and restore its threads and pinning around a round (outside the timed loop)."""
+
+    def __init__(self, name, call, enter=None, leave=None, note=""):
+        self.name, self.call, self.note = name, call, note
+        self.enter = enter or (lambda: None)
+        self.leave = leave or (lambda: None)
+
+
+def _pin_enter(cpu, state):
+    def enter():
+        state["aff"] = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpu})
+
+    def leave():
+        os.sched_setaffinity(0, state.pop("aff"))
+    return enter, leave
+
+
+def machine_description(pool, emulation):
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpus": os.cpu_count(), "affinity": sorted(os.sched_getaffinity(0)),
+            "pool_workers": pool.nworkers, "topology": pool.topology.to_spec(),
+            "emulation": emulation or "none (symmetric machine)"}
+
+
+def _contenders(model, x, compare, pool, single_pool, fast_cpu, onnx_bytes, torch_module,
+                threads):
+    out = [Contender("asymo", lambda: model(x, pool=pool), note=f"{pool.nworkers} workers")]
+    if single_pool is not None:
+        st = {}
+        e, lv = _pin_enter(fast_cpu, st)  # the caller runs tasks too: pin it with the pool
+        out.append(Contender("asymo 1 core", lambda: model(x, pool=single_pool), e, lv,
+                             note=f"pool and caller on cpu {fast_cpu}"))
+    if "ort" in compare:
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            ort = None
+        if ort is not None and onnx_bytes is not None:
+            def session(n):
+                so = ort.SessionOptions()
+                so.intra_op_num_threads = n
+                so.inter_op_num_threads = 1
+                so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+                return ort.InferenceSession(onnx_bytes, so, providers=["CPUExecutionProvider"])
+            s_all, s_one = session(threads), session(1)
+            iname = s_all.get_inputs()[0].name
+            out.append(Contender("ort", lambda: s_all.run(None, {iname: x}),
+                                 note=f"{threads} intra-op threads"))
+            st = {}
+            e, lv = _pin_enter(fast_cpu, st)
+            out.append(Contender("ort 1 core", lambda: s_one.run(None, {iname: x}), e, lv,
+                                 note=f"1 thread pinned to cpu {fast_cpu}"))
+    if "torch" in compare:
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        if torch is not None:
+            if torch_module is not None:
+                xt = torch.from_numpy(x)
+
+                def run_torch():
+                    with torch.inference_mode():
+                        return torch_module(xt)
+                what = "nn.Module"
+            else:
+                from asymo.models.torch_graph import TorchGraphRunner
+
+                runner = TorchGraphRunner(model)
+
+                def run_torch():
+                    return runner(x)
+                what = "same graph, torch eager ops"
+            state = {}
+
+            def t_enter(n, cpu=None):
+                def enter():
+                    state["threads"] = torch.get_num_threads()
+                    torch.set_num_threads(n)
+                    if cpu is not None:
+                        state["aff"] = os.sched_getaffinity(0)
+                        os.sched_setaffinity(0, {cpu})
+                return enter
+
+            def t_leave():
+                torch.set_num_threads(state.pop("threads"))
+                if "aff" in state:
+                    os.sched_setaffinity(0, state.pop("aff"))
+            out.append(Contender("torch", run_torch, t_enter(threads), t_leave,
+                                 note=f"{threads} threads, {what}"))
+            out.append(Contender("torch 1 core", run_torch, t_enter(1, fast_cpu), t_leave,
+                                 note=f"1 thread pinned to cpu {fast_cpu}, {what}"))
+    return out
+
+
+def _measure(contenders, repeats, min_time, pause, progress):
+    inner = {}
+    for c in contenders:
+        c.enter()
+        try:
+            c.call()  # warm-up: plans, arenas, sessions
+            t0 = time.perf_counter()
+            c.call()
+            dt = max(time.perf_counter() - t0, 1e-6)
+        finally:
+            c.leave()
+        inner[c.name] = max(1, int(min_time / dt))
+        time.sleep(pause)
+        if progress is not None:
+            progress.update(1)
+    samples = {c.name: [] for c in contenders}
+    for r in range(repeats):
+        order = contenders if r % 2 == 0 else contenders[::-1]
+        for c in order:
+            c.enter()
+            try:
+                t0 = time.perf_counter()
+                for _ in range(inner[c.name]):
+                    c.call()
+                samples[c.name].append((time.perf_counter() - t0) / inner[c.name])
+            finally:
+                c.leave()
+            time.sleep(pause)
+            if progress is not None:
+                progress.update(1)
+    return {k: statistics.median(v) for k, v in samples.items()}, samples
+
+
+def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, pool=None,
+            emulation=None, repeats=5, min_time=0.3, pause=PAUSE_S, progress=True,
+            label=None):
+    """Time ``model`` (a GraphModel) on ``x`` against the libraries in ``compare``.
+
+    Returns a dict: the machine, per contender the median seconds per call and the samples,
+    and the ratios ``other / asymo`` (> 1: asymo faster), including against the best of the
+    other libraries on all cores or one core (``best_other``)."""
+    import asymo
+    from asymo.hw.topology import Cluster, Topology
+
+    own_pool = pool is None
+    pool = asymo.Pool() if own_pool else pool
+    fast = pool.topology.clusters[0]
+    fast_cpu = fast.cpus[0]
+    single = None
+    if pool.nworkers > 1:
+        single = asymo.Pool(topology=Topology(clusters=(Cluster(fast.name, (fast_cpu,),
+                                                                capacity=1.0),)))
+    threads = pool.nworkers
+    bar = None
+    try:
+        cons = _contenders(model, x, tuple(compare), pool, single, fast_cpu, onnx_bytes,
+                           torch_module, threads)
+        if progress:
+            try:
+                from tqdm import tqdm
+
+                bar = tqdm(total=len(cons) * (repeats + 1), desc=label or model.name,
+                           leave=False, unit="round")
+            except ImportError:  # pragma: no cover - tqdm is a core dependency
+                bar = None
+        med, samples = _measure(cons, repeats, min_time, pause, bar)
+        # check the results agree (a wrong answer is no benchmark)
+        ref = np.asarray(model(x, pool=pool))
+        notes = {c.name: c.note for c in cons}
+    finally:
+        if bar is not None:
+            bar.close()
+        if single is not None:
+            single.close()
+        if own_pool:
+            pool.close()
+    ta = med["asymo"]
+    others = {k: v for k, v in med.items() if not k.startswith("asymo")}
+    best = min(others, key=others.get) if others else None
+    return {
+        "model": label or model.name, "batch": int(x.shape[0]),
+        "input_shape": list(x.shape), "gflop": model.flops * x.shape[0] / 1e9,
+        "machine": machine_description(pool, emulation),
+        "method": f"medians of {repeats} interleaved rounds of >= {min_time:g} s, "
+                  f"{pause:g} s pause between libraries, threads and pinning set outside "
+                  "the timed loops",
+        "seconds": med, "samples": samples, "notes": notes,
+        "ratio": {k: v / ta for k, v in med.items() if k != "asymo"},
+        "best_other": best, "vs_best_other": (others[best] / ta) if best else None,
+        "output_shape": list(ref.shape),
+    }
+
+
+def format_table(results):
+    """Text table of :func:`compare` results (one or several models)."""
+    if isinstance(results, dict):
+        results = [results]
+    names = []
+    for r in results:
+        for k in r["seconds"]:
+            if k not in names:
+                names.append(k)
+    m = results[0]["machine"]
+    lines = [f"machine: {m['cpu']}, {m['cpus']} cpus, affinity {m['affinity']}; asymo pool "
+             f"{m['pool_workers']} workers ({m['topology']})",
+             f"emulation: {m['emulation']}",
+             f"method: {results[0]['method']}",
+             "ms per batch; x = other / asymo (> 1: asymo faster); 'best' = the fastest of the "
+             "other libraries, all cores or one core"]
+    head = f"{'model':<18}{'GFLOP':>6}" + "".join(f"{n:>14}" for n in names) + \
+        f"{'vs best':>16}"
+    lines.append(head)
+    for r in results:
+        row = f"{r['model']:<18}{r['gflop']:>6.2f}"
+        for n in names:
+            v = r["seconds"].get(n)
+            row += f"{v * 1e3:>14.2f}" if v else f"{'-':>14}"
+        if r["best_other"]:
+            row += f"{r['vs_best_other']:>8.2f}x {r['best_other']}"
+        lines.append(row)
+        ratios = "  ".join(f"{k} {v:.2f}x" for k, v in r["ratio"].items())
+        lines.append(f"{'':<18}{ratios}")
+    return "\n".join(lines)
+
+
+def plot(results, path):
+    """A grouped bar chart of the milliseconds (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if isinstance(results, dict):
+        results = [results]
+    names = list(results[0]["seconds"])
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(results) * len(names) / 3), 4))
+    width = 0.8 / len(names)
+    for i, n in enumerate(names):
+        xs = [j + i * width for j in range(len(results))]
+        ax.bar(xs, [1e3 * r["seconds"].get(n, 0) for r in results], width, label=n)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(results))])
+    ax.set_xticklabels([r["model"] for r in results])
+    ax.set_ylabel("ms per batch (lower is better)")
+    ax.set_title(f"emulation: {results[0]['machine']['emulation']}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,112 @@
+"""``asymo run MODEL.onnx``: load an ONNX model, run it, and say how long it took."""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+#: The largest --input .npy file read.
+MAX_INPUT_BYTES = 1 << 30
+
+
+def register(sub):
+    p = sub.add_parser(
+        "run", help="run an ONNX model on asymo (load time, latency, top classes)",
+        description="Load MODEL.onnx with asymo.from_onnx (operators checked, BatchNorm "
+                    "folded, epilogues fused, arena planned), run it on --input (a .npy "
+                    "array, NCHW float32) or on a random batch, and print the load time, the "
+                    "time to the first result, the median latency of --repeats calls and the "
+                    "top classes of the first image.")
+    p.add_argument("model", metavar="MODEL.onnx")
+    p.add_argument("--input", default=None, metavar="FILE.npy",
+                   help="input array (.npy, float32, (N,) + the model's input shape); "
+                        "default: random normal")
+    p.add_argument("--batch", type=int, default=1, metavar="N",
+                   help="batch size of the random input (default 1)")
+    p.add_argument("--repeats", type=int, default=10, metavar="N",
+                   help="timed calls after the first (default 10)")
+    p.add_argument("--output", default=None, metavar="FILE.npy",
+                   help="write the first output there")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=run)
+
+
+def load_input(path):
+    import os
+    import stat
+
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise SystemExit(f"asymo run: --input {path!r} is not a regular file")
+    if st.st_size > MAX_INPUT_BYTES:
+        raise SystemExit(f"asymo run: --input {path!r} is larger than {MAX_INPUT_BYTES} bytes")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"asymo run: cannot read --input {path!r}: {exc}") from None
+
+
+def load_onnx(path):
+    """``(model, seconds)``; errors become a one-line exit message."""
+    import asymo
+    from asymo.models.graph import GraphError
+
+    t0 = time.perf_counter()
+    try:
+        m = asymo.from_onnx(path)
+    except (GraphError, FileNotFoundError, ValueError) as exc:
+        raise SystemExit(f"asymo: {exc}") from None
+    return m, time.perf_counter() - t0
+
+
+def run(args):
+    if args.batch < 1 or args.repeats < 0:
+        raise SystemExit("asymo run: --batch must be >= 1 and --repeats >= 0")
+    t_start = time.perf_counter()
+    model, t_load = load_onnx(args.model)
+    if args.input:
+        x = load_input(args.input)
+    else:
+        x = np.random.default_rng(0).standard_normal(
+            (args.batch,) + model.input_shape).astype(np.float32)
+    try:
+        y = model(x)
+    except (TypeError, ValueError) as exc:
+        raise SystemExit(f"asymo run: {exc}") from None
+    t_first = time.perf_counter() - t_start
+    times = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        model(x)
+        times.append(time.perf_counter() - t0)
+    y0 = y[0] if isinstance(y, tuple) else y
+    if args.output:
+        np.save(args.output, y0)
+    flat = np.asarray(y0[0]).reshape(-1)
+    top = np.argsort(flat)[::-1][:5]
+    plan = model.plan(x.shape[0])
+    res = {"model": model.name, "input_shape": list(x.shape), "output_shape": list(y0.shape),
+           "load_s": t_load, "first_result_s": t_first,
+           "median_s": statistics.median(times) if times else None,
+           "nodes": len(model.source_graph.nodes), "planned_nodes": len(model.graph.nodes),
+           "rewrites": len(model.rewrites), "arena_bytes": plan.arena_bytes,
+           "gflop": model.flops * x.shape[0] / 1e9,
+           "top5": [[int(i), float(flat[i])] for i in top]}
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    out = sys.stdout
+    print(f"{model.name}: input {tuple(x.shape)} -> output {tuple(y0.shape)}, "
+          f"{res['gflop']:.3f} GFLOP", file=out)
+    print(f"graph: {res['nodes']} nodes, {res['planned_nodes']} after planning "
+          f"({res['rewrites']} rewrites), arena {plan.arena_bytes / 1e6:.2f} MB "
+          f"(one buffer per tensor: {plan.naive_bytes / 1e6:.2f} MB)", file=out)
+    print(f"load {t_load * 1e3:.1f} ms, file to first result {t_first * 1e3:.1f} ms", file=out)
+    if times:
+        print(f"median latency {statistics.median(times) * 1e3:.2f} ms over {len(times)} calls",
+              file=out)
+    print("top-5 of image 0: " + ", ".join(f"{i} ({v:.3g})" for i, v in res["top5"]), file=out)
+    return 0

@@ -1,0 +1,96 @@
+"""asymo run / plan / bench MODEL.onnx, and the pipeline's prediction warning (small model,
+bounded time)."""
+import json
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from asymo.cli import main  # noqa: E402
+from asymo.cli.bench import normalize_argv  # noqa: E402
+from asymo.cli.pipeline import prediction_warnings  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def small_onnx(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    w = lambda *s: numpy_helper.from_array((rng.standard_normal(s) * 0.2).astype(np.float32))  # noqa: E731
+    inits = [w(8, 3, 3, 3), w(8, 8, 3, 3), w(10, 8)]
+    for t, n in zip(inits, ("w1", "w2", "fw")):
+        t.name = n
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("MaxPool", ["b"], ["c"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["c", "w2"], ["d"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["d", "c"], ["e"]),
+             helper.make_node("Relu", ["e"], ["f"]),
+             helper.make_node("GlobalAveragePool", ["f"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["h"]),
+             helper.make_node("Gemm", ["h", "fw"], ["y"], transB=1)]
+    g = helper.make_graph(nodes, "small", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    path = tmp_path_factory.mktemp("m") / "small.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_run_prints_timing_and_top5(small_onnx, capsys, tmp_path):
+    x = np.random.default_rng(1).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(small_onnx), "--input", str(tmp_path / "x.npy"), "--repeats", "2",
+                 "--json", "--output", str(tmp_path / "y.npy")]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["input_shape"] == [2, 3, 16, 16] and res["output_shape"] == [2, 10]
+    assert res["planned_nodes"] < res["nodes"] and len(res["top5"]) == 5
+    assert np.load(tmp_path / "y.npy").shape == (2, 10)
+    with pytest.raises(SystemExit, match="must have shape"):
+        np.save(tmp_path / "bad.npy", x[:, :, :8])
+        main(["run", str(small_onnx), "--input", str(tmp_path / "bad.npy")])
+    (tmp_path / "bad.onnx").write_bytes(small_onnx.read_bytes()[:100])
+    with pytest.raises(SystemExit, match="corrupt or truncated"):
+        main(["run", str(tmp_path / "bad.onnx")])
+
+
+def test_plan_accepts_onnx(small_onnx, capsys):
+    assert main(["plan", str(small_onnx), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["stages"]
+    assert main(["plan", str(small_onnx), "--objective", "energy"]) == 0
+    assert "energy" in capsys.readouterr().out
+
+
+def test_bench_model_short(small_onnx, capsys, tmp_path):
+    assert normalize_argv(["bench", "m.onnx", "--json", "f"]) == ["bench", "model", "m.onnx",
+                                                                  "--json", "f"]
+    assert normalize_argv(["bench", "scaling"]) == ["bench", "scaling"]
+    out = tmp_path / "b.json"
+    assert main(["bench", str(small_onnx), "--repeats", "1", "--min-time", "0.005",
+                 "--no-progress", "--compare", "ort", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "machine:" in text and "asymo" in text
+    res = json.loads(out.read_text())
+    assert "asymo" in res["seconds"] and res["output_shape"] == [1, 10]
+    with pytest.raises(SystemExit, match="--compare"):
+        main(["bench", str(small_onnx), "--compare", "tvm"])
+
+
+def test_pipeline_prediction_warning():
+    ok = {"throughput": 90.0, "predicted_throughput": 100.0}
+    assert prediction_warnings(ok) == []
+    low = {"throughput": 34.3, "predicted_throughput": 73.3,
+           "kernel_level": {"throughput": 50.0, "predicted_throughput": 52.0}}
+    w = prediction_warnings(low)
+    assert len(w) == 1 and "0.47x" in w[0] and "re-measure" in w[0].lower()
+
+
+def test_demo_network_section(capsys):
+    pytest.importorskip("torch")
+    from asymo.cli.demo import network_demo
+
+    res = network_demo("squeezenet1_1", size=64, repeats=1, min_time=0.01)
+    text = capsys.readouterr().out
+    assert "how to read it" in text and "lower is better" in text
+    assert res["seconds"]["asymo"] > 0 and "torch" in res["seconds"]
