@@ -190,9 +190,10 @@ def main_graph(args):
                       f"{g('torch@fast'):7.2f}{r['speedup_vs_best_ort']:6.2f}x"
                       f"{r['predicted_throughput']:8.2f}{100 * r['prediction_error']:6.1f}%"
                       f"{1e3 * r['latency_s']:8.1f}", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "rows": rows}, f, indent=1, default=str)
+                if args.json:  # after every row: a long run that is stopped keeps its rows
+                    with open(args.json, "w") as f:
+                        json.dump({"args": vars(args), "rows": rows}, f, indent=1,
+                                  default=str)
     return 0
 
 
