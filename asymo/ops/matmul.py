@@ -49,7 +49,7 @@ def _fail(rc, M, K, N, plan):
     msg = (f"asymo GEMM failed ({_ERRORS.get(rc, rc)}) for shape (M, K, N) = ({M}, {K}, {N}), "
            f"plan {plan}")
     if rc == lib.ASYMO_ENOMEM:
-        return MemoryError(msg)
+        return _CoreMemoryError(msg)
     return RuntimeError(msg)
 
 
@@ -71,24 +71,20 @@ def _check_backend(backend):
                      f"{list(BACKENDS)}")
 
 
-_get_pool = None
 from asymo.runtime.pool import Pool as _Pool  # noqa: E402  (type test on the fast path)
+from asymo.runtime.pool import acquire as _acquire  # noqa: E402
 
 
-def _resolve_pool(pool):
-    """The pool to run on: the given one, else the process-wide default."""
-    global _get_pool
-    if pool is None and _get_pool is not None:
-        return _get_pool()
-    if pool is not None:
-        if not hasattr(pool, "_handle") or not hasattr(pool, "topology"):
-            raise TypeError(f"pool must be an asymo.Pool, not {type(pool).__name__}")
-        if getattr(pool, "closed", False):
-            raise ValueError("pool is closed")
-        return pool
-    if _get_pool is None:
-        from asymo.runtime.pool import get_pool as _get_pool
-    return _get_pool()
+def _hold_pool(pool):
+    """The pool to run on (the given one, else the process-wide default), held until
+    ``pool._release()`` (see `asymo.runtime.pool.acquire`): closing or replacing it in
+    another thread meanwhile waits for this product, or lets it finish on the old pool."""
+    if pool is not None and type(pool) is not _Pool and not isinstance(pool, _Pool):
+        raise TypeError(f"pool must be an asymo.Pool, not {type(pool).__name__}")
+    try:
+        return _acquire(pool)
+    except ValueError:
+        raise ValueError("pool is closed") from None
 
 
 _NULL = ffi.NULL
@@ -213,13 +209,32 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     ``out`` None or of that dtype). Other dtypes, mixed dtypes, ndarray subclasses and other
     array types go to `numpy.matmul` and return exactly its result.
     """
+    # When the C core cannot allocate its work buffers (a packed copy of a broadcast operand
+    # with K >= 2^31, say), NumPy's own loop may need none: do what NumPy does then (its own
+    # MemoryError if it cannot either).
     if backend is None:
         backend = _default_backend
     if backend == "c" and _fast_matmul is not None:
         # the common case in C (asymo/matmul_fast.py); None: not a case it takes
-        res = _fast_matmul(a, b, out, pool)
+        try:
+            res = _fast_matmul(a, b, out, pool)
+        except MemoryError as exc:
+            if "asymo GEMM failed" not in str(exc):  # the result array's allocation
+                raise
+            return np.matmul(a, b, out=out)
         if res is not None:
             return res
+    try:
+        return _matmul_general(a, b, out, backend, pool)
+    except _CoreMemoryError:
+        return np.matmul(a, b, out=out)
+
+
+class _CoreMemoryError(MemoryError):
+    """The C core's ASYMO_ENOMEM (its work buffers), not the result's allocation."""
+
+
+def _matmul_general(a, b, out, backend, pool):
     if (backend == "c" and type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2
             and 0 < b.ndim <= 2 and (out is None or type(out) is np.ndarray)):
         res = _matmul_2d(a, b, out, pool)
@@ -273,7 +288,11 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     if out is not None and (not _usable(c2) or np.may_share_memory(c2, a2)
                             or np.may_share_memory(c2, b2) or _overlaps_itself(c2)):
         target = np.empty(c2.shape, dt)
-    _run(a2, b2, target, batch, M, K, N, backend, _resolve_pool(pool))
+    pool = _hold_pool(pool)
+    try:
+        _run(a2, b2, target, batch, M, K, N, backend, pool)
+    finally:
+        pool._release()
     if target is not c2:
         c2[...] = target
     return res[()] if scalar else res
@@ -356,16 +375,19 @@ def _matmul_2d(a, b, out, pool):
         rsc, csc = rsc // es, csc // es
         # writeable was checked above: from_buffer need not check it again (a third faster)
         pc = _from_buffer(c) if fo.c_contiguous else _addr(c)
-    if pool is None or type(pool) is not _Pool or pool._closed:
-        pool = _resolve_pool(pool)
-    plan, cplan = _plan_for_matmul(M, K, N, dt, pool, 1, True)
-    # plan.in_caller(), inlined
-    serial_cpus = plan.serial_cpus
-    rc = _gemm_2d_checked(
-        _NULL if plan.serial or (serial_cpus and _current_cpu() in serial_cpus)
-        else pool._handle, cplan, code, M, K, N,
-        _from_buffer(a) if fa.c_contiguous else _addr(a), rsa // es, csa // es,
-        _from_buffer(b) if fb.c_contiguous else _addr(b), rsb // es, csb // es, pc, rsc, csc)
+    pool = _hold_pool(pool)
+    try:
+        plan, cplan = _plan_for_matmul(M, K, N, dt, pool, 1, True)
+        # plan.in_caller(), inlined
+        serial_cpus = plan.serial_cpus
+        rc = _gemm_2d_checked(
+            _NULL if plan.serial or (serial_cpus and _current_cpu() in serial_cpus)
+            else pool._handle, cplan, code, M, K, N,
+            _from_buffer(a) if fa.c_contiguous else _addr(a), rsa // es, csa // es,
+            _from_buffer(b) if fb.c_contiguous else _addr(b), rsb // es, csb // es, pc, rsc,
+            csc)
+    finally:
+        pool._release()
     if rc != _OK:
         if rc == _OVERLAP:
             return None
@@ -523,11 +545,14 @@ def gemm(a, b, out=None, *, plan=None, pool=None, backend=None):
     if not _usable(b):
         b = np.ascontiguousarray(b)
     target = out if _usable(out) else np.empty((M, N), a.dtype)
-    pool = _resolve_pool(pool)
-    if plan is not None and pool is not None and plan.nclusters > pool.nclusters:
-        raise ValueError(f"gemm: the plan has {plan.nclusters} clusters but the pool has "
-                         f"{pool.nclusters}")
-    _call(a, b, target, None, M, K, N, 1, backend, pool, plan=plan)
+    pool = _hold_pool(pool)
+    try:
+        if plan is not None and plan.nclusters > pool.nclusters:
+            raise ValueError(f"gemm: the plan has {plan.nclusters} clusters but the pool has "
+                             f"{pool.nclusters}")
+        _call(a, b, target, None, M, K, N, 1, backend, pool, plan=plan)
+    finally:
+        pool._release()
     if target is not out:
         out[...] = target
     return out

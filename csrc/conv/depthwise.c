@@ -1,0 +1,170 @@
+/* Direct depthwise convolution (see conv.h, asymo_dwconv_job).
+ *
+ * NCHW keeps each channel in its own plane, so vectorising along a row wastes lanes on small
+ * planes (7x7, 14x14) and needs gathers for stride 2. Each task instead copies the input rows
+ * it needs for ASYMO_DW_LANES channels into a zero-padded, channel-interleaved scratch
+ * (rows x padded width x lanes); every tap is then one fused multiply-add over the lanes, for
+ * any plane size, stride or dilation, and the results are written back to the NCHW planes.
+ * The kernels are compiled per element type and ISA from depthwise_impl.h. */
+#include "asymo/conv.h"
+#include "asymo/isa.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { CONV_DTYPE_F32 = 0, CONV_DTYPE_F64 = 1 };
+
+/* The vector helpers are static inline and never cross a library boundary: no ABI concern. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+/* Alignment of the scratch: one vector of ASYMO_DW_LANES doubles. */
+#define DW_ALIGN (ASYMO_DW_LANES * 8)
+
+/* Scratch budget per task: the interleaved input block stays within L2. */
+#define DW_SCRATCH_BYTES (192 * 1024)
+
+static inline int64_t dmin(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t dmax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+typedef struct {
+    int64_t wp;       /* padded input width held in scratch */
+    int64_t rows_in;  /* input rows for R output rows */
+    int64_t elems;    /* scratch elements */
+} dw_dims;
+
+static inline dw_dims dw_layout(const asymo_conv_geometry *g, int64_t R)
+{
+    dw_dims d;
+    const int64_t need_w = g->stride_w * (g->out_w - 1) + (g->kernel_w - 1) * g->dilation_w + 1;
+    d.wp = dmax(need_w, g->pad_w + g->width);
+    d.rows_in = (R - 1) * g->stride_h + (g->kernel_h - 1) * g->dilation_h + 1;
+    /* + 1: room to round the scratch start up to DW_ALIGN */
+    d.elems = (d.rows_in * d.wp + g->kernel_h * g->kernel_w + 1 + g->out_w + 1) * ASYMO_DW_LANES;
+    return d;
+}
+
+#define T float
+#define IT int32_t
+#define FN(name) name##_f32_portable
+#include "depthwise_impl.h"
+#undef FN
+#undef T
+#undef IT
+#define T double
+#define IT int64_t
+#define FN(name) name##_f64_portable
+#include "depthwise_impl.h"
+#undef FN
+#undef T
+#undef IT
+
+#if defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define T float
+#define IT int32_t
+#define FN(name) name##_f32_avx2_fma
+#include "depthwise_impl.h"
+#undef FN
+#undef T
+#undef IT
+#define T double
+#define IT int64_t
+#define FN(name) name##_f64_avx2_fma
+#include "depthwise_impl.h"
+#undef FN
+#undef T
+#undef IT
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512dq,avx2,fma")
+#define T float
+#define IT int32_t
+#define FN(name) name##_f32_avx512
+#include "depthwise_impl.h"
+#undef FN
+#undef T
+#undef IT
+#define T double
+#define IT int64_t
+#define FN(name) name##_f64_avx512
+#include "depthwise_impl.h"
+#undef FN
+#undef T
+#undef IT
+#pragma GCC pop_options
+#endif
+
+typedef struct {
+    void (*block_f32)(const asymo_dwconv_job *, int64_t, int64_t, int64_t, int64_t, int64_t,
+                      float *);
+    void (*block_f64)(const asymo_dwconv_job *, int64_t, int64_t, int64_t, int64_t, int64_t,
+                      double *);
+    void (*rows_f32)(const asymo_dwconv_job *, int64_t, int64_t, int64_t, int64_t);
+    void (*rows_f64)(const asymo_dwconv_job *, int64_t, int64_t, int64_t, int64_t);
+} dw_kernels;
+
+static const dw_kernels *select_dw_kernels(void)
+{
+    static const dw_kernels portable = {dw_block_f32_portable, dw_block_f64_portable,
+                                        dw_plane_rows_f32_portable, dw_plane_rows_f64_portable};
+#if defined(__x86_64__)
+    static const dw_kernels avx2 = {dw_block_f32_avx2_fma, dw_block_f64_avx2_fma,
+                                    dw_plane_rows_f32_avx2_fma, dw_plane_rows_f64_avx2_fma};
+    static const dw_kernels avx512 = {dw_block_f32_avx512, dw_block_f64_avx512,
+                                      dw_plane_rows_f32_avx512, dw_plane_rows_f64_avx512};
+#endif
+#if defined(__x86_64__)
+    switch (asymo_conv_isa()) {
+    case ASYMO_ISA_AVX512: return &avx512;
+    case ASYMO_ISA_AVX2_FMA: return &avx2;
+    default: break;
+    }
+#endif
+    return &portable;
+}
+
+void asymo_dwconv_task(int64_t task, void *ctx)
+{
+    const asymo_dwconv_job *job = (const asymo_dwconv_job *)ctx;
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t oh = g->out_h;
+    const int64_t nrb = (oh + job->rows_per_task - 1) / job->rows_per_task;
+    const int64_t ncb = (job->out_channels + ASYMO_DW_LANES - 1) / ASYMO_DW_LANES;
+    const int64_t rb = task % nrb, cb = (task / nrb) % ncb, n = task / (nrb * ncb);
+    const int64_t oy_lo = rb * job->rows_per_task, oy_hi = dmin(oh, oy_lo + job->rows_per_task);
+    const int64_t oc0 = cb * ASYMO_DW_LANES;
+    const int64_t nv = dmin(ASYMO_DW_LANES, job->out_channels - oc0);
+    const dw_kernels *k = select_dw_kernels();
+    const int f64 = job->dtype == CONV_DTYPE_F64;
+    const size_t esize = f64 ? sizeof(double) : sizeof(float);
+
+    /* output rows per pass so that the interleaved input block fits the scratch budget */
+    const dw_dims one = dw_layout(g, 1);
+    const int64_t per_row = g->stride_h * one.wp * ASYMO_DW_LANES * (int64_t)esize;
+    int64_t step = dmax(1, ((int64_t)DW_SCRATCH_BYTES - one.elems * (int64_t)esize) / per_row + 1);
+    step = dmin(step, oy_hi - oy_lo);
+    void *scratch = NULL;
+    if (job->method == 0 && step > 0
+        && posix_memalign(&scratch, DW_ALIGN, (size_t)dw_layout(g, step).elems * esize) != 0)
+        scratch = NULL;
+    if (!scratch) {
+        for (int64_t oc = oc0; oc < oc0 + nv; oc++) {
+            if (f64)
+                k->rows_f64(job, n, oc, oy_lo, oy_hi);
+            else
+                k->rows_f32(job, n, oc, oy_lo, oy_hi);
+        }
+        return;
+    }
+    for (int64_t oy = oy_lo; oy < oy_hi; oy += step) {
+        const int64_t oy1 = dmin(oy_hi, oy + step);
+        if (f64)
+            k->block_f64(job, n, oc0, nv, oy, oy1, scratch);
+        else
+            k->block_f32(job, n, oc0, nv, oy, oy1, scratch);
+    }
+    free(scratch);
+}

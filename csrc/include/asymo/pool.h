@@ -1,0 +1,137 @@
+/* The asymmetry-aware thread pool: one pinned worker per core, tasks grouped per cluster.
+ *
+ * The pool knows nothing of GEMM: a job is `ntasks` calls of `fn(task, ctx)`; task ids
+ * [0, counts[0]) belong to cluster 0 (the fastest), the next counts[1] ids to cluster 1, and
+ * so on. Which worker runs a task is the policy's business (see ASYMO_POLICY_*).
+ */
+#ifndef ASYMO_POOL_H
+#define ASYMO_POOL_H
+
+#include <stdint.h>
+
+/* CDEF BEGIN */
+typedef void (*asymo_task_fn)(int64_t task, void *ctx);
+typedef struct asymo_pool asymo_pool;
+
+enum {
+    ASYMO_POLICY_ASYMO = 0,  /* per-cluster split, shortest-queue submit, steal in cluster,
+                                then faster may steal from slower, never slower from faster */
+    ASYMO_POLICY_EVEN = 1,   /* static equal split over all workers, no stealing */
+    ASYMO_POLICY_SHARED = 2, /* one shared atomic counter, all workers take the next task */
+    ASYMO_POLICY_STEAL = 3   /* equal split, stealing in any direction */
+};
+
+enum {
+    ASYMO_OK = 0,
+    ASYMO_EINVAL = -1,   /* bad argument */
+    ASYMO_ENOMEM = -2,
+    ASYMO_ETHREAD = -3,  /* a worker thread could not be started */
+    ASYMO_EBUSY = -4,    /* a task trace is already on (lab/trace.h) */
+    ASYMO_EOVERFLOW = -5 /* a trace buffer overflowed; the jobs still ran (lab/trace.h) */
+};
+
+/* Per-worker queue implementations (measured against each other by bench/pool_queues.py). */
+enum {
+    ASYMO_QUEUE_DEFAULT = -1, /* the built-in choice: the one measured faster (mutex) */
+    ASYMO_QUEUE_MUTEX = 0,    /* short mutex-protected deque of task ranges */
+    ASYMO_QUEUE_CHASELEV = 1  /* lock-free Chase-Lev deque of ranges, plus a submit inbox */
+};
+
+/* Job flags of asymo_pool_run. CLUSTER_LOCAL: no task leaves its cluster, even where the
+ * policy would let a faster cluster steal it (pipeline stages pinned to one cluster). */
+enum { ASYMO_RUN_CLUSTER_LOCAL = 1 };
+
+/* Per-worker counters, accumulated since creation or the last reset. */
+typedef struct {
+    int cpu;                 /* core the worker is pinned to, -1 if unpinned */
+    int cluster;
+    int pinned;              /* 1 if pinning succeeded */
+    int64_t tasks_run;
+    int64_t tasks_stolen;    /* tasks run that were queued for another worker */
+    int64_t stolen_from_cluster[8]; /* stolen tasks, by the victim's cluster index */
+    int64_t busy_ns;         /* time spent inside task functions */
+    /* fields added after the first contract */
+    int64_t steals;          /* successful steal operations (each moves a range of tasks) */
+    int64_t tasks_inline;    /* tasks of nested jobs this worker ran inline */
+    int64_t sleeps;          /* times the worker went to sleep (futex wait) when idle */
+    int64_t tasks_caller;    /* of tasks_run: run by a submitting thread acting as this worker
+                                while it waited for its job (see asymo_pool_run) */
+} asymo_worker_stats;
+
+/* Create a pool of `nworkers` workers; worker i is pinned to cpus[i] (or unpinned if
+ * cpus[i] < 0) and belongs to cluster worker_cluster[i]. Clusters are numbered 0..nclusters-1,
+ * fastest first. `queue` is an ASYMO_QUEUE_* kind. The pool reads no environment: callers
+ * pass every setting (spin time and caller help have setters below). Returns NULL and sets
+ * *err on failure. */
+asymo_pool *asymo_pool_create(int nworkers, const int *cpus, const int *worker_cluster,
+                              int nclusters, int policy, int queue, int *err);
+void asymo_pool_destroy(asymo_pool *pool);
+
+int asymo_pool_nworkers(const asymo_pool *pool);
+int asymo_pool_nclusters(const asymo_pool *pool);
+int asymo_pool_policy(const asymo_pool *pool);
+int asymo_pool_queue(const asymo_pool *pool);
+/* Cap the number of active workers (threadpoolctl); workers beyond the cap take no tasks. */
+int asymo_pool_set_limit(asymo_pool *pool, int max_workers);
+int asymo_pool_get_limit(const asymo_pool *pool);
+
+/* Run a job and wait for it. cluster_counts has nclusters entries summing to ntasks, or is NULL
+ * for an even split by worker count; `flags` is 0 or ASYMO_RUN_* bits. A job submitted from
+ * inside a task (of any pool) runs inline on the calling worker. Several threads may submit
+ * at once. While it waits, the submitting thread runs queued work as the worker pinned to
+ * the core it is on (with that worker's identity: asymo_pool_current_worker/_cluster report
+ * it, and never two threads act as one worker at once), taking tasks exactly as that worker
+ * would under the policy. So it may run tasks of other submitters' jobs: a task must not
+ * wait for something a submitting thread does only after its own job returns (as with TBB's
+ * waiting threads). asymo_pool_set_caller_helps(pool, 0) turns helping off. The baseline
+ * policies (even, shared, steal) validate cluster_counts but ignore it: they know no
+ * clusters. Returns ASYMO_OK or an error code. */
+int asymo_pool_run(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks,
+                   const int64_t *cluster_counts, unsigned flags);
+
+/* Index of the calling pool worker (0..nworkers-1 of the pool it belongs to), or -1 when not
+ * called from a worker. See asymo_pool_worker_of for jobs nested across pools. */
+int asymo_pool_current_worker(void);
+/* Cluster of the calling worker, or -1. */
+int asymo_pool_current_cluster(void);
+
+int asymo_pool_stats(const asymo_pool *pool, asymo_worker_stats *out, int n);
+void asymo_pool_reset_stats(asymo_pool *pool);
+
+/* How long an idle worker spins looking for work before it sleeps (microseconds). */
+int asymo_pool_set_spin_us(asymo_pool *pool, int spin_us);
+int asymo_pool_get_spin_us(const asymo_pool *pool);
+
+/* Whether a submitting thread runs queued work as the worker of its core while it waits
+ * (1, the default of a new pool) or only waits (0: every task runs on a pool thread). */
+int asymo_pool_set_caller_helps(asymo_pool *pool, int on);
+int asymo_pool_get_caller_helps(const asymo_pool *pool);
+
+/* The pool whose worker is calling, or NULL. */
+const asymo_pool *asymo_pool_current(void);
+/* Index of the calling thread among `pool`'s workers, or -1 if it is not one of them. A job
+ * submitted from a task of another pool runs inline on that pool's worker, so per-worker
+ * scratch of `pool` must be indexed with this, not asymo_pool_current_worker(). */
+int asymo_pool_worker_of(const asymo_pool *pool);
+
+/* Scheduling constants of the pool, here so that its model (asymo.lab.sim) reads them rather
+ * than copying them. The owner grows its chunk while a chunk runs shorter than
+ * CHUNK_TARGET_NS, so tiny tasks cost few queue operations and long tasks are taken one at a
+ * time (and stay stealable), up to CHUNK_MAX tasks. The submitter polls its job
+ * SUBMIT_SPIN_NS before sleeping: long enough for a tiny job on hot workers, short enough
+ * not to steal a core from a worker on a machine with few cores. */
+enum {
+    ASYMO_POOL_CHUNK_TARGET_NS = 20000,
+    ASYMO_POOL_CHUNK_MAX = 16777216,     /* 1 << 24 */
+    ASYMO_POOL_SUBMIT_SPIN_NS = 10000
+};
+
+/* Diagnostic tasks for tests, benchmarks and self-checks. */
+void asymo_task_noop(int64_t task, void *ctx);
+/* Atomically increments ((int32_t *)ctx)[task]. */
+void asymo_task_count(int64_t task, void *ctx);
+/* Runs *(const int64_t *)ctx dependent floating-point multiply-adds (2 FLOPs each). */
+void asymo_task_spin(int64_t task, void *ctx);
+/* CDEF END */
+
+#endif
