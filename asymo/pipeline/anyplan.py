@@ -255,7 +255,7 @@ class GraphPlan:
     topology: object
     objective: str
     stages: list
-    predicted_throughput: float   # from the search's own run of this plan (frames/s)
+    predicted_throughput: float   # a fresh run of the chosen plan after the search (frames/s)
     model_throughput: float       # from segment times + transfer alone
     predicted_latency: float
     predicted_energy: float
@@ -455,7 +455,10 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
             thr = trial(stg)
             if thr > best_thr:
                 best, best_thr = stg, thr
-        chosen, chosen_thr = best, best_thr
+        # the winner's own trial is the best of several noisy ones (biased upwards): the
+        # prediction is a fresh run of it
+        chosen, chosen_thr = best, trial(best)
+        trials[-1]["pipeline"] += " (chosen, re-measured)"
     else:
         key = {"throughput": 0, "latency": 1, "energy": 2}[objective]
         sign = -1.0 if key == 0 else 1.0
