@@ -172,8 +172,8 @@ def main_graph(args):
         with ctx:
             top = topo.detect()
             target = GRAPH_TARGETS.get(setting)
-            print(f"\nsetting: {'symmetric' if setting == 'none' else f'core {args.core} at {setting}'}"
-                  f"; topology {top.to_spec()}; target pipeline >= "
+            label = "symmetric" if setting == "none" else f"core {args.core} at {setting}"
+            print(f"\nsetting: {label}; topology {top.to_spec()}; target pipeline >= "
                   f"{target if target else '?'}x best ORT")
             print(f"{'model':<14}{'plan':<44}{'pipe/s':>8}{'ORTall':>8}{'ORTfast':>8}"
                   f"{'trch all':>9}{'trch1':>7}{'x ORT':>7}{'pred/s':>8}{'err':>7}"

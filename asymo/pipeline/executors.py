@@ -17,9 +17,9 @@ clusters never steal each other's cores:
 - ``"torch"``: the stage's nodes of asymo's graph (ONNX operators, as ``asymo.from_onnx``
   loads them) run one by one with ``torch.nn.functional``: eager torch on the network's own
   weights. (An ONNX graph cannot give back a torch module, and no ONNX-to-torch converter is
-  assumed installed; a model from ``asymo.from_torch`` is exported to the same graph.) It covers the operator set of the torchvision classification
-  CNNs (``SUPPORTED_OPS``); it cannot run a graph with any other operator (a clear error
-  names it). torch's intra-op threads: ``torch.set_num_threads(len(cpus))`` is called from the
+  assumed installed; a model from ``asymo.from_torch`` is exported to the same graph.) It
+  covers the operator set of the torchvision classification CNNs (``SUPPORTED_OPS``); it
+  cannot run a graph with any other operator (a clear error names it). torch's intra-op threads: ``torch.set_num_threads(len(cpus))`` is called from the
   stage thread; torch's OpenMP team is per calling thread and its workers inherit the stage
   thread's affinity. The thread count itself is process-wide in torch, so two torch stages
   with different core counts would share one setting: the planner gives torch stages of one
@@ -74,8 +74,8 @@ def parse_executors(text):
     have = available_executors()
     missing = [n for n in names if n not in have]
     if missing:
-        raise ValueError(f"executor(s) {missing} not available here (install "
-                         f"{' and '.join({'ort': 'onnxruntime', 'torch': 'torch'}[m] for m in missing)})")
+        pkgs = " and ".join({"ort": "onnxruntime", "torch": "torch"}[m] for m in missing)
+        raise ValueError(f"executor(s) {missing} not available here (install {pkgs})")
     return tuple(dict.fromkeys(names))
 
 

@@ -147,7 +147,8 @@ class CutGraph:
         for a, b, tin, tout in g.segments(shapes):
             tin = tin or self.input_name
             tout = tout or self.output_name
-            segs.append(Segment(a, b + 1, tin, tout, tuple(shapes[tout]), self.op_types[a:b + 1]))
+            segs.append(Segment(a, b + 1, tin, tout, tuple(shapes[tout]),
+                                self.op_types[a:b + 1]))
         self.segments = segs
 
     def _segments_from_onnx(self, proto, inits, shapes):
@@ -287,10 +288,6 @@ def _cut_points(nodes, inits, input_name, output_name):
             if t not in const:
                 last_use[t] = k
     last_use[output_name] = N  # the graph output is needed "after" the last node
-    producer = {input_name: -1}
-    for k, n in enumerate(nodes):
-        for t in n.output:
-            producer[t] = k
     # live[k]: tensors produced before k and used at or after k
     cuts, tensors = [0], [input_name]
     live = {input_name}
