@@ -19,8 +19,8 @@ clusters never steal each other's cores:
   weights. (An ONNX graph cannot give back a torch module, and no ONNX-to-torch converter is
   assumed installed; a model from ``asymo.from_torch`` is exported to the same graph.) It
   covers the operator set of the torchvision classification CNNs (``SUPPORTED_OPS``); it
-  cannot run a graph with any other operator (a clear error names it). torch's intra-op threads: ``torch.set_num_threads(len(cpus))`` is called from the
-  stage thread; torch's OpenMP team is per calling thread and its workers inherit the stage
+  cannot run a graph with any other operator (a clear error names it). torch's intra-op
+  threads: ``torch.set_num_threads(len(cpus))`` is called from the stage thread; torch's OpenMP team is per calling thread and its workers inherit the stage
   thread's affinity. The thread count itself is process-wide in torch, so two torch stages
   with different core counts would share one setting: the planner gives torch stages of one
   pipeline the same count (on this machine, one core each).
