@@ -20,10 +20,12 @@ clusters never steal each other's cores:
   assumed installed; a model from ``asymo.from_torch`` is exported to the same graph.) It
   covers the operator set of the torchvision classification CNNs (``SUPPORTED_OPS``); it
   cannot run a graph with any other operator (a clear error names it). torch's intra-op
-  threads: ``torch.set_num_threads(len(cpus))`` is called from the stage thread; torch's OpenMP team is per calling thread and its workers inherit the stage
-  thread's affinity. The thread count itself is process-wide in torch, so two torch stages
-  with different core counts would share one setting: the planner gives torch stages of one
-  pipeline the same count (on this machine, one core each).
+  threads: ``torch.set_num_threads(len(cpus))`` is called from the stage thread; torch's
+  OpenMP team is per calling thread and its workers inherit the stage thread's affinity. The
+  thread count itself is process-wide in torch, so two torch stages with different core counts
+  would overwrite each other's setting; the planner does not prevent that (on a two-core
+  machine torch stages of a pipeline have one core each), so on larger machines offer torch
+  only where stages have equal core counts.
 - ``"asymo"``: the stage's sub-graph as an ``asymo.models.GraphModel`` (asymo's kernels,
   load-time fusions, one activation arena) on an ``asymo.Pool`` restricted to the stage cpus.
 
