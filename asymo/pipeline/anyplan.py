@@ -12,10 +12,10 @@ Three steps, each measured on this machine:
 3. **Search.** The exact optimum over Pipe-it's stage configurations (dynamic programming,
    ``optimal_pipeline``) with a stage cost of the best executor for that range on that
    configuration plus ``k * B`` at each end, for the objective (throughput, latency, energy).
-   For throughput the predicted optimum then seeds paper 002's guided online search: its
-   neighbours (each cut moved by one or two segments, each stage on its second-best executor)
-   are ranked by predicted period and run for real through the pipeline runtime, stopping
-   after ``alpha`` trials in a row without a better measured throughput. Single-stage runs
+   For throughput the predicted optimum (and the optimum of each executor alone) then seeds
+   paper 002's guided online search: the seed's neighbours (each cut moved by one or two
+   segments, each stage on its second-best executor) are ranked by predicted period and run
+   for real through the pipeline runtime, stopping after ``alpha`` trials in a row without a better measured throughput. Single-stage runs
    (each executor on every core, and on the fastest core alone) compete with the pipelines:
    the two predicted fastest are run through the runtime too, and the best measured wins.
 
@@ -437,8 +437,28 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
             return thr
 
         if len(seed) > 1:
+            # seeds: the optimum with the best executor per stage, and the optimum of each
+            # executor alone (segment times measured minutes apart can favour a mix that the
+            # runtime does not confirm; moving cuts and swapping one stage's executor at a
+            # time would not reach the single-executor pipeline)
+            seeds = {_describe(seed): seed}
+            for kind in st.tables if len(st.tables) > 1 else ():
+                one = _BestExecutorCost(SegmentTimes({kind: st.tables[kind]}, {}), graph,
+                                        transfer_k)
+                o = optimal_pipeline(any_table, sizes, combine="max", cost=one, orders="all")
+                P1 = [cfg for cfg, (a, b) in zip(o.P, o.L) if b > a]
+                L1 = [(a, b) for a, b in o.L if b > a]
+                if len(P1) > 1:
+                    stg = stages_of(P1, L1, [kind] * len(P1))
+                    seeds.setdefault(_describe(stg), stg)
+            for stages in seeds.values():
+                thr = trial(stages)
+                if thr > best_thr * 1.01:
+                    best, best_thr = stages, thr
             since = 0
-            for stages in [seed] + _neighbours(P_ne, L_ne, seed, cost, stages_of, W):
+            for stages in _neighbours(P_ne, L_ne, seed, cost, stages_of, W):
+                if _describe(stages) in seeds:
+                    continue
                 if len(trials) >= max_trials or since >= alpha:
                     break
                 thr = trial(stages)
