@@ -16,7 +16,18 @@ configuration, Pipe-it's "measured layer time") or ``--times model`` (the calibr
 model, or the default model scaled by capacity). The time-model prediction of the chosen plan
 is printed in both cases.
 
-Run it alone: ``flock /tmp/asymo-bench.lock python3 bench/pipeline.py``.
+With ``--graph`` it benchmarks issue 18 instead: pipelines over any runtime for ONNX models of
+torchvision-style networks (``asymo.models.torchvision_defs``, exported with torch's ONNX
+exporter; ``--onnx-dir`` caches the files): ResNet-50, MobileNet V2, SqueezeNet 1.1 and
+GoogLeNet, for each emulation setting of ``--settings`` (``none`` = symmetric cores, or a
+speed for ``--core``). Per network and setting it plans by measurement
+(``asymo.pipeline.anyplan``), then runs, in interleaved rounds with a pause between runtimes,
+the planned pipeline and ONNX Runtime / torch on every core and on the fast core alone, and
+prints medians: frames/s, latency, the pipeline over the best ONNX Runtime against the
+target (1.35x at 0.5, 1.2x at 0.33, 1.0x symmetric) and the predicted throughput's error
+(target within 15%).
+
+Run it alone: ``flock /tmp/asymo-bench.lock python3 bench/pipeline.py [--graph]``.
 """
 import argparse
 import contextlib
@@ -78,9 +89,124 @@ def bench_model(name, top, args):
     return res
 
 
+GRAPH_NETWORKS = ("resnet50", "mobilenet_v2", "squeezenet1_1", "googlenet")
+GRAPH_TARGETS = {"none": 1.0, 0.5: 1.35, 0.33: 1.2}
+
+
+def _export(name, onnx_dir):
+    """ONNX file of torchvision-style network ``name`` (exported once into ``onnx_dir``)."""
+    path = os.path.join(onnx_dir, f"{name}.onnx")
+    if not os.path.isfile(path):
+        import warnings
+
+        import torch
+
+        from asymo.models.torchvision_defs import build
+        os.makedirs(onnx_dir, exist_ok=True)
+        m = build(name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(m, (torch.randn(1, 3, 224, 224),), path, dynamo=False,
+                              opset_version=17, input_names=["x"], output_names=["y"])
+    return path
+
+
+def bench_graph(name, path, top, args):
+    import time
+
+    from asymo.pipeline.anyplan import plan_graph_pipeline
+    from asymo.pipeline.compare import runtime_baselines
+    from asymo.pipeline.executors import parse_executors
+    from asymo.pipeline.graphcut import CutGraph
+    from asymo.pipeline.stages import graph_pipeline
+
+    graph = CutGraph(path, name=name)
+    t0 = time.perf_counter()
+    plan = plan_graph_pipeline(graph, top, executors=parse_executors(args.executors),
+                               timeout=args.timeout)
+    t_plan = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    frames = rng.standard_normal((args.frames,) + tuple(graph.input_shape), dtype=np.float32)
+    pipe, base = [], {}
+    with graph_pipeline(graph, plan.stage_specs(), topology=top, timeout=args.timeout) as p:
+        p.run(frames[:2])
+        for _ in range(args.repeats):   # interleaved rounds: pipeline, then each runtime
+            _, st = p.run(frames)
+            pipe.append(st)
+            time.sleep(0.3)
+            for k, v in runtime_baselines(graph, top, frames).items():
+                base.setdefault(k, []).append(v)
+    thr = statistics.median(s.throughput for s in pipe)
+    lat = statistics.median(s.latency for s in pipe)
+    b = {k: {"throughput": statistics.median(x["throughput"] for x in v),
+             "latency_s": statistics.median(x["latency_s"] for x in v)}
+         for k, v in base.items()}
+    best_ort = max(v["throughput"] for k, v in b.items() if k.startswith("ort@"))
+    return {"model": name, "segments": len(graph), "pipeline": plan.describe(),
+            "plan": plan.to_dict(), "plan_seconds": t_plan,
+            "throughput": thr, "latency_s": lat,
+            "stage_utilisation": pipe[-1].stage_utilisation, "baselines": b,
+            "speedup_vs_best_ort": thr / best_ort,
+            "predicted_throughput": plan.predicted_throughput,
+            "prediction_error": plan.predicted_throughput / thr - 1,
+            "model_prediction_error": plan.model_throughput / thr - 1}
+
+
+def main_graph(args):
+    from asymo.hw import topology as topo
+
+    settings = []
+    for x in args.settings.split(","):
+        settings.append("none" if x == "none" else float(x))
+    paths = {n: _export(n, args.onnx_dir) for n in args.networks.split(",")}
+    rows = []
+    print(f"machine: {platform.processor() or platform.machine()}, "
+          f"{len(os.sched_getaffinity(0))} usable cpus; executors {args.executors}; "
+          f"{args.frames} frames per run, median of {args.repeats} interleaved rounds")
+    for setting in settings:
+        if setting == "none":
+            ctx = contextlib.nullcontext()
+        else:
+            from asymo.lab.emulate import slow_cores
+            ctx = slow_cores({args.core: setting})
+        with ctx:
+            top = topo.detect()
+            target = GRAPH_TARGETS.get(setting)
+            label = "symmetric" if setting == "none" else f"core {args.core} at {setting}"
+            print(f"\nsetting: {label}; topology {top.to_spec()}; target pipeline >= "
+                  f"{target if target else '?'}x best ORT")
+            print(f"{'model':<14}{'plan':<44}{'pipe/s':>8}{'ORTall':>8}{'ORTfast':>8}"
+                  f"{'trch all':>9}{'trch1':>7}{'x ORT':>7}{'pred/s':>8}{'err':>7}"
+                  f"{'lat ms':>8}")
+            for name, path in paths.items():
+                r = bench_graph(name, path, top, args)
+                r["setting"] = setting
+                r["target"] = target
+                rows.append(r)
+                b = r["baselines"]
+                g = lambda k: b.get(k, {}).get("throughput", float("nan"))  # noqa: E731
+                print(f"{name:<14}{r['pipeline'][:43]:<44}{r['throughput']:8.2f}"
+                      f"{g('ort@all'):8.2f}{g('ort@fast'):8.2f}{g('torch@all'):9.2f}"
+                      f"{g('torch@fast'):7.2f}{r['speedup_vs_best_ort']:6.2f}x"
+                      f"{r['predicted_throughput']:8.2f}{100 * r['prediction_error']:6.1f}%"
+                      f"{1e3 * r['latency_s']:8.1f}", flush=True)
+                if args.json:  # after every row: a long run that is stopped keeps its rows
+                    with open(args.json, "w") as f:
+                        json.dump({"args": vars(args), "rows": rows}, f, indent=1,
+                                  default=str)
+    return 0
+
+
 def main(argv=None):
     import asymo.models as zoo
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--graph", action="store_true",
+                    help="issue 18: ONNX networks, pipelines over any runtime vs ORT / torch")
+    ap.add_argument("--networks", default=",".join(GRAPH_NETWORKS), help="with --graph")
+    ap.add_argument("--settings", default="none,0.5,0.33",
+                    help="with --graph: 'none' (symmetric) and/or speeds of --core")
+    ap.add_argument("--executors", default="asymo,ort,torch", help="with --graph")
+    ap.add_argument("--onnx-dir", default="/tmp/asymo-bench-onnx", help="with --graph")
     ap.add_argument("--models", default=",".join(zoo.names()))
     ap.add_argument("--frames", type=int, default=12)
     ap.add_argument("--repeats", type=int, default=3)
@@ -92,6 +218,8 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--json", default=None, metavar="PATH", help="also write results here")
     args = ap.parse_args(argv)
+    if args.graph:
+        return main_graph(args)
 
     from asymo.hw import topology as topo
     if args.no_emulate:

@@ -29,10 +29,46 @@ def register(sub):
     p.add_argument("--timeout", type=positive_seconds, default=600.0, metavar="S",
                    help="give up if no image completes within S seconds (default 600)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--executors", default=None, metavar="LIST",
+                   help="MODEL.onnx only: stage executors the planner may use, from asymo, "
+                        "ort, torch (default: every one installed)")
+    p.add_argument("--emulate", default=None, metavar="CPU:SPEED[,CPU:SPEED]",
+                   help="slow cores with asymo's emulator while planning and running, e.g. "
+                        "1:0.5 (needs root / CAP_SYS_NICE)")
     p.set_defaults(func=run)
 
 
 def run(args):
+    if args.emulate:
+        speeds = parse_emulate(args.emulate)
+        from asymo.lab.emulate import slow_cores  # the emulator is only loaded when asked for
+
+        with slow_cores(speeds):
+            return _run(args)
+    return _run(args)
+
+
+def parse_emulate(text):
+    """``"1:0.5,2:0.33"`` -> ``{1: 0.5, 2: 0.33}``."""
+    out = {}
+    for part in str(text).split(","):
+        try:
+            cpu, speed = part.split(":")
+            out[int(cpu)] = float(speed)
+        except ValueError:
+            raise SystemExit(f"asymo: --emulate takes CPU:SPEED pairs like 1:0.5, got "
+                             f"{text!r}") from None
+        if not 0 < out[int(cpu)] <= 1:
+            raise SystemExit(f"asymo: --emulate speed must be in (0, 1], got {speed}")
+    return out
+
+
+def _run(args):
+    if args.model.lower().endswith(".onnx"):
+        from asymo.cli.pipeline_graph import run_graph
+        return run_graph(args)
+    if args.executors:
+        raise SystemExit("asymo: --executors applies to MODEL.onnx (zoo models run on asymo)")
     from asymo.pipeline.runtime import KernelLevel, ParallelFrames, Pipeline
 
     if args.topology is not None:

@@ -9,7 +9,8 @@ OBJECTIVES = ("throughput", "latency", "energy")
 def add_model_args(p):
     p.add_argument("model", metavar="MODEL",
                    help="zoo model (alexnet, googlenet, mobilenet_v1, resnet50, squeezenet, "
-                        "vgg16) or an ONNX file (MODEL.onnx)")
+                        "vgg16) or an ONNX file (MODEL.onnx; `asymo pipeline` then plans "
+                        "stages over asymo, ONNX Runtime and torch)")
     p.add_argument("--objective", choices=OBJECTIVES, default="throughput",
                    help="what the plan optimises (default: throughput)")
     p.add_argument("--method", choices=("optimal", "pipe-it", "two-stage"), default="optimal",
