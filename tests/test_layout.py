@@ -23,7 +23,7 @@ PKG = ROOT / "asymo"
 #: layer of each top-level subpackage: a package may import packages of a lower layer only
 LAYERS = {
     "hw": 0, "profile": 1, "runtime": 2, "plan": 3, "ops": 4,
-    "models": 5, "dvfs": 5, "calibrate": 6, "pipeline": 6, "lab": 7, "cli": 8,
+    "models": 5, "dvfs": 5, "calibrate": 6, "pipeline": 6, "torch": 6, "lab": 7, "cli": 8,
 }
 #: ``asymo`` itself (the lazy public API) and the compiled modules sit outside the layers
 UNLAYERED = {"", "_native", "_matmul_fast", "__main__"}

@@ -25,11 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from asymo.models.shapes import GraphError, infer_shapes
+
 __all__ = ["Node", "TensorInfo", "Graph", "GraphError", "Cut"]
-
-
-class GraphError(ValueError):
-    """A graph that cannot be built or run (unsupported operator, bad shapes, cycles...)."""
 
 
 @dataclass(frozen=True)
@@ -184,7 +182,6 @@ class Graph:
         is not a cut (nothing follows it). ``shapes`` (``{tensor: shape}``, default: inferred
         at the graph's batch size) fills in the shapes."""
         if shapes is None:
-            from asymo.models.shapes import infer_shapes
 
             shapes = infer_shapes(self, self.batch)
         cuts = []
@@ -214,7 +211,6 @@ class Graph:
         (or graph outputs); initializers are shared (not copied)."""
         if not 0 <= first <= last < len(self.nodes):
             raise IndexError(f"node range [{first}, {last}] is outside [0, {len(self.nodes) - 1}]")
-        from asymo.models.shapes import infer_shapes
 
         shapes = infer_shapes(self, self.batch)
         dtypes = {t.name: t.dtype for t in self.inputs}

@@ -12,9 +12,12 @@ import math
 
 import numpy as np
 
-from asymo.models.graph import GraphError
 
-__all__ = ["infer_shapes", "SUPPORTED_OPS", "conv_pads", "pool_geometry", "ints", "ACTIVATION_OPS"]
+
+class GraphError(ValueError):
+    """A graph that cannot be built or run (unsupported operator, bad shapes, cycles...)."""
+
+__all__ = ["GraphError", "infer_shapes", "SUPPORTED_OPS", "conv_pads", "pool_geometry", "ints", "ACTIVATION_OPS"]
 
 # element-wise single-input operators (run in place when their input dies)
 ACTIVATION_OPS = ("Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "LeakyRelu",
