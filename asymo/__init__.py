@@ -20,6 +20,8 @@ _LAZY = {
     "matmul": ("asymo.gemm", "matmul"),
     "pipeline": ("asymo.pipeline", None),
     "conv2d": ("asymo.conv", "conv2d"),
+    "prepack_conv": ("asymo.conv", "prepack_conv"),
+    "PackedConvWeight": ("asymo.conv", "PackedConvWeight"),
     "models": ("asymo.models", None),
     "plan_matmul": ("asymo.matmul_plan", "plan_matmul"),
     "sim": ("asymo.sim", None),

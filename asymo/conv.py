@@ -31,10 +31,13 @@ import numpy as np
 
 from asymo import split_cost as _split_cost
 from asymo._ffi import ffi, lib
+from asymo.ops import winograd as _winograd
+from asymo.ops.winograd import PackedConvWeight, prepack_conv
 from asymo._tasks import (ACTIVATION_CODES, DTYPE_CODES, INLINE_BYTES, resolve_pool, run_tasks,
                           task_fn, workspace)
 
-__all__ = ["conv2d", "conv_output_shape", "kernel_isa", "use_kernel_isa"]
+__all__ = ["conv2d", "conv_output_shape", "kernel_isa", "use_kernel_isa", "PackedConvWeight",
+           "prepack_conv"]
 
 # The column matrix is built and multiplied in chunks of whole output rows, about
 # COL_CHUNK_COLUMNS columns each (enough for the GEMM to amortise packing the weights, few
@@ -58,6 +61,15 @@ TASKS_PER_WORKER = 4
 # Depthwise kernel: 0 = channel-interleaved vector kernel, 1 = plain per-plane loop (the
 # kernel's own fallback when scratch memory is short; selectable here to test it).
 DEPTHWISE_METHOD = 0
+# 3x3 stride-1 layers (float32, one group): "auto" picks Winograd F(4x4, 3x3) or F(2x2, 3x3)
+# by the rule in _winograd_tile, 2 or 4 forces that tile wherever Winograd applies, "off"
+# runs them as GEMMs. Outputs smaller than WINOGRAD_F4_MIN_SIZE on a side use F(2x2) (a 4x4
+# tile wastes more of a small plane), fewer channels than WINOGRAD_MIN_CHANNELS the GEMM.
+WINOGRAD = "auto"
+WINOGRAD_F4_MIN_SIZE = 8
+WINOGRAD_MIN_CHANNELS = 8
+# Winograd task: 0 = transforms + GEMMs, 1 = the task's direct fallback loop (for tests).
+WINOGRAD_METHOD = 0
 
 
 def kernel_isa():
@@ -174,8 +186,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     ----------
     x : ndarray, shape (N, C, H, W) or (C, H, W)
         float32 or float64 images (unbatched ``(C, H, W)`` gives an unbatched result).
-    weight : ndarray, shape (Cout, C / groups, kh, kw)
-        Filters, same dtype as ``x``.
+    weight : ndarray, shape (Cout, C / groups, kh, kw), or PackedConvWeight
+        Filters, same dtype as ``x``. A `PackedConvWeight` (`asymo.prepack_conv`) keeps the
+        transforms of weights that do not change (a model's) instead of checking a cache.
     bias : ndarray, shape (Cout,), optional
     stride, dilation : int or (int, int)
     padding : int, (int, int), "valid" or "same"
@@ -207,6 +220,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         stride / padding / dilation, wrong ``out``.
     """
     x = _as_float_array(x, "input")
+    packed = None
+    if isinstance(weight, PackedConvWeight):
+        packed, weight = weight, weight.array
     weight = _as_float_array(weight, "weight")
     if x.ndim not in (3, 4):
         raise ValueError(f"conv2d: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, "
@@ -283,7 +299,10 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     pool = resolve_pool(pool)
     plan = _conv_plan(pool, xb.shape, w_c.shape, dtype, stride, pads, dilation, groups,
                       activation, bias is not None, residual is not None)
-    plan.run(xb, w_c, b_c, target, residual, pool)
+    if isinstance(plan, _WinogradConvPlan):
+        plan.run(xb, w_c, b_c, target, residual, pool, packed)
+    else:
+        plan.run(xb, w_c, b_c, target, residual, pool)
     if not direct:
         yb[...] = target
     return y
@@ -313,7 +332,7 @@ _plan_lock = threading.Lock()
 def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, activation,
                has_bias, has_residual):
     key = (xshape, wshape, dtype.num, stride, pads, dilation, groups, activation, has_bias,
-           has_residual, DEPTHWISE_METHOD, COL_CHUNK_BYTES, COL_CHUNK_COLUMNS, IM2COL_METHOD,
+           has_residual, DEPTHWISE_METHOD, WINOGRAD, WINOGRAD_METHOD, COL_CHUNK_BYTES, COL_CHUNK_COLUMNS, IM2COL_METHOD,
            IMPLICIT_CHUNK_BYTES, _split_cost.emulated_period(), pool.limit)
     try:
         per_pool = _plan_cache.get(pool)
@@ -324,9 +343,12 @@ def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, acti
         return plan
     n, c, h, w = xshape
     cout, cin_g = wshape[:2]
+    tile = _winograd_tile(xshape, wshape, dtype, stride, pads, dilation, groups)
     if cin_g == 1 and groups == c:
         plan = _DepthwisePlan(pool, xshape, wshape, dtype, stride, pads, dilation, activation,
                               has_residual)
+    elif tile:
+        plan = _WinogradConvPlan(pool, xshape, wshape, pads, tile, activation)
     else:
         plan = _GemmConvPlan(pool, xshape, wshape, dtype, stride, pads, dilation, groups,
                              activation, has_bias, has_residual)
@@ -381,6 +403,39 @@ def _task_counts(pool, ntasks, *, fastest_only=False):
         return None
     split = [1.0] + [0.0] * (pool.nclusters - 1) if fastest_only else None
     return ffi.new("int64_t[]", pool.split_counts(ntasks, split))
+
+
+def _winograd_tile(xshape, wshape, dtype, stride, pads, dilation, groups):
+    """The Winograd tile size m for this layer (2 or 4), or 0 for another path.
+
+    Winograd F(m x m, 3 x 3) runs float32 3x3 layers with stride 1, dilation 1 and one group
+    (pads of at most 2, so every output tile reads the padded plane), when WINOGRAD allows."""
+    if (WINOGRAD == "off" or dtype != np.float32 or tuple(wshape[2:]) != (3, 3)
+            or stride != (1, 1) or dilation != (1, 1) or groups != 1
+            or max(max(p) for p in pads) > 2):
+        return 0
+    if WINOGRAD in (2, 4):
+        return WINOGRAD
+    _, c, h, w = xshape
+    k = wshape[0]
+    oh, ow = h + sum(pads[0]) - 2, w + sum(pads[1]) - 2
+    if c < WINOGRAD_MIN_CHANNELS or k < WINOGRAD_MIN_CHANNELS:
+        return 0
+    return 4 if min(oh, ow) >= WINOGRAD_F4_MIN_SIZE else 2
+
+
+class _WinogradConvPlan:
+    """Winograd F(m x m, 3 x 3) (asymo.ops.winograd): one pool job per call, the transforms,
+    GEMMs, bias, residual and activation inside each task."""
+
+    def __init__(self, pool, xshape, wshape, pads, tile, activation):
+        self.tile = tile
+        self.plan = _winograd.WinogradPlan(pool, xshape, wshape, pads, tile, activation,
+                                           method=WINOGRAD_METHOD)
+
+    def run(self, x, weight, bias, y, residual, pool, packed=None):
+        u = _winograd.weights_for(weight if packed is None else packed, self.tile)
+        self.plan.run(x, weight, u, bias, y, residual, pool)
 
 
 class _DepthwisePlan:

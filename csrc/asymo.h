@@ -11,6 +11,7 @@
 #include "emulate.h"
 #include "gemm.h"
 #include "conv.h"
+#include "asymo/winograd.h"
 #include "pooling.h"
 
 #endif

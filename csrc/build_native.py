@@ -20,14 +20,19 @@ CDEF_BLOCK = re.compile(r"/\* CDEF BEGIN \*/(.*?)/\* CDEF END \*/", re.S)
 
 def _cdef_text():
     parts = []
-    for header in sorted(glob.glob(os.path.join(HERE, "*.h"))):
+    headers = (glob.glob(os.path.join(HERE, "*.h"))
+               + glob.glob(os.path.join(HERE, "include", "asymo", "*.h")))
+    for header in sorted(headers):
         with open(header) as f:
             parts.extend(CDEF_BLOCK.findall(f.read()))
     return "\n".join(parts)
 
 
 def _sources():
-    return sorted(os.path.relpath(p) for p in glob.glob(os.path.join(HERE, "*.c")))
+    found = glob.glob(os.path.join(HERE, "*.c"))
+    for sub in ("conv", os.path.join("kernels", "*")):
+        found += glob.glob(os.path.join(HERE, sub, "*.c"))
+    return sorted(os.path.relpath(p) for p in found)
 
 
 ffibuilder = FFI()
@@ -36,7 +41,7 @@ ffibuilder.set_source(
     "asymo._native",
     '#include "asymo.h"\n',
     sources=_sources(),
-    include_dirs=[os.path.relpath(HERE)],
+    include_dirs=[os.path.relpath(HERE), os.path.relpath(os.path.join(HERE, "include"))],
     extra_compile_args=["-O3", "-std=gnu11", "-pthread", "-fno-strict-aliasing",
                         "-Wall", "-Wno-unused-function"],
     extra_link_args=["-pthread"],

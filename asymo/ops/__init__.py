@@ -1,0 +1,1 @@
+"""Operators: the kernels' Python front-ends and their per-layer plans."""
