@@ -64,10 +64,12 @@ DEPTHWISE_METHOD = 0
 # 3x3 stride-1 layers (float32, one group): "auto" picks Winograd F(4x4, 3x3) or F(2x2, 3x3)
 # by the rule in _winograd_tile, 2 or 4 forces that tile wherever Winograd applies, "off"
 # runs them as GEMMs. Outputs smaller than WINOGRAD_F4_MIN_SIZE on a side use F(2x2) (a 4x4
-# tile wastes more of a small plane), fewer channels than WINOGRAD_MIN_CHANNELS the GEMM.
+# tile wastes more of a small plane), fewer channels than WINOGRAD_MIN_CHANNELS the GEMM;
+# see _winograd_tile for the rule on large weights (measured: docs/winograd.md).
 WINOGRAD = "auto"
 WINOGRAD_F4_MIN_SIZE = 8
 WINOGRAD_MIN_CHANNELS = 8
+WINOGRAD_F4_MAX_WEIGHT_BYTES = 4 << 20
 # Winograd task: 0 = transforms + GEMMs, 1 = the task's direct fallback loop (for tests).
 WINOGRAD_METHOD = 0
 
@@ -332,7 +334,8 @@ _plan_lock = threading.Lock()
 def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, activation,
                has_bias, has_residual):
     key = (xshape, wshape, dtype.num, stride, pads, dilation, groups, activation, has_bias,
-           has_residual, DEPTHWISE_METHOD, WINOGRAD, WINOGRAD_METHOD, COL_CHUNK_BYTES, COL_CHUNK_COLUMNS, IM2COL_METHOD,
+           has_residual, DEPTHWISE_METHOD, WINOGRAD, WINOGRAD_METHOD, WINOGRAD_F4_MIN_SIZE,
+           WINOGRAD_MIN_CHANNELS, WINOGRAD_F4_MAX_WEIGHT_BYTES, COL_CHUNK_BYTES, COL_CHUNK_COLUMNS, IM2COL_METHOD,
            IMPLICIT_CHUNK_BYTES, _split_cost.emulated_period(), pool.limit)
     try:
         per_pool = _plan_cache.get(pool)
@@ -421,7 +424,14 @@ def _winograd_tile(xshape, wshape, dtype, stride, pads, dilation, groups):
     oh, ow = h + sum(pads[0]) - 2, w + sum(pads[1]) - 2
     if c < WINOGRAD_MIN_CHANNELS or k < WINOGRAD_MIN_CHANNELS:
         return 0
-    return 4 if min(oh, ow) >= WINOGRAD_F4_MIN_SIZE else 2
+    if min(oh, ow) < WINOGRAD_F4_MIN_SIZE:
+        return 2
+    # F(4x4) streams 36 C x K weight panels per block of 16 tiles: when they outgrow the
+    # caches and the plane has few 4x4 tiles, F(2x2)'s 16 panels over more tiles win.
+    tiles4 = -(-oh // 4) * -(-ow // 4)
+    if 36 * c * k * 4 > WINOGRAD_F4_MAX_WEIGHT_BYTES and tiles4 <= 16:
+        return 2
+    return 4
 
 
 class _WinogradConvPlan:

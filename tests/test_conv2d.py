@@ -490,6 +490,7 @@ def test_both_im2col_methods_on_a_packed_gemm_layer(method, monkeypatch):
     import asymo.conv as conv_mod
 
     monkeypatch.setattr(conv_mod, "IM2COL_METHOD", method)
+    monkeypatch.setattr(conv_mod, "WINOGRAD", "off")   # the GEMM path (Winograd: test_winograd)
     monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
     rng = np.random.default_rng(23)
     for dt in (np.float32, np.float64):
