@@ -11,7 +11,7 @@
 #include "emulate.h"
 #include "gemm.h"
 #include "conv.h"
-#include "asymo/winograd.h"
+#include "include/asymo/winograd.h"
 #include "pooling.h"
 
 #endif
