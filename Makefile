@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h csrc/*.py csrc/py
 
 install: $(STAMP)
 
-# torch is optional: the tests that compare against it are skipped when it is absent.
+# torch is optional: the tests that compare against it are skipped when it is absent. It is
+# installed apart from the extras because only this exact version lies on the build machine.
 $(VENV)/.torch-tried: $(STAMP)
 	-$(PY) -m pip install --quiet torch==2.13.0
 	touch $@
@@ -27,7 +28,18 @@ demo: $(STAMP)
 	$(VENV)/bin/asymo emulate --core 1 --speed 0.5 -- $(VENV)/bin/asymo demo
 	$(VENV)/bin/asymo plan resnet50
 
-test: $(STAMP) $(VENV)/.torch-tried
+# The NEON kernels are built with the aarch64 cross compiler and run under qemu-aarch64 in the
+# tests: install both from the distribution when they are missing (as root, with apt-get).
+ARM_TOOLS := $(VENV)/.arm-tools-tried
+$(ARM_TOOLS): $(STAMP)
+	@if command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user >/dev/null; \
+	else echo "NOTE: no aarch64-linux-gnu-gcc / qemu-aarch64 and no root apt-get: the NEON tests will be skipped"; fi
+	touch $@
+
+test: $(STAMP) $(VENV)/.torch-tried $(ARM_TOOLS)
 	$(PY) -m pytest -q
 
 # In-place build for development with the system Python (no virtualenv).

@@ -1,44 +1,61 @@
 """asymo: make deep-learning inference use all the cores of a heterogeneous CPU.
 
-Import cost is kept small: submodules are loaded on first use.
+The public API is ``__all__``; everything else lives in the layered subpackages, imported on
+first use so that ``import asymo`` stays cheap:
+
+``asymo.hw``        machine facts (topology, sysfs, cpu load, environment)
+``asymo.profile``   the calibration profile (plain data, file IO)
+``asymo.plan``      pure planning: (topology, profile, shape) -> plan data
+``asymo.runtime``   the pinned, asymmetry-aware thread pool and its C interface
+``asymo.ops``       the drop-in operators (matmul, conv2d, pooling)
+``asymo.calibrate`` measurement that writes the profile
+``asymo.models``, ``asymo.pipeline``, ``asymo.dvfs``, ``asymo.cli``
+``asymo.lab``       emulator, simulator, scaling sweeps (never imported by the runtime)
 """
 from __future__ import annotations
 
-import importlib
-
 __version__ = "0.1.0"
+
+__all__ = [
+    "matmul", "conv2d", "prepack_conv", "PackedConvWeight", "max_pool2d", "avg_pool2d",
+    "Pool", "get_pool", "plan_matmul", "frequency_plan",
+    "emulate", "__version__",
+]
 
 # public name -> (module, attribute or None for the module itself)
 _LAZY = {
-    "topology": ("asymo.topology", None),
-    "pool": ("asymo.pool", None),
-    "Pool": ("asymo.pool", "Pool"),
-    "get_pool": ("asymo.pool", "get_pool"),
-    "dvfs": ("asymo.dvfs", None),
+    "matmul": ("asymo.ops.matmul", "matmul"),
+    "conv2d": ("asymo.ops.conv", "conv2d"),
+    "prepack_conv": ("asymo.ops.conv", "prepack_conv"),
+    "PackedConvWeight": ("asymo.ops.conv", "PackedConvWeight"),
+    "max_pool2d": ("asymo.ops.pooling", "max_pool2d"),
+    "avg_pool2d": ("asymo.ops.pooling", "avg_pool2d"),
+    "Pool": ("asymo.runtime.pool", "Pool"),
+    "get_pool": ("asymo.runtime.pool", "get_pool"),
+    "plan_matmul": ("asymo.plan.matmul", "plan_matmul"),
     "frequency_plan": ("asymo.dvfs.selection", "frequency_plan"),
-    "emulate": ("asymo.emulate", None),
-    "matmul": ("asymo.gemm", "matmul"),
-    "pipeline": ("asymo.pipeline", None),
-    "conv2d": ("asymo.conv", "conv2d"),
-    "prepack_conv": ("asymo.conv", "prepack_conv"),
-    "PackedConvWeight": ("asymo.conv", "PackedConvWeight"),
-    "models": ("asymo.models", None),
-    "plan_matmul": ("asymo.matmul_plan", "plan_matmul"),
-    "sim": ("asymo.sim", None),
-    "scaling": ("asymo.scaling", None),
+    "emulate": ("asymo.lab.emulate", None),
 }
+_SUBPACKAGES = ("hw", "profile", "plan", "runtime", "ops", "calibrate", "models", "pipeline",
+                "dvfs", "cli", "lab")
 
 
 def __getattr__(name):
-    try:
-        module, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'asymo' has no attribute {name!r}") from None
-    mod = importlib.import_module(module)
-    value = mod if attr is None else getattr(mod, attr)
+    import importlib
+
+    if name in _SUBPACKAGES:
+        value = importlib.import_module(f"asymo.{name}")
+    else:
+        try:
+            module, attr = _LAZY[name]
+        except KeyError:
+            raise AttributeError(f"module 'asymo' has no attribute {name!r}") from None
+        value = importlib.import_module(module)
+        if attr is not None:
+            value = getattr(value, attr)
     globals()[name] = value
     return value
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_LAZY))
+    return sorted(set(__all__) | set(_SUBPACKAGES))

@@ -179,7 +179,7 @@ def machine_lines(pool, emulation, torch_threads):
         pass
     blas = [(i.get("internal_api"), i.get("num_threads"))
             for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
-    from asymo.conv import kernel_isa
+    from asymo.ops.conv import kernel_isa
 
     lines = [
         f"machine: {cpu}, {os.cpu_count()} cpus, affinity {sorted(os.sched_getaffinity(0))}",
@@ -195,14 +195,14 @@ def machine_lines(pool, emulation, torch_threads):
 
 @contextlib.contextmanager
 def emulated(spec, period=None):
-    """``spec`` like "1:0.5" (cpu:speed,...): slow those cores for the block (asymo.emulate;
+    """``spec`` like "1:0.5" (cpu:speed,...): slow those cores for the block (asymo.lab.emulate;
     ``period`` in seconds, default the emulator's); None: no emulation. Yields a description
     (the spec and the period)."""
     if not spec:
         yield None
         return
-    from asymo import emulate
-    from asymo.scaling import parse_emulate
+    from asymo.lab import emulate
+    from asymo.lab.scaling import parse_emulate
     try:
         speeds = parse_emulate(spec)
     except ValueError as exc:

@@ -12,7 +12,7 @@ has no usable GEMM calibration, ``--calibrate`` (default ``quick``) makes one fi
 
 Shapes are those of the calibration set's held-out list: convolutions of ResNet-50, AlexNet
 and GoogLeNet and FC / matrix-vector products, none of them in the training data. For each
-shape the same operands are multiplied with the default plan (`asymo.gemm_plan.plan_gemm`:
+shape the same operands are multiplied with the default plan (`asymo.plan.gemm.plan_gemm`:
 capacity split, cache-rule blocks) and the calibrated plan (measured split ratio, cost-model
 blocks) and, on an asymmetric topology, the calibrated plan with the split adjusted by the
 current load, alternately; a sample repeats the call for at least ``--min-sample`` seconds,
@@ -36,12 +36,16 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from asymo import calibration, calibration_set, gemm_plan, matmul_plan  # noqa: E402
+from asymo.calibrate import gemm as calibration  # noqa: E402
+from asymo.calibrate import gemm_set as calibration_set
+from asymo.plan import gemm as gemm_plan
+from asymo.plan import matmul as matmul_plan
 from asymo import profile as prof  # noqa: E402
-from asymo import topology as topo  # noqa: E402
-from asymo._ffi import lib  # noqa: E402
-from asymo.calibration import gemm_args_2d  # noqa: E402
-from asymo.pool import Pool  # noqa: E402
+from asymo.hw import topology as topo  # noqa: E402
+from asymo.runtime.ffi import lib  # noqa: E402
+from asymo.calibrate.gemm import gemm_args_2d  # noqa: E402
+from asymo.plan import calibration as plan_calibration  # noqa: E402
+from asymo.runtime.pool import Pool  # noqa: E402
 
 
 def compare(pool, size, plans, repeats, min_sample, rng):
@@ -96,9 +100,9 @@ def _emulation(spec):
         yield None
         return
     try:
-        from asymo.emulate import slow_cores
+        from asymo.lab.emulate import slow_cores
     except ImportError:
-        sys.exit("--emulate needs asymo.emulate (the emulator); or run this script under "
+        sys.exit("--emulate needs asymo.lab.emulate (the emulator); or run this script under "
                  "`asymo emulate --core 1 --speed 0.5 -- ...`")
     speeds = {}
     for part in spec.split(","):
@@ -116,7 +120,7 @@ def main(argv=None):
                          "(quick / full), always (always-*), or never (none: fails without)")
     ap.add_argument("--profile", default=None, help="profile path (default: the active one)")
     ap.add_argument("--emulate", default=None, metavar="CPU:SPEED[,...]",
-                    help="run emulated, e.g. 1:0.5 (needs asymo.emulate)")
+                    help="run emulated, e.g. 1:0.5 (needs asymo.lab.emulate)")
     ap.add_argument("--repeats", type=int, default=21)
     ap.add_argument("--min-sample", type=float, default=0.003, metavar="SECONDS")
     ap.add_argument("--seed", type=int, default=0)
@@ -129,14 +133,14 @@ def main(argv=None):
         path = prof.profile_path(t, args.profile)
         if args.profile:
             os.environ[prof.ENV_VAR] = path
-        summary = calibration.profile_summary(t, path)
+        summary = plan_calibration.profile_summary(t, path)
         usable = summary["status"] == "ok" and (summary.get("gemm") or {}).get("usable")
         if args.calibrate.startswith("always") or (not usable and args.calibrate != "none"):
             mode = args.calibrate.split("-")[-1]
             print(f"calibrating ({mode}) into {path} ...", file=sys.stderr)
             section = calibration.calibrate_gemm(t, set_name=mode, path=path)
             print(calibration.format_report(section), file=sys.stderr)
-            summary = calibration.profile_summary(t, path)
+            summary = plan_calibration.profile_summary(t, path)
         elif not usable:
             sys.exit(f"no usable GEMM calibration in {path} ({summary.get('reason')}); run "
                      "`asymo calibrate` or pass --calibrate quick")
@@ -144,7 +148,7 @@ def main(argv=None):
         matmul_plan.clear_cache()
 
         print("asymo: calibrated vs default GEMM plans")
-        print(f"machine: {platform.machine()} {prof._cpu_model_name()}, "
+        print(f"machine: {platform.machine()} {topo.cpu_model_name()}, "
               f"{os.cpu_count()} cpus; python {platform.python_version()}")
         print(f"topology: {t.to_spec()}"
               + (f"; EMULATED slow cores {dict(sorted(t.emulated.items()))} (speed only: "

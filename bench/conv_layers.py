@@ -40,7 +40,7 @@ def main(argv=None):
                              "library's threads waking up; at 0.02 s torch's per-layer sums "
                              "came out 1.6x its whole-model time)")
     parser.add_argument("--period", type=float, default=None, metavar="SECONDS",
-                        help="emulator period (default: asymo.emulate.DEFAULT_PERIOD)")
+                        help="emulator period (default: asymo.lab.emulate.DEFAULT_PERIOD)")
     parser.add_argument("--emulate", default=None, metavar="CPU:SPEED[,...]",
                         help="slow cores with the emulator, e.g. 1:0.5")
     parser.add_argument("--no-numpy", action="store_true", help="skip the NumPy baseline")

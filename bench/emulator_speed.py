@@ -1,7 +1,7 @@
 """How fast is a core the emulator slowed, measured against a free core?
 
 For each requested speed, single-thread work runs alternately on a free core and on the slowed
-core (same work, same process: ``asymo._speedprobe``); the measured speed is (time on free core)
+core (same work, same process: ``asymo.lab.speedprobe``); the measured speed is (time on free core)
 / (time on slowed core), the median over repeats. Two workloads show the slowdown does not
 depend on who runs there: a pure-Python loop (the interpreter) and a NumPy float32 matmul on one
 OpenBLAS thread. The measuring process runs in a session of its own at nice -20 (where
@@ -30,14 +30,14 @@ sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 
-import asymo.emulate as E  # noqa: E402
+import asymo.lab.emulate as E  # noqa: E402
 
 
 WORKLOADS = {"python": "python loop", "matmul": "numpy matmul 192^3 f32, 1 thread"}
 
 
 def _run_probe(fast, slow, workload, extra, shield):
-    cmd = [sys.executable, "-m", "asymo._speedprobe", "--fast", str(fast), "--slow", str(slow),
+    cmd = [sys.executable, "-m", "asymo.lab.speedprobe", "--fast", str(fast), "--slow", str(slow),
            "--workload", workload, *extra]
     if shield:
         cmd.append("--shield")
@@ -48,7 +48,7 @@ def _run_probe(fast, slow, workload, extra, shield):
 
 
 def probe(fast, slow, workload, repeats, seconds, shield):
-    """Run asymo._speedprobe in a session of its own; returns (ratios, shares, nice)."""
+    """Run asymo.lab.speedprobe in a session of its own; returns (ratios, shares, nice)."""
     out = _run_probe(fast, slow, workload, ["--rounds", str(repeats), "--seconds", str(seconds)],
                      shield)
     return out["ratios"], out["share"], out["nice"], out["autogroup_nice"]

@@ -42,14 +42,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def _spin_pair():
     # the same 2-task spin the calibration's wake-up measurement uses
-    from asymo.sim.calibrate import spin_pair_task
+    from asymo.lab.sim.calibrate import spin_pair_task
     return spin_pair_task()
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--period", type=float, default=None,
-                    help="emulator period in seconds (default asymo.emulate.DEFAULT_PERIOD)")
+                    help="emulator period in seconds (default asymo.lab.emulate.DEFAULT_PERIOD)")
     ap.add_argument("--speed", type=float, default=0.5, help="core 1's emulated speed")
     ap.add_argument("--jobs", type=int, default=200, help="jobs per case (medians)")
     ap.add_argument("--task-us", type=float, default=400.0,
@@ -58,11 +58,11 @@ def main(argv=None):
 
     import numpy as np
 
-    from asymo import scaling
-    from asymo import topology as topo
-    from asymo.emulate import DEFAULT_PERIOD, slow_cores
-    from asymo.sim import DutyCycle, Job, Overheads, simulate
-    from asymo.sim.calibrate import time_pair_job
+    from asymo.lab import scaling
+    from asymo.hw import topology as topo
+    from asymo.lab.emulate import DEFAULT_PERIOD, slow_cores
+    from asymo.lab.sim import DutyCycle, Job, Overheads, simulate
+    from asymo.lab.sim.calibrate import time_pair_job
 
     period = args.period or DEFAULT_PERIOD
     spin = _spin_pair()
@@ -108,7 +108,7 @@ def main(argv=None):
         print(f"{name:<17}{statistics.median(walls) * 1e6:>9.0f}"
               f"{q[0] * 1e6:>16.0f}/{q[1] * 1e6:.0f}/{q[2] * 1e6:.0f}"
               f"{sims[0] * 1e6:>12.0f}{sims[1] * 1e6:>13.0f}{gap * 1e6:>8.0f}")
-    print("sim: the same jobs in asymo.sim (no scheduling overheads; the measured gap between "
+    print("sim: the same jobs in asymo.lab.sim (no scheduling overheads; the measured gap between "
           "jobs as the submitter's serial work, not counted in the figure), averaged over 16 "
           "emulator phases; 'b2b': per job when 100 run back to back")
     return 0

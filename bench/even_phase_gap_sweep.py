@@ -17,7 +17,7 @@ worker 1's task took 1060 us instead of ~620):
 
 The time outside the task falls one-for-one with the extra gap, and wall + gap stays near two
 periods (~1000 us): each job starts inside a stop of core 1 and waits for it to end (a start
-wait set by where the previous job ended), not a fixed join cost. asymo.sim comes within
+wait set by where the previous job ended), not a fixed join cost. asymo.lab.sim comes within
 about 6% (one row: +9%) only when (1) it runs the calls back to back instead of one call at
 spread phases, and (2) the submitter's wake-up after sleeping on the job (54 us, measured
 without the emulator as bench/even_join_diagnostic.py's "submitter short" - "equal"
@@ -29,9 +29,10 @@ import sys
 import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np
-from asymo import scaling, topology as topo
-from asymo.emulate import slow_cores
-from asymo.sim.calibrate import spin_pair_task, time_pair_job
+from asymo.lab import scaling
+from asymo.hw import topology as topo
+from asymo.lab.emulate import slow_cores
+from asymo.lab.sim.calibrate import spin_pair_task, time_pair_job
 spin = spin_pair_task(); buf = np.zeros(4)
 P = float(sys.argv[1])
 with slow_cores({1: 0.5}, period=P):
@@ -43,7 +44,7 @@ with slow_cores({1: 0.5}, period=P):
         per = statistics.median(job(1e5, 10)[1][0] for _ in range(20)) / 1e5
         n = int(400e-6 / per)
         L = float(sys.argv[2]) if len(sys.argv) > 2 else 54e-6   # submitter wake-up (s)
-        from asymo.sim import DutyCycle, Job, simulate
+        from asymo.lab.sim import DutyCycle, Job, simulate
         for extra in (0, 50, 100, 150, 200, 250):
             rows = []
             c0 = time.perf_counter()

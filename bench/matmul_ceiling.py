@@ -1,7 +1,7 @@
 """Oracle ceiling of split-based scheduling for asymo.matmul under the emulator.
 
 For every shape of `bench/matmul_gflops.py`'s MM and MV sets, under
-``asymo.emulate.slow_cores({core: speed})``, interleaved rounds time:
+``asymo.lab.emulate.slow_cores({core: speed})``, interleaved rounds time:
 
 ``fast``
     asymo on the fast core alone (its pool and the calling thread pinned there): the
@@ -13,7 +13,7 @@ For every shape of `bench/matmul_gflops.py`'s MM and MV sets, under
     ``asymo.matmul`` on the emulated 2-core topology (what matmul_gflops reports).
 ``f=X``
     a forced static split: fraction X of the split dimension on the slow core, the rest on
-    the fast one, through an explicit `asymo.gemm_plan.plan_gemm(..., split=(1-X, X))` plan run
+    the fast one, through an explicit `asymo.plan.gemm.plan_gemm(..., split=(1-X, X))` plan run
     by the C driver (``asymo_gemm_2d``) directly on the emulated pool with policy "asymo"
     (the fast core steals from the slow one when it runs out; never the reverse).
 ``shared``
@@ -52,11 +52,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import matmul_gflops as mg  # noqa: E402
 
-from asymo import gemm_plan  # noqa: E402
-from asymo._ffi import ffi, lib  # noqa: E402
-from asymo.gemm import _CODES  # noqa: E402
-from asymo.pool import Pool  # noqa: E402
-from asymo.topology import Cluster, Topology  # noqa: E402
+from asymo.plan import gemm as gemm_plan  # noqa: E402
+from asymo.runtime.ffi import ffi, lib  # noqa: E402
+from asymo.ops.matmul import _CODES  # noqa: E402
+from asymo.runtime.pool import Pool  # noqa: E402
+from asymo.hw.topology import Cluster, Topology  # noqa: E402
 
 FRACTIONS = (0.1, 0.2, 0.3, 0.33, 0.4, 0.5)
 
@@ -262,7 +262,7 @@ def main(argv=None):
             ap.error(f"no shape of the chosen groups is named in --shapes {args.shapes}")
     dtype = np.dtype("float32")
     load0 = os.getloadavg()[0]
-    from asymo import matmul_fast
+    from asymo.ops import matmul_fast
     print(f"machine: {mg.machine_line()}; kernels {gemm_plan.best_isa()}, float32; "
           f"{args.rounds} interleaved rounds; load average at start {load0:.2f}; "
           f"matmul fast path: {matmul_fast.status()['state']}")

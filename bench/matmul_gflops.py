@@ -20,7 +20,7 @@ Modes:
 
 * ``symmetric``: asymo on its default pool (every core) against NumPy/OpenBLAS limited to the
   same number of threads (threadpoolctl).
-* ``emulated``: core ``--core`` runs at ``--speed`` (`asymo.emulate.slow_cores`: a SCHED_FIFO
+* ``emulated``: core ``--core`` runs at ``--speed`` (`asymo.lab.emulate.slow_cores`: a SCHED_FIFO
   occupier takes the rest of it). asymo runs on the emulated topology (capacities 1 and speed)
   against NumPy on all cores and against asymo on the fast core alone (its pool and the
   calling thread pinned there). The emulator slows a core's speed, not its caches.
@@ -46,9 +46,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import asymo  # noqa: E402
-from asymo import gemm_plan  # noqa: E402
-from asymo.pool import Pool  # noqa: E402
-from asymo.topology import Cluster, Topology  # noqa: E402
+from asymo.plan import gemm as gemm_plan  # noqa: E402
+from asymo.runtime.pool import Pool  # noqa: E402
+from asymo.hw.topology import Cluster, Topology  # noqa: E402
 
 MM_SHAPES = [
     # name, M, K, N
@@ -159,17 +159,17 @@ def add_timing_args(ap, rounds):
     ap.add_argument("--core", type=int, default=1, help="core the emulator slows")
     ap.add_argument("--speed", type=float, default=0.5, help="speed of the slowed core")
     ap.add_argument("--period", type=float, default=None, metavar="SECONDS",
-                    help="emulator period (default: asymo.emulate.DEFAULT_PERIOD); the slowed "
+                    help="emulator period (default: asymo.lab.emulate.DEFAULT_PERIOD); the slowed "
                          "core stops for (1 - speed) of every period")
 
 
 @contextlib.contextmanager
 def emulation(core, speed, period=None):
     """(topology, description) with ``core`` slowed to ``speed`` by asymo's emulator."""
-    from asymo.emulate import DEFAULT_PERIOD, slow_cores
+    from asymo.lab.emulate import DEFAULT_PERIOD, slow_cores
     period = DEFAULT_PERIOD if period is None else period
     with slow_cores({core: speed}, period=period) as emu:
-        yield emu.topology, (f"asymo.emulate.slow_cores({{{core}: {speed}}}, "
+        yield emu.topology, (f"asymo.lab.emulate.slow_cores({{{core}: {speed}}}, "
                              f"period={period * 1e3:g} ms)")
 
 
@@ -328,7 +328,7 @@ def main(argv=None):
         shapes = [s for s in shapes if s[0] in QUICK]
     print(f"machine: {machine_line()}; BLAS: {blas_line()}; load average at start "
           f"{os.getloadavg()[0]:.2f} (other jobs share the machine)")
-    from asymo import matmul_fast
+    from asymo.ops import matmul_fast
     print(f"asymo GEMM: kernels {gemm_plan.best_isa()}, dtype {args.dtype}, medians of "
           f"{args.rounds} interleaved rounds; ratio = time(baseline) / time(asymo); "
           f"matmul fast path: {matmul_fast.status()['state']}"

@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import asymo  # noqa: E402
-from asymo import matmul_fast  # noqa: E402
+from asymo.ops import matmul_fast  # noqa: E402
 from matmul_gflops import machine_line  # noqa: E402  (bench/ is the script's directory)
 
 # name, shape of a, shape of b, whether out= is given

@@ -33,7 +33,7 @@ def main(argv=None):
     parser.add_argument("--min-time", type=float, default=0.3,
                         help="seconds of back-to-back runs per backend per round")
     parser.add_argument("--period", type=float, default=None, metavar="SECONDS",
-                        help="emulator period (default: asymo.emulate.DEFAULT_PERIOD)")
+                        help="emulator period (default: asymo.lab.emulate.DEFAULT_PERIOD)")
     parser.add_argument("--emulate", default=None, metavar="CPU:SPEED[,...]",
                         help="slow cores with the emulator, e.g. 1:0.5")
     parser.add_argument("--no-numpy", action="store_true", help="skip the NumPy baseline")
@@ -47,7 +47,7 @@ def main(argv=None):
     import asymo.models
     from asymo.models.torch_backend import torch_available, torch_forward
     from asymo.models.model import run_steps
-    from asymo.topology import Cluster, Topology
+    from asymo.hw.topology import Cluster, Topology
 
     names = asymo.models.names() if args.models == "all" else args.models.split(",")
     with emulated(args.emulate, args.period) as emu:

@@ -1,6 +1,6 @@
 """Benchmark: planned pipeline vs kernel-level vs the parallel design, per zoo model.
 
-Runs under the asymmetry emulator (default: core 1 at speed 0.5, ``asymo.emulate``) unless
+Runs under the asymmetry emulator (default: core 1 at speed 0.5, ``asymo.lab.emulate``) unless
 ``--no-emulate``. For each model it plans a pipeline (stages, cores, layer ranges), then runs,
 side by side in this process, the same frames through
 
@@ -93,11 +93,11 @@ def main(argv=None):
     ap.add_argument("--json", default=None, metavar="PATH", help="also write results here")
     args = ap.parse_args(argv)
 
-    from asymo import topology as topo
+    from asymo.hw import topology as topo
     if args.no_emulate:
         ctx = contextlib.nullcontext()
     else:
-        from asymo.emulate import slow_cores
+        from asymo.lab.emulate import slow_cores
         ctx = slow_cores({args.core: args.speed})
     rows = []
     with ctx:

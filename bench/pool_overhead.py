@@ -35,7 +35,7 @@ import numba  # noqa: E402
 from numba import njit, prange, types  # noqa: E402
 
 import asymo  # noqa: E402
-from asymo._ffi import ffi, lib  # noqa: E402
+from asymo.runtime.ffi import ffi, lib  # noqa: E402
 
 
 def timeit(fn, number, repeat):
@@ -104,9 +104,9 @@ def python_threads_per_job(nthreads):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--topology", default=None,
-                    help="topology override spec (default: asymo.topology.detect())")
-    ap.add_argument("--policy", default="asymo", choices=sorted(asymo.pool.POLICIES))
-    ap.add_argument("--queue", default=None, choices=sorted(asymo.pool.QUEUES))
+                    help="topology override spec (default: asymo.hw.topology.detect())")
+    ap.add_argument("--policy", default="asymo", choices=sorted(asymo.runtime.pool.POLICIES))
+    ap.add_argument("--queue", default=None, choices=sorted(asymo.runtime.pool.QUEUES))
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--jobs", type=int, default=400, help="jobs per sample (empty-job test)")
     ap.add_argument("--sizes", default="1000,100000,1000000",

@@ -34,9 +34,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import asymo  # noqa: E402
-from asymo._ffi import ffi, lib  # noqa: E402
+from asymo.runtime.ffi import ffi, lib  # noqa: E402
 
-# A minimal emulator helper, used when asymo.emulate (the project's emulator) is not
+# A minimal emulator helper, used when asymo.lab.emulate (the project's emulator) is not
 # available: SCHED_FIFO, pinned, spins `busy` of each period on absolute deadlines, dies with
 # its parent and after a time limit.
 _OCCUPIER = r"""
@@ -84,10 +84,10 @@ def _local_slow_core(cpu, speed, period=1e-3, time_limit=600.0):
 def slow_core(cpu, speed):
     """The project's emulator when present, else the minimal helper above."""
     try:
-        from asymo.emulate import slow_cores
+        from asymo.lab.emulate import slow_cores
     except ImportError:
         return _local_slow_core(cpu, speed), "bench-local SCHED_FIFO helper (1 ms period)"
-    return slow_cores({cpu: speed}), "asymo.emulate.slow_cores (SCHED_FIFO helper)"
+    return slow_cores({cpu: speed}), "asymo.lab.emulate.slow_cores (SCHED_FIFO helper)"
 
 
 def make_task(kernel, iters):
@@ -128,7 +128,7 @@ def main(argv=None):
                     help="approximate task length on the fast core (microseconds)")
     ap.add_argument("--kernel", choices=("c", "numba"), default="c")
     ap.add_argument("--repeat", type=int, default=11)
-    ap.add_argument("--queue", default=None, choices=sorted(asymo.pool.QUEUES))
+    ap.add_argument("--queue", default=None, choices=sorted(asymo.runtime.pool.QUEUES))
     args = ap.parse_args(argv)
     fast, slow = args.fast_core, args.slow_core
     usable = os.sched_getaffinity(0)

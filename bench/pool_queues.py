@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import asymo  # noqa: E402
-from asymo._ffi import ffi, lib  # noqa: E402
+from asymo.runtime.ffi import ffi, lib  # noqa: E402
 
 NOOP = ffi.addressof(lib, "asymo_task_noop")
 SPIN = ffi.addressof(lib, "asymo_task_spin")
@@ -96,7 +96,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--topology", default="big:0@1.0,little:1@0.5",
                     help="topology override spec (default: %(default)s)")
-    ap.add_argument("--policy", default="asymo", choices=sorted(asymo.pool.POLICIES))
+    ap.add_argument("--policy", default="asymo", choices=sorted(asymo.runtime.pool.POLICIES))
     ap.add_argument("--repeat", type=int, default=15)
     args = ap.parse_args(argv)
 

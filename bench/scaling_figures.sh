@@ -24,7 +24,7 @@ REPEATS=${REPEATS:-7}
 # each sample at least this long: several calls of a whole model on an already warm pool
 # (a 30 ms SqueezeNet call sampled once right after the pool opens reads ~10% slow)
 MIN_TIME=${MIN_TIME:-0.1}
-PERIOD=${PERIOD:-0.0005}     # asymo.emulate.DEFAULT_PERIOD
+PERIOD=${PERIOD:-0.0005}     # asymo.lab.emulate.DEFAULT_PERIOD
 SHORT_PERIOD=${SHORT_PERIOD:-0.00025}
 WORKLOADS=${WORKLOADS:-spin,matmul,conv2d,models}
 STEPS=${STEPS:-1 2 3 4}

@@ -74,9 +74,9 @@ def main(argv=None):
     ap.add_argument("--min-time", type=float, default=0.1)
     args = ap.parse_args(argv)
 
-    from asymo import scaling
-    from asymo import topology as topo
-    from asymo.emulate import DEFAULT_PERIOD, slow_cores
+    from asymo.lab import scaling
+    from asymo.hw import topology as topo
+    from asymo.lab.emulate import DEFAULT_PERIOD, slow_cores
 
     period = args.period or DEFAULT_PERIOD
     names = args.workload.split(",")

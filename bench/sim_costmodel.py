@@ -2,7 +2,7 @@
 
 Measures ``asymo bench scaling`` (matmul and conv2d by default, policies asymo and even) on
 this machine's own topology, then simulates the same topology and workloads twice: with the
-GEMM task costs from the cost models of a calibration profile (``asymo.sim.costs``) and with
+GEMM task costs from the cost models of a calibration profile (``asymo.lab.sim.costs``) and with
 the profile's flat per-cluster MM capability (GFLOP/s per core), and prints measured against
 simulated throughput per point with the run conditions.
 
@@ -38,9 +38,9 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from asymo import scaling  # noqa: E402
-from asymo import topology as topo  # noqa: E402
-from asymo.sim.costs import load_model_costs  # noqa: E402
+from asymo.lab import scaling  # noqa: E402
+from asymo.hw import topology as topo  # noqa: E402
+from asymo.lab.sim.costs import load_model_costs  # noqa: E402
 
 
 def main(argv=None):

@@ -31,11 +31,11 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=30)
     args = ap.parse_args(argv)
 
-    from asymo import scaling
-    from asymo import topology as topo
-    from asymo.emulate import slow_cores
-    from asymo.sim import Overheads
-    from asymo.sim import calibrate as simcal
+    from asymo.lab import scaling
+    from asymo.hw import topology as topo
+    from asymo.lab.emulate import slow_cores
+    from asymo.lab.sim import Overheads
+    from asymo.lab.sim import calibrate as simcal
 
     spec = scaling.parse_emulate(args.emulate)
     with open(args.calibration) as f:

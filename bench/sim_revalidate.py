@@ -3,7 +3,7 @@
 Every ``asymo bench scaling --validate-sim --json FILE`` keeps the measured points and the
 calibration it was compared with, so a change to the model can be judged on identical
 measurements instead of on new sweeps (which move by 10-20% from one to the next on a shared
-VM). This rebuilds each sweep's result from its file, runs ``asymo.scaling.validate_sim`` with
+VM). This rebuilds each sweep's result from its file, runs ``asymo.lab.scaling.validate_sim`` with
 its own calibration and emulator period, and prints how many 2-core cells are within 10%.
 
 ``--level-tolerance TOL`` also runs the variant tried in session 4 and kept out of the model:
@@ -23,11 +23,11 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from asymo import topology as topo                       # noqa: E402
-from asymo.scaling import validate as V                  # noqa: E402
-from asymo.scaling.result import Point, ScalingResult    # noqa: E402
-from asymo.scaling.workloads import make_workloads       # noqa: E402
-from asymo.sim import calibrate as C                     # noqa: E402
+from asymo.hw import topology as topo                       # noqa: E402
+from asymo.lab.scaling import validate as V                  # noqa: E402
+from asymo.lab.scaling.result import Point, ScalingResult    # noqa: E402
+from asymo.lab.scaling.workloads import make_workloads       # noqa: E402
+from asymo.lab.sim import calibrate as C                     # noqa: E402
 from sim_validation_summary import read_json             # noqa: E402
 
 TOLERANCE = V.TOLERANCE
@@ -70,7 +70,7 @@ def leveled(tol):
 
 def revalidate(d, inputs=None):
     """{(workload, policy): 2-core error} of a stored sweep under today's model (or with
-    ``inputs`` in place of ``asymo.sim.calibrate.sim_inputs``)."""
+    ``inputs`` in place of ``asymo.lab.sim.calibrate.sim_inputs``)."""
     saved = V.sim_inputs
     if inputs is not None:
         V.sim_inputs = inputs

@@ -27,7 +27,7 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from asymo.scaling.validate import POOL_POLICIES as POLICIES, TOLERANCE  # noqa: E402
+from asymo.lab.scaling.validate import POOL_POLICIES as POLICIES, TOLERANCE  # noqa: E402
 
 
 def read_json(path):

@@ -1,10 +1,10 @@
-"""When does a slower cluster's share pay? Measure it and compare with `asymo.split_cost`.
+"""When does a slower cluster's share pay? Measure it and compare with `asymo.plan.split_cost`.
 
 Under the emulator (core ``--core`` at ``--speed``, period ``--period``), each product runs on
 the emulated two-cluster pool twice per round, interleaved: split between the clusters by
 capacity (``plan_gemm(split=capacities)``) and on the fastest cluster alone
 (``split=(1, 0)``). Printed: median times, the measured gain of the split (time alone - time
-split, per round, median) and the gain `asymo.split_cost.split_gain` predicts, and whether
+split, per round, median) and the gain `asymo.plan.split_cost.split_gain` predicts, and whether
 the model's choice (fastest alone when the predicted gain <= 0) was the faster one.
 
     flock /tmp/asymo-bench.lock python3 bench/split_cost.py --period 1e-3
@@ -23,10 +23,11 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from asymo import gemm_plan, split_cost  # noqa: E402
-from asymo.emulate import DEFAULT_PERIOD, slow_cores  # noqa: E402
-from asymo.gemm import gemm  # noqa: E402
-from asymo.pool import Pool  # noqa: E402
+from asymo.plan import gemm as gemm_plan  # noqa: E402
+from asymo.plan import split_cost
+from asymo.lab.emulate import DEFAULT_PERIOD, slow_cores  # noqa: E402
+from asymo.ops.matmul import gemm  # noqa: E402
+from asymo.runtime.pool import Pool  # noqa: E402
 from matmul_gflops import _per_call as per_call  # noqa: E402  (one timing loop for both)
 from matmul_gflops import add_timing_args  # noqa: E402  (and the same options)
 

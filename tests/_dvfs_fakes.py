@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import struct
 
-from asymo.topology import Cluster, Topology
+from asymo.hw.topology import Cluster, Topology
 
 KIRIN_LITTLE_KHZ = (509000, 1018000, 1210000, 1402000, 1556000, 1690000, 1844000)
 KIRIN_BIG_KHZ = (682000, 1018000, 1210000, 1364000, 1498000, 1652000, 1863000, 2093000,

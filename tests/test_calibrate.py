@@ -1,5 +1,5 @@
-"""GEMM calibration (asymo.calibration, asymo calibrate), /proc/stat load adjustment
-(asymo.cpuload) and calibrated plans (asymo.plan_matmul)."""
+"""GEMM calibration (asymo.calibrate.gemm, asymo calibrate), /proc/stat load adjustment
+(asymo.hw.cpuload) and calibrated plans (asymo.plan_matmul)."""
 import json
 import os
 import subprocess
@@ -10,12 +10,13 @@ import warnings
 import numpy as np
 import pytest
 
-from asymo import calibration as calib
-from asymo import calibration_set as cset
-from asymo import costmodel as cm
-from asymo import cpuload
+from asymo.calibrate import gemm as calib
+from asymo.plan import calibration as plan_calib
+from asymo.calibrate import gemm_set as cset
+from asymo.plan import costmodel as cm
+from asymo.hw import cpuload
 from asymo import profile as prof
-from asymo.topology import parse_spec
+from asymo.hw.topology import parse_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TWO = "big:0@1.0,little:1@0.5"
@@ -35,7 +36,7 @@ def _fresh(monkeypatch, tmp_path):
 
 
 def _clear_plans():
-    mod = sys.modules.get("asymo.matmul_plan")
+    mod = sys.modules.get("asymo.plan.matmul")
     if mod is not None:
         mod.clear_cache()
 
@@ -259,7 +260,7 @@ def test_calibration_on_synthetic_timings(tmp_path):
     loaded = prof.load_profile(path, topo)
     assert loaded.sections["energy"] == {"kept": True}
     assert loaded.sections["gemm"]["split"] == section["split"]
-    cal = calib.parse_section(loaded.sections["gemm"], topo, path)
+    cal = plan_calib.parse_section(loaded.sections["gemm"], topo, path)
     assert [c.name for c in cal.clusters] == ["big", "little"]
     assert cal.capability("mm")[0] == pytest.approx(2 * cal.capability("mm")[1])
     assert not os.path.exists(calib.partial_path(path))
@@ -330,23 +331,23 @@ def test_unusable_gemm_sections_are_rejected(synthetic_section, mutate, match):
     section = json.loads(json.dumps(synthetic_section))
     mutate(section)
     with pytest.raises(ValueError, match=match):
-        calib.parse_section(section, topo)
+        plan_calib.parse_section(section, topo)
 
 
 def test_profile_summary_for_info(tmp_path):
     topo = parse_spec(TWO)
     path = os.environ["ASYMO_PROFILE"]
-    s = calib.profile_summary(topo)
-    assert s["status"] == "missing" and "asymo calibrate" in calib.render_profile_summary(s)
+    s = plan_calib.profile_summary(topo)
+    assert s["status"] == "missing" and "asymo calibrate" in plan_calib.render_profile_summary(s)
     _calibrate(FakeTimer({"big": 1.0, "little": 0.5}), topo)
-    s = calib.profile_summary(topo)
+    s = plan_calib.profile_summary(topo)
     assert s["status"] == "ok" and s["gemm"]["usable"]
     assert [c["name"] for c in s["gemm"]["clusters"]] == ["big", "little"]
     assert s["gemm"]["clusters"][0]["r2_table2"] > 0.999
-    text = calib.render_profile_summary(s)
+    text = plan_calib.render_profile_summary(s)
     assert path in text and "big" in text and "R^2" in text
     open(path, "w").write("{corrupt")
-    s = calib.profile_summary(topo)
+    s = plan_calib.profile_summary(topo)
     assert s["status"] == "unusable" and "corrupt" in s["reason"]
 
 
@@ -366,7 +367,7 @@ def test_calibrate_help():
 
 
 def test_calibrate_quick_on_the_tiny_set(tmp_path):
-    pytest.importorskip("asymo.gemm_plan")
+    pytest.importorskip("asymo.plan.gemm")
     path = tmp_path / "cli-profile.json"
     env = dict(os.environ, ASYMO_CALIBRATION_SET="tiny", ASYMO_PROFILE=str(path))
     t0 = time.monotonic()
@@ -386,8 +387,8 @@ def test_calibrate_quick_on_the_tiny_set(tmp_path):
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture
 def gemm():
-    gp = pytest.importorskip("asymo.gemm_plan")
-    from asymo import matmul_plan
+    gp = pytest.importorskip("asymo.plan.gemm")
+    from asymo.plan import matmul as matmul_plan
     return gp, matmul_plan
 
 
@@ -470,8 +471,8 @@ def test_calibrated_plan(gemm):
 
 def test_calibrated_plan_computes_the_product(gemm):
     gp, mp = gemm
-    from asymo.gemm import gemm as run_gemm
-    from asymo.pool import Pool
+    from asymo.ops.matmul import gemm as run_gemm
+    from asymo.runtime.pool import Pool
     topo = parse_spec(TWO)
     _calibrate(_real_tile_timer(gp, {"big": 1.0, "little": 0.5}), topo)
     rng = np.random.default_rng(0)
@@ -487,8 +488,8 @@ def test_calibrated_plan_computes_the_product(gemm):
 def test_matmul_uses_the_active_profile(gemm):
     gp, mp = gemm
     import asymo
-    from asymo.pool import Pool
-    from asymo.topology import detect
+    from asymo.runtime.pool import Pool
+    from asymo.hw.topology import detect
     topo = detect()
     rng = np.random.default_rng(1)
     a = rng.standard_normal((300, 200)).astype(np.float32)

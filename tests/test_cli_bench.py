@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asymo import scaling
+from asymo.lab import scaling
 from asymo.cli import main
 
 POINT_KEYS = {"workload", "policy", "cores", "throughput", "unit", "time_s", "cpus", "speedup"}
@@ -142,7 +142,7 @@ def test_measured_numpy_baseline_tiny(tmp_path, capsys):
 
 
 def test_measured_spin_with_validation_tiny(tmp_path, capsys):
-    pytest.importorskip("asymo.pool")
+    pytest.importorskip("asymo.runtime.pool")
     js, png = tmp_path / "m.json", tmp_path / "m.png"
     rc, out, _ = _run(capsys, "--workload", "spin", "--repeats", "1", "--min-time", "0",
                       "--max-external-load", "1", "--validate-sim", "--json", str(js),
@@ -209,7 +209,7 @@ def test_other_load_counts_foreign_processes_not_our_children():
     import sys
     import time
 
-    from asymo._loadmon import OtherLoad
+    from asymo.lab.loadmon import OtherLoad
     mon = OtherLoad()
     if not mon.available:
         pytest.skip("no /proc/<pid>/schedstat here")
@@ -229,7 +229,7 @@ def test_other_load_counts_foreign_processes_not_our_children():
 
 
 def test_calibrate_sim_file_then_validation_reads_it(tmp_path, capsys):
-    pytest.importorskip("asymo.pool")
+    pytest.importorskip("asymo.runtime.pool")
     cal = tmp_path / "cal.json"
     rc, out, _ = _run(capsys, "--workload", "spin", "--repeats", "1", "--min-time", "0",
                       "--max-external-load", "1", "--max-cores", "1",

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from asymo import topology as topo
+from asymo.hw import topology as topo
 from asymo.cli import info as info_cli
 from asymo.cli import main
 

@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import asymo
-from asymo.conv import conv2d
+from asymo.ops.conv import conv2d
 from asymo.models import reference
 
 try:
@@ -159,7 +159,7 @@ def test_residual_is_added_before_activation(groups):
 
 def test_large_column_matrix_is_chunked(monkeypatch):
     # force several column chunks, including a partial last one
-    import asymo.conv as conv_mod
+    import asymo.ops.conv as conv_mod
 
     monkeypatch.setattr(conv_mod, "COL_CHUNK_BYTES", 3 * 27 * 13 * 4)
     rng = np.random.default_rng(7)
@@ -238,7 +238,7 @@ def test_bad_dtypes_raise_type_error():
 def two_cluster_pool():
     import os
 
-    from asymo.topology import parse_spec
+    from asymo.hw.topology import parse_spec
 
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
@@ -268,7 +268,7 @@ def _supported_isas():
     names = []
     for name in ("portable", "avx2_fma", "avx512", "neon"):
         try:
-            with asymo.conv.use_kernel_isa(name):
+            with asymo.ops.conv.use_kernel_isa(name):
                 pass
         except ValueError:
             continue
@@ -289,8 +289,8 @@ FIXED_CASES = [  # (x shape, w shape, stride, padding, dilation, groups)
 @pytest.mark.parametrize("isa", _supported_isas())
 @pytest.mark.parametrize("method", [0, 1])
 def test_every_isa_variant_and_depthwise_method(isa, method, monkeypatch):
-    import asymo.conv as conv_mod
-    from asymo.pooling import avg_pool2d, max_pool2d
+    import asymo.ops.conv as conv_mod
+    from asymo.ops.pooling import avg_pool2d, max_pool2d
 
     monkeypatch.setattr(conv_mod, "DEPTHWISE_METHOD", method)
     rng = np.random.default_rng(12)
@@ -317,7 +317,7 @@ def test_every_isa_variant_and_depthwise_method(isa, method, monkeypatch):
 @pytest.mark.parametrize("groups", [1, 3])
 @pytest.mark.parametrize("activation", [None, "relu", "relu6"])
 def test_nan_and_inf_propagate_like_numpy(groups, activation):
-    from asymo.pooling import max_pool2d
+    from asymo.ops.pooling import max_pool2d
 
     rng = np.random.default_rng(13)
     x = rng.standard_normal((1, 3, 9, 9)).astype(np.float32)
@@ -335,8 +335,8 @@ def test_nan_and_inf_propagate_like_numpy(groups, activation):
 
 def test_im2col_columns_follow_the_gemm_split(two_cluster_pool):
     """Cluster c's im2col tasks write exactly the columns cluster c's GEMM reads."""
-    from asymo.conv import _im2col_split
-    from asymo.conv_gemm import column_split, plan_conv_gemm
+    from asymo.ops.conv import _im2col_split
+    from asymo.ops.conv_gemm import column_split, plan_conv_gemm
 
     pool = two_cluster_pool
     m, k, n = 64, 576, 3136  # ResNet-50 res2 3x3: N-split (N > M)
@@ -381,9 +381,9 @@ import weakref  # noqa: E402
 def _forced_implicit(blocks=None, isa=None, split_dim=None):
     """Run conv2d's GEMMs as packed "mm" plans (small shapes would take the skinny path) with
     the given blocks, through the implicit im2col packer; restores everything on exit."""
-    import asymo.conv as conv_mod
-    import asymo.conv_gemm as cg
-    from asymo.gemm_plan import plan_gemm
+    import asymo.ops.conv as conv_mod
+    import asymo.ops.conv_gemm as cg
+    from asymo.plan.gemm import plan_gemm
 
     saved = (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache)
 
@@ -428,7 +428,7 @@ def test_implicit_im2col_matches_reference(cfg, blocks):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("isa", [None, "avx512", "portable"])
 def test_implicit_im2col_zoo_like_layers_match_torch(dtype, isa):
-    from asymo.gemm_plan import supported_isas
+    from asymo.plan.gemm import supported_isas
 
     if isa is not None and isa not in supported_isas():
         pytest.skip(f"{isa} kernels not supported here")
@@ -469,8 +469,8 @@ def test_implicit_im2col_on_two_clusters_and_in_chunks(two_cluster_pool, split_d
 
 
 def test_gemm_rejects_implicit_b_for_kinds_that_do_not_pack():
-    from asymo._ffi import ffi, lib
-    from asymo.gemm_plan import plan_gemm
+    from asymo.runtime.ffi import ffi, lib
+    from asymo.plan.gemm import plan_gemm
 
     job = ffi.new("asymo_im2col_job *")
     args = ffi.new("asymo_gemm_args *")
@@ -487,7 +487,7 @@ def test_gemm_rejects_implicit_b_for_kinds_that_do_not_pack():
 
 @pytest.mark.parametrize("method", ["explicit", "implicit"])
 def test_both_im2col_methods_on_a_packed_gemm_layer(method, monkeypatch):
-    import asymo.conv as conv_mod
+    import asymo.ops.conv as conv_mod
 
     monkeypatch.setattr(conv_mod, "IM2COL_METHOD", method)
     monkeypatch.setattr(conv_mod, "WINOGRAD", "off")   # the GEMM path (Winograd: test_winograd)
@@ -504,15 +504,15 @@ def test_both_im2col_methods_on_a_packed_gemm_layer(method, monkeypatch):
 
 
 def test_small_jobs_run_on_the_fastest_cluster_alone(two_cluster_pool, monkeypatch):
-    import asymo.conv as conv_mod
-    import asymo.conv_gemm as cg
+    import asymo.ops.conv as conv_mod
+    import asymo.ops.conv_gemm as cg
 
     pool = two_cluster_pool
     monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
     rng = np.random.default_rng(24)
-    from asymo import split_cost
+    from asymo.plan import split_cost
 
-    # a small GEMM (the shared rule of asymo.split_cost says the slow cluster's share does
+    # a small GEMM (the shared rule of asymo.plan.split_cost says the slow cluster's share does
     # not pay): the slow cluster's range is empty
     plan = cg.plan_conv_gemm(64, 144, 196, np.float32, pool)
     assert split_cost.fastest_only(2 * 64 * 144 * 196, pool.topology, "mm")

@@ -1,4 +1,4 @@
-"""AsyMo's block-size cost model (asymo.costmodel): Table 2 features, constraints, candidates,
+"""AsyMo's block-size cost model (asymo.plan.costmodel): Table 2 features, constraints, candidates,
 the scikit-learn estimator and its JSON form."""
 import json
 import math
@@ -8,7 +8,8 @@ import pytest
 from sklearn.base import clone
 from sklearn.model_selection import cross_val_score
 
-from asymo import costmodel as cm
+from asymo.calibrate import costfit
+from asymo.plan import costmodel as cm
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,7 +108,7 @@ def test_fit_recovers_table2_parameters():
     t_comp, t_data, p, t_sched, t_fram = 2e-11, 3e-9, 0.4, 2e-6, 5e-5
     F = cm.table2_features(X)
     y = F @ [t_comp, t_data, p * t_comp, p * t_data, t_sched] + t_fram
-    model = cm.BlockCostModel().fit(X, y)
+    model = costfit.BlockCostModel().fit(X, y)
     got = model.table2_parameters()
     for name, want in dict(t_comp=t_comp, t_data=t_data, p=p, t_sched=t_sched,
                            t_fram=t_fram).items():
@@ -121,7 +122,7 @@ def test_fit_recovers_extended_coefficients(regressor, relative):
     X = _synthetic_settings(seed=1, kinds=("mm", "mv"))
     true = np.array([1e-11, 2e-11, 1e-9, 5e-10, 2e-10, 3e-10, 1e-6, 2e-7,
                      4e-6, 1e-10, 3e-11, 5e-7])
-    model = cm.BlockCostModel(features="extended", regressor=regressor, relative=relative,
+    model = costfit.BlockCostModel(features="extended", regressor=regressor, relative=relative,
                               mr=8, nr=16)
     y = model.transform(X) @ true + 2e-5
     model.fit(X, y)
@@ -133,8 +134,8 @@ def test_noisy_fit_cross_validates_well_and_noise_costs_r2():
     X = _synthetic_settings(seed=2, n_shapes=20)
     y = cm.table2_features(X) @ [2e-11, 3e-9, 8e-12, 1e-9, 2e-6] + 5e-5
     rng = np.random.default_rng(0)
-    clean = cm.cross_validate(cm.BlockCostModel(), X, y)
-    noisy = cm.cross_validate(cm.BlockCostModel(), X, y * rng.lognormal(0, 0.3, len(y)))
+    clean = costfit.cross_validate(costfit.BlockCostModel(), X, y)
+    noisy = costfit.cross_validate(costfit.BlockCostModel(), X, y * rng.lognormal(0, 0.3, len(y)))
     assert clean["r2"] > 0.999 and clean["mdape"] < 1e-6
     assert len(clean["r2_folds"]) == 10 and clean["n"] == len(y)
     assert noisy["r2"] < clean["r2"] and noisy["mdape"] > 0.05
@@ -143,7 +144,7 @@ def test_noisy_fit_cross_validates_well_and_noise_costs_r2():
 def test_estimator_is_scikit_learn_compatible():
     X = _synthetic_settings(seed=3)
     y = cm.table2_features(X) @ [2e-11, 3e-9, 8e-12, 1e-9, 2e-6] + 5e-5
-    model = cm.BlockCostModel(relative=True)
+    model = costfit.BlockCostModel(relative=True)
     assert clone(model).get_params() == model.get_params()
     scores = cross_val_score(model, X, y, cv=5)   # RegressorMixin.score is R^2
     assert np.all(scores > 0.999)
@@ -152,12 +153,12 @@ def test_estimator_is_scikit_learn_compatible():
 def test_json_round_trip_without_pickle():
     X = _synthetic_settings(seed=4, kinds=("mm", "mv"))
     y = cm.extended_features(X, mr=8, nr=16) @ np.linspace(1e-11, 1e-9, 12) + 1e-5
-    model = cm.BlockCostModel(features="extended", regressor="positive", mr=8, nr=16).fit(X, y)
+    model = costfit.BlockCostModel(features="extended", regressor="positive", mr=8, nr=16).fit(X, y)
     text = json.dumps(model.to_dict())
-    back = cm.BlockCostModel.from_dict(json.loads(text))
+    back = costfit.BlockCostModel.from_dict(json.loads(text))
     assert back.get_params() == model.get_params()
     np.testing.assert_array_equal(back.predict(X), model.predict(X))
-    unfitted = cm.BlockCostModel.from_dict(cm.BlockCostModel().to_dict())
+    unfitted = costfit.BlockCostModel.from_dict(costfit.BlockCostModel().to_dict())
     with pytest.raises(ValueError, match="not fitted"):
         unfitted.predict(X)
 
@@ -175,20 +176,20 @@ def test_json_round_trip_without_pickle():
 def test_from_dict_rejects_malformed_models(mutate):
     X = _synthetic_settings(seed=5)
     y = cm.table2_features(X) @ [2e-11, 3e-9, 8e-12, 1e-9, 2e-6] + 5e-5
-    d = cm.BlockCostModel().fit(X, y).to_dict()
+    d = costfit.BlockCostModel().fit(X, y).to_dict()
     mutate(d)
     with pytest.raises(ValueError, match="not a BlockCostModel"):
-        cm.BlockCostModel.from_dict(d)
+        costfit.BlockCostModel.from_dict(d)
 
 
 def test_fit_rejects_bad_targets():
     X = _synthetic_settings(seed=6)[:5]
     with pytest.raises(ValueError, match="latencies"):
-        cm.BlockCostModel().fit(X, [1.0, 2.0])
+        costfit.BlockCostModel().fit(X, [1.0, 2.0])
     with pytest.raises(ValueError, match="> 0"):
-        cm.BlockCostModel().fit(X, [1.0, 2.0, 0.0, 1.0, 1.0])
+        costfit.BlockCostModel().fit(X, [1.0, 2.0, 0.0, 1.0, 1.0])
     with pytest.raises(ValueError, match="features"):
-        cm.BlockCostModel(features="cubic").fit(X, np.ones(5))
+        costfit.BlockCostModel(features="cubic").fit(X, np.ones(5))
 
 
 def test_choice_regret_is_zero_for_the_true_model_and_positive_for_a_wrong_one():
@@ -196,12 +197,12 @@ def test_choice_regret_is_zero_for_the_true_model_and_positive_for_a_wrong_one()
     groups = [f"{int(r[0])}x{int(r[1])}x{int(r[2])}x{int(r[6])}" for r in X]
     coef = [2e-11, 3e-9, 8e-12, 1e-9, 2e-6]
     y = cm.table2_features(X) @ coef + 5e-5
-    assert cm.choice_regret(cm.BlockCostModel(), X, y, groups)["max"] == pytest.approx(0)
+    assert costfit.choice_regret(costfit.BlockCostModel(), X, y, groups)["max"] == pytest.approx(0)
     # timings with a sweet spot at 8 tasks per size (a U in log(tasks)): Table 2's terms are
     # monotonic in the block size, so a non-negative fit cannot find the middle
     tasks = cm.table2_features(X)[:, 4]
     y_u = (1.0 + np.log(tasks / 8.0) ** 2) * 1e-3
-    r = cm.choice_regret(cm.BlockCostModel(regressor="positive"), X, y_u, groups)
+    r = costfit.choice_regret(costfit.BlockCostModel(regressor="positive"), X, y_u, groups)
     assert set(r["per_size"]) == set(groups)
     assert r["mean"] > 0.05 and r["max"] > r["median"] >= 0
 
@@ -293,7 +294,7 @@ def test_candidates_never_empty_and_check_arguments():
 def test_choose_blocks_takes_the_least_predicted_latency():
     X = _synthetic_settings(seed=8)
     y = cm.table2_features(X) @ [2e-11, 3e-9, 8e-12, 1e-9, 2e-6] + 5e-5
-    model = cm.BlockCostModel().fit(X, y)
+    model = costfit.BlockCostModel().fit(X, y)
     cache = dict(l1_bytes=32768, l2_bytes=1 << 20, mr=8, nr=16)
     cands = cm.block_candidates(512, 512, 512, threads=2, **cache)
     blocks, t = cm.choose_blocks(model, 512, 512, 512, threads=2, **cache)

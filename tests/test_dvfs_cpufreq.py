@@ -10,7 +10,7 @@ import pytest
 
 from asymo.dvfs import CpuFreq, CpuFreqError, CpuFreqPermissionError
 from asymo.dvfs import cpufreq as cpufreq_mod
-from asymo.topology import Cluster, Topology
+from asymo.hw.topology import Cluster, Topology
 
 from _dvfs_fakes import (KIRIN_BIG_KHZ, KIRIN_LITTLE_KHZ, kirin_topology, make_intel_pstate,
                          make_kirin970, make_policy, read)
@@ -375,7 +375,7 @@ def test_guardian_lives_only_while_changes_are_outstanding(kirin):
 def test_on_the_topology_fixtures(tmp_path, machine, cluster, khz, method):
     """CpuFreq on the detected topologies of the shared sysfs fixtures (copied: we write)."""
     import shutil
-    from asymo.topology import detect
+    from asymo.hw.topology import detect
     src = os.path.join(REPO, "tests", "fixtures", "sysfs", machine)
     if not os.path.isdir(src):
         pytest.skip("topology fixtures not present")

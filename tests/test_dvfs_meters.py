@@ -9,7 +9,7 @@ from asymo.dvfs import (CallableMeter, CsvTraceMeter, HwmonMeter, MeterUnavailab
                         PowerModel, PowerModelMeter, RaplMeter, detect_meter, integrate_power)
 from asymo.dvfs.power_model import (DEFAULT_V_MAX, DEFAULT_V_MIN, read_opp_debugfs,
                                     read_opp_devicetree)
-from asymo.topology import Cluster, Topology
+from asymo.hw.topology import Cluster, Topology
 
 from _dvfs_fakes import (KIRIN_BIG_KHZ, KIRIN_BIG_UV, KIRIN_LITTLE_KHZ, KIRIN_LITTLE_UV,
                          kirin_topology, make_kirin970, make_rapl, write)

@@ -13,7 +13,7 @@ from asymo.dvfs import (CpuFreq, CpuFreqError, DvfsWarning, PowerModel, compute_
                         plan_frequencies, predict_cluster)
 from asymo.dvfs.curves import curves_from_section, curves_to_section
 from asymo.profile import Profile, ProfileWarning
-from asymo.topology import Cluster, Topology
+from asymo.hw.topology import Cluster, Topology
 
 from _dvfs_fakes import (CONV_SHAPES, FC_SHAPES, FakeModel, kirin_curves, kirin_topology,
                          make_kirin970, read)

@@ -11,9 +11,9 @@ import warnings
 
 import pytest
 
-import asymo.emulate as E
-from asymo import topology as topo
-from asymo._ffi import ffi, lib
+import asymo.lab.emulate as E
+from asymo.hw import topology as topo
+from asymo.runtime.ffi import ffi, lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AFFINITY = sorted(os.sched_getaffinity(0))
@@ -73,7 +73,7 @@ def helpers_of(parent_pid):
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if b"asymo._occupier" in argv and b"--parent-pid" in argv:
+        if b"asymo.lab.occupier" in argv and b"--parent-pid" in argv:
             if argv[argv.index(b"--parent-pid") + 1] == str(parent_pid).encode() and running(d):
                 out.append(int(d))
     return out
@@ -175,7 +175,7 @@ def run_occupier(*args):
     r, w = os.pipe()
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "asymo._occupier", "--ready-fd", str(w), *args],
+            [sys.executable, "-m", "asymo.lab.occupier", "--ready-fd", str(w), *args],
             pass_fds=(w,), env=child_env(), capture_output=True, timeout=30)
     finally:
         os.close(w)
@@ -252,7 +252,7 @@ def test_helper_is_fifo_pinned_and_env_is_set_then_restored(monkeypatch):
     assert E.ENV_EMULATED not in os.environ and E.ENV_PERIOD not in os.environ
     assert calls == [f"{SLOW_CPU}:0.5", None]
     # the period is a parameter; cost models read it from the environment
-    from asymo import split_cost
+    from asymo.plan import split_cost
     with E.slow_cores({SLOW_CPU: 0.5}, period=2e-4):
         assert split_cost.emulated_period() == 2e-4
     assert split_cost.emulated_period() is None
@@ -260,7 +260,7 @@ def test_helper_is_fifo_pinned_and_env_is_set_then_restored(monkeypatch):
 
 @emulator
 def test_default_pool_follows_the_emulated_topology(monkeypatch):
-    pool_mod = pytest.importorskip("asymo.pool")
+    pool_mod = pytest.importorskip("asymo.runtime.pool")
     monkeypatch.delenv(E.ENV_EMULATED, raising=False)
     monkeypatch.delenv(topo.ENV_VAR, raising=False)
     pool_mod.reset_default_pool()
@@ -309,7 +309,7 @@ def test_same_cpu_cannot_be_slowed_twice():
         with pytest.raises(ValueError, match="already slowed"):
             E.slow_cores({SLOW_CPU: 0.7}).start()
         # Another process that does not see our env is stopped by the per-cpu lock.
-        code = f"import asymo.emulate as E\nwith E.slow_cores({{{SLOW_CPU}: 0.7}}): pass"
+        code = f"import asymo.lab.emulate as E\nwith E.slow_cores({{{SLOW_CPU}: 0.7}}): pass"
         r = subprocess.run([sys.executable, "-c", code], env=child_env(),
                            capture_output=True, text=True, timeout=60)
         assert r.returncode != 0 and "already slowed by an emulator helper" in r.stderr
@@ -335,7 +335,7 @@ def test_nested_emulations_compose(monkeypatch):
 @emulator
 def test_helper_dies_within_a_second_of_kill_9_of_its_parent():
     code = textwrap.dedent(f"""
-        import time, asymo.emulate as E
+        import time, asymo.lab.emulate as E
         with E.slow_cores({{{SLOW_CPU}: 0.5}}) as emu:
             print(emu.pids[{SLOW_CPU}], flush=True)
             time.sleep(60)
@@ -373,7 +373,7 @@ def test_without_cap_sys_nice_a_clear_error_or_the_approximate_mode_by_name():
             raise SystemExit("prctl failed")
         resource.setrlimit(resource.RLIMIT_RTPRIO, (0, 0))
         resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
-        import asymo.emulate as E
+        import asymo.lab.emulate as E
         try:
             E.slow_cores({{{SLOW_CPU}: 0.5}}).start()
         except E.RealtimeUnavailableError as exc:
@@ -399,7 +399,7 @@ def measured_speed(slow, fast, rounds=5, seconds=0.08, workload="matmul"):
     machine then barely disturb it, while the SCHED_FIFO helper preempts it exactly as it
     would any normal thread.
     """
-    r = subprocess.run([sys.executable, "-m", "asymo._speedprobe", "--fast", str(fast),
+    r = subprocess.run([sys.executable, "-m", "asymo.lab.speedprobe", "--fast", str(fast),
                         "--slow", str(slow), "--rounds", str(rounds), "--seconds", str(seconds),
                         "--workload", workload, "--shield"], env=child_env(),
                        capture_output=True, text=True, timeout=120, start_new_session=True)
@@ -438,7 +438,7 @@ def test_single_thread_work_on_the_slowed_core_runs_at_the_requested_speed(speed
 def test_burst_probe_times_every_unit_against_the_free_core():
     # the fidelity probe of bench/emulator_speed.py, without emulation: two equal cores give a
     # stretch near 1 for most units
-    r = subprocess.run([sys.executable, "-m", "asymo._speedprobe", "--fast", str(FAST_CPU),
+    r = subprocess.run([sys.executable, "-m", "asymo.lab.speedprobe", "--fast", str(FAST_CPU),
                         "--slow", str(SLOW_CPU), "--workload", "burst", "--unit-us", "200",
                         "--units", "200"], env=child_env(), capture_output=True, text=True,
                        timeout=120, start_new_session=True)

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from asymo import gemm_plan as P
-from asymo.topology import Cache, parse_spec
+from asymo.plan import gemm as P
+from asymo.hw.topology import Cache, parse_spec
 
 L1, L2 = 32 * 1024, 1024 * 1024
 
@@ -153,8 +153,8 @@ def test_task_counts_are_a_multiple_of_the_threads():
 # stopped at 8 micro-tiles, and the A53s got 9 tasks for 4 cores.
 
 def kirin(k):
-    from asymo.sim import first_cores
-    from asymo.sim.presets import get_preset
+    from asymo.lab.sim import first_cores
+    from asymo.lab.sim.presets import get_preset
     return first_cores(get_preset("kirin970").topology, k)
 
 
@@ -199,8 +199,8 @@ def test_column_blocks_are_regrouped_when_rows_cannot_be():
 
 @pytest.mark.parametrize("isa", P.supported_isas())
 def test_simulated_kirin_conv2d_scales_to_all_eight_cores(isa):
-    from asymo.scaling import make_workloads, simulate_scaling
-    from asymo.sim.presets import get_preset
+    from asymo.lab.scaling import make_workloads, simulate_scaling
+    from asymo.lab.sim.presets import get_preset
     rates = get_preset("kirin970").gflops_per_core
     with P.force_isa(isa):
         r = simulate_scaling("kirin970", make_workloads(["conv2d"]), policies=["asymo"])
@@ -219,7 +219,7 @@ def test_simulated_kirin_conv2d_scales_to_all_eight_cores(isa):
 def test_wider_columns_keep_the_l2_constraint(M, N, K, threads, l2, mr, nr, itemsize):
     # the column widths tried to balance the task count must leave room in L2 for an mr-row
     # A block and its C block, not only for the B panel
-    from asymo.topology import Cache, Cluster
+    from asymo.hw.topology import Cache, Cluster
     cl = Cluster("x", tuple(range(threads)), 1.0, l1d=Cache(1, 16384, (0,)),
                  l2=Cache(2, l2, (0,)))
     mc, nc, kc = P.default_blocks(M, N, K, cl, threads, mr, nr, itemsize)

@@ -6,14 +6,14 @@ import warnings
 import numpy as np
 import pytest
 
-from asymo._ffi import ffi, lib
+from asymo.runtime.ffi import ffi, lib
 
 COUNT = ffi.addressof(lib, "asymo_task_count")
 NCPU = len(os.sched_getaffinity(0))
 
 
 def _pool(spec="big:0@1.0,little:1@0.5"):
-    from asymo.pool import Pool
+    from asymo.runtime.pool import Pool
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return Pool(spec)
@@ -49,7 +49,7 @@ def test_closed_pool_never_touches_freed_handle():
 
 
 def test_pool_queue_argument_type():
-    from asymo.pool import Pool
+    from asymo.runtime.pool import Pool
     with pytest.raises(ValueError, match="queue"):
         Pool("a:0@1", queue=["mutex"])
 
@@ -60,7 +60,7 @@ def _fake_plan_inputs(W=6):
 
     from asymo.pipeline.configs import core_configs
     from asymo.pipeline.table import LayerTimes
-    from asymo.topology import parse_spec
+    from asymo.hw.topology import parse_spec
     top = parse_spec("big:0-1@1.0,little:2-3@0.5")
     cfgs = core_configs(top)
     work = np.linspace(4e-3, 1e-3, W)
@@ -89,7 +89,7 @@ def test_pipeline_rejects_bad_timeout(t):
     from types import SimpleNamespace
 
     from asymo.pipeline.runtime import Pipeline
-    from asymo.topology import parse_spec
+    from asymo.hw.topology import parse_spec
     cpu = min(os.sched_getaffinity(0))
     model = SimpleNamespace(layers=[None], run_layers=lambda x, a, b, pool=None: x)
     # NaN silently meant "wait forever"; 0 / negative timed out at once with a traceback
@@ -168,7 +168,7 @@ def _corrupt_cpufreq_tree(root, listed="-4 1 2"):
 
 def test_cpufreq_ignores_non_positive_frequencies(tmp_path):
     from asymo.dvfs import CpuFreq
-    from asymo.topology import parse_spec
+    from asymo.hw.topology import parse_spec
     root = _corrupt_cpufreq_tree(tmp_path)
     cf = CpuFreq(parse_spec("c0:0@1"), sysfs_root=str(root))
     info = cf.info("c0")
@@ -186,8 +186,8 @@ def test_dvfs_status_on_corrupt_cpufreq_tree(tmp_path, capsys):
 
 # -- emulator --------------------------------------------------------------------------------
 def test_emulated_topology_validates_speeds_and_cpus():
-    from asymo.emulate import emulated_topology
-    from asymo.topology import parse_spec
+    from asymo.lab.emulate import emulated_topology
+    from asymo.hw.topology import parse_spec
     base = parse_spec("c0:0-1@1")
     with pytest.raises(ValueError, match="cpu ids"):
         emulated_topology({-1: 0.5}, base=base, cpus=[0, 1])

@@ -1,4 +1,4 @@
-"""asymo._loadmon.OtherLoad: the share of the machine other processes used, including
+"""asymo.lab.loadmon.OtherLoad: the share of the machine other processes used, including
 processes that start and exit inside the window (the machine-wide run time less ours)."""
 import shlex
 import subprocess
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from asymo._loadmon import OtherLoad
+from asymo.lab.loadmon import OtherLoad
 
 
 def _fake_total(path, ns):

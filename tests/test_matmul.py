@@ -10,9 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import asymo
-from asymo import gemm, gemm_plan
-from asymo.pool import Pool
-from asymo.topology import parse_spec
+from asymo.ops import matmul as gemm
+from asymo.plan import gemm as gemm_plan
+from asymo.runtime.pool import Pool
+from asymo.hw.topology import parse_spec
 
 NCPU = len(os.sched_getaffinity(0))
 ISAS = gemm_plan.supported_isas()

@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 
 import asymo
-from asymo import gemm_plan, matmul_fast, matmul_plan
-from asymo import pool as pool_mod
-from asymo._ffi import ffi
-from asymo.pool import Pool
+from asymo.plan import gemm as gemm_plan
+from asymo.ops import matmul_fast
+from asymo.plan import matmul as matmul_plan
+from asymo.runtime import pool as pool_mod
+from asymo.runtime.ffi import ffi
+from asymo.runtime.pool import Pool
 
 NCPU = len(os.sched_getaffinity(0))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -344,7 +346,7 @@ def test_default_pool_change_is_noticed(monkeypatch):
 
 @needs_ext
 def test_reset_default_pool_and_topology_change_hook():
-    from asymo import emulate
+    from asymo.lab import emulate
     a = np.ones((64, 64), np.float32)
     asymo.matmul(a, a)
     old = asymo.get_pool()
@@ -429,7 +431,7 @@ def test_without_the_extension_asymo_still_works():
 import sys
 sys.modules["asymo._matmul_fast"] = None  # as if it had not been built
 import numpy as np, asymo
-from asymo import matmul_fast
+from asymo.ops import matmul_fast
 assert matmul_fast.matmul is None and matmul_fast.counters() is None
 print(matmul_fast.status()["state"])
 a = np.arange(12.0).reshape(3, 4)
@@ -448,7 +450,7 @@ main(["info"])
 def test_switched_off_by_env():
     code = """
 import numpy as np, asymo
-from asymo import matmul_fast
+from asymo.ops import matmul_fast
 a = np.ones((3, 3))
 np.testing.assert_array_equal(asymo.matmul(a, a), a @ a)
 c = matmul_fast.counters()
@@ -550,7 +552,7 @@ def test_1d_out_with_zero_stride_matches_numpy(fast):
 def test_planner_error_propagates_and_nothing_is_cached(monkeypatch):
     """A planner that raises: the caller gets its exception (not a SystemError, not a
     result), no plan is cached, and the next call after the planner is repaired is taken."""
-    import asymo.gemm  # noqa: F401 - imported before the patch: it binds plan_for_matmul
+    import asymo.ops.matmul  # noqa: F401 - imported before the patch: it binds plan_for_matmul
     a, b = np.ones((5, 7)), np.ones((7, 3))
     matmul_fast._ext.clear_plans()
 
@@ -597,8 +599,8 @@ def test_forked_child_uses_the_fast_path_while_parent_threads_were_in_gemm():
     code = """
 import os, threading, time
 import numpy as np, asymo
-from asymo import matmul_fast
-from asymo.pool import Pool
+from asymo.ops import matmul_fast
+from asymo.runtime.pool import Pool
 matmul_fast._ext.set_nogil_flops(0)
 a = np.random.default_rng(0).standard_normal((160, 160)); ref = a @ a
 p = Pool(topology=None)
@@ -632,7 +634,7 @@ def test_plan_made_as_the_load_window_changes_is_not_cached_past_it(monkeypatch)
     """Another thread can start a new load window while this one plans (the planner runs
     Python, so the GIL is shared): the plan reflects the old reading and must not be cached
     until the end of the new window."""
-    import asymo.gemm  # noqa: F401 - imported before the patch: it binds plan_for_matmul
+    import asymo.ops.matmul  # noqa: F401 - imported before the patch: it binds plan_for_matmul
     window = [0]
     base = time.monotonic() + 60.0
     monkeypatch.setattr(matmul_plan, "plan_expiry", lambda pool: base + window[0])

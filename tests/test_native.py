@@ -1,4 +1,4 @@
-from asymo._ffi import ffi, lib
+from asymo.runtime.ffi import ffi, lib
 
 
 def test_isa_detection_is_consistent():

@@ -15,7 +15,7 @@ from asymo.pipeline.optimal import (StageCost, optimal_partition, optimal_pipeli
 from asymo.pipeline.table import LayerTimes
 from asymo.pipeline.two_stage import (best_two_stage, candidates, evaluate, pareto_set,
                                       transfer_costs, two_stage_partition)
-from asymo.topology import parse_spec
+from asymo.hw.topology import parse_spec
 
 
 def random_table(rng, W, sizes, *, decreasing=True):

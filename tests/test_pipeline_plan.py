@@ -12,7 +12,7 @@ import pytest
 from asymo.pipeline.configs import CoreConfig, core_configs
 from asymo.pipeline.plan import default_power, plan_pipeline
 from asymo.pipeline.table import LayerTimes
-from asymo.topology import parse_spec
+from asymo.hw.topology import parse_spec
 
 TOP = parse_spec("big:0-3@1.0,little:4-7@0.45")
 

@@ -11,7 +11,7 @@ import pytest
 from asymo.pipeline.runtime import (KernelLevel, ParallelFrames, Pipeline, PipelineError,
                                     as_frames, sub_topology)
 from asymo.pipeline.tuning import DynamicTwoStage
-from asymo.topology import parse_spec
+from asymo.hw.topology import parse_spec
 
 ALLOWED = sorted(os.sched_getaffinity(0))
 two_cpus = pytest.mark.skipif(len(ALLOWED) < 2, reason="needs 2 usable cpus")

@@ -9,7 +9,7 @@ from asymo.pipeline.configs import CoreConfig
 from asymo.pipeline.timemodel import (KERNEL_LEVEL, GemmTimeRegressor, LayerTimeModel,
                                       MultiCoreModel, TimeModelWarning, eq5_features,
                                       layer_operations)
-from asymo.topology import parse_spec
+from asymo.hw.topology import parse_spec
 
 TRUE_BETA = np.array([2e-8, 1e-8, 3e-8, 4e-11, 5e-11, 6e-11, 1.1e-11, 2e-5])
 

@@ -10,9 +10,9 @@ import warnings
 import numpy as np
 import pytest
 
-from asymo._ffi import ffi, lib
-from asymo.pool import POLICIES, Pool, get_pool, reset_default_pool
-from asymo.topology import parse_spec
+from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.pool import POLICIES, Pool, get_pool, reset_default_pool
+from asymo.hw.topology import parse_spec
 
 NCPU = len(os.sched_getaffinity(0))
 COUNT = ffi.addressof(lib, "asymo_task_count")
@@ -391,7 +391,7 @@ def run_python(code, env=None, timeout=60):
 def test_fork_child_gets_a_working_pool():
     code = """
         import os, sys, numpy as np
-        from asymo._ffi import ffi, lib
+        from asymo.runtime.ffi import ffi, lib
         import asymo
         pool = asymo.get_pool()
         count = ffi.addressof(lib, "asymo_task_count")
@@ -418,7 +418,7 @@ def test_fork_child_gets_a_working_pool():
 def test_interpreter_exit_shuts_pool_down():
     code = """
         import numpy as np, threading
-        from asymo._ffi import ffi, lib
+        from asymo.runtime.ffi import ffi, lib
         import asymo
         spin = ffi.addressof(lib, "asymo_task_spin")
         ctx = np.array([100000], np.int64)

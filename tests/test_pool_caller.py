@@ -7,9 +7,9 @@ import warnings
 import numpy as np
 import pytest
 
-from asymo._ffi import ffi, lib
-from asymo.pool import Pool
-from asymo.topology import Cluster, Topology
+from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.pool import Pool
+from asymo.hw.topology import Cluster, Topology
 
 CPUS = sorted(os.sched_getaffinity(0))
 needs2 = pytest.mark.skipif(len(CPUS) < 2, reason="needs 2 usable cpus")

@@ -1,11 +1,11 @@
-"""asymo.pooling (C max / average pooling) against the direct reference and torch."""
+"""asymo.ops.pooling (C max / average pooling) against the direct reference and torch."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asymo.models import reference
-from asymo.pooling import avg_pool2d, max_pool2d
+from asymo.ops.pooling import avg_pool2d, max_pool2d
 
 try:
     import torch

@@ -29,7 +29,7 @@ def test_bad_policies_are_clear_errors(capsys, argv, match):
 
 
 def test_measure_scaling_rejects_an_unknown_policy_before_measuring():
-    from asymo import scaling
+    from asymo.lab import scaling
     with pytest.raises(ValueError, match="unknown policy 'asym'"):
         scaling.measure_scaling([scaling.SpinWorkload(ntasks=2, iters=10)], policies=["asym"],
                                 repeats=1, min_time=0.0, progress=False)
@@ -89,7 +89,7 @@ def test_interference_the_simulation_cannot_apply_is_an_error(capsys, spec, matc
 
 
 def test_a_stop_window_and_a_slow_core_still_simulate(capsys):
-    from asymo import scaling
+    from asymo.lab import scaling
     res = scaling.simulate_scaling("kirin970", scaling.make_workloads(["spin"]),
                                    policies=["asymo"], max_cores=5,
                                    interference=scaling.parse_interference("4:0:0:1,0:0.5"))
@@ -101,7 +101,7 @@ def test_a_stop_window_and_a_slow_core_still_simulate(capsys):
 
 
 def test_simulated_table_and_plot_say_what_was_assumed(capsys):
-    from asymo import scaling
+    from asymo.lab import scaling
     rc, out, err = _run(capsys, "--simulate", "big:0-1@1.0,little:2-3@0.5", "--workload",
                         "spin", "--policies", "asymo", "--interfere", "1:0.5,2:0.25:1:3",
                         "--sim-corun", "0.9")
@@ -126,8 +126,8 @@ def test_simulated_table_and_plot_say_what_was_assumed(capsys):
 
 def test_plot_marks_simulated_points_in_the_legend_and_clusters_on_the_axis():
     import matplotlib.pyplot as plt
-    from asymo import scaling
-    from asymo.topology import parse_spec
+    from asymo.lab import scaling
+    from asymo.hw.topology import parse_spec
     topo = parse_spec("big:0@1.0,little:1@0.5")
     pts = [scaling.Point(workload="spin", policy="asymo", cores=k, throughput=10.0 * k,
                          unit="GFLOP/s", time_s=1.0, cpus=list(range(k)),

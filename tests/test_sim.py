@@ -1,4 +1,4 @@
-"""asymo.sim: the pool simulator against hand-computed schedules, and its presets."""
+"""asymo.lab.sim: the pool simulator against hand-computed schedules, and its presets."""
 import math
 
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asymo import sim
-from asymo.topology import Topology, parse_spec
+from asymo.lab import sim
+from asymo.hw.topology import Topology, parse_spec
 
 FAST_SLOW = parse_spec("fast:0@1.0,slow:1@0.5")
 
@@ -127,7 +127,7 @@ def test_split_counts_matches_the_pools_rule():
     assert sim.split_counts(60, [1.0, 0.5]) == [40, 20]
     assert sim.split_counts(10, [1, 1, 1]) == [4, 3, 3]
     assert sim.split_counts(0, [1, 2]) == [0, 0]
-    pool = pytest.importorskip("asymo.pool")
+    pool = pytest.importorskip("asymo.runtime.pool")
     rng = np.random.default_rng(1)
     for _ in range(50):
         w = list(rng.uniform(0.1, 1.0, rng.integers(1, 5)))
@@ -305,9 +305,9 @@ def test_job_delay_is_the_submitters_serial_work():
 
 
 def test_trace_records_each_job_and_task():
-    pool_mod = pytest.importorskip("asymo.pool")
-    from asymo._ffi import lib
-    from asymo.sim.trace import trace_jobs
+    pool_mod = pytest.importorskip("asymo.runtime.pool")
+    from asymo.runtime.ffi import lib
+    from asymo.lab.sim.trace import trace_jobs
     topo2 = parse_spec("fast:0@1.0,slow:1@0.5")
     pool = pool_mod.Pool(topology=topo2, policy="asymo")
     try:

@@ -6,11 +6,11 @@ import re
 import numpy as np
 import pytest
 
-from asymo import scaling
-from asymo.sim import CoRunning, DutyCycle, Job, Overheads, simulate
-from asymo.sim import calibrate as simcal
-from asymo.sim.engine import SUBMIT_SPIN_S
-from asymo.topology import parse_spec
+from asymo.lab import scaling
+from asymo.lab.sim import CoRunning, DutyCycle, Job, Overheads, simulate
+from asymo.lab.sim import calibrate as simcal
+from asymo.lab.sim.engine import SUBMIT_SPIN_S
+from asymo.hw.topology import parse_spec
 
 US = 1e-6
 MS = 1e-3

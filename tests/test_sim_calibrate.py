@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asymo import sim
-from asymo.sim import calibrate as simcal
-from asymo.sim.trace import TracedJob, trace_from_dict, trace_to_dict
-from asymo.topology import parse_spec
+from asymo.lab import sim
+from asymo.lab.sim import calibrate as simcal
+from asymo.lab.sim.trace import TracedJob, trace_from_dict, trace_to_dict
+from asymo.hw.topology import parse_spec
 
 TWO = parse_spec("a:0,1@1.0")
 FAST_SLOW = parse_spec("fast:0@1.0,slow:1@0.5")
@@ -275,10 +275,10 @@ def test_interquartile_mean():
 # --- a real (tiny) calibration ------------------------------------------------------------
 
 def test_calibrate_sim_tiny_run_on_this_machine():
-    pytest.importorskip("asymo.pool")
+    pytest.importorskip("asymo.runtime.pool")
     import os
 
-    from asymo import scaling
+    from asymo.lab import scaling
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("needs two cores")
@@ -307,7 +307,7 @@ def test_emulator_period_comes_from_the_running_emulator(monkeypatch):
     monkeypatch.setenv("ASYMO_EMULATED_PERIOD", "soon")
     with pytest.warns(simcal.CalibrationWarning, match="ASYMO_EMULATED_PERIOD"):
         period = simcal._default_period()
-    from asymo.emulate import DEFAULT_PERIOD
+    from asymo.lab.emulate import DEFAULT_PERIOD
     assert period == DEFAULT_PERIOD
     monkeypatch.delenv("ASYMO_EMULATED_PERIOD")
     assert simcal._default_period() == DEFAULT_PERIOD

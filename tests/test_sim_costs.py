@@ -1,4 +1,4 @@
-"""asymo.sim.costs: simulator task costs from AsyMo's cost model, against hand-worked numbers."""
+"""asymo.lab.sim.costs: simulator task costs from AsyMo's cost model, against hand-worked numbers."""
 import json
 import math
 import pickle
@@ -6,13 +6,14 @@ import pickle
 import numpy as np
 import pytest
 
-from asymo import costmodel as cm
-from asymo import gemm_plan as gp
-from asymo import scaling, sim
+from asymo.plan import costmodel as cm
+from asymo.plan import gemm as gp
+from asymo.lab import scaling
+from asymo.lab import sim
 from asymo.cli import main
-from asymo.sim.costs import (ModelCosts, fixed_cost, gemm_task_costs, load_model_costs,
+from asymo.lab.sim.costs import (ModelCosts, fixed_cost, gemm_task_costs, load_model_costs,
                              share_settings)
-from asymo.topology import parse_spec
+from asymo.hw.topology import parse_spec
 
 TWO = parse_spec("big:0-1@1.0,little:2-3@0.5")
 
@@ -295,8 +296,8 @@ def test_cli_sim_profile(tmp_path, capsys):
 
 
 def test_model_costs_for_each_source(tmp_path):
-    from asymo.calibration import parse_section
-    from asymo.sim.costs import model_costs_for
+    from asymo.plan.calibration import parse_section
+    from asymo.lab.sim.costs import model_costs_for
     cal = parse_section(_section(TWO, [FAST_BIG, SLOW_LITTLE]), TWO, "dev.json")
     from_cal = model_costs_for(cal, TWO)
     assert from_cal.models[1].to_dict() == SLOW_LITTLE.to_dict() and from_cal.source == "dev.json"

@@ -1,4 +1,4 @@
-"""asymo.split_cost: when a slower cluster's share pays, and the planners that use the rule."""
+"""asymo.plan.split_cost: when a slower cluster's share pays, and the planners that use the rule."""
 import math
 import os
 from types import SimpleNamespace
@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asymo
-from asymo import gemm_plan as gp
-from asymo import split_cost as sc
-from asymo.topology import parse_spec
+from asymo.plan import gemm as gp
+from asymo.plan import split_cost as sc
+from asymo.hw.topology import parse_spec
 
 REAL = parse_spec("big:0@1.0,little:1@0.5")            # a real big.LITTLE: no duty cycle
 EMU = REAL.replace(emulated={1: 0.5})                   # cpu 1 slowed by the emulator
@@ -62,7 +62,7 @@ def test_period_comes_from_the_emulator_environment(monkeypatch):
     for bad in ("", "abc", "-1", "nan", "inf"):
         monkeypatch.setenv(sc.PERIOD_ENV_VAR, bad)
         assert sc.emulated_period() is None   # ignored: the default period is assumed
-    from asymo.emulate import DEFAULT_PERIOD
+    from asymo.lab.emulate import DEFAULT_PERIOD
     assert sc.tail_s(EMU, 1) == pytest.approx(sc.tail_s(EMU, 1, period=DEFAULT_PERIOD))
 
 

@@ -1,4 +1,4 @@
-"""asymo.topology: detection from fake sysfs trees, overrides, affinity, emulation, bad input."""
+"""asymo.hw.topology: detection from fake sysfs trees, overrides, affinity, emulation, bad input."""
 import importlib.util
 import json
 import os
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from asymo import _sysfs
-from asymo import topology as topo
+from asymo.hw import sysfs as _sysfs
+from asymo.hw import topology as topo
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "fixtures", "sysfs")

@@ -28,7 +28,7 @@ def _csv(text):
 
 
 def _overheads(text):
-    from asymo.sim.engine import Overheads
+    from asymo.lab.sim.engine import Overheads
     try:
         vals = [float(v) / 1e6 for v in text.split(",")]
     except ValueError:
@@ -41,9 +41,9 @@ def _overheads(text):
 
 def _period_range():
     try:
-        from asymo.emulate import DEFAULT_PERIOD, MAX_PERIOD, MIN_PERIOD
+        from asymo.lab.emulate import DEFAULT_PERIOD, MAX_PERIOD, MIN_PERIOD
     except ImportError:
-        return "default: asymo.emulate.DEFAULT_PERIOD"
+        return "default: asymo.lab.emulate.DEFAULT_PERIOD"
     return f"default {DEFAULT_PERIOD:g}, from {MIN_PERIOD:g} to {MAX_PERIOD:g}"
 
 
@@ -62,8 +62,8 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 
 def _register_scaling(bsub):
-    from asymo.scaling import BASELINES, POOL_POLICIES, WORKLOADS
-    from asymo.sim.presets import preset_names
+    from asymo.lab.scaling import BASELINES, POOL_POLICIES, WORKLOADS
+    from asymo.lab.sim.presets import preset_names
     p = bsub.add_parser(
         "scaling", help="throughput as cores are added, per pool policy, NumPy and torch",
         description="Throughput of matmul, conv2d, whole zoo models (and 'spin', equal "
@@ -133,7 +133,7 @@ def _register_scaling(bsub):
                         "which costs came from where")
     p.add_argument("--validate-sim", action="store_true",
                    help="also run the simulator for this machine, fed only by its inputs "
-                        "(asymo.sim.calibrate) measured in runs of their own interleaved with "
+                        "(asymo.lab.sim.calibrate) measured in runs of their own interleaved with "
                         "the sweep's rounds (or read from --sim-calibration FILE), and print "
                         "measured against simulated per-policy throughput (adds the spin "
                         "workload, scheduling alone, when not selected)")
@@ -163,7 +163,7 @@ def _register_scaling(bsub):
 def _check_policies(names, simulate):
     """Reject unknown policy names up front (a typo would otherwise be skipped silently, or
     fail only after the workloads were built)."""
-    from asymo.scaling import BASELINES, POOL_POLICIES
+    from asymo.lab.scaling import BASELINES, POOL_POLICIES
     known = list(POOL_POLICIES) + list(BASELINES)
     if not names:
         raise ValueError(f"--policies is empty; give some of {', '.join(known)}")
@@ -190,24 +190,20 @@ def _check_output(path, option):
 
 def _sim_target(text):
     """A preset name, or a topology spec ('big:0-3@1.0,little:4-7@0.45') to simulate."""
-    from asymo.sim.presets import get_preset
-    from asymo.topology import parse_spec
+    from asymo.lab.sim.presets import get_preset
+    from asymo.hw.topology import parse_spec
     if "@" in text or ":" in text:
         return parse_spec(text)
     return get_preset(text)
 
 
 def _default_workloads():
-    from asymo.scaling.machine import _asymo_attr
-    names = ["spin"]
-    if _asymo_attr("matmul") is not None:
-        names.append("matmul")
-    return names
+    return ["spin", "matmul"]
 
 
 def run_scaling(args):
-    from asymo import scaling
-    from asymo import topology as topo
+    from asymo.lab import scaling
+    from asymo.hw import topology as topo
     try:
         if args.repeats < 1:
             raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
@@ -247,7 +243,7 @@ def run_scaling(args):
             raise ValueError("--sim-profile is a simulator option: use it with --simulate")
         cost_models = None
         if args.sim_profile:
-            from asymo.sim.costs import load_model_costs
+            from asymo.lab.sim.costs import load_model_costs
             cost_models = load_model_costs(args.sim_profile, getattr(preset, "topology",
                                                                      preset))
         if args.sim_corun is not None and not 0 < args.sim_corun <= 1:
@@ -264,7 +260,7 @@ def run_scaling(args):
                              "with --simulate")
         period = args.emulator_period
         if period is None and emulate:
-            from asymo.emulate import DEFAULT_PERIOD as period
+            from asymo.lab.emulate import DEFAULT_PERIOD as period
     except (ValueError, TypeError) as exc:
         print(f"asymo bench scaling: error: {exc}", file=sys.stderr)
         return 2
@@ -281,7 +277,7 @@ def run_scaling(args):
             print(f"asymo bench scaling: error: {exc}", file=sys.stderr)
             return 2
     else:
-        from asymo.sim import calibrate as simcal
+        from asymo.lab.sim import calibrate as simcal
         try:
             emu = _start_emulation(emulate, period)
         except (ValueError, TypeError, RuntimeError) as exc:   # EmulationError included
@@ -338,9 +334,9 @@ def _start_emulation(spec, period=None):
     if not spec:
         return None
     try:
-        from asymo.emulate import slow_cores
+        from asymo.lab.emulate import slow_cores
     except ImportError:
-        raise RuntimeError("--emulate needs asymo.emulate, which is not in this build") from None
+        raise RuntimeError("--emulate needs asymo.lab.emulate, which is not in this build") from None
     kw = {} if period is None else {"period": period}
     emu = slow_cores(spec, **kw)
     emu.start()

@@ -1,7 +1,7 @@
 """``asymo calibrate``: measure this CPU once; asymo's plans use the result automatically.
 
-Runs the GEMM calibration of `asymo.calibration` (AsyMo's cost model, split ratios, report)
-and, with ``--energy``, the energy-frequency curves of `asymo.dvfs` (``calibrate_energy``),
+Runs the GEMM calibration of `asymo.calibrate.gemm` (AsyMo's cost model, split ratios, report)
+and, with ``--energy``, the energy-frequency curves of `asymo.dvfs` (`asymo.calibrate.energy`),
 and writes both into the profile (``--profile`` / env ASYMO_PROFILE / the XDG cache).
 """
 from __future__ import annotations
@@ -56,7 +56,7 @@ def register(sub):
     p.add_argument("--json", action="store_true",
                    help="print what was stored (JSON) instead of the report")
     try:
-        from asymo.dvfs.calibrate import CALIBRATE_ENERGY_HELP
+        from asymo.calibrate.energy import CALIBRATE_ENERGY_HELP
     except ImportError:  # pragma: no cover - a build without dvfs
         CALIBRATE_ENERGY_HELP = None
     if CALIBRATE_ENERGY_HELP:
@@ -66,9 +66,10 @@ def register(sub):
 
 
 def run(args):
-    from asymo import calibration, calibration_set
+    from asymo.calibrate import gemm as calibration
+    from asymo.calibrate import gemm_set as calibration_set
     from asymo import profile as prof
-    from asymo import topology as topo
+    from asymo.hw import topology as topo
 
     try:
         t = topo.detect(override=args.topology)
@@ -103,7 +104,7 @@ def run(args):
         return 130
     energy = None
     if getattr(args, "energy", False):
-        from asymo.dvfs.calibrate import calibrate_energy, format_calibration
+        from asymo.calibrate.energy import calibrate_energy, format_calibration
         profile = prof.load_profile(path, t) or prof.Profile.new(t, path)
         energy = calibrate_energy(t, progress=not args.no_progress, profile=profile)
     if args.json:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from asymo import topology as topo
+from asymo.hw import topology as topo
 
 
 def register(sub):

@@ -112,7 +112,7 @@ def _run_command(command):
 
 
 def run(args):
-    from asymo import emulate
+    from asymo.lab import emulate
 
     command = list(args.command)
     if command and command[0] == "--":

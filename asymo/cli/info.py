@@ -11,7 +11,7 @@ import os
 import sys
 import warnings
 
-from asymo import topology as topo
+from asymo.hw import topology as topo
 
 _EPILOG = """\
 topology sources, first that answers wins: --topology / env ASYMO_TOPOLOGY (live system
@@ -42,7 +42,7 @@ def register(sub):
 
 def build_info(topology, sysfs_root="/sys"):
     """The data ``asymo info`` shows, as JSON-ready sections (``{"topology": ...}``)."""
-    from asymo.calibration import profile_summary
+    from asymo.plan.calibration import profile_summary
     return {
         "sysfs_root": os.fspath(sysfs_root),
         "topology": topology.to_dict(),
@@ -52,7 +52,7 @@ def build_info(topology, sysfs_root="/sys"):
 
 
 def _matmul_fast_state():
-    from asymo import matmul_fast
+    from asymo.ops import matmul_fast
     st = matmul_fast.status()
     return {"state": st["state"], "available": st["available"], "enabled": st["enabled"]}
 
@@ -134,7 +134,7 @@ def _render_topology(t):
 
 # section key -> function(section) -> text; sections without one appear only in --json
 def _render_profile(p):
-    from asymo.calibration import render_profile_summary
+    from asymo.plan.calibration import render_profile_summary
     return render_profile_summary(p)
 
 
@@ -171,7 +171,7 @@ def run(args):
 def _flush(caught):
     for w in caught:
         if issubclass(w.category, topo.TopologyWarning):
-            text = str(w.message).removeprefix("asymo.topology: ")
+            text = str(w.message).removeprefix("asymo.hw.topology: ")
             print(f"asymo info: warning: {text}", file=sys.stderr)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)

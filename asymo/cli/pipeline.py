@@ -38,7 +38,7 @@ def run(args):
     if args.topology is not None:
         import os
 
-        from asymo import topology as topo
+        from asymo.hw import topology as topo
         try:
             t = topo.parse_spec(args.topology)
         except topo.TopologyError as exc:

@@ -44,7 +44,7 @@ def make_plan(model, args, *, this_machine=False):
     ``--topology`` describes another machine for planning (taken as written); with
     ``this_machine`` it must describe cores this process may run on.
     """
-    from asymo import topology as topo
+    from asymo.hw import topology as topo
     from asymo.pipeline.plan import plan_pipeline
     try:
         if args.topology and not this_machine:

@@ -14,7 +14,7 @@ def register(sub):
                     "which contiguous layers each stage runs, and the predicted throughput "
                     "and latency beside the kernel-level prediction (every layer on all "
                     "cores). Predictions come from the calibrated Pipe-it time model "
-                    "(calibration/pipeline_timemodel.py), or, without a calibration or for "
+                    "(bench/calibration_pipeline_timemodel.py), or, without a calibration or for "
                     "another machine (--topology), from the default model scaled by cluster "
                     "capacity; the output says which.")
     add_model_args(p)
@@ -43,7 +43,7 @@ def run(args):
     print(f"times: {plan.source}", file=out)
     print(f"{'stage':>5}  {'cpus':<10}{'config':<10}{'layers':<12}{'pred. ms':>9}", file=out)
     for i, s in enumerate(plan.stages):
-        from asymo.topology import format_cpulist
+        from asymo.hw.topology import format_cpulist
         print(f"{i:>5}  {format_cpulist(s.cpus):<10}{s.label:<10}"
               f"{f'[{s.layers[0]}, {s.layers[1]}]':<12}{_ms(s.predicted_time)}", file=out)
     print(f"predicted throughput {plan.predicted_throughput:8.2f} img/s   latency "

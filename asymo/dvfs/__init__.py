@@ -5,7 +5,7 @@
 * meters: ``RaplMeter``, ``HwmonMeter``, ``CallableMeter``, ``CsvTraceMeter`` measure energy;
   ``PowerModelMeter`` estimates it from ``PowerModel`` (``P = P_static + C V^2 f``).
 * curves: energy-frequency curves of a compute-bound and a memory-bound micro-benchmark per
-  cluster, measured by ``calibrate_energy`` (``asymo calibrate --energy``) or estimated.
+  cluster, measured by `asymo.calibrate.energy` (``asymo calibrate --energy``) or estimated.
 * selection: data reuse (AsyMo Eq. 2) per op and per model, least-energy frequency per
   cluster, ``frequency_plan(model, mode="energy")`` and its report.
 
@@ -24,8 +24,6 @@ from asymo.dvfs.selection import (DvfsWarning, FrequencyPlan, FrequencyReport,  
                                   compute_weight, data_reuse, frequency_plan,
                                   least_energy_frequency, model_reuse, plan_frequencies,
                                   predict_cluster)
-from asymo.dvfs.calibrate import (CALIBRATE_ENERGY_HELP, calibrate_energy,  # noqa: F401
-                                  format_calibration)
 
 __all__ = [
     "CpuFreq", "CpuFreqError", "CpuFreqPermissionError", "FrequencyChange", "PolicyInfo",
@@ -35,5 +33,5 @@ __all__ = [
     "BenchCurve", "ClusterCurves", "CurveFormatError", "estimate_curves", "load_curves",
     "DvfsWarning", "FrequencyPlan", "FrequencyReport", "compute_weight", "data_reuse",
     "frequency_plan", "least_energy_frequency", "model_reuse", "plan_frequencies",
-    "predict_cluster", "CALIBRATE_ENERGY_HELP", "calibrate_energy", "format_calibration",
+    "predict_cluster",
 ]

@@ -53,7 +53,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
-from asymo.topology import Cluster, Topology, parse_cpulist
+from asymo.hw.topology import Cluster, Topology, parse_cpulist
 
 __all__ = ["CpuFreq", "CpuFreqError", "CpuFreqPermissionError", "PolicyInfo", "FrequencyChange",
            "CPUFREQ_DIR"]
@@ -272,7 +272,7 @@ class CpuFreq:
     Parameters
     ----------
     topology : Topology or None
-        Clusters to control; by default ``asymo.topology.detect(sysfs_root)``. Each cluster's
+        Clusters to control; by default ``asymo.hw.topology.detect(sysfs_root)``. Each cluster's
         policy directory comes from ``Cluster.cpufreq_policy`` (a path or a name such as
         ``"policy4"``) or, when absent, from the policies whose ``related_cpus`` cover the
         cluster's cpus.
@@ -291,10 +291,10 @@ class CpuFreq:
 
     def __init__(self, topology=None, sysfs_root="/sys", *, guardian=True):
         if topology is None:
-            from asymo.topology import detect
+            from asymo.hw.topology import detect
             topology = detect(sysfs_root=sysfs_root)
         if not isinstance(topology, Topology):
-            raise TypeError(f"topology must be an asymo.topology.Topology, got "
+            raise TypeError(f"topology must be an asymo.hw.topology.Topology, got "
                             f"{type(topology).__name__}")
         self.topology = topology
         self.sysfs_root = os.fspath(sysfs_root)

@@ -613,7 +613,7 @@ def detect_meter(sysfs_root="/sys", topology=None, *, power_model=None, cpufreq=
         except MeterUnavailable:
             continue
     if topology is None:
-        from asymo.topology import detect
+        from asymo.hw.topology import detect
         topology = cpufreq.topology if cpufreq is not None else detect(sysfs_root)
     if power_model is None:
         from asymo.dvfs.power_model import PowerModel

@@ -151,7 +151,7 @@ class PowerModel:
             Used for the frequency range when no OPP table exists.
         """
         if topology is None:
-            from asymo.topology import detect
+            from asymo.hw.topology import detect
             topology = cpufreq.topology if cpufreq is not None else detect(sysfs_root)
         out = []
         for cl in topology.clusters:

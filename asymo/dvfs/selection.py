@@ -508,7 +508,7 @@ def frequency_plan(ops_or_model, mode="energy", cpufreq=None, *, topology=None, 
     cpufreq : CpuFreq or None
         Where to apply; default a ``CpuFreq`` on the live system (restored on exit).
     topology : Topology or None
-        Default ``cpufreq.topology`` or ``asymo.topology.detect()``.
+        Default ``cpufreq.topology`` or ``asymo.hw.topology.detect()``.
     profile : Profile or None
         Where measured curves come from (default: the active calibration profile).
     curves : dict or None

@@ -77,19 +77,19 @@ class AsymoOps:
     """The forward-pass backend on asymo's kernels (conv2d, matmul, C pooling)."""
 
     def __init__(self, pool=None):
-        from asymo._tasks import resolve_pool
+        from asymo.runtime.tasks import resolve_pool
 
         self.thread_pool = resolve_pool(pool)
 
     def conv(self, x, step, weight, bias, out=None, residual=None, activation="step"):
-        from asymo.conv import conv2d
+        from asymo.ops.conv import conv2d
 
         act = step.activation if activation == "step" else activation
         return conv2d(x, weight, bias, step.stride, step.padding, step.dilation, step.groups,
                       activation=act, residual=residual, out=out, pool=self.thread_pool)
 
     def linear(self, x, step, weight, bias):
-        from asymo.conv_gemm import matmul_into
+        from asymo.ops.conv_gemm import matmul_into
 
         # y.T = weight @ x.T: dot products with contiguous weight rows (streamed once)
         y = np.empty((x.shape[0], step.out_features), x.dtype)
@@ -103,7 +103,7 @@ class AsymoOps:
         return y
 
     def pool(self, x, step):
-        from asymo.pooling import avg_pool2d, max_pool2d
+        from asymo.ops.pooling import avg_pool2d, max_pool2d
 
         if step.is_global:
             return avg_pool2d(x, x.shape[2:], 1, pool=self.thread_pool)

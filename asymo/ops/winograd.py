@@ -23,9 +23,9 @@ import weakref
 
 import numpy as np
 
-from asymo import split_cost as _split_cost
-from asymo._ffi import ffi, lib
-from asymo._tasks import ACTIVATION_CODES, DTYPE_CODES, INLINE_BYTES, run_tasks, task_fn
+from asymo.plan import split_cost as _split_cost
+from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.tasks import ACTIVATION_CODES, DTYPE_CODES, run_tasks, task_fn
 
 __all__ = ["transform_weights", "weights_for", "WinogradPlan", "PackedConvWeight",
            "prepack_conv"]

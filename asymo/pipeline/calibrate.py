@@ -11,7 +11,7 @@
   (Pipe-it's "measured layer time", Tables IV and VI), and kernel-level on all cores.
 - ``prediction_errors``: Table III -- mean relative error of the time model per configuration.
 
-The command-line driver is ``calibration/pipeline_timemodel.py``.
+The command-line driver is ``bench/calibration_pipeline_timemodel.py``.
 """
 from __future__ import annotations
 
@@ -174,7 +174,7 @@ def _co_runner(model, topology, busy_cpus):
 
 def _make_pool(topology, cpus, spin_us=STAGE_SPIN_US):
     """A pool on ``cpus`` configured as the runtime configures a stage's pool."""
-    from asymo.pool import Pool
+    from asymo.runtime.pool import Pool
     return Pool(topology=sub_topology(topology, cpus), spin_us=spin_us)
 
 

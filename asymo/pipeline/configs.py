@@ -3,7 +3,7 @@
 Pipe-it (paper 000, Table II) writes a stage as ``P_i = (type, count)``, e.g. ``(B, 3)`` or
 ``B3``: ``count`` cores of one cluster, never cores of two clusters (kernel-level splitting
 across clusters is what the pipeline avoids). Clusters are indexed as in
-``asymo.topology.Topology`` (fastest first), so any number of clusters is supported, not just
+``asymo.hw.topology.Topology`` (fastest first), so any number of clusters is supported, not just
 big and little.
 
 A *stage configuration* of a whole pipeline is a tuple of ``CoreConfig`` whose core counts per

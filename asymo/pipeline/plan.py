@@ -162,7 +162,7 @@ def plan_pipeline(model, topology=None, *, objective="throughput", method="optim
     model : Model
         A zoo model (``.name``, ``.layers``).
     topology : Topology, optional
-        The machine to plan for (default: this one, ``asymo.topology.detect()``).
+        The machine to plan for (default: this one, ``asymo.hw.topology.detect()``).
     objective : {"throughput", "latency", "energy"}
     method : {"optimal", "pipe-it", "two-stage"}
         How the throughput objective is searched (see module docstring).
@@ -187,7 +187,7 @@ def plan_pipeline(model, topology=None, *, objective="throughput", method="optim
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     _check_transfer_k(transfer_k)
     if topology is None:
-        from asymo.topology import detect
+        from asymo.hw.topology import detect
         topology = detect()
     if table is None:
         if timemodel is None:

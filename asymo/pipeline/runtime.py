@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from asymo.topology import Cluster, Topology
+from asymo.hw.topology import Cluster, Topology
 
 __all__ = ["Pipeline", "KernelLevel", "ParallelFrames", "RunStats", "PipelineError",
            "sub_topology", "as_frames"]
@@ -160,7 +160,7 @@ def _single_threaded_blas():
 
 
 def _default_pool_factory(topology, spin_us):
-    from asymo.pool import Pool
+    from asymo.runtime.pool import Pool
     return Pool(topology=topology, spin_us=spin_us)
 
 
@@ -185,7 +185,7 @@ class _Base:
         if not hasattr(model, "run_layers") or not hasattr(model, "layers"):
             raise TypeError("model must provide .layers and .run_layers(x, first, last, pool=)")
         if topology is None:
-            from asymo.topology import detect
+            from asymo.hw.topology import detect
             topology = detect()
         self.model = model
         self.topology = topology
@@ -336,7 +336,7 @@ class Pipeline(_Base):
         Either a ``PipelinePlan`` or ``(cpus, (first, last))`` pairs: the cores of each stage
         and the inclusive layer range it runs; ranges must be contiguous and cover the chain.
     topology : Topology, optional
-        The machine (default ``asymo.topology.detect()``); stage cores must belong to it.
+        The machine (default ``asymo.hw.topology.detect()``); stage cores must belong to it.
     queue_depth : int
         Capacity of each inter-stage queue (frames waiting in front of a stage). One keeps
         every stage fed while adding the least latency (a frame waits for at most the frame

@@ -307,7 +307,7 @@ def pipe_search_runtime(model, frames, *, topology=None, weights=None, alpha=3, 
     """
     from asymo.pipeline.runtime import Pipeline
     if topology is None:
-        from asymo.topology import detect
+        from asymo.hw.topology import detect
         topology = detect()
     W = len(model.layers)
     if weights is None:

@@ -1,0 +1,694 @@
+"""``asymo.conv2d``: 2-D convolution with the semantics of ``torch.nn.functional.conv2d``.
+
+How it runs (NCHW, per image and group):
+
+- a depthwise convolution (one input channel per group) runs a direct C kernel: a pool task
+  is a block of 16 channels (one vector lane each) and output rows, bias and activation fused;
+- a 1x1 convolution with stride 1 and no padding is a GEMM on the image itself:
+  ``weight[Cout x Cin] @ x[Cin x H*W]``;
+- any other convolution is ``weight[Cout/groups x K] @ col[K x N]`` (``K = Cin/groups * kh *
+  kw``, ``N = OH * OW``) with the column matrix never written: the GEMM's tasks pack their
+  B panels straight from the image (implicit im2col, ``asymo_im2col_pack_b``), on the cluster
+  that consumes them, so a convolution is one pool job (plus the epilogue). When the GEMM plan
+  does not pack B (skinny shapes) it falls back to explicit im2col + GEMM: the C im2col
+  kernel writes the column matrix as pool tasks, the columns each cluster will consume
+  produced by that cluster's tasks, then ``weight @ col`` lands in the output, which is
+  already NCHW. The column matrix is produced and consumed in chunks
+  of output rows (about COL_CHUNK_COLUMNS columns), so it stays in cache;
+- bias, ReLU / ReLU6 and a residual are applied in one pass over each output image right after
+  its GEMM.
+
+Everything that depends only on the shapes and the pool (GEMM plans, task splits, job
+geometry) is computed once and cached per pool; a call only fills in pointers.
+"""
+from __future__ import annotations
+
+import numbers
+import threading
+import weakref
+
+import numpy as np
+
+from asymo.ops import winograd as _winograd
+from asymo.ops.winograd import PackedConvWeight, prepack_conv
+from asymo.plan import split_cost as _split_cost
+from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.tasks import (ACTIVATION_CODES, DTYPE_CODES, INLINE_BYTES, resolve_pool, run_tasks,
+                          task_fn, workspace)
+
+__all__ = ["conv2d", "conv_output_shape", "kernel_isa", "use_kernel_isa", "PackedConvWeight",
+           "prepack_conv"]
+
+# The column matrix is built and multiplied in chunks of whole output rows, about
+# COL_CHUNK_COLUMNS columns each (enough for the GEMM to amortise packing the weights, few
+# enough to stay in the last-level cache), and never more than COL_CHUNK_BYTES.
+COL_CHUNK_COLUMNS = 8192
+COL_CHUNK_BYTES = 32 << 20
+# How a convolution that needs im2col feeds its GEMM: "implicit" packs the GEMM's B panels
+# straight from the image (csrc/conv.c asymo_im2col_pack_b: no column matrix, no separate
+# im2col pass, one pool job per convolution); "explicit" writes the column matrix with im2col
+# tasks, chunk by chunk, then multiplies it. Implicit is used whenever the GEMM plan packs B
+# (the "mm" kind split along M or N) and the C backend runs the GEMM.
+IM2COL_METHOD = "implicit"
+# Implicit im2col: the GEMM packs all of B's panels of one job; cut the job into chunks of
+# output rows only when that packed copy would exceed this.
+IMPLICIT_CHUNK_BYTES = 128 << 20
+# Small jobs run on the fastest cluster alone when the pool has several and the slower
+# clusters' share saves less than their sync and tail cost: asymo.plan.split_cost decides, for
+# matmul and convolutions alike ("depthwise": FLOPs, "epilogue": bytes of output).
+# Aim for this many tasks per worker in element-wise kernels (load balance vs overhead).
+TASKS_PER_WORKER = 4
+# Depthwise kernel: 0 = channel-interleaved vector kernel, 1 = plain per-plane loop (the
+# kernel's own fallback when scratch memory is short; selectable here to test it).
+DEPTHWISE_METHOD = 0
+# 3x3 stride-1 layers (float32, one group): "auto" picks Winograd F(4x4, 3x3) or F(2x2, 3x3)
+# by the rule in _winograd_tile, 2 or 4 forces that tile wherever Winograd applies, "off"
+# runs them as GEMMs. Outputs smaller than WINOGRAD_F4_MIN_SIZE on a side use F(2x2) (a 4x4
+# tile wastes more of a small plane), fewer channels than WINOGRAD_MIN_CHANNELS the GEMM;
+# see _winograd_tile for the rule on large weights (measured: docs/winograd.md).
+WINOGRAD = "auto"
+WINOGRAD_F4_MIN_SIZE = 8
+WINOGRAD_MIN_CHANNELS = 8
+WINOGRAD_F4_MAX_WEIGHT_BYTES = 4 << 20
+# Winograd task: 0 = transforms + GEMMs, 1 = the task's direct fallback loop (for tests).
+WINOGRAD_METHOD = 0
+
+
+def kernel_isa():
+    """Name of the ISA variant the convolution and pooling kernels run ("avx512", ...)."""
+    return ffi.string(lib.asymo_isa_name(lib.asymo_conv_isa())).decode()
+
+
+class use_kernel_isa:
+    """Context manager: run the convolution and pooling kernels with one ISA variant
+    ("portable", "avx2_fma", "avx512"; the CPU must support it), for tests and benchmarks.
+    Not thread-safe: it changes a process-wide setting."""
+
+    def __init__(self, name):
+        codes = {ffi.string(lib.asymo_isa_name(i)).decode(): i for i in range(4)}
+        if name not in codes:
+            raise ValueError(f"unknown ISA {name!r}; known: {sorted(codes)}")
+        self.code = codes[name]
+        self.name = name
+
+    def __enter__(self):
+        if lib.asymo_conv_set_isa(self.code) != 0:
+            raise ValueError(f"this CPU or build cannot run the {self.name!r} kernels")
+        return self
+
+    def __exit__(self, *exc):
+        lib.asymo_conv_set_isa(-1)
+
+
+def _as_float_array(a, name):
+    if not isinstance(a, np.ndarray):
+        a = np.asarray(a)
+    if not a.dtype.isnative and a.dtype.newbyteorder("=") in DTYPE_CODES:
+        a = a.astype(a.dtype.newbyteorder("="))
+    if a.dtype not in DTYPE_CODES:
+        raise TypeError(f"conv2d: {name} must be float32 or float64, got dtype {a.dtype}")
+    return a
+
+
+def _pair(v, name, minimum):
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        pair = (int(v), int(v))
+    else:
+        try:
+            pair = tuple(int(e) for e in v)
+        except TypeError:
+            raise TypeError(f"conv2d: {name} must be an int or a pair of ints, "
+                            f"got {v!r}") from None
+        if len(pair) == 1:
+            pair = pair * 2
+        if len(pair) != 2 or any(isinstance(e, bool) for e in v):
+            raise ValueError(f"conv2d: {name} must be an int or a pair of ints, got {v!r}")
+    if min(pair) < minimum:
+        raise ValueError(f"conv2d: {name} must be >= {minimum}, got {v!r}")
+    return pair
+
+
+def _resolve_padding(padding, kernel, stride, dilation):
+    """((top, bottom), (left, right)) for an int, a pair, "valid" or "same"."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return ((0, 0), (0, 0))
+        if padding == "same":
+            if stride != (1, 1):
+                raise ValueError("conv2d: padding='same' is not supported for strided "
+                                 f"convolutions (stride={stride})")
+            pads = []
+            for k, d in zip(kernel, dilation):
+                total = d * (k - 1)
+                pads.append((total // 2, total - total // 2))
+            return tuple(pads)
+        raise ValueError(f"conv2d: padding must be 'valid', 'same', an int or a pair, "
+                         f"got {padding!r}")
+    ph, pw = _pair(padding, "padding", 0)
+    return ((ph, ph), (pw, pw))
+
+
+def conv_output_shape(input_hw, kernel, stride=1, padding=0, dilation=1):
+    """Output ``(OH, OW)`` of a convolution (Pipe-it Eq. 3 with dilation)."""
+    kernel = _pair(kernel, "kernel", 1)
+    stride = _pair(stride, "stride", 1)
+    dilation = _pair(dilation, "dilation", 1)
+    pads = _resolve_padding(padding, kernel, stride, dilation)
+    return tuple((size + p0 + p1 - d * (k - 1) - 1) // s + 1
+                 for size, (p0, p1), k, s, d in zip(input_hw, pads, kernel, stride, dilation))
+
+
+def _geometry(geom, channels, h, w, kernel, stride, pads, dilation, oh, ow):
+    geom.channels, geom.height, geom.width = channels, h, w
+    geom.kernel_h, geom.kernel_w = kernel
+    geom.stride_h, geom.stride_w = stride
+    geom.pad_h, geom.pad_w = pads[0][0], pads[1][0]
+    geom.dilation_h, geom.dilation_w = dilation
+    geom.out_h, geom.out_w = oh, ow
+
+
+def _ptr(a):
+    """Data pointer of an array (contiguous arrays through the buffer protocol: ~5x faster
+    than ``a.ctypes``)."""
+    if a.flags.c_contiguous:
+        return ffi.cast("void *", ffi.from_buffer(a))
+    return ffi.cast("void *", a.ctypes.data)
+
+
+def _even_blocks(n, nblocks):
+    nblocks = max(1, min(int(nblocks), int(n)))
+    return [n * i // nblocks for i in range(nblocks + 1)]
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
+           activation=None, residual=None, out=None, pool=None):
+    """2-D convolution over NCHW images (``torch.nn.functional.conv2d`` semantics).
+
+    Parameters
+    ----------
+    x : ndarray, shape (N, C, H, W) or (C, H, W)
+        float32 or float64 images (unbatched ``(C, H, W)`` gives an unbatched result).
+    weight : ndarray, shape (Cout, C / groups, kh, kw), or PackedConvWeight
+        Filters, same dtype as ``x``. A `PackedConvWeight` (`asymo.prepack_conv`) keeps the
+        transforms of weights that do not change (a model's) instead of checking a cache.
+    bias : ndarray, shape (Cout,), optional
+    stride, dilation : int or (int, int)
+    padding : int, (int, int), "valid" or "same"
+        Zero padding on both sides; "same" (stride 1 only) pads so the output has the input's
+        size, the extra row / column at the bottom / right for even kernels, as torch does.
+    groups : int
+        Input and output channels are split into ``groups`` independent convolutions;
+        ``groups == C`` with one filter per input channel is a depthwise convolution.
+    activation : None, "relu" or "relu6"
+        Applied to ``conv + bias (+ residual)``, fused into the same pass.
+    residual : ndarray, optional
+        An array of the output's shape and dtype added before the activation (a ResNet
+        shortcut): ``activation(conv(x) + bias + residual)`` in one pass.
+    out : ndarray, optional
+        Where to write the result (shape and dtype of the result).
+    pool : asymo.Pool, optional
+        The pool to run on (default: ``asymo.get_pool()``).
+
+    Returns
+    -------
+    ndarray, shape (N, Cout, OH, OW) or (Cout, OH, OW)
+
+    Raises
+    ------
+    TypeError
+        Non-float dtypes, or ``x``, ``weight`` and ``bias`` of different dtypes.
+    ValueError
+        Wrong ranks, channel / group mismatches, kernel larger than the padded input, bad
+        stride / padding / dilation, wrong ``out``.
+    """
+    x = _as_float_array(x, "input")
+    packed = None
+    if isinstance(weight, PackedConvWeight):
+        packed, weight = weight, weight.array
+    weight = _as_float_array(weight, "weight")
+    if x.ndim not in (3, 4):
+        raise ValueError(f"conv2d: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, "
+                         f"got input of shape {x.shape}")
+    if weight.ndim != 4:
+        raise ValueError(f"conv2d: expected a 4-D weight (Cout, C/groups, kh, kw), got weight "
+                         f"of shape {weight.shape}")
+    if x.dtype != weight.dtype:
+        raise TypeError(f"conv2d: input ({x.dtype}) and weight ({weight.dtype}) must have the "
+                        "same dtype")
+    dtype = x.dtype
+    if bias is not None:
+        bias = _as_float_array(bias, "bias")
+        if bias.dtype != dtype:
+            raise TypeError(f"conv2d: bias ({bias.dtype}) must have the input's dtype ({dtype})")
+        if bias.shape != (weight.shape[0],):
+            raise ValueError(f"conv2d: bias of shape {bias.shape} does not match weight of "
+                             f"shape {weight.shape} (expected ({weight.shape[0]},))")
+    if activation not in ACTIVATION_CODES:
+        raise ValueError(f"conv2d: activation must be None, 'relu' or 'relu6', "
+                         f"got {activation!r}")
+    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
+        raise ValueError(f"conv2d: groups must be a positive int, got {groups!r}")
+    groups = int(groups)
+
+    unbatched = x.ndim == 3
+    xb = x[None] if unbatched else x
+    n, c, h, w = xb.shape
+    cout, cin_g, kh, kw = weight.shape
+    if cin_g * groups != c:
+        raise ValueError(f"conv2d: input of shape {x.shape} has {c} channels, but weight of "
+                         f"shape {weight.shape} with groups={groups} expects "
+                         f"{cin_g * groups} channels")
+    if cout % groups != 0:
+        raise ValueError(f"conv2d: weight of shape {weight.shape} has {cout} output channels, "
+                         f"not divisible by groups={groups}")
+    if min(weight.shape) < 1:
+        raise ValueError(f"conv2d: weight of shape {weight.shape} is empty")
+    stride = _pair(stride, "stride", 1)
+    dilation = _pair(dilation, "dilation", 1)
+    pads = _resolve_padding(padding, (kh, kw), stride, dilation)
+    eff_h, eff_w = dilation[0] * (kh - 1) + 1, dilation[1] * (kw - 1) + 1
+    padded = (h + sum(pads[0]), w + sum(pads[1]))
+    if eff_h > padded[0] or eff_w > padded[1]:
+        raise ValueError(f"conv2d: kernel ({eff_h}x{eff_w} with dilation {dilation}) is "
+                         f"larger than the padded input ({padded[0]}x{padded[1]}) for input "
+                         f"of shape {x.shape} and weight of shape {weight.shape}")
+    oh = (padded[0] - eff_h) // stride[0] + 1
+    ow = (padded[1] - eff_w) // stride[1] + 1
+
+    shape = (n, cout, oh, ow)
+    y = _check_out(out, shape[1:] if unbatched else shape, dtype)
+    if residual is not None:
+        residual = _as_float_array(residual, "residual")
+        if residual.shape != y.shape or residual.dtype != dtype:
+            raise ValueError(f"conv2d: residual of shape {residual.shape} and dtype "
+                             f"{residual.dtype} does not match the output ({y.shape}, {dtype})")
+        if np.may_share_memory(residual, y):
+            residual = residual.copy()
+        residual = np.ascontiguousarray(residual[None] if unbatched else residual)
+    yb = y[None] if unbatched else y
+    if n == 0:
+        return y
+
+    # Images must be C-contiguous for the kernels; output images too (else use a temporary).
+    xb = np.ascontiguousarray(xb)
+    w_c = np.ascontiguousarray(weight)
+    b_c = None if bias is None else np.ascontiguousarray(bias)
+    direct = (yb.flags.c_contiguous
+              or (all(yb[i].flags.c_contiguous for i in range(n))
+                  and yb.strides[0] % yb.itemsize == 0))
+    target = yb if direct else np.empty(shape, dtype)
+
+    pool = resolve_pool(pool)
+    plan = _conv_plan(pool, xb.shape, w_c.shape, dtype, stride, pads, dilation, groups,
+                      activation, bias is not None, residual is not None)
+    if isinstance(plan, _WinogradConvPlan):
+        plan.run(xb, w_c, b_c, target, residual, pool, packed)
+    else:
+        plan.run(xb, w_c, b_c, target, residual, pool)
+    if not direct:
+        yb[...] = target
+    return y
+
+
+def _check_out(out, shape, dtype):
+    if out is None:
+        return np.empty(shape, dtype)
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"conv2d: out must be a numpy array, got {type(out).__name__}")
+    if out.shape != tuple(shape):
+        raise ValueError(f"conv2d: out has shape {out.shape}, expected {tuple(shape)}")
+    if out.dtype != dtype:
+        raise TypeError(f"conv2d: out has dtype {out.dtype}, expected {dtype}")
+    if not out.flags.writeable:
+        raise ValueError("conv2d: out is read-only")
+    return out
+
+
+# ---- plans: everything decided once per (shape, pool) ------------------------------------
+
+_PLAN_CACHE_MAX = 512
+_plan_cache = weakref.WeakKeyDictionary()  # pool -> {key: plan}
+_plan_lock = threading.Lock()
+
+
+def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, activation,
+               has_bias, has_residual):
+    key = (xshape, wshape, dtype.num, stride, pads, dilation, groups, activation, has_bias,
+           has_residual, DEPTHWISE_METHOD, WINOGRAD, WINOGRAD_METHOD, WINOGRAD_F4_MIN_SIZE,
+           WINOGRAD_MIN_CHANNELS, WINOGRAD_F4_MAX_WEIGHT_BYTES, COL_CHUNK_BYTES, COL_CHUNK_COLUMNS, IM2COL_METHOD,
+           IMPLICIT_CHUNK_BYTES, _split_cost.emulated_period(), pool.limit)
+    try:
+        per_pool = _plan_cache.get(pool)
+    except TypeError:  # a pool object that cannot be weakly referenced: no caching
+        per_pool = None
+    plan = None if per_pool is None else per_pool.get(key)
+    if plan is not None:
+        return plan
+    n, c, h, w = xshape
+    cout, cin_g = wshape[:2]
+    tile = _winograd_tile(xshape, wshape, dtype, stride, pads, dilation, groups)
+    if cin_g == 1 and groups == c:
+        plan = _DepthwisePlan(pool, xshape, wshape, dtype, stride, pads, dilation, activation,
+                              has_residual)
+    elif tile:
+        plan = _WinogradConvPlan(pool, xshape, wshape, pads, tile, activation)
+    else:
+        plan = _GemmConvPlan(pool, xshape, wshape, dtype, stride, pads, dilation, groups,
+                             activation, has_bias, has_residual)
+    with _plan_lock:
+        try:
+            per_pool = _plan_cache.setdefault(pool, {})
+        except TypeError:
+            return plan
+        if len(per_pool) >= _PLAN_CACHE_MAX:
+            per_pool.clear()
+        per_pool[key] = plan
+    return plan
+
+
+def _bias_act_plan(pool, channels, plane, dtype, activation):
+    """(job template, ntasks, (inline, per-cluster counts or None)) for y = act(y + bias +
+    residual) over one image."""
+    job = ffi.new("asymo_bias_act_job *")
+    job.dtype = DTYPE_CODES[dtype]
+    job.activation = ACTIVATION_CODES[activation]
+    job.batch = 1
+    job.channels = channels
+    job.plane_size = plane
+    job.image_stride = channels * plane
+    job.residual_image_stride = 0
+    # at least ~16 KB per task: below that the pool's overhead dominates the pass
+    min_channels = max(1, (16384 // dtype.itemsize) // max(plane, 1))
+    per = max(min_channels, -(-channels // (TASKS_PER_WORKER * pool.nworkers)))
+    job.channels_per_task = per
+    job.channel_blocks = -(-channels // per)
+    nbytes = channels * plane * dtype.itemsize
+    inline = nbytes < INLINE_BYTES
+    fastest = _split_cost.pool_fastest_only(pool, nbytes, "epilogue")
+    counts = _task_counts(pool, int(job.channel_blocks), fastest_only=fastest)
+    return job, int(job.channel_blocks), (inline, counts)
+
+
+def _run_bias_act(template, ntasks, inline, y_img, bias, residual, pool):
+    job = ffi.new("asymo_bias_act_job *", template[0])
+    job.y = _ptr(y_img)
+    job.bias = ffi.NULL if bias is None else _ptr(bias)
+    job.residual = ffi.NULL if residual is None else _ptr(residual)
+    inline, counts = inline
+    run_tasks(pool, _BIAS_ACT_TASK, job, ntasks, counts, inline=inline)
+
+
+def _task_counts(pool, ntasks, *, fastest_only=False):
+    """Per-cluster task counts, decided once at plan time rather than on every run: the
+    pool's capacity split, or every task on the fastest cluster (None on a one-cluster pool:
+    there is nothing to split)."""
+    if pool.nclusters <= 1:
+        return None
+    split = [1.0] + [0.0] * (pool.nclusters - 1) if fastest_only else None
+    return ffi.new("int64_t[]", pool.split_counts(ntasks, split))
+
+
+def _winograd_tile(xshape, wshape, dtype, stride, pads, dilation, groups):
+    """The Winograd tile size m for this layer (2 or 4), or 0 for another path.
+
+    Winograd F(m x m, 3 x 3) runs float32 3x3 layers with stride 1, dilation 1 and one group
+    (pads of at most 2, so every output tile reads the padded plane), when WINOGRAD allows."""
+    if (WINOGRAD == "off" or dtype != np.float32 or tuple(wshape[2:]) != (3, 3)
+            or stride != (1, 1) or dilation != (1, 1) or groups != 1
+            or max(max(p) for p in pads) > 2):
+        return 0
+    if WINOGRAD in (2, 4):
+        return WINOGRAD
+    _, c, h, w = xshape
+    k = wshape[0]
+    oh, ow = h + sum(pads[0]) - 2, w + sum(pads[1]) - 2
+    if c < WINOGRAD_MIN_CHANNELS or k < WINOGRAD_MIN_CHANNELS:
+        return 0
+    if min(oh, ow) < WINOGRAD_F4_MIN_SIZE:
+        return 2
+    # F(4x4) streams 36 C x K weight panels per block of 16 tiles: when they outgrow the
+    # caches and the plane has few 4x4 tiles, F(2x2)'s 16 panels over more tiles win.
+    tiles4 = -(-oh // 4) * -(-ow // 4)
+    if 36 * c * k * 4 > WINOGRAD_F4_MAX_WEIGHT_BYTES and tiles4 <= 16:
+        return 2
+    return 4
+
+
+class _WinogradConvPlan:
+    """Winograd F(m x m, 3 x 3) (asymo.ops.winograd): one pool job per call, the transforms,
+    GEMMs, bias, residual and activation inside each task."""
+
+    def __init__(self, pool, xshape, wshape, pads, tile, activation):
+        self.tile = tile
+        self.plan = _winograd.WinogradPlan(pool, xshape, wshape, pads, tile, activation,
+                                           method=WINOGRAD_METHOD)
+
+    def run(self, x, weight, bias, y, residual, pool, packed=None):
+        u = _winograd.weights_for(weight if packed is None else packed, self.tile)
+        self.plan.run(x, weight, u, bias, y, residual, pool)
+
+
+class _DepthwisePlan:
+    """Direct depthwise kernel; activation fused, residual in a second pass."""
+
+    def __init__(self, pool, xshape, wshape, dtype, stride, pads, dilation, activation,
+                 has_residual):
+        n, c, h, w = xshape
+        cout, _, kh, kw = wshape
+        oh, ow = _out_hw(h, w, kh, kw, stride, pads, dilation)
+        job = self.job = ffi.new("asymo_dwconv_job *")
+        _geometry(job.geom, c, h, w, (kh, kw), stride, pads, dilation, oh, ow)
+        job.dtype = DTYPE_CODES[dtype]
+        job.activation = ACTIVATION_CODES[None if has_residual else activation]
+        job.batch = n
+        job.out_channels = cout
+        job.method = DEPTHWISE_METHOD
+        # tasks: image x block of ASYMO_DW_LANES channels x block of rows; split rows only as
+        # far as needed for TASKS_PER_WORKER tasks per worker, >= ~64K multiply-adds per task
+        lanes = lib.ASYMO_DW_LANES
+        blocks = n * -(-cout // lanes)
+        want = TASKS_PER_WORKER * pool.nworkers
+        row_blocks = max(1, min(oh, -(-want // blocks)))
+        min_rows = -(-65536 // max(1, lanes * ow * kh * kw))
+        rows = max(min_rows, -(-oh // row_blocks))
+        job.rows_per_task = rows
+        self.ntasks = blocks * -(-oh // rows)
+        itemsize = dtype.itemsize
+        self.inline = (n * c * h * w + n * cout * oh * ow) * itemsize < INLINE_BYTES
+        flops = 2.0 * n * cout * oh * ow * kh * kw
+        fastest = _split_cost.pool_fastest_only(pool, flops, "depthwise")
+        self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
+        self.plane = cout * oh * ow
+        self.residual = None
+        if has_residual:
+            self.residual = _bias_act_plan(pool, cout, oh * ow, dtype, activation)
+
+    def run(self, x, weight, bias, y, residual, pool):
+        job = ffi.new("asymo_dwconv_job *", self.job[0])
+        job.x = _ptr(x)
+        job.weight = _ptr(weight)
+        job.bias = ffi.NULL if bias is None else _ptr(bias)
+        job.y = _ptr(y)
+        job.y_image_stride = y.strides[0] // y.itemsize if y.shape[0] > 1 else self.plane
+        run_tasks(pool, _DWCONV_TASK, job, self.ntasks, self.counts, inline=self.inline)
+        if self.residual is not None:
+            template, ntasks, inline = self.residual
+            for i in range(y.shape[0]):
+                _run_bias_act(template, ntasks, inline, y[i], None, residual[i], pool)
+
+
+class _GemmConvPlan:
+    """im2col (or the image itself for 1x1 stride-1) + GEMM per image and group, in chunks of
+    output rows, then the bias / activation / residual epilogue per image."""
+
+    def __init__(self, pool, xshape, wshape, dtype, stride, pads, dilation, groups,
+                 activation, has_bias, has_residual):
+        from asymo.ops.conv_gemm import plan_conv_gemm
+
+        n, c, h, w = xshape
+        cout, cin_g, kh, kw = wshape
+        oh, ow = _out_hw(h, w, kh, kw, stride, pads, dilation)
+        self.groups, self.cin_g, self.cout_g = groups, cin_g, cout // groups
+        self.k = k = cin_g * kh * kw
+        self.ncols = oh * ow
+        self.pointwise = (kh, kw) == (1, 1) and stride == (1, 1) and pads == ((0, 0), (0, 0))
+        self.epilogue = None
+        self.implicit = None
+        if has_bias or activation is not None or has_residual:
+            self.epilogue = _bias_act_plan(pool, cout, oh * ow, dtype, activation)
+        if self.pointwise:
+            self.gemm_plan = plan_conv_gemm(self.cout_g, k, self.ncols, dtype, pool)
+            return
+        job = self.job = ffi.new("asymo_im2col_job *")
+        _geometry(job.geom, cin_g, h, w, (kh, kw), stride, pads, dilation, oh, ow)
+        job.dtype = DTYPE_CODES[dtype]
+        if IM2COL_METHOD == "implicit":
+            self.implicit = _implicit_chunks(pool, self.cout_g, k, oh, ow, dtype)
+            if self.implicit is not None:
+                # everything about the GEMM but the pointers and the chunk width
+                args = self.gemm_args = ffi.new("asymo_gemm_args *")
+                args.dtype = DTYPE_CODES[dtype]
+                args.m, args.k = self.cout_g, k
+                args.rsa, args.csa = k, 1
+                args.rsc, args.csc = self.ncols, 1
+                args.nbatch = 1
+                args.pack_b = _IM2COL_PACK_B
+                return
+        rows = _chunk_rows(oh, ow, k, dtype.itemsize)
+        self.col_elems = k * rows * ow
+        self.chunks = []
+        plans = {}
+        for r0 in range(0, oh, rows):
+            n0, n1 = r0 * ow, min(oh, r0 + rows) * ow
+            width = n1 - n0
+            gp = plans.get(width)
+            if gp is None:
+                gp = plans[width] = plan_conv_gemm(self.cout_g, k, width, dtype, pool)
+            self.chunks.append((n0, n1, gp) + _im2col_split(pool, gp, k, n0, n1, dtype))
+
+    def run(self, x, weight, bias, y, residual, pool):
+        from asymo.ops.conv_gemm import gemm_into
+
+        if self.implicit is not None:
+            return self._run_implicit(x, weight, bias, y, residual, pool)
+        n = x.shape[0]
+        cin_g, cout_g, groups, ncols = self.cin_g, self.cout_g, self.groups, self.ncols
+        w2 = weight.reshape(groups, cout_g, self.k)
+        if not self.pointwise:
+            col = workspace(self.col_elems, x.dtype)
+            job = ffi.new("asymo_im2col_job *", self.job[0])
+        for i in range(n):
+            yi = y[i].reshape(groups * cout_g, ncols)
+            for g in range(groups):
+                a = w2[g]
+                yg = yi[g * cout_g:(g + 1) * cout_g]
+                xg = x[i, g * cin_g:(g + 1) * cin_g]
+                if self.pointwise:
+                    gemm_into(a, xg.reshape(cin_g, ncols), yg, pool, self.gemm_plan)
+                    continue
+                job.x = _ptr(xg)
+                for n0, n1, gp, bounds, ncol, nrow, counts, ntasks, inline in self.chunks:
+                    colv = col[:self.k * (n1 - n0)].reshape(self.k, n1 - n0)
+                    job.col = _ptr(colv)
+                    job.ldcol = n1 - n0
+                    job.col_offset = n0
+                    job.col_bounds = bounds
+                    job.ncolblocks = ncol
+                    job.nrowblocks = nrow
+                    run_tasks(pool, _IM2COL_TASK, job, ntasks, counts, inline=inline)
+                    gemm_into(a, colv, yg[:, n0:n1], pool, gp)
+            if self.epilogue is not None:
+                template, ntasks, inline = self.epilogue
+                _run_bias_act(template, ntasks, inline, y[i], bias,
+                              None if residual is None else residual[i], pool)
+
+
+    def _run_implicit(self, x, weight, bias, y, residual, pool):
+        """One GEMM job per image, group and chunk, B packed from the image by the GEMM's
+        tasks (`asymo_im2col_pack_b`)."""
+        n = x.shape[0]
+        cin_g, cout_g, groups, ncols, k = (self.cin_g, self.cout_g, self.groups, self.ncols,
+                                           self.k)
+        es = x.itemsize
+        job = ffi.new("asymo_im2col_job *", self.job[0])
+        args = ffi.new("asymo_gemm_args *", self.gemm_args[0])
+        args.pack_b_ctx = job
+        wbase = ffi.cast("char *", _ptr(weight))
+        for i in range(n):
+            xbase = ffi.cast("char *", _ptr(x[i]))
+            ybase = ffi.cast("char *", _ptr(y[i]))
+            for g in range(groups):
+                job.x = xbase + g * cin_g * x.shape[2] * x.shape[3] * es
+                args.a = wbase + g * cout_g * k * es
+                for n0, n1, gp, handle_serial in self.implicit:
+                    job.col_offset = n0
+                    args.n = n1 - n0
+                    args.c = ybase + (g * cout_g * ncols + n0) * es
+                    handle = ffi.NULL if handle_serial or gp.in_caller() else pool._handle
+                    rc = lib.asymo_gemm(handle, args, gp.cdata())
+                    if rc != 0:
+                        from asymo.ops.matmul import _fail
+                        raise _fail(rc, cout_g, k, n1 - n0, gp)
+            if self.epilogue is not None:
+                template, ntasks, inline = self.epilogue
+                _run_bias_act(template, ntasks, inline, y[i], bias,
+                              None if residual is None else residual[i], pool)
+
+
+def _implicit_chunks(pool, m, k, oh, ow, dtype):
+    """[(n0, n1, gemm plan, serial)] for implicit im2col: chunks of whole output rows whose
+    packed B stays under IMPLICIT_CHUNK_BYTES; None when a chunk's GEMM plan does not pack B
+    (then the explicit path runs)."""
+    from asymo.ops import matmul as _gemm_mod
+    from asymo.ops.conv_gemm import plan_conv_gemm
+
+    if _gemm_mod._default_backend != "c":
+        return None
+    rows = max(1, min(oh, IMPLICIT_CHUNK_BYTES // max(1, k * ow * dtype.itemsize)))
+    nchunks = -(-oh // rows)
+    rows = -(-oh // nchunks)
+    chunks, plans = [], {}
+    for r0 in range(0, oh, rows):
+        n0, n1 = r0 * ow, min(oh, r0 + rows) * ow
+        gp = plans.get(n1 - n0)
+        if gp is None:
+            gp = plans[n1 - n0] = plan_conv_gemm(m, k, n1 - n0, dtype, pool)
+        if gp.kind != "mm" or gp.split_dim not in ("M", "N") or gp.nbatch != 1:
+            return None
+        chunks.append((n0, n1, gp, pool is None))
+    return chunks
+
+
+def _chunk_rows(oh, ow, k, itemsize):
+    """Output rows per im2col + GEMM chunk: the rows split evenly into chunks of about
+    COL_CHUNK_COLUMNS columns, each at most COL_CHUNK_BYTES (but at least one row)."""
+    nchunks = max(1, round(oh * ow / COL_CHUNK_COLUMNS))
+    rows = -(-oh // nchunks)
+    return max(1, min(rows, COL_CHUNK_BYTES // (k * ow * itemsize)))
+
+
+def _out_hw(h, w, kh, kw, stride, pads, dilation):
+    oh = (h + sum(pads[0]) - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (w + sum(pads[1]) - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    return oh, ow
+
+
+def _im2col_split(pool, gemm_plan, k, n0, n1, dtype):
+    """Tasks for im2col of columns [n0, n1): each cluster produces the columns its GEMM
+    consumes. Returns (bounds, ncolblocks, nrowblocks, counts, ntasks, inline), the arrays as
+    cffi data."""
+    from asymo.ops.conv_gemm import column_split
+
+    ranges = column_split(gemm_plan, n1 - n0, pool)
+    active = pool.active_workers_per_cluster()
+    # Column blocks at least 256 wide (tasks writing a few columns of the same rows would
+    # share cache lines); then split the K rows too until there are about TASKS_PER_WORKER
+    # tasks per worker, each writing >= ~16 KB.
+    min_cols = 256
+    col_blocks = []
+    for cluster, (start, stop) in enumerate(ranges):
+        width = stop - start
+        if width <= 0:
+            col_blocks.append([])
+            continue
+        nb = max(1, min(TASKS_PER_WORKER * max(1, active[cluster]), width // min_cols))
+        edges = _even_blocks(width, nb)
+        col_blocks.append([n0 + start + e for e in edges[1:]])
+    ncol = sum(len(b) for b in col_blocks)
+    want = TASKS_PER_WORKER * max(1, sum(active))
+    nrow = max(1, min(-(-want // ncol), k // 8,
+                      (k * (n1 - n0) * dtype.itemsize) // (16384 * ncol)))
+    bounds = [n0]
+    counts = []
+    for blocks in col_blocks:
+        bounds.extend(blocks)
+        counts.append(len(blocks) * nrow)
+    inline = k * (n1 - n0) * dtype.itemsize < INLINE_BYTES
+    return (ffi.new("int64_t[]", bounds), ncol, nrow, ffi.new("int64_t[]", counts),
+            ncol * nrow, inline)
+
+
+_IM2COL_TASK = task_fn("asymo_im2col_task")
+_IM2COL_PACK_B = task_fn("asymo_im2col_pack_b")
+_DWCONV_TASK = task_fn("asymo_dwconv_task")
+_BIAS_ACT_TASK = task_fn("asymo_bias_act_task")

@@ -1,0 +1,95 @@
+"""2-D max and average pooling on NCHW arrays (``torch.nn.functional.max_pool2d`` /
+``avg_pool2d`` semantics), run as pool tasks over image planes by a C kernel."""
+from __future__ import annotations
+
+import numpy as np
+
+from asymo.runtime.ffi import ffi
+from asymo.runtime.tasks import DTYPE_CODES, INLINE_BYTES, resolve_pool, run_tasks, task_fn
+from asymo.ops.conv import TASKS_PER_WORKER, _geometry, _pair, _ptr
+
+__all__ = ["max_pool2d", "avg_pool2d", "pool_output_size"]
+
+
+def pool_output_size(size, kernel, stride, padding, ceil_mode=False):
+    """Output length along one axis (torch rule: a ceil-mode window must start inside the
+    input or the left padding)."""
+    span = size + 2 * padding - kernel
+    if ceil_mode:
+        out = -(-span // stride) + 1
+        if (out - 1) * stride >= size + padding:
+            out -= 1
+    else:
+        out = span // stride + 1
+    return out
+
+
+def _pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_pad, out, pool):
+    name = f"{kind}_pool2d"
+    if not isinstance(x, np.ndarray):
+        x = np.asarray(x)
+    if x.dtype not in DTYPE_CODES:
+        raise TypeError(f"{name}: input must be float32 or float64, got dtype {x.dtype}")
+    if x.ndim not in (3, 4):
+        raise ValueError(f"{name}: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got "
+                         f"input of shape {x.shape}")
+    kernel = _pair(kernel, "kernel_size", 1)
+    stride = kernel if stride is None else _pair(stride, "stride", 1)
+    padding = _pair(padding, "padding", 0)
+    if padding[0] > kernel[0] // 2 or padding[1] > kernel[1] // 2:
+        raise ValueError(f"{name}: padding {padding} must be at most half the kernel size "
+                         f"{kernel}")
+    h, w = x.shape[-2:]
+    oh = pool_output_size(h, kernel[0], stride[0], padding[0], ceil_mode)
+    ow = pool_output_size(w, kernel[1], stride[1], padding[1], ceil_mode)
+    if oh < 1 or ow < 1:
+        raise ValueError(f"{name}: kernel {kernel} with padding {padding} is larger than the "
+                         f"input of shape {x.shape}")
+    shape = x.shape[:-2] + (oh, ow)
+    if out is None:
+        y = np.empty(shape, x.dtype)
+    else:
+        if out.shape != shape or out.dtype != x.dtype:
+            raise ValueError(f"{name}: out must have shape {shape} and dtype {x.dtype}, got "
+                             f"{out.shape} {out.dtype}")
+        y = out if out.flags.c_contiguous else np.empty(shape, x.dtype)
+    planes = int(np.prod(x.shape[:-2]))
+    if planes == 0:
+        return y
+    xc = np.ascontiguousarray(x)
+    pool = resolve_pool(pool)
+    job = ffi.new("asymo_pool2d_job *")
+    _geometry(job.geom, 1, h, w, kernel, stride, ((padding[0],) * 2, (padding[1],) * 2),
+              (1, 1), oh, ow)
+    job.dtype = DTYPE_CODES[x.dtype]
+    job.kind = 0 if kind == "max" else 1
+    job.count_include_pad = bool(count_include_pad)
+    job.x = _ptr(xc)
+    job.y = _ptr(y)
+    job.nplanes = planes
+    # whole planes per task, at least ~16 KB of input each, ~4 tasks per worker
+    min_planes = max(1, (16384 // x.itemsize) // max(h * w, 1))
+    per = max(min_planes, -(-planes // (TASKS_PER_WORKER * pool.nworkers)))
+    job.planes_per_task = per
+    run_tasks(pool, task_fn("asymo_pool2d_task"), job, -(-planes // per),
+              inline=xc.nbytes < INLINE_BYTES)
+    if out is not None and y is not out:
+        out[...] = y
+        return out
+    return y
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, *, out=None,
+               pool=None):
+    """Max pooling over the last two axes of a (N, C, H, W) or (C, H, W) array.
+
+    ``stride`` defaults to ``kernel_size``; padding counts as -infinity.
+    """
+    return _pool2d("max", x, kernel_size, stride, padding, ceil_mode, True, out, pool)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, *, out=None, pool=None):
+    """Average pooling over the last two axes of a (N, C, H, W) or (C, H, W) array."""
+    return _pool2d("avg", x, kernel_size, stride, padding, ceil_mode, count_include_pad, out,
+                   pool)

@@ -1,0 +1,758 @@
+"""The asymmetry-aware thread pool: one pinned worker per core, tasks split per cluster.
+
+Every parallel operation in asymo, and any user kernel, runs through a `Pool`: a job is
+``ntasks`` calls of a C function ``void fn(int64_t task, void *ctx)``; the task ids are split
+into one contiguous block per cluster (fastest cluster first) and the pool's policy decides
+which worker runs each task (AsyMo, section 4.3):
+
+``"asymo"``
+    cluster *c*'s tasks go to the shortest queues of cluster *c*'s workers; an idle worker
+    steals from the longest queue of its own cluster, then from slower clusters; a slower
+    cluster never steals from a faster one.
+``"even"``
+    equal static split over all workers, no stealing (OpenMP static, OpenBLAS).
+``"shared"``
+    one shared atomic counter; every worker takes the next task (ARM Compute Library).
+``"steal"``
+    equal split, stealing in any direction (pthreadpool).
+
+The baseline policies ignore the per-cluster split (they do not know about clusters) but run
+the same tasks, so benchmarks isolate scheduling.
+
+Environment: ``ASYMO_POOL_POLICY`` (policy of the default pool), ``ASYMO_POOL_SPIN_US`` (how
+long idle workers spin before sleeping, default 200), ``ASYMO_POOL_QUEUE`` (``mutex`` or
+``chaselev`` per-worker queues, for benchmarking), ``ASYMO_TOPOLOGY`` (through
+``topology.detect``). C callers use ``csrc/pool.h`` with ``Pool._handle``.
+
+Examples
+--------
+A user kernel written with Numba, run on the process-wide pool::
+
+    import numpy as np, numba, asymo
+    from numba import types
+
+    @numba.cfunc(types.void(types.int64, types.voidptr))
+    def square_rows(task, ctx):
+        a = numba.carray(ctx, (1000, 256), np.float64)   # ctx: the array's data pointer
+        for j in range(256):
+            a[task, j] = a[task, j] * a[task, j]
+
+    a = np.random.rand(1000, 256)
+    asymo.get_pool().parallel_for(square_rows, 1000, ctx=a)
+"""
+from __future__ import annotations
+
+import atexit
+import math
+import numbers
+import os
+import threading
+import warnings
+import weakref
+from fractions import Fraction
+
+from asymo.hw import environ as _environ
+from asymo.runtime.ffi import ffi, lib
+from asymo.hw.topology import ENV_VAR as TOPOLOGY_ENV_VAR
+from asymo.hw.topology import Topology, detect, parse_spec
+
+__all__ = ["Pool", "POLICIES", "QUEUES", "get_pool", "reset_default_pool", "set_thread_limit",
+           "get_thread_limit"]
+
+#: policy name -> C constant
+POLICIES = {
+    "asymo": lib.ASYMO_POLICY_ASYMO,
+    "even": lib.ASYMO_POLICY_EVEN,
+    "shared": lib.ASYMO_POLICY_SHARED,
+    "steal": lib.ASYMO_POLICY_STEAL,
+}
+#: per-worker queue implementation name -> C constant (None: env ASYMO_POOL_QUEUE, else the
+#: one measured faster on this kind of machine, see bench/pool_queues.py)
+QUEUES = {"mutex": lib.ASYMO_QUEUE_MUTEX, "chaselev": lib.ASYMO_QUEUE_CHASELEV}
+_QUEUE_NAMES = {v: k for k, v in QUEUES.items()}
+MAX_CLUSTERS = 8  # asymo_worker_stats.stolen_from_cluster has 8 entries
+POLICY_ENV_VAR = "ASYMO_POOL_POLICY"
+
+_ERRORS = {
+    lib.ASYMO_EINVAL: (ValueError, "invalid argument"),
+    lib.ASYMO_ENOMEM: (MemoryError, "out of memory"),
+    lib.ASYMO_ETHREAD: (RuntimeError, "a worker thread could not be started"),
+}
+
+
+def _raise_for(rc, what):
+    exc, text = _ERRORS.get(rc, (RuntimeError, f"error code {rc}"))
+    raise exc(f"{what}: {text}")
+
+
+def _affinity():
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - non-Linux
+        return set(range(os.cpu_count() or 1))
+
+
+def _is_integral(x):
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _as_task_fn(fn):
+    """Coerce ``fn`` to a C ``asymo_task_fn``; raise ValueError/TypeError naming the problem."""
+    hint = ("pass a C function `void fn(int64_t task, void *ctx)`: a cffi function pointer, "
+            "a Numba @cfunc(types.void(types.int64, types.voidptr)) (or its .address), "
+            "or an integer address")
+    if fn is None:
+        raise ValueError(f"fn is None; {hint}")
+    if isinstance(fn, ffi.CData):
+        ft = t = ffi.typeof(fn)  # cffi's ctype of a function pointer has kind "function"
+        if t.kind != "function":
+            raise TypeError(f"fn is a cffi {t.cname!r}, not a function pointer; {hint}")
+        if (ft.result.kind != "void" or len(ft.args) != 2 or ft.args[0].kind != "primitive"
+                or ffi.sizeof(ft.args[0]) != 8 or ft.args[1].kind != "pointer"):
+            raise TypeError(f"fn has C type {t.cname!r}; expected void(*)(int64_t, void *)")
+        if fn == ffi.NULL:
+            raise ValueError("fn is a NULL function pointer")
+        return ffi.cast("asymo_task_fn", fn)
+    if type(fn).__module__.startswith("numba") and hasattr(fn, "address"):
+        sig = getattr(fn, "_sig", None)
+        if sig is not None:
+            args, ret = tuple(sig.args), sig.return_type
+            ok = (len(args) == 2 and str(ret) in ("none", "void")
+                  and str(args[0]) in ("int64", "intp", "uint64")
+                  and (str(args[1]) in ("void*", "voidptr") or str(args[1]).startswith("*")
+                       or "Pointer" in type(args[1]).__name__))
+            if not ok:
+                raise TypeError(f"Numba cfunc has signature {sig}; expected "
+                                "void(int64, voidptr)")
+        fn = fn.address
+    elif type(fn).__name__ == "builtin_function_or_method" and hasattr(lib, getattr(fn, "__name__", "")):
+        return ffi.cast("asymo_task_fn", fn)  # a function of asymo's own C core
+    elif hasattr(fn, "_objects") and hasattr(fn, "argtypes"):  # a ctypes function pointer
+        import ctypes
+        fn = ctypes.cast(fn, ctypes.c_void_p).value or 0
+    if _is_integral(fn):
+        if fn == 0:
+            raise ValueError("fn is a NULL function pointer (address 0)")
+        if fn < 0:
+            raise ValueError(f"fn address {fn} is negative")
+        if fn >= _ADDRESS_LIMIT:
+            raise ValueError(f"fn address {fn:#x} does not fit in a pointer")
+        return ffi.cast("asymo_task_fn", int(fn))
+    if callable(fn):
+        raise TypeError(f"fn is a Python callable ({type(fn).__name__}); {hint}. Python "
+                        "functions can be wrapped with numba.cfunc or ffi.callback.")
+    raise TypeError(f"fn has type {type(fn).__name__}; {hint}")
+
+
+def _as_ctx(ctx):
+    """Coerce ``ctx`` to ``void *``: None, an integer address, a cffi pointer, or an array."""
+    if ctx is None:
+        return ffi.NULL
+    if isinstance(ctx, ffi.CData):
+        kind = ffi.typeof(ctx).kind
+        if kind not in ("pointer", "array"):
+            raise TypeError(f"ctx is a cffi {ffi.typeof(ctx).cname!r}; expected a pointer")
+        return ffi.cast("void *", ctx)
+    if not _is_integral(ctx):
+        try:
+            return ffi.from_buffer(ctx)  # fast for contiguous arrays and buffers
+        except (TypeError, ValueError, BufferError):
+            pass
+        iface = getattr(ctx, "__array_interface__", None)  # a strided view: its data pointer
+        if iface is None:
+            raise TypeError(
+                f"ctx has type {type(ctx).__name__}; expected None, an integer address, a "
+                "cffi pointer, a NumPy array or a buffer")
+        return ffi.cast("void *", iface["data"][0])
+    if ctx < 0:
+        raise ValueError(f"ctx address {ctx} is negative")
+    if ctx >= _ADDRESS_LIMIT:  # ffi.cast would silently keep only the low bits
+        raise ValueError(f"ctx address {ctx:#x} does not fit in a pointer")
+    return ffi.cast("void *", int(ctx))
+
+
+_ADDRESS_LIMIT = 1 << (8 * ffi.sizeof("void *"))
+_NTASKS_LIMIT = 1 << 63  # the C side counts tasks in int64_t
+
+
+def _largest_remainder(n, weights):
+    """Integer counts summing to ``n``, proportional to ``weights`` (ties: earlier first).
+
+    Exact rational arithmetic: the counts never depend on float rounding.
+    """
+    weights = [Fraction(w) for w in weights]
+    total = sum(weights)
+    exact = [n * w / total for w in weights]
+    counts = [math.floor(x) for x in exact]
+    short = n - sum(counts)  # 0 <= short < len(weights)
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - counts[i]), i))
+    for i in order[:short]:
+        counts[i] += 1
+    return counts
+
+
+class Pool:
+    """A pool of pinned workers, one per core of ``topology``.
+
+    Parameters
+    ----------
+    topology : Topology, str or None
+        The cores to use, grouped into clusters fastest first. None: ``asymo.hw.topology.detect()``
+        (which honours ``ASYMO_TOPOLOGY``); a string is an explicit topology spec such as
+        ``"big:0@1.0,little:1@0.5"`` (taken as given, not filtered by the affinity mask).
+    policy : {"asymo", "even", "shared", "steal"}
+        Scheduling policy (see the module docstring).
+    spin_us : int, optional
+        How long an idle worker looks for work before it sleeps (default 200 us, or env
+        ``ASYMO_POOL_SPIN_US``).
+    queue : {"mutex", "chaselev"} or None
+        Per-worker queue implementation; None uses env ``ASYMO_POOL_QUEUE`` or the default
+        (the faster one measured by ``bench/pool_queues.py``). For benchmarking.
+
+    Notes
+    -----
+    A core that cannot be pinned (not in the process's affinity mask, or absent) gives a
+    ``RuntimeWarning`` and an unpinned worker. Use the pool as a context manager, or call
+    `close`, to stop its threads; pools are also closed at interpreter exit.
+    """
+
+    def __init__(self, topology=None, policy="asymo", *, spin_us=None, queue=None):
+        if topology is None:
+            topology = detect()
+        elif isinstance(topology, str):
+            topology = parse_spec(topology)  # explicit: cpus outside the mask become unpinned workers
+        elif not isinstance(topology, Topology):
+            raise TypeError(f"topology must be a Topology, an override spec string or None, "
+                            f"not {type(topology).__name__}")
+        if not isinstance(policy, str) or policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; expected one of {sorted(POLICIES)}")
+        if queue is not None and (not isinstance(queue, str) or queue not in QUEUES):
+            raise ValueError(f"unknown queue {queue!r}; expected one of {sorted(QUEUES)}")
+        if spin_us is not None and (not _is_integral(spin_us) or not 0 <= spin_us <= 1_000_000):
+            raise ValueError(f"spin_us must be an integer in [0, 1000000], not {spin_us!r}")
+        if topology.nclusters > MAX_CLUSTERS:
+            raise ValueError(f"topology has {topology.nclusters} clusters; the pool supports "
+                             f"at most {MAX_CLUSTERS}")
+        self._topology = topology
+        self._policy = policy
+        cpus, clusters = [], []
+        for ci, cl in enumerate(topology.clusters):
+            for cpu in cl.cpus:
+                cpus.append(int(cpu))
+                clusters.append(ci)
+        self._cpus = tuple(cpus)
+        self._worker_cluster = tuple(clusters)
+        err = ffi.new("int *")
+        handle = lib.asymo_pool_create_ex(
+            len(cpus), ffi.new("int[]", cpus), ffi.new("int[]", clusters), topology.nclusters,
+            POLICIES[policy], lib.ASYMO_QUEUE_DEFAULT if queue is None else QUEUES[queue], err)
+        if handle == ffi.NULL:
+            _raise_for(err[0], "asymo.Pool could not be created")
+        self._handle = handle
+        self._cond = threading.Condition()
+        self._inflight = 0
+        self._split_cache = {}
+        self._closed = False
+        self._finalizer = weakref.finalize(self, _destroy_handle, handle)
+        self._finalizer.atexit = False  # _close_all_at_exit closes it, after in-flight jobs
+        _live_pools.add(self)
+        if spin_us is not None:
+            self.spin_us = spin_us
+        if _global_limit is not None:
+            lib.asymo_pool_set_limit(handle, min(_global_limit, len(cpus)))
+        unpinned = [s.cpu for s in self._raw_stats() if s.cpu >= 0 and not s.pinned]
+        if unpinned:
+            warnings.warn(
+                f"asymo.Pool: could not pin workers to cpu(s) {unpinned} (not in this "
+                f"process's affinity mask {sorted(_affinity())}, or not present); they run "
+                "unpinned", RuntimeWarning, stacklevel=2)
+
+    # -- description ------------------------------------------------------------------------
+    @property
+    def topology(self):
+        """The `Topology` the workers were created from."""
+        return self._topology
+
+    @property
+    def policy(self):
+        """The scheduling policy name."""
+        return self._policy
+
+    @property
+    def queue(self):
+        """The per-worker queue implementation ("mutex" or "chaselev")."""
+        self._check_open()
+        return _QUEUE_NAMES[lib.asymo_pool_queue(self._handle)]
+
+    @property
+    def nworkers(self):
+        """Number of workers (one per cpu of the topology)."""
+        return len(self._cpus)
+
+    @property
+    def nclusters(self):
+        return self._topology.nclusters
+
+    @property
+    def cpus(self):
+        """The cpu of each worker, in worker order (fastest cluster first)."""
+        return self._cpus
+
+    @property
+    def worker_cluster(self):
+        """The cluster index of each worker."""
+        return self._worker_cluster
+
+    @property
+    def closed(self):
+        return self._closed
+
+    @property
+    def limit(self):
+        """Number of workers that take tasks (threadpoolctl's cap); the rest stay idle."""
+        self._check_open()
+        return lib.asymo_pool_get_limit(self._handle)
+
+    @limit.setter
+    def limit(self, value):
+        self._check_open()
+        if value is None:
+            value = self.nworkers
+        if not _is_integral(value) or value < 1:
+            raise ValueError(f"limit must be a positive integer or None, not {value!r}")
+        lib.asymo_pool_set_limit(self._handle, int(min(value, self.nworkers)))
+
+    @property
+    def spin_us(self):
+        """How long (microseconds) an idle worker looks for work before sleeping."""
+        self._check_open()
+        return lib.asymo_pool_get_spin_us(self._handle)
+
+    @spin_us.setter
+    def spin_us(self, value):
+        self._check_open()
+        if not _is_integral(value) or not 0 <= value <= 1_000_000:
+            raise ValueError(f"spin_us must be an integer in [0, 1000000], not {value!r}")
+        lib.asymo_pool_set_spin_us(self._handle, int(value))
+
+    @property
+    def caller_helps(self):
+        """Whether a thread that submits a job runs queued work while it waits (default True).
+
+        It then acts as the worker pinned to the core it is on: takes that worker's queued
+        tasks and steals exactly as that worker would, under its identity (so
+        ``asymo_pool_current_worker()`` and per-worker scratch stay right; never two threads
+        act as one worker). A job then need not wait for a context switch to the worker that
+        shares the submitter's core (pthreadpool's caller is its thread 0 for the same
+        reason). False: the submitter only waits and every task runs on a pool thread (env
+        ``ASYMO_POOL_CALLER_HELPS=0`` makes that the default of new pools)."""
+        self._check_open()
+        return bool(lib.asymo_pool_get_caller_helps(self._handle))
+
+    @caller_helps.setter
+    def caller_helps(self, value):
+        self._check_open()
+        if value not in (True, False):  # bool, or 0 / 1 (numpy booleans compare equal)
+            raise ValueError(f"caller_helps must be True or False, not {value!r}")
+        lib.asymo_pool_set_caller_helps(self._handle, int(bool(value)))
+
+    def active_workers_per_cluster(self):
+        """Workers per cluster that take tasks under the current `limit`."""
+        limit = self.limit
+        counts = [0] * self.nclusters
+        for i, c in enumerate(self._worker_cluster):
+            if i < limit:
+                counts[c] += 1
+        return tuple(counts)
+
+    def __repr__(self):
+        state = "closed" if self._closed else f"{self.nworkers} workers"
+        return (f"<asymo.Pool policy={self._policy!r} {state} "
+                f"topology={self._topology.to_spec()!r}>")
+
+    # -- work -------------------------------------------------------------------------------
+    def split_counts(self, ntasks, split=None):
+        """Per-cluster task counts for a job of ``ntasks`` tasks.
+
+        Parameters
+        ----------
+        ntasks : int
+        split : sequence of int, sequence of float, or None
+            Integers are the counts themselves (one per cluster, summing to ``ntasks``);
+            floats are a ratio (one non-negative weight per cluster); None is the default
+            ratio: cluster capacity x number of active workers.
+
+        Returns
+        -------
+        tuple of int
+        """
+        ntasks = self._check_ntasks(ntasks)
+        nc = self.nclusters
+        if split is None:
+            active = self.active_workers_per_cluster()
+            weights = [cl.capacity * a for cl, a in zip(self._topology.clusters, active)]
+            return tuple(_largest_remainder(ntasks, weights))
+        if isinstance(split, (str, bytes)) or not hasattr(split, "__len__"):
+            raise TypeError(f"split must be a sequence (one entry per cluster) or None, "
+                            f"not {type(split).__name__}")
+        split = list(split)
+        if len(split) != nc:
+            raise ValueError(f"split has {len(split)} entries but the pool has {nc} "
+                             f"cluster(s) ({', '.join(c.name for c in self._topology.clusters)})")
+        if all(_is_integral(x) for x in split):
+            counts = [int(x) for x in split]
+            if any(c < 0 for c in counts):
+                raise ValueError(f"split counts must be >= 0, got {counts}")
+            if sum(counts) != ntasks:
+                raise ValueError(f"split counts {counts} sum to {sum(counts)} but ntasks is "
+                                 f"{ntasks} (pass floats for a ratio)")
+            return tuple(counts)
+        try:
+            weights = [float(x) for x in split]
+        except (TypeError, ValueError):
+            raise TypeError(f"split entries must be numbers, got {split!r}") from None
+        if any(not math.isfinite(w) or w < 0 for w in weights):
+            raise ValueError(f"split ratio entries must be finite and >= 0, got {weights}")
+        if sum(weights) <= 0:
+            raise ValueError(f"split ratio {weights} has no positive entry")
+        return tuple(_largest_remainder(ntasks, weights))
+
+    def parallel_for(self, fn, ntasks, ctx=None, split=None):
+        """Run ``fn(task, ctx)`` for every task in ``range(ntasks)`` and wait for all of them.
+
+        Parameters
+        ----------
+        fn : cffi function pointer, Numba ``@cfunc``, or int
+            A C function ``void fn(int64_t task, void *ctx)`` (a Numba cfunc object or its
+            ``.address`` both work). It is called from the pool's threads, concurrently.
+        ntasks : int
+            Number of tasks (>= 0).
+        ctx : None, int, cffi pointer, NumPy array or buffer
+            Passed to every call as ``void *`` (for an array: its data pointer). The caller
+            keeps it alive; the call returns only when all tasks have finished.
+        split : sequence of int, sequence of float, or None
+            How many tasks each cluster gets (see `split_counts`): tasks ``[0, counts[0])``
+            belong to cluster 0 (the fastest), the next ``counts[1]`` to cluster 1, ...
+
+        Notes
+        -----
+        The calling thread waits with the GIL released. A ``parallel_for`` issued from inside
+        a task runs inline on the calling worker. Several threads may submit at once. An
+        exception raised by a Python ``ffi.callback`` task cannot propagate (cffi prints it and
+        the task counts as done): prefer Numba or C kernels.
+        """
+        hit = _task_fn_cache.get(id(fn))
+        if hit is not None and hit[0] is fn:
+            cfn = hit[1]
+        else:
+            cfn = _as_task_fn(fn)
+            if len(_task_fn_cache) >= 256:
+                _task_fn_cache.clear()
+            _task_fn_cache[id(fn)] = (fn, cfn)  # holding fn keeps its id from being reused
+        if type(ntasks) is not int or not 0 <= ntasks < _NTASKS_LIMIT:
+            ntasks = self._check_ntasks(ntasks)
+        cctx = ffi.NULL if ctx is None else _as_ctx(ctx)
+        # Count the job in flight before touching the C handle: close() (from any thread)
+        # waits for in-flight jobs before freeing it.
+        with self._cond:
+            if self._closed:
+                raise ValueError("parallel_for on a closed Pool")
+            self._inflight += 1
+        try:
+            self._run(cfn, cctx, ntasks, split)
+        finally:
+            with self._cond:
+                self._inflight -= 1
+                if self._inflight == 0:
+                    self._cond.notify_all()
+
+    def _run(self, cfn, cctx, ntasks, split):
+        if split is None:
+            # the default split depends only on ntasks and the thread limit: cache it
+            key = (ntasks, lib.asymo_pool_get_limit(self._handle))
+            counts = self._split_cache.get(key)
+            if counts is None:
+                counts = ffi.new("int64_t[]", self.split_counts(ntasks))
+                if len(self._split_cache) >= 256:
+                    self._split_cache.clear()
+                self._split_cache[key] = counts  # read-only for C: safe to share
+        else:
+            counts = ffi.new("int64_t[]", self.split_counts(ntasks, split))
+        rc = lib.asymo_pool_run(self._handle, cfn, cctx, ntasks, counts)
+        if rc != lib.ASYMO_OK:
+            _raise_for(rc, "parallel_for failed")
+
+    # -- instrumentation -------------------------------------------------------------------
+    def _raw_stats(self):
+        self._check_open()
+        out = ffi.new("asymo_worker_stats[]", self.nworkers)
+        lib.asymo_pool_stats(self._handle, out, self.nworkers)
+        return out
+
+    def stats(self):
+        """Per-worker and per-cluster counters since creation or the last `reset_stats`.
+
+        Returns
+        -------
+        dict
+            ``{"policy", "nworkers", "limit", "workers": [...], "clusters": [...]}``; each
+            worker has ``cpu``, ``cluster`` (index), ``cluster_name``, ``pinned``,
+            ``tasks_run``, ``tasks_stolen``, ``stolen_from`` (victim cluster name -> tasks),
+            ``steals`` (steal operations), ``tasks_inline`` (nested jobs run inline),
+            ``busy_s`` (time inside tasks), ``sleeps`` and ``tasks_caller`` (of
+            ``tasks_run``, those a submitting thread ran as this worker; see
+            `caller_helps`); each cluster the sums.
+        """
+        names = [c.name for c in self._topology.clusters]
+        workers = []
+        for i, s in enumerate(self._raw_stats()):
+            workers.append({
+                "worker": i,
+                "cpu": s.cpu,
+                "cluster": s.cluster,
+                "cluster_name": names[s.cluster],
+                "pinned": bool(s.pinned),
+                "tasks_run": s.tasks_run,
+                "tasks_stolen": s.tasks_stolen,
+                "stolen_from": {names[c]: s.stolen_from_cluster[c]
+                                for c in range(len(names)) if s.stolen_from_cluster[c]},
+                "steals": s.steals,
+                "tasks_inline": s.tasks_inline,
+                "busy_s": s.busy_ns * 1e-9,
+                "sleeps": s.sleeps,
+                "tasks_caller": s.tasks_caller,
+            })
+        clusters = []
+        for ci, name in enumerate(names):
+            mine = [w for w in workers if w["cluster"] == ci]
+            stolen_from = {}
+            for w in mine:
+                for k, v in w["stolen_from"].items():
+                    stolen_from[k] = stolen_from.get(k, 0) + v
+            clusters.append({
+                "cluster": ci, "name": name, "workers": len(mine),
+                "tasks_run": sum(w["tasks_run"] for w in mine),
+                "tasks_stolen": sum(w["tasks_stolen"] for w in mine),
+                "stolen_from": stolen_from,
+                "busy_s": sum(w["busy_s"] for w in mine),
+                "tasks_caller": sum(w["tasks_caller"] for w in mine),
+            })
+        return {"policy": self._policy, "nworkers": self.nworkers, "limit": self.limit,
+                "workers": workers, "clusters": clusters}
+
+    def reset_stats(self):
+        """Zero the counters reported by `stats`."""
+        self._check_open()
+        lib.asymo_pool_reset_stats(self._handle)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def close(self):
+        """Stop the workers (after in-flight jobs finish). Idempotent."""
+        if self._closed:
+            return
+        if lib.asymo_pool_current() == self._handle:
+            raise RuntimeError("a Pool cannot be closed from one of its own tasks")
+        with self._cond:
+            self._closed = True
+            while self._inflight:
+                self._cond.wait()
+        self._finalizer()
+        _live_pools.discard(self)
+
+    def __enter__(self):
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _check_open(self):
+        if self._closed:
+            raise ValueError("operation on a closed Pool")
+
+    @staticmethod
+    def _check_ntasks(ntasks):
+        if not _is_integral(ntasks):
+            raise TypeError(f"ntasks must be an integer, not {type(ntasks).__name__}")
+        ntasks = int(ntasks)
+        if ntasks < 0:
+            raise ValueError(f"ntasks must be >= 0, got {ntasks}")
+        if ntasks >= _NTASKS_LIMIT:
+            raise ValueError(f"ntasks {ntasks} does not fit in int64")
+        return ntasks
+
+
+def _destroy_handle(handle):
+    if lib.asymo_pool_current() != ffi.NULL:
+        # Collected on a pool worker (e.g. the last reference dropped inside a Python task):
+        # joining from there could deadlock; finish on an ordinary thread instead.
+        for hook in _destroy_hooks:
+            hook(handle, False)
+        _deferred.append(handle)
+        return
+    for hook in _destroy_hooks:
+        hook(handle, True)
+    lib.asymo_pool_destroy(handle)
+    while _deferred:
+        handle = _deferred.pop()
+        for hook in _destroy_hooks:
+            hook(handle, True)
+        lib.asymo_pool_destroy(handle)
+
+
+_deferred = []
+#: ``hook(handle, wait)`` runs before a pool's C handle is destroyed (wait=False: stop using
+#: it; wait=True: also wait for the calls using it); asymo.matmul's fast path registers here
+_destroy_hooks = []
+_task_fn_cache = {}  # id(fn) -> (fn, C function pointer)
+_live_pools = weakref.WeakSet()
+_global_limit = None  # threadpoolctl's cap, applied to every pool
+
+_default_lock = threading.Lock()
+_default_pool = None
+_default_built_for = None
+
+
+# matmul asks for the default pool on every call: its key is read from the raw environment
+_environ_data = _environ.DATA
+_TOPOLOGY_KEY = os.fsencode(TOPOLOGY_ENV_VAR)
+_POLICY_KEY = os.fsencode(POLICY_ENV_VAR)
+
+
+def _default_key():
+    if _environ_data is not None:
+        return (_environ_data.get(_TOPOLOGY_KEY), _environ_data.get(_POLICY_KEY))
+    return (os.environ.get(TOPOLOGY_ENV_VAR), os.environ.get(POLICY_ENV_VAR))  # pragma: no cover
+
+
+def get_pool():
+    """The process-wide default `Pool` (created on first use from ``topology.detect()``).
+
+    Its policy is ``"asymo"`` unless env ``ASYMO_POOL_POLICY`` names another. When env
+    ``ASYMO_TOPOLOGY`` or ``ASYMO_POOL_POLICY`` changed since it was built (the emulator sets
+    the former), a new default pool is built and the old one closed.
+    """
+    global _default_pool, _default_built_for
+    pool = _default_pool
+    key = _default_key()
+    if pool is not None and not pool.closed and key == _default_built_for:
+        return pool
+    old = None
+    with _default_lock:
+        if (_default_pool is None or _default_pool.closed
+                or _default_built_for != key):
+            policy = os.environ.get(POLICY_ENV_VAR) or "asymo"
+            if policy not in POLICIES:
+                raise ValueError(f"env {POLICY_ENV_VAR}={policy!r} is not a policy; expected "
+                                 f"one of {sorted(POLICIES)}")
+            old = _default_pool
+            _default_pool = Pool(policy=policy)
+            _default_built_for = key
+        pool = _default_pool
+    if old is not None:
+        old.close()
+    return pool
+
+
+def reset_default_pool():
+    """Close the default pool; the next `get_pool` builds a new one from the current topology.
+
+    Call it when the topology changes (the emulator does, for example).
+    """
+    global _default_pool
+    with _default_lock:
+        pool, _default_pool = _default_pool, None
+    if pool is not None:
+        pool.close()
+
+
+def set_thread_limit(limit):
+    """Cap every pool (existing and future) at ``limit`` active workers; None removes the cap.
+
+    This is what ``threadpoolctl.threadpool_limits(n, user_api="asymo")`` calls. Capped
+    workers take no tasks; the per-cluster split follows the remaining active workers.
+    """
+    global _global_limit
+    if limit is not None and (not _is_integral(limit) or limit < 1):
+        raise ValueError(f"thread limit must be a positive integer or None, not {limit!r}")
+    pools = [p for p in list(_live_pools) if not p.closed]
+    widest = max([p.nworkers for p in pools] + [detect().ncpus])
+    # threadpoolctl restores by setting what get_thread_limit read: the full width, no cap
+    _global_limit = None if limit is None or limit >= widest else int(limit)
+    for pool in pools:
+        try:
+            pool.limit = pool.nworkers if _global_limit is None else min(_global_limit,
+                                                                         pool.nworkers)
+        except ValueError:  # closed meanwhile
+            pass
+
+
+def get_thread_limit():
+    """The most workers any pool may use: the cap, else the widest open pool (else the
+    number of cpus ``topology.detect()`` reports). This is threadpoolctl's ``num_threads``."""
+    if _global_limit is not None:
+        return _global_limit
+    widths = [p.nworkers for p in list(_live_pools) if not p.closed]
+    return max(widths) if widths else detect().ncpus
+
+
+def _register_threadpoolctl():
+    try:
+        import threadpoolctl
+    except ImportError:  # pragma: no cover - a declared dependency
+        return
+    if not hasattr(threadpoolctl, "register") or not hasattr(threadpoolctl, "LibController"):
+        return  # threadpoolctl < 3.5 has no plug-in controllers
+
+    class AsymoPoolController(threadpoolctl.LibController):
+        """threadpoolctl view of asymo's pools (``user_api="asymo"``)."""
+
+        user_api = "asymo"
+        internal_api = "asymo"
+        filename_prefixes = ("_native",)
+        check_symbols = ("asymo_pool_create", "asymo_pool_set_limit")
+
+        def get_num_threads(self):
+            return get_thread_limit()
+
+        def set_num_threads(self, num_threads):
+            set_thread_limit(num_threads)
+
+        def get_version(self):
+            from asymo import __version__
+            return __version__
+
+        def set_additional_attributes(self):
+            pool = _default_pool
+            self.policy = pool.policy if pool is not None else (
+                os.environ.get(POLICY_ENV_VAR) or "asymo")
+
+    if not any(getattr(c, "user_api", None) == "asymo"
+               for c in getattr(threadpoolctl, "_ALL_CONTROLLERS", [])):
+        threadpoolctl.register(AsymoPoolController)
+
+
+_register_threadpoolctl()
+
+
+@atexit.register
+def _close_all_at_exit():
+    for pool in list(_live_pools):
+        try:
+            pool.close()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+
+
+def _after_fork_in_child():
+    # Threads that held these locks do not exist in the child. The C side has already reset
+    # every pool (pthread_atfork); workers restart on the first job.
+    global _default_lock
+    _default_lock = threading.Lock()
+    for pool in list(_live_pools):
+        pool._cond = threading.Condition()
+        pool._inflight = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

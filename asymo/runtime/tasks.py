@@ -1,0 +1,88 @@
+"""Run a C task function of asymo's kernels over the pool, cluster by cluster.
+
+Kernels (im2col, depthwise convolution, pooling, ...) expose ``void fn(int64 task, void *job)``;
+this module hands them to ``asymo_pool_run`` with per-cluster task counts, and keeps the
+per-thread scratch buffers they write into.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from asymo.runtime.ffi import ffi, lib
+
+__all__ = ["resolve_pool", "run_tasks", "workspace", "DTYPE_CODES", "ACTIVATION_CODES"]
+
+# gemm.h's ASYMO_DTYPE_* codes (the C kernels use the same values)
+DTYPE_CODES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}
+ACTIVATION_CODES = {None: 0, "relu": 1, "relu6": 2}
+
+
+def resolve_pool(pool):
+    """``pool`` or the process-wide default pool (``asymo.get_pool()``)."""
+    if pool is not None:
+        return pool
+    from asymo.runtime.pool import get_pool
+
+    return get_pool()
+
+
+def task_fn(name):
+    """The C task function ``name`` of asymo's core, as a function pointer."""
+    return ffi.addressof(lib, name)
+
+
+# Jobs touching fewer bytes than this run in the calling thread: waking the pool (a few us)
+# costs more than the pass itself.
+INLINE_BYTES = 48 << 10
+
+
+def run_tasks(pool, fn, job, ntasks, counts=None, *, inline=False):
+    """Run ``fn(task, job)`` for ``task`` in ``range(ntasks)`` on ``pool`` and wait.
+
+    ``counts`` gives the tasks of each cluster, fastest first (task ids are assigned to clusters
+    in order); ``None`` lets the pool split them by capacity. ``inline`` runs the tasks in the
+    calling thread instead (for jobs too small to be worth waking the workers).
+    """
+    # The pool's own checks (parallel_for) cost ~20 us a call, ten times the C submission:
+    # asymo's kernels pass a known C function and a job struct, so go straight to C.
+    ntasks = int(ntasks)
+    if ntasks <= 0:
+        return
+    if inline:
+        for t in range(ntasks):
+            fn(t, job)
+        return
+    if pool.closed:
+        raise ValueError("cannot run tasks on a closed Pool")
+    if counts is None:
+        c_counts = ffi.NULL if pool.nclusters == 1 else ffi.new(
+            "int64_t[]", pool.split_counts(ntasks))
+    elif isinstance(counts, ffi.CData):
+        c_counts = counts
+    else:
+        c_counts = ffi.new("int64_t[]", [int(c) for c in counts])
+    rc = lib.asymo_pool_run(pool._handle, fn, job, ntasks, c_counts)
+    if rc != 0:
+        raise RuntimeError(f"asymo_pool_run failed with code {rc}")
+
+
+_local = threading.local()
+
+
+def workspace(nelems, dtype, slot="col"):
+    """A per-thread scratch array of ``nelems`` elements (reused across calls: no page faults
+    per convolution). The contents are undefined; the array stays valid until the next call
+    with the same ``slot`` on this thread."""
+    dtype = np.dtype(dtype)
+    nbytes = int(nelems) * dtype.itemsize
+    bufs = getattr(_local, "bufs", None)
+    if bufs is None:
+        bufs = _local.bufs = {}
+    buf = bufs.get(slot)
+    if buf is None or buf.nbytes < nbytes:
+        # grow geometrically so a sequence of growing layers reallocates only a few times
+        size = max(nbytes, 0 if buf is None else min(2 * buf.nbytes, 1 << 30))
+        buf = bufs[slot] = np.empty(max(size, 64), dtype=np.uint8)
+    return buf[:nbytes].view(dtype)
