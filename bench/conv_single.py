@@ -60,6 +60,8 @@ def main(argv=None):
     parser.add_argument("--every", type=int, default=1,
                         help="time every n-th unique layer only (a quicker sample)")
     parser.add_argument("--libs", default="torch,onnxruntime,numpy")
+    parser.add_argument("--kinds", default=None,
+                        help="comma-separated layer kinds to time only (e.g. 3x3/s1,7x7/s2)")
     args = parser.parse_args(argv)
 
     import threadpoolctl
@@ -68,12 +70,17 @@ def main(argv=None):
 
     libs = [s for s in args.libs.split(",") if s]
     specs = sorted(conv_layer_specs(args.models.split(",")).items(),
-                   key=lambda kv: (kv[1][0][0], kv[1][0][1]))[::max(1, args.every)]
+                   key=lambda kv: (kv[1][0][0], kv[1][0][1]))
+    if args.kinds:
+        kinds = set(args.kinds.split(","))
+        specs = [kv for kv in specs if _kind(kv[0][1], kv[0][2], kv[0][5]) in kinds]
+    specs = specs[::max(1, args.every)]
     cpus = sorted(os.sched_getaffinity(0))
     fast = cpus[0]
     with emulated(args.emulate, args.period) as emu:
         pool = asymo.Pool()
-        pool_one = asymo.Pool(f"fast:{fast}")
+        # the caller is pinned to the worker's core: it must sleep, not spin, while it waits
+        pool_one = asymo.Pool(f"fast:{fast}", spin_us=0)
         try:
             torch = None
             if "torch" in libs:
