@@ -244,3 +244,18 @@ def test_transform_weights_reference_identity():
         winograd.transform_weights(np.zeros((2, 2, 5, 5)), 4)
     with pytest.raises(ValueError):
         winograd.transform_weights(np.zeros((2, 2, 3, 3)), 3)
+
+
+def test_packed_weight_without_copy_and_models_hold_packed_weights():
+    w = np.ones((4, 4, 3, 3), np.float32)
+    assert asymo.prepack_conv(w, copy=False).array is not w     # writeable: copied anyway
+    w.setflags(write=False)
+    assert asymo.prepack_conv(w, copy=False).array is w
+    from asymo import models
+
+    model = models.get("squeezenet", image_size=64)
+    step = next(s for layer in model.layers for s in layer.weighted if len(s.kernel) == 2)
+    pw, b = model.packed_parameters(step)
+    assert isinstance(pw, asymo.PackedConvWeight)
+    assert pw.array is model.parameters(step)[0]
+    assert model.packed_parameters(step)[0] is pw

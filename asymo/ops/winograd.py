@@ -85,18 +85,25 @@ class PackedConvWeight:
     Parameters
     ----------
     weight : ndarray, shape (Cout, C / groups, kh, kw)
-        float32 or float64 filters (copied).
+        float32 or float64 filters.
+    copy : bool
+        Copy the weights (default). ``copy=False`` keeps a read-only C-contiguous array as it
+        is, for an owner that never changes it (a model's weights); other arrays are copied.
     """
 
-    def __init__(self, weight):
-        w = np.array(weight, copy=True, order="C")
+    def __init__(self, weight, *, copy=True):
+        w = weight
+        if (copy or not isinstance(w, np.ndarray) or w.flags.writeable
+                or not w.flags.c_contiguous or not w.dtype.isnative):
+            w = np.array(weight, copy=True, order="C")
         if w.ndim != 4:
             raise ValueError(f"PackedConvWeight: expected a 4-D weight (Cout, C/groups, kh, "
                              f"kw), got shape {w.shape}")
         if w.dtype not in DTYPE_CODES:
             raise TypeError(f"PackedConvWeight: weight must be float32 or float64, got "
                             f"dtype {w.dtype}")
-        w.flags.writeable = False
+        if w.flags.writeable:
+            w.flags.writeable = False
         self.array = w
         self._transforms = {}
         self._lock = threading.Lock()
@@ -118,9 +125,10 @@ class PackedConvWeight:
         return f"PackedConvWeight(shape={self.shape}, dtype={self.dtype})"
 
 
-def prepack_conv(weight):
-    """``PackedConvWeight(weight)``: weights transformed once and reused on every call."""
-    return PackedConvWeight(weight)
+def prepack_conv(weight, *, copy=True):
+    """``PackedConvWeight(weight, copy=copy)``: weights transformed once and reused on every
+    call."""
+    return PackedConvWeight(weight, copy=copy)
 
 
 # ---- cache of transforms for plain arrays ---------------------------------------------------
