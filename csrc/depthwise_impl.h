@@ -56,10 +56,24 @@ static inline void FN(transpose16)(FN(vec) *r)
 /* min(max(a, lo), hi) lane by lane, NaN propagating (as numpy.maximum, torch.relu) */
 static inline FN(vec) FN(clamp)(FN(vec) a, FN(vec) lo, FN(vec) hi)
 {
-    FN(ivec) m = a < lo;
-    a = (FN(vec))((~m & (FN(ivec))a) | (m & (FN(ivec))lo));
-    m = a > hi;
-    return (FN(vec))((~m & (FN(ivec))a) | (m & (FN(ivec))hi));
+    /* in 32-byte pieces: GCC lowered the compare-and-select of a whole 16-lane vector wider
+       than the target's registers (64 / 128 bytes under AVX2) to a scalar loop with
+       branches, which made a fused activation cost more than the convolution */
+    typedef T piece __attribute__((vector_size(32)));
+    typedef IT ipiece __attribute__((vector_size(32)));
+    enum { NP = sizeof(FN(vec)) / 32 };
+    piece pa[NP], pl[NP], ph[NP];
+    memcpy(pa, &a, sizeof a);
+    memcpy(pl, &lo, sizeof lo);
+    memcpy(ph, &hi, sizeof hi);
+    for (int i = 0; i < NP; i++) {
+        ipiece m = pa[i] < pl[i];
+        pa[i] = (piece)((~m & (ipiece)pa[i]) | (m & (ipiece)pl[i]));
+        m = pa[i] > ph[i];
+        pa[i] = (piece)((~m & (ipiece)pa[i]) | (m & (ipiece)ph[i]));
+    }
+    memcpy(&a, pa, sizeof a);
+    return a;
 }
 
 /* Output rows [oy0, oy1) of output channels [oc0, oc0 + nv) of image n. scratch (aligned to

@@ -14,9 +14,12 @@ SELFTEST = os.path.join(ROOT, "tests", "c", "gemm_selftest.c")
 
 def build_and_run(cc, tmp_path, runner=(), extra=()):
     exe = str(tmp_path / "gemm_selftest")
-    sources = [SELFTEST] + sorted(glob.glob(os.path.join(CSRC, "*.c")))
-    subprocess.run([cc, "-O2", "-std=gnu11", "-pthread", *extra, "-I", CSRC, *sources, "-lm",
-                    "-o", exe], check=True, capture_output=True, text=True, timeout=300)
+    sources = [SELFTEST] + sorted(glob.glob(os.path.join(CSRC, "*.c"))
+                                  + glob.glob(os.path.join(CSRC, "conv", "*.c"))
+                                  + glob.glob(os.path.join(CSRC, "kernels", "*", "*.c")))
+    subprocess.run([cc, "-O2", "-std=gnu11", "-pthread", *extra, "-I", CSRC, "-I",
+                    os.path.join(CSRC, "include"), *sources, "-lm", "-o", exe],
+                   check=True, capture_output=True, text=True, timeout=300)
     res = subprocess.run([*runner, exe], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.strip().endswith("OK"), res.stdout

@@ -13,7 +13,8 @@ SELFTEST = os.path.join(ROOT, "tests", "c", "winograd_selftest.c")
 SOURCES = [os.path.join(CSRC, "conv", "winograd.c"),
            os.path.join(CSRC, "kernels", "portable", "winograd_portable.c"),
            os.path.join(CSRC, "kernels", "x86_avx2", "winograd_avx2.c"),
-           os.path.join(CSRC, "cpu_features.c"), os.path.join(CSRC, "conv.c")]
+           os.path.join(CSRC, "conv", "scratch.c"), os.path.join(CSRC, "cpu_features.c"),
+           os.path.join(CSRC, "conv.c")]
 
 
 def build_and_run(cc, tmp_path, runner=(), extra=()):

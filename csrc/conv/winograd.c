@@ -1,61 +1,12 @@
 /* Winograd convolution frame (asymo/winograd.h): the pool task, its per-thread scratch, and
  * the choice of the ISA variant of the task body (kernels/<isa>/winograd_*.c). */
 #include "conv/winograd_internal.h"
+#include "conv/scratch.h"
 #include "cpu_features.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 
 #pragma GCC diagnostic ignored "-Wpsabi"
-
-/* Per-thread scratch, grown on demand and freed when the thread exits: pool workers are
- * long-lived, so a convolution after the first allocates nothing. */
-typedef struct {
-    float *buf;
-    size_t cap;   /* floats */
-} wino_scratch;
-
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static int scratch_key_ok;
-
-static void scratch_free(void *p)
-{
-    wino_scratch *s = (wino_scratch *)p;
-    if (s) {
-        free(s->buf);
-        free(s);
-    }
-}
-
-static void scratch_init(void)
-{
-    scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0;
-}
-
-static float *scratch_get(size_t floats)
-{
-    pthread_once(&scratch_once, scratch_init);
-    if (!scratch_key_ok)
-        return NULL;
-    wino_scratch *s = (wino_scratch *)pthread_getspecific(scratch_key);
-    if (!s) {
-        s = (wino_scratch *)calloc(1, sizeof *s);
-        if (!s || pthread_setspecific(scratch_key, s) != 0) {
-            free(s);
-            return NULL;
-        }
-    }
-    if (s->cap < floats) {
-        void *p = NULL;
-        if (posix_memalign(&p, 64, floats * sizeof(float)) != 0)
-            return NULL;
-        free(s->buf);
-        s->buf = (float *)p;
-        s->cap = floats;
-    }
-    return s->buf;
-}
 
 /* The same outputs computed directly (no scratch): the task's fallback when memory for the
  * scratch cannot be had, so a task never fails. */
@@ -124,7 +75,10 @@ void asymo_winograd_task(int64_t task, void *ctx)
     const int64_t per_image = job->tile_blocks * job->k_blocks;
     const int64_t n = task / per_image, rem = task - n * per_image;
     const int64_t tblock = rem / job->k_blocks, kb = rem - tblock * job->k_blocks;
-    float *scratch = job->method == 0 ? scratch_get(wino_scratch_floats(job)) : NULL;
+    float *scratch = job->method == 0
+        ? (float *)asymo_conv_scratch(ASYMO_SCRATCH_WINOGRAD,
+                                      wino_scratch_floats(job) * sizeof(float))
+        : NULL;
     if (!scratch) {
         wino_direct(job, n, tblock, kb);
         return;
