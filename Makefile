@@ -7,7 +7,10 @@ STAMP := $(VENV)/.asymo-installed
 
 .PHONY: demo test build install clean
 
-$(STAMP): pyproject.toml setup.py $(wildcard csrc/*.c csrc/*.h csrc/*.py csrc/python/*.c csrc/python/*.py)
+# every C file and header under csrc/ (any depth) and the build scripts
+CSRC_FILES := $(shell find csrc -name '*.[ch]' -o -name '*.py')
+
+$(STAMP): pyproject.toml setup.py $(CSRC_FILES)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,bench]'
@@ -47,4 +50,6 @@ build:
 	$(PYTHON) csrc/build_native.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info asymo/_native*.so asymo/_matmul_fast*.so asymo/_native.c asymo/*.o csrc/*.o
+	rm -rf $(VENV) build *.egg-info asymo/_native*.so asymo/lab/_occupy*.so \
+		asymo/_matmul_fast*.so asymo/_native.c asymo/lab/_occupy.c asymo/*.o
+	find csrc -name '*.o' -delete

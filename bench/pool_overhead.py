@@ -131,7 +131,7 @@ def main(argv=None):
     handle = pool._handle
 
     def c_job():
-        lib.asymo_pool_run(handle, noop, ffi.NULL, n, counts)
+        lib.asymo_pool_run(handle, noop, ffi.NULL, n, counts, 0)
 
     def py_job():
         pool.parallel_for(noop, n)

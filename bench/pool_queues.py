@@ -56,26 +56,26 @@ def scenarios(pool):
 
     def empty_jobs():
         for _ in range(500):
-            lib.asymo_pool_run(h, NOOP, ffi.NULL, n, even)
+            lib.asymo_pool_run(h, NOOP, ffi.NULL, n, even, 0)
         return 500
 
     def million():
-        lib.asymo_pool_run(h, NOOP, ffi.NULL, big, big_counts)
+        lib.asymo_pool_run(h, NOOP, ffi.NULL, big, big_counts, 0)
         return big
 
     def steal_everything():
-        lib.asymo_pool_run(h, NOOP, ffi.NULL, one_sided, last_counts)
+        lib.asymo_pool_run(h, NOOP, ffi.NULL, one_sided, last_counts, 0)
         return one_sided
 
     def small_compute_jobs():
         for _ in range(100):
-            lib.asymo_pool_run(h, SPIN, spin_small, 64, small_counts)
+            lib.asymo_pool_run(h, SPIN, spin_small, 64, small_counts, 0)
         return 100
 
     def concurrent_submitters():
         def sub():
             for _ in range(100):
-                lib.asymo_pool_run(h, SPIN, spin_small, 64, small_counts)
+                lib.asymo_pool_run(h, SPIN, spin_small, 64, small_counts, 0)
         ts = [threading.Thread(target=sub) for _ in range(3)]
         for t in ts:
             t.start()

@@ -1,8 +1,23 @@
-"""cffi builder for ``asymo._native``.
+"""cffi builders for ``asymo._native`` (the runtime) and ``asymo.lab._occupy`` (the emulator).
 
-The C API is declared in ``csrc/*.h``; each header marks the part cffi must see between
+The C API is declared in headers; each header marks the part cffi must see between
 ``/* CDEF BEGIN */`` and ``/* CDEF END */`` (plain declarations, no preprocessor), so the
 headers stay the single source of truth for both C and Python.
+
+Tree (see csrc/include/asymo/asymo.h for the public API)::
+
+    include/asymo/  public headers          pool/    the thread pool
+    gemm/           GEMM frame              conv/    convolution, depthwise, pooling frames
+    config/         kernel tables, quirks   kernels/ micro-kernels, one directory per ISA
+    lab/            emulator, task tracing  python/  asymo._matmul_fast (a CPython extension)
+
+``asymo._native`` is every C file outside lab/ and python/, plus lab/trace.c: tracing takes
+over a live pool's jobs and acts as one of its workers, so it needs the pool's internals and
+the pool object Python holds, which only the same module can give it. Its declarations stay in
+lab/trace.h, which the public header does not include. ``asymo.lab._occupy`` is the emulator
+alone (lab/emulate.c): a helper process runs it, it shares no state with the runtime, and as a
+module of the lab package it is never loaded by ``import asymo`` (tests/test_layout.py checks
+that no ``asymo.lab`` module is).
 
 No ``-march``: the library must run on any CPU of the target architecture. ISA-specific
 kernels are compiled with per-function ``target`` attributes and chosen at run time.
@@ -17,39 +32,68 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 CDEF_BLOCK = re.compile(r"/\* CDEF BEGIN \*/(.*?)/\* CDEF END \*/", re.S)
 
+# Runtime headers in dependency order (cffi needs a type declared before it is used).
+NATIVE_HEADERS = ["include/asymo/isa.h", "include/asymo/pool.h", "include/asymo/gemm.h",
+                  "include/asymo/conv.h", "include/asymo/winograd.h",
+                  "include/asymo/pooling.h", "lab/trace.h"]
+NATIVE_DIRS = ["pool", "gemm", "conv", "config", "kernels"]
+NATIVE_EXTRA = ["lab/trace.c"]
+LAB_HEADERS = ["lab/emulate.h"]
+LAB_SOURCES = ["lab/emulate.c"]
 
-def _cdef_text():
+COMPILE_ARGS = ["-O3", "-std=gnu11", "-pthread", "-fno-strict-aliasing", "-Wall",
+                "-Wno-unused-function"]
+
+
+def _rel(path):
+    return os.path.relpath(os.path.join(HERE, path))
+
+
+def _cdef_text(headers):
     parts = []
-    headers = (glob.glob(os.path.join(HERE, "*.h"))
-               + glob.glob(os.path.join(HERE, "include", "asymo", "*.h")))
-    for header in sorted(headers):
-        with open(header) as f:
+    for header in headers:
+        with open(os.path.join(HERE, header)) as f:
             parts.extend(CDEF_BLOCK.findall(f.read()))
     return "\n".join(parts)
 
 
-def _sources():
-    found = glob.glob(os.path.join(HERE, "*.c"))
-    for sub in ("conv", os.path.join("kernels", "*")):
-        found += glob.glob(os.path.join(HERE, sub, "*.c"))
+def native_sources():
+    """The C files of ``asymo._native``, relative to the working directory."""
+    found = []
+    for d in NATIVE_DIRS:
+        found += glob.glob(os.path.join(HERE, d, "**", "*.c"), recursive=True)
+    found += [os.path.join(HERE, p) for p in NATIVE_EXTRA]
     return sorted(os.path.relpath(p) for p in found)
 
 
-ffibuilder = FFI()
-ffibuilder.cdef(_cdef_text())
-ffibuilder.set_source(
-    "asymo._native",
-    '#include "asymo.h"\n',
-    sources=_sources(),
-    include_dirs=[os.path.relpath(HERE), os.path.relpath(os.path.join(HERE, "include"))],
-    extra_compile_args=["-O3", "-std=gnu11", "-pthread", "-fno-strict-aliasing",
-                        "-Wall", "-Wno-unused-function"],
-    extra_link_args=["-pthread"],
-    libraries=["m"],
-)
+def dependencies():
+    """Every C source and header of both modules (what a rebuild depends on)."""
+    return sorted(glob.glob(os.path.join(HERE, "**", "*.[ch]"), recursive=True))
+
+
+def _builder(name, headers, sources, prelude):
+    ffi = FFI()
+    ffi.cdef(_cdef_text(headers))
+    ffi.set_source(
+        name,
+        prelude,
+        sources=sources,
+        include_dirs=[_rel("include"), _rel(".")],
+        extra_compile_args=COMPILE_ARGS,
+        extra_link_args=["-pthread"],
+        libraries=["m"],
+    )
+    return ffi
+
+
+ffibuilder = _builder("asymo._native", NATIVE_HEADERS, native_sources(),
+                      '#include "asymo/asymo.h"\n#include "lab/trace.h"\n')
+lab_ffibuilder = _builder("asymo.lab._occupy", LAB_HEADERS, [_rel(p) for p in LAB_SOURCES],
+                          '#include "lab/emulate.h"\n')
 
 if __name__ == "__main__":
     ffibuilder.compile(verbose=False)
+    lab_ffibuilder.compile(verbose=False)
     # asymo.matmul's fast path: a CPython extension beside the cffi module (optional)
     sys.path.insert(0, os.path.join(HERE, "python"))
     from build_matmul_fast import build_inplace

@@ -1,24 +1,25 @@
 """The C GEMM on its own: tests/c/gemm_selftest.c compiled natively and, when an aarch64 cross
 compiler and qemu-user are installed, for AArch64 so the NEON kernels run under emulation."""
-import glob
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "csrc"))
+from build_native import native_sources  # noqa: E402  (the C files of asymo._native)
+
 CSRC = os.path.join(ROOT, "csrc")
 SELFTEST = os.path.join(ROOT, "tests", "c", "gemm_selftest.c")
 
 
 def build_and_run(cc, tmp_path, runner=(), extra=()):
     exe = str(tmp_path / "gemm_selftest")
-    sources = [SELFTEST] + sorted(glob.glob(os.path.join(CSRC, "*.c"))
-                                  + glob.glob(os.path.join(CSRC, "conv", "*.c"))
-                                  + glob.glob(os.path.join(CSRC, "kernels", "*", "*.c")))
-    subprocess.run([cc, "-O2", "-std=gnu11", "-pthread", *extra, "-I", CSRC, "-I",
-                    os.path.join(CSRC, "include"), *sources, "-lm", "-o", exe],
+    sources = [SELFTEST] + native_sources()
+    subprocess.run([cc, "-O2", "-std=gnu11", "-pthread", *extra, "-I",
+                    os.path.join(CSRC, "include"), "-I", CSRC, *sources, "-lm", "-o", exe],
                    check=True, capture_output=True, text=True, timeout=300)
     res = subprocess.run([*runner, exe], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr

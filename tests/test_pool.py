@@ -268,18 +268,19 @@ def test_bad_arguments():
     pool = make_pool("big:0@1.0,little:1@0.5", "asymo")
     try:
         bad = ffi.new("int64_t[2]", [2, -1])
-        assert lib.asymo_pool_run(pool._handle, COUNT, ffi.NULL, 1, bad) == lib.ASYMO_EINVAL
-        assert lib.asymo_pool_run(pool._handle, ffi.NULL, ffi.NULL, 1, ffi.NULL) == \
+        assert lib.asymo_pool_run(pool._handle, COUNT, ffi.NULL, 1, bad, 0) == lib.ASYMO_EINVAL
+        assert lib.asymo_pool_run(pool._handle, ffi.NULL, ffi.NULL, 1, ffi.NULL, 0) == \
             lib.ASYMO_EINVAL
-        assert lib.asymo_pool_run(pool._handle, COUNT, ffi.NULL, -1, ffi.NULL) == \
+        assert lib.asymo_pool_run(pool._handle, COUNT, ffi.NULL, -1, ffi.NULL, 0) == \
             lib.ASYMO_EINVAL
     finally:
         pool.close()
     err = ffi.new("int *")
     cpus, cl = ffi.new("int[]", [0, 1]), ffi.new("int[]", [0, 0])
-    assert lib.asymo_pool_create(2, cpus, cl, 2, 0, err) == ffi.NULL  # cluster 1 empty
+    queue = lib.ASYMO_QUEUE_DEFAULT
+    assert lib.asymo_pool_create(2, cpus, cl, 2, 0, queue, err) == ffi.NULL  # cluster 1 empty
     assert err[0] == lib.ASYMO_EINVAL
-    assert lib.asymo_pool_create(2, cpus, cl, 1, 7, err) == ffi.NULL  # unknown policy
+    assert lib.asymo_pool_create(2, cpus, cl, 1, 7, queue, err) == ffi.NULL  # unknown policy
     assert err[0] == lib.ASYMO_EINVAL
 
 

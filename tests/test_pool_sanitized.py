@@ -1,5 +1,6 @@
 """The pool's C core under ThreadSanitizer: concurrent submitters, both queue kinds, every
 policy, nested jobs and cluster-local jobs; every task must run exactly once, no data race."""
+import glob
 import os
 import shutil
 import subprocess
@@ -8,6 +9,8 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(os.path.dirname(HERE), "csrc")
+POOL_SOURCES = sorted(glob.glob(os.path.join(CSRC, "pool", "*.c")))
+INCLUDES = [f"-I{os.path.join(CSRC, 'include')}", f"-I{CSRC}"]
 
 
 @pytest.fixture(scope="module")
@@ -16,8 +19,8 @@ def stress_binary(tmp_path_factory):
     if cc is None:
         pytest.skip("no C compiler")
     out = str(tmp_path_factory.mktemp("tsan") / "pool_stress")
-    cmd = [cc, "-O1", "-g", "-fsanitize=thread", "-std=gnu11", "-pthread", f"-I{CSRC}",
-           os.path.join(HERE, "c", "pool_stress.c"), os.path.join(CSRC, "pool.c"), "-o", out]
+    cmd = [cc, "-O1", "-g", "-fsanitize=thread", "-std=gnu11", "-pthread", *INCLUDES,
+           os.path.join(HERE, "c", "pool_stress.c"), *POOL_SOURCES, "-o", out]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot build with -fsanitize=thread: {r.stderr[-300:]}")
@@ -46,8 +49,8 @@ def migrate_binary(tmp_path_factory):
     if not {0, 1} <= os.sched_getaffinity(0):
         pytest.skip("needs cpus 0 and 1")
     out = str(tmp_path_factory.mktemp("migrate") / "pool_migrate")
-    cmd = [cc, "-O2", "-std=gnu11", "-pthread", f"-I{CSRC}",
-           os.path.join(HERE, "c", "pool_migrate.c"), os.path.join(CSRC, "pool.c"), "-o", out]
+    cmd = [cc, "-O2", "-std=gnu11", "-pthread", *INCLUDES,
+           os.path.join(HERE, "c", "pool_migrate.c"), *POOL_SOURCES, "-o", out]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     return out

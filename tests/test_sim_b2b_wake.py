@@ -21,7 +21,7 @@ def two_cores():
 
 
 def test_spin_matches_pool_c():
-    src = open(__file__.rsplit("/tests/", 1)[0] + "/csrc/pool.c").read()
+    src = open(__file__.rsplit("/tests/", 1)[0] + "/csrc/pool/pool_internal.h").read()
     ns = int(re.search(r"#define SUBMIT_SPIN_NS (\d+)", src).group(1))
     assert SUBMIT_SPIN_S == pytest.approx(ns * 1e-9)
     assert Overheads().spin == SUBMIT_SPIN_S

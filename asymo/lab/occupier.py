@@ -49,7 +49,7 @@ def main(argv=None):
         _report(args.ready_fd, f"error cpu_busy {errno.EBUSY}\n")
         return EXIT_SETUP_FAILED
 
-    from asymo.runtime.ffi import ffi, lib
+    from asymo.lab._occupy import ffi, lib  # compiled from csrc/lab/emulate.c
 
     params = ffi.new("asymo_occupy_params *", {
         "cpu": args.cpu,

@@ -429,7 +429,7 @@ def _launch(pool, fn, ctx, ntasks, counts):
             fn(t, ctx)
         return
     full = list(counts) + [0] * (pool.nclusters - len(counts))
-    rc = lib.asymo_pool_run(pool._handle, fn, ctx, ntasks, ffi.new("int64_t[]", full))
+    rc = lib.asymo_pool_run(pool._handle, fn, ctx, ntasks, ffi.new("int64_t[]", full), 0)
     if rc != lib.ASYMO_OK:
         raise RuntimeError(f"asymo pool job failed with code {rc}")
 

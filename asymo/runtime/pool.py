@@ -22,7 +22,7 @@ the same tasks, so benchmarks isolate scheduling.
 Environment: ``ASYMO_POOL_POLICY`` (policy of the default pool), ``ASYMO_POOL_SPIN_US`` (how
 long idle workers spin before sleeping, default 200), ``ASYMO_POOL_QUEUE`` (``mutex`` or
 ``chaselev`` per-worker queues, for benchmarking), ``ASYMO_TOPOLOGY`` (through
-``topology.detect``). C callers use ``csrc/pool.h`` with ``Pool._handle``.
+``topology.detect``). C callers use ``csrc/include/asymo/pool.h`` with ``Pool._handle``.
 
 Examples
 --------
@@ -46,6 +46,7 @@ import atexit
 import math
 import numbers
 import os
+import re
 import threading
 import warnings
 import weakref
@@ -78,6 +79,17 @@ _ERRORS = {
     lib.ASYMO_ENOMEM: (MemoryError, "out of memory"),
     lib.ASYMO_ETHREAD: (RuntimeError, "a worker thread could not be started"),
 }
+
+
+def _env_settings():
+    """(queue name or None, spin_us or None, caller_helps) from ``ASYMO_POOL_QUEUE``,
+    ``ASYMO_POOL_SPIN_US`` and ``ASYMO_POOL_CALLER_HELPS``: defaults of new pools (the C core
+    reads no environment; invalid values are ignored)."""
+    queue = os.environ.get("ASYMO_POOL_QUEUE")
+    spin = re.match(r"\s*([+-]?\d+)", os.environ.get("ASYMO_POOL_SPIN_US", ""))
+    spin_us = int(spin.group(1)) if spin and 0 <= int(spin.group(1)) <= 1_000_000 else None
+    return (queue if queue in QUEUES else None, spin_us,
+            os.environ.get("ASYMO_POOL_CALLER_HELPS") != "0")
 
 
 def _raise_for(rc, what):
@@ -243,9 +255,10 @@ class Pool:
         self._cpus = tuple(cpus)
         self._worker_cluster = tuple(clusters)
         err = ffi.new("int *")
-        handle = lib.asymo_pool_create_ex(
+        env_queue, env_spin_us, env_caller_helps = _env_settings()  # the C core reads no env
+        handle = lib.asymo_pool_create(
             len(cpus), ffi.new("int[]", cpus), ffi.new("int[]", clusters), topology.nclusters,
-            POLICIES[policy], lib.ASYMO_QUEUE_DEFAULT if queue is None else QUEUES[queue], err)
+            POLICIES[policy], QUEUES.get(queue or env_queue, lib.ASYMO_QUEUE_DEFAULT), err)
         if handle == ffi.NULL:
             _raise_for(err[0], "asymo.Pool could not be created")
         self._handle = handle
@@ -256,8 +269,12 @@ class Pool:
         self._finalizer = weakref.finalize(self, _destroy_handle, handle)
         self._finalizer.atexit = False  # _close_all_at_exit closes it, after in-flight jobs
         _live_pools.add(self)
+        if spin_us is None:
+            spin_us = env_spin_us
         if spin_us is not None:
             self.spin_us = spin_us
+        if not env_caller_helps:
+            lib.asymo_pool_set_caller_helps(handle, 0)
         if _global_limit is not None:
             lib.asymo_pool_set_limit(handle, min(_global_limit, len(cpus)))
         unpinned = [s.cpu for s in self._raw_stats() if s.cpu >= 0 and not s.pinned]
@@ -478,7 +495,7 @@ class Pool:
                 self._split_cache[key] = counts  # read-only for C: safe to share
         else:
             counts = ffi.new("int64_t[]", self.split_counts(ntasks, split))
-        rc = lib.asymo_pool_run(self._handle, cfn, cctx, ntasks, counts)
+        rc = lib.asymo_pool_run(self._handle, cfn, cctx, ntasks, counts, 0)
         if rc != lib.ASYMO_OK:
             _raise_for(rc, "parallel_for failed")
 

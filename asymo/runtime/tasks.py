@@ -63,7 +63,7 @@ def run_tasks(pool, fn, job, ntasks, counts=None, *, inline=False):
         c_counts = counts
     else:
         c_counts = ffi.new("int64_t[]", [int(c) for c in counts])
-    rc = lib.asymo_pool_run(pool._handle, fn, job, ntasks, c_counts)
+    rc = lib.asymo_pool_run(pool._handle, fn, job, ntasks, c_counts, 0)
     if rc != 0:
         raise RuntimeError(f"asymo_pool_run failed with code {rc}")
 

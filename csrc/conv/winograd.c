@@ -2,7 +2,7 @@
  * the choice of the ISA variant of the task body (kernels/<isa>/winograd_*.c). */
 #include "conv/winograd_internal.h"
 #include "conv/scratch.h"
-#include "cpu_features.h"
+#include "asymo/isa.h"
 
 #include <stdlib.h>
 

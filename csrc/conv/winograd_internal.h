@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "conv.h"
+#include "asymo/conv.h"
 #include "asymo/winograd.h"
 
 /* The largest tile block a task may take (its tile origins live on the stack). */

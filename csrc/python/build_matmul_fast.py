@@ -7,7 +7,7 @@ csrc/build_native.py). It is optional: without numpy at build time, or when it d
 compile, asymo works without it (asymo.matmul takes its Python path; ``asymo info`` says why).
 
 It is not part of the cffi module: it calls the C core of ``asymo._native`` through function
-addresses handed over at import (asymo/matmul_fast.py), so there is one pool state.
+addresses handed over at import (asymo/ops/matmul_fast.py), so there is one pool state.
 """
 import os
 import sys

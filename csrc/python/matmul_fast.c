@@ -5,11 +5,11 @@
  * case -- two ndarrays (exact type) of the same native float32/float64 dtype, 2-D @ 2-D,
  * 2-D @ 1-D or 1-D @ 2-D, aligned, strides a whole number of elements, out None or a matching
  * array -- against the CPython and NumPy C APIs and returns None for anything else, so that
- * the Python implementation (asymo/gemm.py) handles it with NumPy's semantics and errors.
+ * the Python implementation (asymo/ops/matmul.py) handles it with NumPy's semantics and errors.
  *
  * Nothing is decided twice. The C core (pool, GEMM driver) is the one inside asymo._native:
  * its entry points come as addresses from cffi (set_core), so there is one pool state. Plans
- * are made by the Python planner (asymo/matmul_fast.py, which asks asymo.matmul_plan) on the
+ * are made by the Python planner (asymo/ops/matmul_fast.py, which asks asymo.plan.matmul) on the
  * first call of a shape and cached here by (M, K, N, dtype, pool, thread limit); the Python
  * side empties the cache when what plans depend on changes (clear_plans), a cached plan made
  * under load adjustment carries the time its load reading expires. Pools are registered by
@@ -73,8 +73,8 @@ static int default_slot = -1;
 static PyObject *environ_data;                 /* os.environ._data (bytes -> bytes) */
 static PyObject *env_keys[2];                  /* b"ASYMO_TOPOLOGY", b"ASYMO_POOL_POLICY" */
 static PyObject *default_env[2];               /* values the default pool was built for */
-static PyObject *pool_type;                    /* asymo.pool.Pool */
-static PyObject *planner;                      /* asymo.matmul_fast._plan */
+static PyObject *pool_type;                    /* asymo.runtime.pool.Pool */
+static PyObject *planner;                      /* asymo.ops.matmul_fast._plan */
 
 /* --- the plan cache -------------------------------------------------------------------------- */
 #define PLAN_WAYS 2
@@ -477,7 +477,7 @@ static PyObject *fast_matmul(PyObject *self, PyObject *const *args, Py_ssize_t n
     return NULL;
 }
 
-/* --- set-up and bookkeeping (called from asymo/matmul_fast.py) ------------------------------- */
+/* --- set-up and bookkeeping (called from asymo/ops/matmul_fast.py) --------------------------- */
 static PyObject *set_core(PyObject *self, PyObject *args)
 {
     unsigned long long gemm, limit, cpu;
@@ -687,7 +687,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "asymo._matmul_fast",
-    "asymo.matmul's fast path (C); see asymo/matmul_fast.py.", -1, methods
+    "asymo.matmul's fast path (C); see asymo/ops/matmul_fast.py.", -1, methods
 };
 
 PyMODINIT_FUNC PyInit__matmul_fast(void)

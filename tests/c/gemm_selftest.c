@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "asymo.h"
+#include "asymo/asymo.h"
 
 static unsigned long long rng_state = 88172645463325252ull;
 static double rnd(void)
@@ -137,7 +137,7 @@ int main(void)
     };
     const int cpus[2] = {-1, -1}, clusters[2] = {0, 1};
     int err = 0;
-    asymo_pool *pool = asymo_pool_create(2, cpus, clusters, 2, ASYMO_POLICY_STEAL, &err);
+    asymo_pool *pool = asymo_pool_create(2, cpus, clusters, 2, ASYMO_POLICY_STEAL, ASYMO_QUEUE_DEFAULT, &err);
     if (!pool) {
         printf("pool creation failed: %d\n", err);
         return 2;

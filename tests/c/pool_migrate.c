@@ -9,7 +9,7 @@
  *
  * usage: pool_migrate POLICY ITERATIONS */
 #define _GNU_SOURCE
-#include "pool.h"
+#include "asymo/pool.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -52,7 +52,7 @@ int main(int argc, char **argv)
         return 64;
     int policy = atoi(argv[1]), iterations = atoi(argv[2]), err;
     int cpus[2] = {0, 1}, clusters[2] = {0, 1};
-    pool = asymo_pool_create_ex(2, cpus, clusters, 2, policy, 0, &err);
+    pool = asymo_pool_create(2, cpus, clusters, 2, policy, ASYMO_QUEUE_MUTEX, &err);
     if (!pool) {
         fprintf(stderr, "create failed: %d\n", err);
         return 3;
@@ -66,7 +66,7 @@ int main(int argc, char **argv)
         int64_t n = 2 + rand_r(&seed) % 64;
         int32_t *c = calloc((size_t)n, sizeof *c);
         int64_t counts[2] = {n / 8, n - n / 8};
-        if (asymo_pool_run(pool, work, c, n, counts) != ASYMO_OK) {
+        if (asymo_pool_run(pool, work, c, n, counts, 0) != ASYMO_OK) {
             fprintf(stderr, "run failed\n");
             return 2;
         }

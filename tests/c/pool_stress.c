@@ -6,7 +6,7 @@
  * be a data race ThreadSanitizer reports.
  *
  * usage: pool_stress QUEUE POLICY ITERATIONS */
-#include "pool.h"
+#include "asymo/pool.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -37,7 +37,7 @@ static void nested(int64_t task, void *ctx)
 {
     /* a job submitted from a task runs inline */
     int32_t *c = (int32_t *)ctx + task * 4;
-    if (asymo_pool_run(pool, count, c, 4, NULL) != ASYMO_OK)
+    if (asymo_pool_run(pool, count, c, 4, NULL, 0) != ASYMO_OK)
         abort();
 }
 
@@ -52,9 +52,9 @@ static void *submitter(void *arg)
             counts[0] = n;
         counts[1] = n - counts[0];
         int kind = it % 3;
-        int rc = kind == 2 ? asymo_pool_run(pool, nested, c, n, counts)
-                           : asymo_pool_run_flags(pool, count, c, n, kind ? counts : NULL,
-                                                  kind ? ASYMO_RUN_CLUSTER_LOCAL : 0);
+        int rc = kind == 2 ? asymo_pool_run(pool, nested, c, n, counts, 0)
+                           : asymo_pool_run(pool, count, c, n, kind ? counts : NULL,
+                                            kind ? ASYMO_RUN_CLUSTER_LOCAL : 0);
         if (rc != ASYMO_OK) {
             fprintf(stderr, "run failed: %d\n", rc);
             exit(2);
@@ -78,7 +78,7 @@ int main(int argc, char **argv)
     int queue = atoi(argv[1]), policy = atoi(argv[2]), err;
     iterations = atoi(argv[3]);
     int cpus[4] = {0, 1, -1, -1}, clusters[4] = {0, 0, 1, 1};
-    pool = asymo_pool_create_ex(4, cpus, clusters, 2, policy, queue, &err);
+    pool = asymo_pool_create(4, cpus, clusters, 2, policy, queue, &err);
     if (!pool) {
         fprintf(stderr, "create failed: %d\n", err);
         return 3;

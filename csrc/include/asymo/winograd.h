@@ -22,6 +22,8 @@
 
 #include <stdint.h>
 
+#include "asymo/conv.h"
+
 /* CDEF BEGIN */
 enum { ASYMO_WINO_MR = 6, ASYMO_WINO_NR = 16 };
 

@@ -1,4 +1,5 @@
-#include "cpu_features.h"
+/* Run-time CPU feature detection: which ISA kernel families this CPU can execute. */
+#include "asymo/isa.h"
 
 uint32_t asymo_isa_supported(void)
 {

@@ -6,8 +6,8 @@
  * (rows x padded width x lanes); every tap is then one fused multiply-add over the lanes, for
  * any plane size, stride or dilation, and the results are written back to the NCHW planes.
  * The kernels are compiled per element type and ISA from depthwise_impl.h. */
-#include "conv.h"
-#include "cpu_features.h"
+#include "asymo/conv.h"
+#include "asymo/isa.h"
 #include "conv/scratch.h"
 
 #include <math.h>

@@ -1,6 +1,6 @@
 /* Run-time CPU feature detection: which ISA kernels this CPU can execute. */
-#ifndef ASYMO_CPU_FEATURES_H
-#define ASYMO_CPU_FEATURES_H
+#ifndef ASYMO_ISA_H
+#define ASYMO_ISA_H
 
 #include <stdint.h>
 

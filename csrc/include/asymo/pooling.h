@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "conv.h"
+#include "asymo/conv.h"
 
 /* CDEF BEGIN */
 enum {

@@ -1,8 +1,8 @@
 /* 2-D max / average pooling. Like the depthwise kernel: one output row at a time, one pass per
  * window tap over the row's valid range, so the inner loop is contiguous (stride 1) or a
  * fixed-stride read that the compiler vectorises. */
-#include "pooling.h"
-#include "cpu_features.h"
+#include "asymo/pooling.h"
+#include "asymo/isa.h"
 
 #include <math.h>
 

@@ -3,8 +3,8 @@
  * The loops are written so the compiler vectorises the innermost one (contiguous output
  * pixels of one row); each kernel is compiled three times (portable, AVX2+FMA, AVX-512) through
  * per-function target attributes, and the variant is chosen once at run time. */
-#include "conv.h"
-#include "cpu_features.h"
+#include "asymo/conv.h"
+#include "asymo/isa.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -181,44 +181,6 @@ DEFINE_VARIANT(, portable)
 DEFINE_VARIANT(__attribute__((target("avx2,fma"))), avx2_fma)
 DEFINE_VARIANT(__attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma"))), avx512)
 #endif
-
-static int isa_override = -1;
-
-static int isa_compiled(int isa)
-{
-#if defined(__x86_64__)
-    return isa == ASYMO_ISA_PORTABLE || isa == ASYMO_ISA_AVX2_FMA || isa == ASYMO_ISA_AVX512;
-#else
-    return isa == ASYMO_ISA_PORTABLE;
-#endif
-}
-
-int asymo_conv_isa(void)
-{
-    const int forced = __atomic_load_n(&isa_override, __ATOMIC_RELAXED);
-    if (forced >= 0)
-        return forced;
-    static int best = -1;
-    int b = __atomic_load_n(&best, __ATOMIC_RELAXED);
-    if (b < 0) {
-        const uint32_t mask = asymo_isa_supported();
-        b = ASYMO_ISA_PORTABLE;
-        if ((mask & (1u << ASYMO_ISA_AVX512)) && isa_compiled(ASYMO_ISA_AVX512))
-            b = ASYMO_ISA_AVX512;
-        else if ((mask & (1u << ASYMO_ISA_AVX2_FMA)) && isa_compiled(ASYMO_ISA_AVX2_FMA))
-            b = ASYMO_ISA_AVX2_FMA;
-        __atomic_store_n(&best, b, __ATOMIC_RELAXED);
-    }
-    return b;
-}
-
-int asymo_conv_set_isa(int isa)
-{
-    if (isa >= 0 && (!isa_compiled(isa) || !(asymo_isa_supported() & (1u << isa))))
-        return -1;
-    __atomic_store_n(&isa_override, isa < 0 ? -1 : isa, __ATOMIC_RELAXED);
-    return 0;
-}
 
 static const conv_kernels *select_kernels(void)
 {

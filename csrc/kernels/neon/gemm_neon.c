@@ -8,7 +8,7 @@
 
 #include <arm_neon.h>
 
-#include "gemm_kernels.h"
+#include "kernels/gemm_kernels.h"
 
 #define REP8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
@@ -86,7 +86,7 @@ static void ukr_neon_f64(int64_t k, const void *a_, int64_t lda, const void *b_,
 #define SK_SUFFIX neon_f32
 #define SK_LANES 16
 #define SK_ATTR
-#include "gemm_skinny_impl.h"
+#include "kernels/skinny_impl.h"
 #undef SK_T
 #undef SK_SUFFIX
 #undef SK_LANES
@@ -96,7 +96,7 @@ static void ukr_neon_f64(int64_t k, const void *a_, int64_t lda, const void *b_,
 #define SK_SUFFIX neon_f64
 #define SK_LANES 8
 #define SK_ATTR
-#include "gemm_skinny_impl.h"
+#include "kernels/skinny_impl.h"
 #undef SK_T
 #undef SK_SUFFIX
 #undef SK_LANES

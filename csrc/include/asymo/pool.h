@@ -25,8 +25,21 @@ enum {
     ASYMO_OK = 0,
     ASYMO_EINVAL = -1,   /* bad argument */
     ASYMO_ENOMEM = -2,
-    ASYMO_ETHREAD = -3   /* a worker thread could not be started */
+    ASYMO_ETHREAD = -3,  /* a worker thread could not be started */
+    ASYMO_EBUSY = -4,    /* a task trace is already on (lab/trace.h) */
+    ASYMO_EOVERFLOW = -5 /* a trace buffer overflowed; the jobs still ran (lab/trace.h) */
 };
+
+/* Per-worker queue implementations (measured against each other by bench/pool_queues.py). */
+enum {
+    ASYMO_QUEUE_DEFAULT = -1, /* the built-in choice: the one measured faster (mutex) */
+    ASYMO_QUEUE_MUTEX = 0,    /* short mutex-protected deque of task ranges */
+    ASYMO_QUEUE_CHASELEV = 1  /* lock-free Chase-Lev deque of ranges, plus a submit inbox */
+};
+
+/* Job flags of asymo_pool_run. CLUSTER_LOCAL: no task leaves its cluster, even where the
+ * policy would let a faster cluster steal it (pipeline stages pinned to one cluster). */
+enum { ASYMO_RUN_CLUSTER_LOCAL = 1 };
 
 /* Per-worker counters, accumulated since creation or the last reset. */
 typedef struct {
@@ -47,31 +60,34 @@ typedef struct {
 
 /* Create a pool of `nworkers` workers; worker i is pinned to cpus[i] (or unpinned if
  * cpus[i] < 0) and belongs to cluster worker_cluster[i]. Clusters are numbered 0..nclusters-1,
- * fastest first. Returns NULL and sets *err on failure. */
+ * fastest first. `queue` is an ASYMO_QUEUE_* kind. The pool reads no environment: callers
+ * pass every setting (spin time and caller help have setters below). Returns NULL and sets
+ * *err on failure. */
 asymo_pool *asymo_pool_create(int nworkers, const int *cpus, const int *worker_cluster,
-                              int nclusters, int policy, int *err);
+                              int nclusters, int policy, int queue, int *err);
 void asymo_pool_destroy(asymo_pool *pool);
 
 int asymo_pool_nworkers(const asymo_pool *pool);
 int asymo_pool_nclusters(const asymo_pool *pool);
 int asymo_pool_policy(const asymo_pool *pool);
+int asymo_pool_queue(const asymo_pool *pool);
 /* Cap the number of active workers (threadpoolctl); workers beyond the cap take no tasks. */
 int asymo_pool_set_limit(asymo_pool *pool, int max_workers);
 int asymo_pool_get_limit(const asymo_pool *pool);
 
 /* Run a job and wait for it. cluster_counts has nclusters entries summing to ntasks, or is NULL
- * for an even split by worker count. A job submitted from inside a task (of any pool) runs
- * inline on the calling worker. Several threads may submit at once. While it waits, the
- * submitting thread runs queued work as the worker pinned to the core it is on (with that
- * worker's identity: asymo_pool_current_worker/_cluster report it, and never two threads
- * act as one worker at once), taking tasks exactly as that worker would under the policy.
- * So it may run tasks of other submitters' jobs: a task must not wait for something a
- * submitting thread does only after its own job returns (as with TBB's waiting threads).
- * asymo_pool_set_caller_helps(pool, 0) turns helping off. The baseline policies
- * (even, shared, steal) validate cluster_counts but ignore it: they know no clusters.
- * Returns ASYMO_OK or an error code. */
+ * for an even split by worker count; `flags` is 0 or ASYMO_RUN_* bits. A job submitted from
+ * inside a task (of any pool) runs inline on the calling worker. Several threads may submit
+ * at once. While it waits, the submitting thread runs queued work as the worker pinned to
+ * the core it is on (with that worker's identity: asymo_pool_current_worker/_cluster report
+ * it, and never two threads act as one worker at once), taking tasks exactly as that worker
+ * would under the policy. So it may run tasks of other submitters' jobs: a task must not
+ * wait for something a submitting thread does only after its own job returns (as with TBB's
+ * waiting threads). asymo_pool_set_caller_helps(pool, 0) turns helping off. The baseline
+ * policies (even, shared, steal) validate cluster_counts but ignore it: they know no
+ * clusters. Returns ASYMO_OK or an error code. */
 int asymo_pool_run(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks,
-                   const int64_t *cluster_counts);
+                   const int64_t *cluster_counts, unsigned flags);
 
 /* Index of the calling pool worker (0..nworkers-1 of the pool it belongs to), or -1 when not
  * called from a worker. See asymo_pool_worker_of for jobs nested across pools. */
@@ -82,31 +98,12 @@ int asymo_pool_current_cluster(void);
 int asymo_pool_stats(const asymo_pool *pool, asymo_worker_stats *out, int n);
 void asymo_pool_reset_stats(asymo_pool *pool);
 
-/* ---- additions to the first contract ---- */
-
-/* Job flags for asymo_pool_run_flags. CLUSTER_LOCAL: no task leaves its cluster, even where
- * the policy would let a faster cluster steal it (pipeline stages pinned to one cluster). */
-enum { ASYMO_RUN_CLUSTER_LOCAL = 1 };
-int asymo_pool_run_flags(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks,
-                         const int64_t *cluster_counts, unsigned flags);
-
-/* Per-worker queue implementations (measured against each other by bench/pool_queues.py). */
-enum {
-    ASYMO_QUEUE_DEFAULT = -1, /* env ASYMO_POOL_QUEUE ("mutex" / "chaselev"), else the faster */
-    ASYMO_QUEUE_MUTEX = 0,    /* short mutex-protected deque of task ranges */
-    ASYMO_QUEUE_CHASELEV = 1  /* lock-free Chase-Lev deque of ranges, plus a submit inbox */
-};
-asymo_pool *asymo_pool_create_ex(int nworkers, const int *cpus, const int *worker_cluster,
-                                 int nclusters, int policy, int queue, int *err);
-int asymo_pool_queue(const asymo_pool *pool);
-
 /* How long an idle worker spins looking for work before it sleeps (microseconds). */
 int asymo_pool_set_spin_us(asymo_pool *pool, int spin_us);
 int asymo_pool_get_spin_us(const asymo_pool *pool);
 
 /* Whether a submitting thread runs queued work as the worker of its core while it waits
- * (1, the default; env ASYMO_POOL_CALLER_HELPS=0 turns it off for new pools) or only waits
- * (0: every task runs on a pool thread). */
+ * (1, the default of a new pool) or only waits (0: every task runs on a pool thread). */
 int asymo_pool_set_caller_helps(asymo_pool *pool, int on);
 int asymo_pool_get_caller_helps(const asymo_pool *pool);
 
@@ -123,28 +120,6 @@ void asymo_task_noop(int64_t task, void *ctx);
 void asymo_task_count(int64_t task, void *ctx);
 /* Runs *(const int64_t *)ctx dependent floating-point multiply-adds (2 FLOPs each). */
 void asymo_task_spin(int64_t task, void *ctx);
-/* Task tracing, for the simulator's calibration (asymo.sim.trace). While a trace of `pool`
- * is on, every job submitted to it (outside a task) runs serially in the submitting thread,
- * tasks in id order, the thread acting as the first active worker of cluster `as_cluster`
- * (asymo_pool_current_worker/_cluster report that worker, whose scratch it uses), and each
- * task's duration is recorded: what one worker of that cluster takes for each task of the
- * job, on whatever core the caller is pinned to. Only one trace at a time, process-wide. */
-typedef struct {
-    int64_t ntasks;
-    int64_t counts[8];        /* per-cluster task counts as submitted; all -1 when NULL */
-    int64_t first;            /* index of the job's first task in the task_ns array */
-    int64_t submit_ns;        /* when the job was submitted, ns since the trace started */
-    int64_t done_ns;          /* when its last task returned */
-    uint64_t fn;              /* task function address (identifies the kind of job) */
-} asymo_trace_job;
-
-/* Returns ASYMO_OK, ASYMO_EINVAL (bad arguments, or no active worker in as_cluster), or -4
- * (ASYMO_EBUSY: a trace is already on). Buffers must stay valid until asymo_pool_trace_stop. */
-int asymo_pool_trace_start(asymo_pool *pool, int as_cluster, asymo_trace_job *jobs,
-                           int64_t max_jobs, int64_t *task_ns, int64_t max_tasks);
-/* Ends the trace; returns the number of jobs recorded and sets *ntasks, or -5 when a buffer
- * overflowed (the jobs still ran), or ASYMO_EINVAL when no trace of `pool` is on. */
-int64_t asymo_pool_trace_stop(asymo_pool *pool, int64_t *ntasks);
 /* CDEF END */
 
 #endif

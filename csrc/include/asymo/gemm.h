@@ -13,14 +13,14 @@
  * products to tasks.
  *
  * Everything the driver decides is in the plan (block sizes, cluster ranges, kernel family):
- * plans are made in Python (asymo/gemm_plan.py) and cached per shape.
+ * plans are made in Python (asymo/plan/gemm.py) and cached per shape.
  */
 #ifndef ASYMO_GEMM_H
 #define ASYMO_GEMM_H
 
 #include <stdint.h>
 
-#include "pool.h"
+#include "asymo/pool.h"
 
 /* CDEF BEGIN */
 enum {

@@ -5,7 +5,7 @@
  * absolute deadlines `period_ns` apart, spins for `busy_fraction` of each period and sleeps for
  * the rest. Every other thread on that core then gets about `1 - busy_fraction` of it, whatever
  * library it runs. The call returns when `time_limit_s` has passed or the parent is gone; it is
- * meant to run in a helper process of its own (see asymo/_occupier.py). */
+ * meant to run in a helper process of its own (see asymo/lab/occupier.py). */
 #ifndef ASYMO_EMULATE_H
 #define ASYMO_EMULATE_H
 

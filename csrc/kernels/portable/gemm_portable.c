@@ -1,7 +1,7 @@
 /* Portable C micro-kernels: plain loops over a small register tile that any C compiler
  * vectorizes for the baseline ISA. Used where no SIMD family is available and as the
  * reference the ISA kernels are tested against. */
-#include "gemm_kernels.h"
+#include "kernels/gemm_kernels.h"
 
 #define PORT_MR 4
 #define PORT_NR_F32 8
@@ -34,7 +34,7 @@ DEFINE_PORTABLE_UKR(double, f64, PORT_NR_F64)
 #define SK_SUFFIX portable_f32
 #define SK_LANES 16
 #define SK_ATTR
-#include "gemm_skinny_impl.h"
+#include "kernels/skinny_impl.h"
 #undef SK_T
 #undef SK_SUFFIX
 #undef SK_LANES
@@ -44,7 +44,7 @@ DEFINE_PORTABLE_UKR(double, f64, PORT_NR_F64)
 #define SK_SUFFIX portable_f64
 #define SK_LANES 8
 #define SK_ATTR
-#include "gemm_skinny_impl.h"
+#include "kernels/skinny_impl.h"
 #undef SK_T
 #undef SK_SUFFIX
 #undef SK_LANES

@@ -1,0 +1,150 @@
+/* MM: the packed five-loop product; one task = an mc x nc block of C over the whole K loop.
+ *
+ * Packing B without barriers. Every task of a cluster needs the kc x nc panels of B for its
+ * column block. A panel is cut into nr-wide slivers; a task that reaches a panel claims slivers
+ * from the panel's atomic counter and packs them until none is left, then computes sliver by
+ * sliver, spinning only on a sliver another thread has claimed and is packing right now. A
+ * claimed sliver is always being packed by a running thread that never waits while packing,
+ * so no task ever waits for work that needs the waiting thread (or any queued task): a stolen
+ * task cannot deadlock, and no barrier exists. Each panel is packed exactly once per cluster,
+ * by the cluster that computes with it; a task stolen by another cluster packs a private copy. */
+#include <sched.h>
+#include <stdatomic.h>
+
+#include "gemm/gemm_internal.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+static void spin_until_ready(_Atomic unsigned char *flag)
+{
+    unsigned spins = 0;
+    while (!atomic_load_explicit(flag, memory_order_acquire)) {
+        CPU_RELAX();
+        if (++spins == (1u << 14)) { /* the packer was preempted: let it run */
+            sched_yield();
+            spins = 0;
+        }
+    }
+}
+
+/* One nr-wide sliver of B (columns [jj, jj + cols), rows [p0, p0 + kb)) into dst: from
+ * memory, or from the caller's implicit-B packer. */
+static inline void pack_b_sliver(const job *J, const operands *o, void *dst, int64_t jj,
+                                 int64_t cols, int64_t p0, int64_t kb)
+{
+    if (o->pack_b)
+        o->pack_b(o->pack_b_ctx, dst, jj, cols, p0, kb, J->nr);
+    else
+        J->ops->pack_b(dst, o->b, o->rsb, o->csb, jj, cols, p0, kb, J->nr);
+}
+
+/* Compute C[i0:i1, j0:j1] += / = Apack @ Bsliver... for one kc step; `bsl(s)` gives sliver s. */
+static void mm_macro(const job *J, const operands *o, const char *apack, char *tile,
+                     int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t kb, int accumulate,
+                     const cluster_part *C, int64_t panel, const char *bpanel)
+{
+    const int mr = J->mr, nr = J->nr, es = J->es;
+    const int64_t nsl = cdiv(j1 - j0, nr);
+    for (int64_t s = 0; s < nsl; s++) {
+        const int64_t jj = j0 + s * nr;
+        const int64_t cols = min64(nr, j1 - jj);
+        if (C)
+            spin_until_ready(&C->ready[panel * C->nsl + s]);
+        const char *bs = bpanel + (size_t)(s * kb * nr) * es;
+        const char *ap = apack;
+        for (int64_t ii = i0; ii < i1; ii += mr) {
+            const int64_t rows = min64(mr, i1 - ii);
+            char *cp = o->c + (ii * o->rsc + jj * o->csc) * es;
+            if (rows == mr && cols == nr && o->csc == 1) {
+                J->kern->ukr(kb, ap, kb, bs, cp, o->rsc, accumulate);
+            } else {
+                J->kern->ukr(kb, ap, kb, bs, tile, nr, 0);
+                J->ops->merge(cp, o->rsc, o->csc, tile, nr, rows, cols, accumulate);
+            }
+            ap += (size_t)(kb * mr) * es;
+        }
+    }
+}
+
+void mm_task(int64_t t, void *ctx)
+{
+    const job *J = (const job *)ctx;
+    const cluster_part *C = part_of_task(J, t);
+    const operands *o = &J->o;
+    const int64_t lt = t - C->task0;
+    const int64_t tn = lt / C->ntm, tm = lt % C->ntm;
+    const int64_t i0 = C->r0 + tm * C->mc, i1 = min64(i0 + C->mc, C->r1);
+    const int64_t j0 = C->q0 + tn * C->nc, j1 = min64(j0 + C->nc, C->q1);
+    const int64_t nsl = cdiv(j1 - j0, J->nr);
+    const int slot = slot_of(J);
+    char *apack = J->apack + J->apack_bytes * slot;
+    char *tile = J->tile + J->tile_bytes * slot;
+    const int es = J->es, nr = J->nr;
+    /* A task stolen by a worker of another (faster) cluster packs its B panels into that
+     * worker's own scratch: it never waits on the owning cluster's packers, one of which may
+     * be descheduled mid-sliver, and it keeps its data in the thief's caches. */
+    const int stolen = J->bslot_bytes > 0 && J->pool && asymo_pool_current() == J->pool
+                       && asymo_pool_current_cluster() != (int)(C - J->cl);
+
+    for (int64_t pc = 0; pc < C->npc; pc++) {
+        const int64_t p0 = pc * C->kc, kb = min64(C->kc, o->k - p0);
+        const int64_t panel = tn * C->npc + pc;
+        if (stolen) {
+            char *own = J->bslot + J->bslot_bytes * slot;
+            for (int64_t s = 0; s < nsl; s++) {
+                const int64_t jj = j0 + s * nr;
+                pack_b_sliver(J, o, own + (size_t)(s * kb * nr) * es, jj,
+                              min64(nr, j1 - jj), p0, kb);
+            }
+            J->ops->pack_a(apack, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr);
+            mm_macro(J, o, apack, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0, own);
+            continue;
+        }
+        char *bpanel = C->bpack + (size_t)(panel * C->panel_elems) * es;
+        /* help pack the shared panel */
+        if (atomic_load_explicit(&C->claim[panel], memory_order_relaxed) < nsl) {
+            for (;;) {
+                const int64_t s = atomic_fetch_add_explicit(&C->claim[panel], 1,
+                                                            memory_order_relaxed);
+                if (s >= nsl)
+                    break;
+                const int64_t jj = j0 + s * nr;
+                pack_b_sliver(J, o, bpanel + (size_t)(s * kb * nr) * es, jj,
+                              min64(nr, j1 - jj), p0, kb);
+                atomic_store_explicit(&C->ready[panel * C->nsl + s], 1, memory_order_release);
+            }
+        }
+        J->ops->pack_a(apack, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr);
+        mm_macro(J, o, apack, tile, i0, i1, j0, j1, kb, pc > 0, C, panel, bpanel);
+    }
+}
+
+/* A whole product in the calling thread with its slot's scratch (SPLIT_BATCH tasks). */
+void mm_serial(const job *J, const operands *o, const cluster_part *C, int slot)
+{
+    char *apack = J->apack + J->apack_bytes * slot;
+    char *tile = J->tile + J->tile_bytes * slot;
+    char *bpanel = J->bslot + J->bslot_bytes * slot;
+    const int es = J->es, nr = J->nr;
+    for (int64_t j0 = 0; j0 < o->n; j0 += C->nc) {
+        const int64_t j1 = min64(j0 + C->nc, o->n);
+        for (int64_t p0 = 0; p0 < o->k; p0 += C->kc) {
+            const int64_t kb = min64(C->kc, o->k - p0);
+            for (int64_t jj = j0, s = 0; jj < j1; jj += nr, s++)
+                pack_b_sliver(J, o, bpanel + (size_t)(s * kb * nr) * es, jj,
+                              min64(nr, j1 - jj), p0, kb);
+            for (int64_t i0 = 0; i0 < o->m; i0 += C->mc) {
+                const int64_t i1 = min64(i0 + C->mc, o->m);
+                J->ops->pack_a(apack, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr);
+                mm_macro(J, o, apack, tile, i0, i1, j0, j1, kb, p0 > 0, NULL, 0, bpanel);
+            }
+        }
+    }
+}

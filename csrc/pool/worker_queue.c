@@ -1,0 +1,63 @@
+/* The worker queue: one interface over both queue kinds, used by the run loop and the
+ * policies. */
+#include "pool/pool_internal.h"
+
+/* Chase-Lev owner: queue a range as pieces halving towards the bottom (the front task is
+ * taken first, thieves take the largest, oldest piece: the back half). */
+static void cl_push_pieces(worker_t *w, range_t r)
+{
+    while (r.hi - r.lo > 1) {
+        range_t piece = r;
+        piece.lo = r.hi - (r.hi - r.lo) / 2;
+        if (cl_push(&w->d, &piece) != 0)
+            run_range(w, &piece); /* no memory to grow the deque: run it now */
+        r.hi = piece.lo;
+    }
+    if (cl_push(&w->d, &r) != 0)
+        run_range(w, &r);
+}
+
+/* Owner: queue a range it stole at the front of its own queue. */
+void wq_push_own(worker_t *w, const range_t *r)
+{
+    if (w->pool->queue == ASYMO_QUEUE_CHASELEV) {
+        cl_push_pieces(w, *r);
+    } else if (rq_push_front(&w->q, r) != 0) {
+        run_range(w, r); /* no memory to grow the queue: run it now */
+    }
+}
+
+/* Owner: the next chunk to run. */
+int wq_pop_own(worker_t *w, range_t *r)
+{
+    if (w->pool->queue != ASYMO_QUEUE_CHASELEV)
+        return rq_pop_front(&w->q, &w->chunk_seq, &w->chunk, r);
+    for (;;) {
+        if (cl_take(&w->d, r))
+            break;
+        range_t in; /* deque empty: move the next range submitted to the inbox */
+        if (!rq_take_front(&w->q, &in))
+            return 0;
+        cl_push_pieces(w, in);
+    }
+    if (r->seq != w->chunk_seq) {
+        w->chunk_seq = r->seq;
+        w->chunk = 1;
+    }
+    if (r->hi - r->lo > w->chunk) {
+        range_t rest = *r;
+        rest.lo = r->lo + w->chunk;
+        r->hi = rest.lo;
+        cl_push_pieces(w, rest);
+    }
+    return 1;
+}
+
+/* Thief w takes work queued at v. */
+int wq_steal(worker_t *w, worker_t *v, range_t *r)
+{
+    if (w->pool->queue == ASYMO_QUEUE_CHASELEV &&
+        cl_steal(&v->d, w->cluster, v->cluster, r))
+        return 1;
+    return rq_steal_back(&v->q, w->cluster, v->cluster, r);
+}
