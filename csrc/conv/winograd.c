@@ -15,10 +15,10 @@ static void wino_direct(const asymo_winograd_job *job, int64_t n, int64_t tblock
     const asymo_conv_geometry *g = &job->geom;
     const int64_t m = job->tile, C = g->channels, H = g->height, W = g->width;
     const int64_t OH = g->out_h, OW = g->out_w, K = job->out_channels;
-    const int64_t T = job->tiles_h * job->tiles_w, tb = job->tiles_per_task;
+    const int64_t T = job->tiles_h * job->tiles_w;
     const int64_t k0 = kb * job->k_per_block;
     const int64_t k1 = k0 + job->k_per_block < K ? k0 + job->k_per_block : K;
-    const int64_t t1 = (tblock + 1) * tb < T ? (tblock + 1) * tb : T;
+    const int64_t t0 = T * tblock / job->tile_blocks, t1 = T * (tblock + 1) / job->tile_blocks;
     const float *x = (const float *)job->x + n * job->x_image_stride;
     const float *bias = (const float *)job->bias;
     const float *res = job->residual
@@ -26,7 +26,7 @@ static void wino_direct(const asymo_winograd_job *job, int64_t n, int64_t tblock
     float *y = (float *)job->y + n * job->y_image_stride;
     const float *w = (const float *)job->weight;
     for (int64_t k = k0; k < k1; k++) {
-        for (int64_t t = tblock * tb; t < t1; t++) {
+        for (int64_t t = t0; t < t1; t++) {
             const int64_t ty = t / job->tiles_w, tx = t - ty * job->tiles_w;
             for (int64_t oy = ty * m; oy < ty * m + m && oy < OH; oy++) {
                 for (int64_t ox = tx * m; ox < tx * m + m && ox < OW; ox++) {

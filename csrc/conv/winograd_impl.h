@@ -179,7 +179,10 @@ WINO_ATTR void WINO_CAT(asymo_wino_block, WINO_SFX)(const asymo_winograd_job *jo
     const int64_t C = g->channels, H = g->height, W = g->width;
     const int64_t OH = g->out_h, OW = g->out_w;
     const int64_t tb = job->tiles_per_task, nb = tb / WNR;
-    const int64_t T = job->tiles_h * job->tiles_w, t0 = tblock * tb;
+    /* the tiles are dealt evenly to the blocks (each gets at most tb): equal tasks */
+    const int64_t T = job->tiles_h * job->tiles_w;
+    const int64_t t0 = T * tblock / job->tile_blocks;
+    const int64_t ntiles = T * (tblock + 1) / job->tile_blocks - t0;
     const int64_t K = job->out_channels;
     const int64_t k0 = kb * job->k_per_block;
     const int64_t k1 = k0 + job->k_per_block < K ? k0 + job->k_per_block : K;
@@ -198,7 +201,6 @@ WINO_ATTR void WINO_CAT(asymo_wino_block, WINO_SFX)(const asymo_winograd_job *jo
     /* tile origins (input row / column of the patch's top-left element) */
     int64_t ys[WINO_MAX_TB], xs[WINO_MAX_TB];
     int inner[WINO_MAX_TB];
-    const int64_t ntiles = T - t0 < tb ? T - t0 : tb;
     for (int64_t i = 0; i < ntiles; i++) {
         const int64_t t = t0 + i, ty = t / job->tiles_w, tx = t - ty * job->tiles_w;
         ys[i] = ty * m - g->pad_h;

@@ -10,7 +10,7 @@
  * packed as [alpha^2][Kp / MR][C][MR] (Kp = K rounded up to MR, zero rows beyond K): each
  * micro-panel is the A operand of the micro-kernel as it is read.
  *
- * A task is one image, a block of tiles_per_task tiles (a multiple of ASYMO_WINO_NR) and a
+ * A task is one image, a block of at most tiles_per_task tiles (a multiple of ASYMO_WINO_NR), and a
  * block of output channels [kb * k_per_block, ...): it transforms its tiles' input (all C
  * channels) into a scratch of its own, runs the alpha^2 GEMMs for its channels, transforms
  * the output back and applies bias, residual and activation on the way out. The transforms
@@ -45,7 +45,8 @@ typedef struct {
     int64_t y_image_stride;
     int64_t tiles_h, tiles_w;
     int64_t tiles_per_task;     /* multiple of ASYMO_WINO_NR, at most 4 * ASYMO_WINO_NR */
-    int64_t tile_blocks;        /* ceil(tiles_h * tiles_w / tiles_per_task) */
+    int64_t tile_blocks;        /* ceil(tiles_h * tiles_w / tiles_per_task); block b takes
+                                   tiles [T * b / tile_blocks, T * (b + 1) / tile_blocks) */
     int64_t k_per_block;        /* multiple of ASYMO_WINO_MR */
     int64_t k_blocks;           /* ceil(out_channels / k_per_block) */
     int32_t method;             /* 0: Winograd; 1: the direct loop (slow; the task's fallback
