@@ -157,7 +157,7 @@ def main(argv=None):
                       f"{flops / 1e6:>7.1f} {a1 * 1e3:>7.3f} {times[(best1, '1')] * 1e3:>7.3f} "
                       f"{best1[:6]:<6} {an * 1e3:>7.3f} {times[(bestn, 'N')] * 1e3:>7.3f} "
                       f"{bestn[:6]:<6} {r[0]:>5.2f}x {r[1]:>5.2f}x {r[2]:>5.2f}x", flush=True)
-            print("\ngeomeans (layers counted once per network they appear in)")
+            print("\ngeomeans (each layer shape weighted by how often it occurs in the network)")
             names = args.models.split(",")
             for name in names + ["all"]:
                 sel = [r for where, _, r in rows for m, _ in where if name in ("all", m)]
