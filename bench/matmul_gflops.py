@@ -18,12 +18,19 @@ Shapes (float32, numpy.matmul orientation ``(M, K) @ (K, N)``):
 
 Modes:
 
+* ``onecore``: every library on the first core with one thread (caller pinned): asymo on a
+  one-worker pool there, NumPy/OpenBLAS and torch limited to one thread.
 * ``symmetric``: asymo on its default pool (every core) against NumPy/OpenBLAS limited to the
   same number of threads (threadpoolctl).
 * ``emulated``: core ``--core`` runs at ``--speed`` (`asymo.lab.emulate.slow_cores`: a SCHED_FIFO
   occupier takes the rest of it). asymo runs on the emulated topology (capacities 1 and speed)
   against NumPy on all cores and against asymo on the fast core alone (its pool and the
   calling thread pinned there). The emulator slows a core's speed, not its caches.
+
+In every mode the baselines also include NumPy and torch (when installed) on the fast core alone
+(pinned, one thread: ``numpy_1``, ``torch_1``) and torch on all cores; ``best`` is the ratio
+against the fastest baseline of each round (the best choice a user has). Thread limits are set
+once around each timing loop, never inside it.
 
 Each round times every contender on the shape in turn (after a pause that lets the previous
 contender's idle threads stop spinning). GFLOP/s are medians over ``--rounds`` rounds; a ratio
@@ -83,6 +90,9 @@ QUICK = {"vgg16.conv2_2", "vgg16.conv3_2", "vgg16.conv4_2", "vgg16.conv5_x", "mo
 # ---------------------------------------------------------------------------------------------
 def _per_call(fn, target):
     """Seconds per call of fn, timing enough calls to fill about ``target`` seconds."""
+    if isinstance(fn, _Limited):
+        with fn.limit():
+            return _per_call(fn.fn, target)
     if isinstance(fn, _Pinned):
         saved = os.sched_getaffinity(0)
         os.sched_setaffinity(0, fn.cpus)
@@ -210,6 +220,72 @@ def numpy_call(a, b, out):
     return lambda: np.matmul(a, b, out=out)
 
 
+class _Limited:
+    """Run ``fn``'s whole timing loop under ``limit()`` (a thread-limit context)."""
+
+    def __init__(self, fn, limit):
+        self.fn, self.limit = fn, limit
+
+    def __call__(self):
+        with self.limit():
+            return self.fn()
+
+
+def numpy_threads(n):
+    """NumPy/OpenBLAS with ``n`` threads (threadpoolctl, set outside the timed loop)."""
+    import threadpoolctl
+
+    def make(a, b, out):
+        return _Limited(lambda: np.matmul(a, b, out=out),
+                        lambda: threadpoolctl.threadpool_limits(n, user_api="blas"))
+    return make
+
+
+def torch_threads(n):
+    """torch.matmul (oneDNN/MKL) with ``n`` intra-op threads, or None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+
+    @contextlib.contextmanager
+    def limit():
+        saved = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(saved)
+
+    def make(a, b, out):
+        ta, tb, tout = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out)
+        return _Limited(lambda: torch.matmul(ta, tb, out=tout), limit)
+    return make
+
+
+def library_contenders(nthreads, fast_cpus, all_cores=True):
+    """The libraries a user has: NumPy and torch on all cores (``all_cores``) and each pinned
+    to ``fast_cpus`` with one thread."""
+    out = {}
+    if all_cores:
+        out["numpy"] = numpy_threads(nthreads)
+    out["numpy_1"] = pinned(numpy_threads(1), fast_cpus)
+    if torch_threads(1) is not None:
+        if all_cores:
+            out["torch"] = torch_threads(nthreads)
+        out["torch_1"] = pinned(torch_threads(1), fast_cpus)
+    return out
+
+
+def _baselines(contenders):
+    names = {"numpy": "asymo vs numpy", "numpy_1": "vs numpy 1 core",
+             "torch": "vs torch", "torch_1": "vs torch 1 core",
+             "asymo_fast": "vs asymo fast core"}
+    out = {k: names[k] for k in contenders if k in names}
+    out["best"] = "vs best library"
+    return out
+
+
 def machine_line():
     model = platform.processor() or platform.machine()
     try:
@@ -233,34 +309,49 @@ def blas_line():
 
 
 def run_mode(mode, shapes, args):
-    import threadpoolctl
     dtype = np.dtype(args.dtype)
+    if mode == "onecore":
+        topo = asymo.get_pool().topology
+        fast = topo.clusters[0]
+        cpus = fast.cpus[:1]
+        pool1 = Pool(topology=Topology(clusters=(Cluster(fast.name, cpus, 1.0, fast.l1d,
+                                                         fast.l2, fast.l3),)))
+        try:
+            contenders = {"asymo": pinned(asymo_on(pool1), cpus)}
+            contenders.update(library_contenders(1, cpus, all_cores=False))
+            header = (f"one core: every library on cpu {cpus[0]} with one thread (caller "
+                      "pinned; asymo on a one-worker pool there)")
+            rows = _rows(shapes, contenders, args, dtype)
+        finally:
+            pool1.close()
+        return header, rows, _baselines(contenders)
     if mode == "symmetric":
         pool = asymo.get_pool()
         nthreads = pool.nworkers
-        contenders = {"asymo": asymo_on(pool), "numpy": numpy_call}
+        contenders = {"asymo": asymo_on(pool)}
+        contenders.update(library_contenders(nthreads, pool.topology.clusters[0].cpus[:1]))
         header = (f"symmetric: asymo pool {pool.topology.to_spec()} ({nthreads} workers), "
-                  f"NumPy/OpenBLAS {nthreads} threads")
-        with threadpoolctl.threadpool_limits(nthreads, user_api="blas"):
-            rows = _rows(shapes, contenders, args, dtype)
-        return header, rows, {"numpy": "asymo vs numpy"}
+                  f"NumPy/OpenBLAS and torch {nthreads} threads or 1 thread pinned")
+        rows = _rows(shapes, contenders, args, dtype)
+        return header, rows, _baselines(contenders)
     with emulation(args.core, args.speed, args.period) as (topo, how):
         fast = topo.clusters[0]
         pool = Pool(topology=topo)
         pool_fast = fast_pool(topo)
         nthreads = topo.ncpus
         try:
-            contenders = {"asymo": asymo_on(pool), "numpy": numpy_call,
+            contenders = {"asymo": asymo_on(pool),
                           "asymo_fast": pinned(asymo_on(pool_fast), fast.cpus)}
-            header = (f"emulated: {how}; asymo pool {topo.to_spec()}, NumPy/OpenBLAS "
-                      f"{nthreads} threads, asymo_fast = asymo on cpus {fast.cpus} alone (pool "
-                      "and calling thread). (The emulator slows speed, not caches.)")
-            with threadpoolctl.threadpool_limits(nthreads, user_api="blas"):
-                rows = _rows(shapes, contenders, args, dtype)
+            contenders.update(library_contenders(nthreads, fast.cpus))
+            header = (f"emulated: {how}; asymo pool {topo.to_spec()}, NumPy/OpenBLAS and torch "
+                      f"{nthreads} threads or 1 thread on cpus {fast.cpus}, asymo_fast = asymo "
+                      f"on cpus {fast.cpus} alone (pool and calling thread). (The emulator "
+                      "slows speed, not caches.)")
+            rows = _rows(shapes, contenders, args, dtype)
         finally:
             pool.close()
             pool_fast.close()
-    return header, rows, {"numpy": "asymo vs numpy", "asymo_fast": "asymo vs fast core alone"}
+    return header, rows, _baselines(contenders)
 
 
 def _rows(shapes, contenders, args, dtype):
@@ -289,7 +380,10 @@ def report(header, rows, baselines):
         line = f"{name:>18} {f'{M}x{K}x{N}':>18}"
         line += "".join(f"{gflops(shape, float(np.median(t[n]))):16.1f}" for n in names)
         # the median of per-round ratios: both contenders of a round saw the same machine
-        ratios = {b: float(np.median(np.asarray(t[b]) / np.asarray(t["asymo"])))
+        libs = [n for n in t if n in ("numpy", "numpy_1", "torch", "torch_1")]
+        best = np.min([np.asarray(t[n]) for n in libs], axis=0)
+        ratios = {b: float(np.median((best if b == "best" else np.asarray(t[b]))
+                                     / np.asarray(t["asymo"])))
                   for b in baselines}
         line += "".join(f"{ratios[b]:16.2f}" for b in baselines)
         print(line)
@@ -309,7 +403,8 @@ def report(header, rows, baselines):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", choices=["symmetric", "emulated", "both"], default="both")
+    ap.add_argument("--mode", choices=["onecore", "symmetric", "emulated", "both", "all"],
+                    default="both", help="both: symmetric and emulated; all: onecore too")
     ap.add_argument("--quick", action="store_true", help="a representative subset of shapes")
     ap.add_argument("--only", choices=["mm", "mv", "cube"], action="append",
                     help="only these shape groups (repeatable)")
@@ -334,7 +429,8 @@ def main(argv=None):
           f"matmul fast path: {matmul_fast.status()['state']}"
           + (", switched off for this run (--no-fast)" if args.no_fast else ""))
     results = {}
-    modes = ["symmetric", "emulated"] if args.mode == "both" else [args.mode]
+    modes = (["symmetric", "emulated"] if args.mode == "both" else
+             ["onecore", "symmetric", "emulated"] if args.mode == "all" else [args.mode])
     for mode in modes:
         with matmul_fast.disabled(args.no_fast):
             header, rows, baselines = run_mode(mode, shapes, args)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from asymo.lab import scaling
+from asymo.lab.machine import thread_ids
 from asymo.cli import main
 
 POINT_KEYS = {"workload", "policy", "cores", "throughput", "unit", "time_s", "cpus", "speedup"}
@@ -102,7 +103,7 @@ def test_process_affinity_restores_every_thread():
     t = threading.Thread(target=stop.wait)
     t.start()
     try:
-        before = {tid: os.sched_getaffinity(tid) for tid in scaling._thread_ids()}
+        before = {tid: os.sched_getaffinity(tid) for tid in thread_ids()}
         first = min(os.sched_getaffinity(0))
         with scaling.process_affinity([first]):
             for tid in before:
@@ -117,7 +118,7 @@ def test_numpy_im2col_baseline_matches_reference():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 3, 9, 8), dtype=np.float32)
     w = rng.standard_normal((4, 3, 3, 3), dtype=np.float32)
-    got = scaling._im2col_conv(x, w, stride=2, padding=1)
+    got = scaling.im2col_conv(x, w, stride=2, padding=1)
     # direct reference: sum over channels and the window
     xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
     oh, ow = (9 + 2 - 3) // 2 + 1, (8 + 2 - 3) // 2 + 1

@@ -2,11 +2,13 @@
 submitter's wake-up past its spin, against hand-computed schedules."""
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from asymo.lab import scaling
+from asymo.lab.machine import asymo_attr
 from asymo.lab.sim import CoRunning, DutyCycle, Job, Overheads, simulate
 from asymo.lab.sim import calibrate as simcal
 from asymo.lab.sim.engine import SUBMIT_SPIN_S
@@ -21,8 +23,10 @@ def two_cores():
 
 
 def test_spin_matches_pool_c():
-    src = open(__file__.rsplit("/tests/", 1)[0] + "/csrc/pool/pool_internal.h").read()
-    ns = int(re.search(r"#define SUBMIT_SPIN_NS (\d+)", src).group(1))
+    # the C pool's constant, as its header defines it (the simulator reads it through cffi)
+    root = Path(__file__).resolve().parent.parent / "csrc"
+    src = "".join(h.read_text() for h in sorted(root.rglob("*.h")))
+    ns = int(re.search(r"ASYMO_POOL_SUBMIT_SPIN_NS = (\d+)", src).group(1))
     assert SUBMIT_SPIN_S == pytest.approx(ns * 1e-9)
     assert Overheads().spin == SUBMIT_SPIN_S
 
@@ -99,20 +103,20 @@ def test_sim_mean_back_to_back_hand_computed():
     # 29 calls after the third = 5 cycles (ends 11.6 ms) + 0.2, 0.2, 0.7, 0.2 -> 12.9 ms.
     job = Job(costs=np.array([0.2, 0.2]) * MS)
     duty = [DutyCycle(cpu=1, busy=0.5, period=1 * MS)]
-    res = scaling._sim_mean(two_cores(), [job], "even", Overheads(), duty, back_to_back=True)
+    res = scaling.sim_mean(two_cores(), [job], "even", Overheads(), duty, back_to_back=True)
     assert res.calls == 32
     runs = [simulate(two_cores(), [job] * 32, policy="even",
-                     interference=scaling._phased(duty, i, scaling.SIM_PHASES)).makespan / 32
+                     interference=scaling.phased(duty, i, scaling.SIM_PHASES)).makespan / 32
             for i in range(scaling.SIM_PHASES)]
     assert runs[0] == pytest.approx(12.9 * MS / 32, rel=1e-6)
     assert res.makespan == pytest.approx(np.mean(runs), rel=1e-12)
     # a single call averaged over phases is not the same figure: phase 0 gives 0.7 ms,
     # phase 0.25 ms (stops at [0.75, 1.25)) gives 0.2 ms ...
-    one = scaling._sim_mean(two_cores(), [job], "even", Overheads(), duty)
+    one = scaling.sim_mean(two_cores(), [job], "even", Overheads(), duty)
     assert one.calls == 1
     assert one.makespan != pytest.approx(res.makespan, rel=1e-3)
     # no duty cycle: one call, back to back or not
-    plain = scaling._sim_mean(two_cores(), [job], "even", Overheads(), [], back_to_back=True)
+    plain = scaling.sim_mean(two_cores(), [job], "even", Overheads(), [], back_to_back=True)
     assert plain.calls == 1 and plain.makespan == pytest.approx(0.2 * MS)
 
 
@@ -142,7 +146,7 @@ def test_measure_wake_on_this_machine():
     if (os.cpu_count() or 1) < 2:
         pytest.skip("needs two cores")
     pytest.importorskip("numba")
-    if scaling._asymo_attr("Pool") is None:
+    if asymo_attr("Pool") is None:
         pytest.skip("native pool not built")
     wake, info = simcal.measure_submitter_wake(two_cores(), jobs=30, task_s=200e-6)
     # a futex wake-up: positive, far below the 200 us the submitter slept

@@ -303,11 +303,11 @@ def test_calibrate_sim_tiny_run_on_this_machine():
 
 def test_emulator_period_comes_from_the_running_emulator(monkeypatch):
     monkeypatch.setenv("ASYMO_EMULATED_PERIOD", "0.00025")
-    assert simcal._default_period() == pytest.approx(0.25e-3)
+    assert simcal.default_period() == pytest.approx(0.25e-3)
     monkeypatch.setenv("ASYMO_EMULATED_PERIOD", "soon")
     with pytest.warns(simcal.CalibrationWarning, match="ASYMO_EMULATED_PERIOD"):
-        period = simcal._default_period()
+        period = simcal.default_period()
     from asymo.lab.emulate import DEFAULT_PERIOD
     assert period == DEFAULT_PERIOD
     monkeypatch.delenv("ASYMO_EMULATED_PERIOD")
-    assert simcal._default_period() == DEFAULT_PERIOD
+    assert simcal.default_period() == DEFAULT_PERIOD

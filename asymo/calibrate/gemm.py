@@ -185,12 +185,16 @@ class GemmTimer:
         handle = pool._handle
 
         def run(p, n):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                rc = lib.asymo_gemm(handle, g, p)
-                if rc != lib.ASYMO_OK:
-                    raise RuntimeError(f"asymo_gemm failed ({rc}) on {size}")
-            return (time.perf_counter() - t0) / n
+            pool._acquire()  # the handle stays valid while held (asymo.runtime.pool.acquire)
+            try:
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    rc = lib.asymo_gemm(handle, g, p)
+                    if rc != lib.ASYMO_OK:
+                        raise RuntimeError(f"asymo_gemm failed ({rc}) on {size}")
+                return (time.perf_counter() - t0) / n
+            finally:
+                pool._release()
 
         t_start = time.perf_counter()
         inner = []
@@ -263,9 +267,9 @@ class _State:
         self.resumed = 0
 
     def load(self):
+        from asymo.profile.files import read_json_file
         try:
-            with open(self.path) as f:
-                data = json.load(f)
+            data = read_json_file(self.path)  # a regular file only, bounded
         except (OSError, ValueError):
             return False
         if (not isinstance(data, dict) or data.get("format") != _PARTIAL_FORMAT
@@ -400,16 +404,21 @@ def calibrate_gemm(topology=None, *, set_name=None, path=None, resume=True, prog
         if resume:
             state.load()
         run = _Run(topology, spec, state, timer, itemsize, seed)
+        # two bars, each with a total known when it starts: how much confirmation work there
+        # is depends on the fit (a total growing under a bar made it go back from 100%)
         bar = _progress(run.total, run.done, progress, stream)
         try:
             for ci in range(len(topology.clusters)):
                 run.measure(ci, ("train", "held_out"), bar)
-            fits = [run.fit(ci) for ci in range(len(topology.clusters))]
-            confirm = [run.confirm_work(ci, fits[ci]) for ci in range(len(topology.clusters))]
-            bar.total += sum(len(b) for w in confirm for _, _, b in w)
-            bar.refresh()
+        finally:
+            bar.close()
+        fits = [run.fit(ci) for ci in range(len(topology.clusters))]
+        confirm = [run.confirm_work(ci, fits[ci]) for ci in range(len(topology.clusters))]
+        total, done = run.count(confirm)
+        bar = _progress(total, done, progress, stream)
+        try:
             for ci in range(len(topology.clusters)):
-                run.measure(ci, ("confirm",), bar, work=confirm[ci])
+                run.measure(ci, ("confirm",), bar, work=confirm[ci], label="confirming")
         finally:
             bar.close()
 
@@ -467,15 +476,20 @@ class _Run:
                     size, T, self.caches[ci], spec.max_candidates,
                     min_i=cm.MIN_TASKS_PER_THREAD)))
             self.work.append(w)
-        self.total = sum(len(b) for w in self.work for _, _, b in w)
-        self.done = sum(1 for ci, w in enumerate(self.work) for ph, s, bl in w for b in bl
-                        if self._get(ci, ph, s, b) is not None)
+        self.total, self.done = self.count(self.work)
         self.monitor = LoadMonitor(min_interval=0.0)
+
+    def count(self, work):
+        """(settings in ``work`` -- a list per cluster --, of those already measured)."""
+        total = sum(len(b) for w in work for _, _, b in w)
+        done = sum(1 for ci, w in enumerate(work) for ph, s, bl in w for b in bl
+                   if self._get(ci, ph, s, b) is not None)
+        return total, done
 
     def _get(self, ci, phase, size, blocks):
         return self.state.get(self.topology.clusters[ci].name, phase, size, blocks)
 
-    def measure(self, ci, phases, bar, work=None):
+    def measure(self, ci, phases, bar, work=None, label="calibrating"):
         cl = self.topology.clusters[ci]
         work = [w for w in (work or self.work[ci]) if w[0] in phases]
         todo_all = [(ph, s, [b for b in bl if self._get(ci, ph, s, b) is None])
@@ -483,7 +497,7 @@ class _Run:
         todo_all = [t for t in todo_all if t[2]]
         if not todo_all:
             return
-        bar.set_description(f"calibrating {cl.name} ({_cpus(cl)})")
+        bar.set_description(f"{label} {cl.name} ({_cpus(cl)})")
         self.monitor.loads()
         spec = self.spec
         for phase, size, todo in todo_all:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 SUBCOMMANDS = [
@@ -39,10 +40,22 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args) or 0
+        rc = args.func(args) or 0
+        sys.stdout.flush()  # a closed pipe shows here rather than at interpreter exit
+        return rc
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`asymo info --json | head`): stop quietly, as `cat` does.
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+        return 128 + 13  # the status of a process killed by SIGPIPE, as a shell reports it
 
 
 if __name__ == "__main__":  # pragma: no cover

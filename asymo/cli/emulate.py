@@ -83,9 +83,24 @@ def _terminal_sends_sigint_to_child():
         os.close(fd)
 
 
+def _die_with_parent(parent):
+    """preexec_fn: SIGTERM this child when `asymo emulate` dies (a SIGKILL of it stops the
+    emulator helpers, so the command must not go on with an emulated ASYMO_TOPOLOGY)."""
+    def setup():
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # pragma: no cover - not Linux
+            return
+        if os.getppid() != parent:  # it died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+    return setup
+
+
 def _run_command(command):
     try:
-        proc = subprocess.Popen(command)
+        proc = subprocess.Popen(command, preexec_fn=_die_with_parent(os.getpid()))
     except FileNotFoundError:
         print(f"asymo emulate: command not found: {command[0]}", file=sys.stderr)
         return 127

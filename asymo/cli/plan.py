@@ -52,5 +52,5 @@ def run(args):
           f"img/s   latency {_ms(plan.kernel_level_predicted_latency).strip()} ms", file=out)
     for name, a in plan.alternatives.items():
         print(f"  {name:<13}{a['pipeline']:<24}{a['predicted_throughput']:8.2f} img/s", file=out)
-    print(f"energy per image: {plan.predicted_energy:.4g} ({plan.energy_source})", file=out)
+    print(f"energy per image: {plan.predicted_energy:.4g} J ({plan.energy_source})", file=out)
     return 0

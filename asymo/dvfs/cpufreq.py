@@ -29,8 +29,19 @@ installed before it, or re-raises the signal with the default action; Python onl
 main thread install handlers, so changes made first from another thread rely on the other
 mechanisms), and -- for what no Python code survives (SIGKILL, a segfault in native code,
 ``os._exit``) -- a guardian process (``_guardian.py``) that holds the original values while
-changes are outstanding and writes them back when its pipe from this process closes
-unexpectedly. Only a power loss or a kernel crash keeps the last written values.
+changes are outstanding and writes them back when this process dies. The guardian runs in a
+session of its own (a SIGKILL of this process's group does not reach it) and watches this
+process itself, not only its pipe (a forked child holding the pipe cannot delay it). What can
+still keep the last written values: a power loss or a kernel crash, a SIGKILL of the guardian
+itself (``kill -9`` of its pid, or of every process of the machine or cgroup, as a container
+stop does) at the same time as this process's, and a guardian that could not be started (a
+RuntimeWarning says so).
+
+Several processes may change one policy at the same time: a record per policy, shared
+through asymo's run directory (`asymo.hw.rundir`, root's ``/run/asymo/cpufreq`` when run as
+root) under an flock, keeps the values from before the first of them wrote and which
+processes use it. One that ends while another still uses the policy writes nothing back; the
+last one puts back the true originals (not the settings of the one that started first).
 
 Before anything is written, every file that will be written is checked (present, a sysfs
 attribute that has a store method -- mode with a write bit -- and writable by this process);
@@ -53,6 +64,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
+from asymo.dvfs import _guardian
+from asymo.hw import rundir as _rundir
 from asymo.hw.topology import Cluster, Topology, parse_cpulist
 
 __all__ = ["CpuFreq", "CpuFreqError", "CpuFreqPermissionError", "PolicyInfo", "FrequencyChange",
@@ -304,6 +317,53 @@ class CpuFreq:
         self.write_log = []
         self._use_guardian = bool(guardian)
         self._guardian = None
+        self._records = {}  # policy path -> shared record file this object holds
+        self._token = os.urandom(8).hex()
+
+    # ---------------------------------------------------------------- shared originals
+    def _holder(self):
+        pid = os.getpid()  # after a fork the child is another holder
+        return [pid, _guardian.proc_start(pid), self._token]
+
+    def _record_file(self, path):
+        import hashlib
+        try:
+            d = _rundir.run_dir("cpufreq")
+        except OSError as exc:
+            warnings.warn(f"asymo.dvfs: no shared record of cpufreq originals ({exc}); two "
+                          "processes changing one policy at once may restore each other's "
+                          "settings", RuntimeWarning, stacklevel=4)
+            return None
+        return os.path.join(d, hashlib.sha256(path.encode()).hexdigest()[:32] + ".json")
+
+    def _join(self, path, snapshot):
+        """This object's originals of ``path``: the shared record's true originals
+        (completed by ``snapshot``), or ``snapshot`` when no record can be kept."""
+        record = self._records.get(path) or self._record_file(path)
+        if record is not None:
+            try:
+                orig = _guardian.join_record(record, path, snapshot, self._holder())
+            except OSError as exc:
+                warnings.warn(f"asymo.dvfs: cannot use the shared record {record} ({exc})",
+                              RuntimeWarning, stacklevel=4)
+            else:
+                self._records[path] = record
+                return orig
+        return snapshot
+
+    def _leave(self, path):
+        """What to write back to ``path`` when this object lets it go: ``(kind, values)`` of
+        `_guardian.leave_record` ("absent": this object's own originals)."""
+        record = self._records.pop(path, None)
+        kind, values = "absent", None
+        if record is not None:
+            try:
+                kind, values = _guardian.leave_record(record, self._holder())
+            except OSError:
+                kind, values = "absent", None
+        if kind == "absent":
+            values = self._original.get(path, {})
+        return kind, values
 
     # ---------------------------------------------------------------- crash guardian
     def _sync_guardian(self):
@@ -312,6 +372,7 @@ class CpuFreq:
         if not self._use_guardian:
             return
         state = {p: dict(v) for p, v in self._original.items() if v}
+        records = {p: r for p, r in self._records.items() if p in state}
         g = self._guardian
         if not state:
             if g is not None:
@@ -327,15 +388,17 @@ class CpuFreq:
                     g.kill()
                     g.wait()
             return
-        line = (json.dumps({"state": state}) + "\n").encode()
+        line = (json.dumps({"state": state, "records": records,
+                            "holder": self._holder()}) + "\n").encode()
         for _attempt in range(2):
             if g is None or g.poll() is not None:
                 try:
                     g = subprocess.Popen(
                         [sys.executable, "-I", "-S",
                          os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                      "_guardian.py")],
-                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, close_fds=True)
+                                      "_guardian.py"), str(os.getpid())],
+                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, close_fds=True,
+                        start_new_session=True)  # a kill of our process group spares it
                 except OSError as exc:
                     warnings.warn(f"asymo.dvfs: cannot start the cpufreq crash guardian "
                                   f"({exc}); changes are still restored on exit and on "
@@ -577,38 +640,65 @@ class CpuFreq:
                 snap[name] = value
         return snap
 
-    def _put_back(self, states):
+    def _put_back(self, states, handed_back=None):
         """Write ``{policy path: {file: value}}`` back (bounds ordered, then governor, then
-        setspeed). Collects errors and raises one CpuFreqError at the end."""
-        errors = []
+        setspeed). Collects errors and raises one CpuFreqError at the end. A file that no
+        longer exists (the cpu went offline, the driver was unloaded) has nothing to restore:
+        a RuntimeWarning, not an error."""
+        errors, vanished = [], []
         with self._lock:
-            for path, state in states.items():
-                lo, hi = state.get(_MIN), state.get(_MAX)
-                steps = self._bounds_plan(path, int(lo) if lo is not None else None,
-                                          int(hi) if hi is not None else None) \
-                    if (lo is not None or hi is not None) else []
-                if _GOV in state:
-                    steps.append((_GOV, state[_GOV]))
-                if _SPEED in state:
-                    steps.append((_SPEED, state[_SPEED]))
-                for name, value in steps:
-                    fpath = os.path.join(path, name)
-                    if _read(fpath) == str(value):
-                        continue
-                    try:
-                        self._write(fpath, value)
-                    except OSError as exc:
-                        errors.append(f"{fpath} <- {value}: {exc.strerror or exc}")
+            for path, state in (handed_back or {}).items():
+                self._write_state(path, state, errors, vanished)
+            pending = list(states.items())
+            while pending:
+                path, state = pending.pop(0)
+                self._write_state(path, state, errors, vanished)
                 orig = self._original.get(path)
-                if orig is not None and all(
-                        _read(os.path.join(path, k)) == str(v) for k, v in orig.items()):
+                if orig is None:
+                    continue
+                for k in [k for k in orig if not os.path.exists(os.path.join(path, k))]:
+                    del orig[k]  # vanished: nothing left to restore there
+                if all(_read(os.path.join(path, k)) == str(v) for k, v in orig.items()):
                     del self._original[path]
+                    if path in self._records:
+                        # back to our originals (a rollback, an undo): leave the shared record;
+                        # as its last holder, put back what others left to us
+                        kind, rest = self._leave(path)
+                        if kind in ("last", "top") and rest:
+                            pending.append((path, rest))
             if not self._original:
                 _unregister(self)
             self._sync_guardian()
+        if vanished:
+            warnings.warn("asymo.dvfs: cpufreq files vanished before they could be restored "
+                          "(cpu offline?): " + ", ".join(sorted(set(vanished))),
+                          RuntimeWarning, stacklevel=3)
         if errors:
             raise CpuFreqError(errno.EIO, "could not restore cpufreq settings: "
                                           + "; ".join(errors))
+
+    def _write_state(self, path, state, errors, vanished):
+        lo, hi = state.get(_MIN), state.get(_MAX)
+        steps = self._bounds_plan(path, int(lo) if lo is not None else None,
+                                  int(hi) if hi is not None else None) \
+            if (lo is not None or hi is not None) else []
+        if _GOV in state:
+            steps.append((_GOV, state[_GOV]))
+        if _SPEED in state:
+            steps.append((_SPEED, state[_SPEED]))
+        for name, value in steps:
+            fpath = os.path.join(path, name)
+            if _read(fpath) == str(value):
+                continue
+            try:
+                self._write(fpath, value)
+            except FileNotFoundError:
+                vanished.append(fpath)
+            except OSError as exc:
+                if not os.path.exists(fpath):
+                    vanished.append(fpath)
+                else:
+                    errors.append(f"{fpath} <- {value}: {exc.strerror or exc}")
 
     def set_frequency(self, cluster, khz, *, nearest=False):
         """Set one cluster's frequency (kHz). See ``set_frequencies``."""
@@ -676,8 +766,11 @@ class CpuFreq:
                       for path, names in touched.items()}
             for path, snap in before.items():
                 orig = self._original.setdefault(path, {})
-                for k, v in snap.items():
+                # the true originals when another process changed the policy first
+                for k, v in self._join(path, {**snap, **orig}).items():
                     orig.setdefault(k, v)
+                    if path in self._records:
+                        orig[k] = v
                 if orig.get(_GOV, "userspace") != "userspace":
                     orig.pop(_SPEED, None)  # the original governor had no setspeed
             if any(self._original.values()):
@@ -730,7 +823,16 @@ class CpuFreq:
             if not self._original:
                 _unregister(self)
                 return
-            self._put_back({p: dict(s) for p, s in self._original.items()})
+            states, handed_back = {}, {}
+            for p in list(self._original):
+                kind, values = self._leave(p)
+                if kind in ("last", "absent"):
+                    states[p] = dict(values)
+                else:  # another process still uses the policy: the last one restores it
+                    del self._original[p]
+                    if values:  # "top": put back the setting of the one before us
+                        handed_back[p] = values
+            self._put_back(states, handed_back)
 
     close = restore
 

@@ -225,7 +225,8 @@ def _check_speeds(speeds, mode):
         if not (0.0 < speed <= 1.0):
             raise ValueError(f"speed of cpu {cpu} must be in (0, 1] (a fraction of the core "
                              f"left to everyone else), got {speed!r}")
-        if speed < floor:
+        # (1 - 950000 / 1000000 is 0.050000000000000044: 0.05 itself must pass)
+        if speed < floor - 1e-9:
             runtime, period = _rt_limits()
             raise ValueError(
                 f"speed {speed:g} of cpu {cpu} is below {floor:g}, the slowest the emulator "
@@ -399,14 +400,30 @@ class Emulation:
         return False
 
     def __del__(self):
-        # A forgotten Emulation must not keep cores busy until the time limit.
-        if getattr(self, "_helpers", None) and os.getpid() == self._owner_pid:
+        # A forgotten Emulation must not keep cores busy until the time limit, nor leave the
+        # environment describing cores that are no longer slowed.
+        if os.getpid() != getattr(self, "_owner_pid", None):
+            return
+        if getattr(self, "_helpers", None):
             for h in self._helpers:
                 try:
                     h.proc.kill()
                 except OSError:
                     pass
             self._release_cpus()
+        saved, self._saved_env = getattr(self, "_saved_env", None), None
+        if saved:
+            for k, v in saved.items():
+                if os.environ.get(k) != self.env.get(k):
+                    continue  # changed since (another emulation): not ours to undo
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            try:
+                _notify_topology_change()
+            except Exception:  # noqa: BLE001 - a finalizer must not raise
+                pass
 
     def __repr__(self):
         speeds = ", ".join(f"cpu{c}@{s:g}" for c, s in self.speeds.items())

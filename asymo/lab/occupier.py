@@ -13,7 +13,10 @@ import errno
 import fcntl
 import os
 import signal
+import stat
 import sys
+
+from asymo.hw import rundir as _rundir
 
 EXIT_TIME_LIMIT = 0
 EXIT_SETUP_FAILED = 2
@@ -69,26 +72,73 @@ def main(argv=None):
     return EXIT_TIME_LIMIT
 
 
+def lock_paths(cpu):
+    """The per-cpu lock files a helper takes, all of them.
+
+    As root (or with env ``ASYMO_RUN_DIR``, for tests): one in asymo's run directory (root's
+    ``/run/asymo``, where no other user can plant anything), and also the shared
+    ``/tmp/asymo-emulate-cpuN.lock`` that unprivileged emulations (and older asymo versions)
+    take, so they exclude each other too. Otherwise the shared one only. Opened without
+    following symlinks (see `_lock_cpu`)."""
+    shared = os.path.join("/tmp", f"asymo-emulate-cpu{int(cpu)}.lock")
+    if os.geteuid() == 0 or os.environ.get(_rundir.ENV_VAR):
+        try:
+            return [os.path.join(_rundir.run_dir(), f"emulate-cpu{int(cpu)}.lock"), shared]
+        except OSError:
+            pass
+    return [shared]
+
+
 def lock_path(cpu):
-    return os.path.join("/tmp", f"asymo-emulate-cpu{cpu}.lock")
+    """The main lock file of ``cpu`` (named in error messages)."""
+    return lock_paths(cpu)[0]
 
 
 def _lock_cpu(cpu):
-    """An fd holding the cpu's lock, False if another helper holds it, None if no lock file
-    can be opened here (then emulations are not checked for overlap across processes)."""
-    path = lock_path(cpu)
+    """The fds holding the cpu's locks (see `lock_paths`), False if another helper holds one
+    of them, None if no lock file can be opened here (then emulations are not checked for
+    overlap across processes)."""
+    fds = []
+    for path in lock_paths(cpu):
+        fd = _lock_file(path)
+        if fd is False:
+            for f in fds:
+                os.close(f)
+            return False
+        if fd is not None:
+            fds.append(fd)
+    return fds or None
+
+
+def _lock_file(path):
+    """An fd holding an exclusive flock on ``path``, False if another process holds it,
+    None if it cannot be opened safely.
+
+    The file is never opened through a symlink (a link planted in /tmp would otherwise make a
+    root process open, and before this was fixed chmod, its target), only a regular file is
+    used, and only a file this call created is made world-readable-writable (so other users'
+    emulations can lock it too)."""
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | flags, 0o666)
+    except FileExistsError:
         try:
-            os.fchmod(fd, 0o666)  # let other users' emulations take the same lock
-        except OSError:
-            pass
-    except OSError:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | flags)  # flock needs no write
+        except OSError:  # a symlink (ELOOP), no permission, ...
             return None
+    except OSError:
+        return None
+    else:
+        if path.startswith("/tmp/"):
+            try:
+                os.fchmod(fd, 0o666)  # our own new file: let other users' emulations lock it
+            except OSError:
+                pass
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            return None
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)

@@ -77,23 +77,31 @@ class AsymoOps:
     """The forward-pass backend on asymo's kernels (conv2d, matmul, C pooling)."""
 
     def __init__(self, pool=None):
+        # None stays None: every operation then runs on the default pool of the moment, so a
+        # model built before the default pool was replaced (the emulator, a new
+        # ASYMO_TOPOLOGY) keeps working
+        self._pool = pool
+
+    @property
+    def thread_pool(self):
+        """The pool the operations run on (the default pool when none was given)."""
         from asymo.runtime.tasks import resolve_pool
 
-        self.thread_pool = resolve_pool(pool)
+        return resolve_pool(self._pool)
 
     def conv(self, x, step, weight, bias, out=None, residual=None, activation="step"):
         from asymo.ops.conv import conv2d
 
         act = step.activation if activation == "step" else activation
         return conv2d(x, weight, bias, step.stride, step.padding, step.dilation, step.groups,
-                      activation=act, residual=residual, out=out, pool=self.thread_pool)
+                      activation=act, residual=residual, out=out, pool=self._pool)
 
     def linear(self, x, step, weight, bias):
         from asymo.ops.conv_gemm import matmul_into
 
         # y.T = weight @ x.T: dot products with contiguous weight rows (streamed once)
         y = np.empty((x.shape[0], step.out_features), x.dtype)
-        matmul_into(weight, x.T, y.T, self.thread_pool)
+        matmul_into(weight, x.T, y.T, self._pool)
         if bias is not None:
             y += bias
         if step.activation == "relu":
@@ -106,12 +114,12 @@ class AsymoOps:
         from asymo.ops.pooling import avg_pool2d, max_pool2d
 
         if step.is_global:
-            return avg_pool2d(x, x.shape[2:], 1, pool=self.thread_pool)
+            return avg_pool2d(x, x.shape[2:], 1, pool=self._pool)
         if step.kind == "max":
             return max_pool2d(x, step.kernel, step.stride, step.padding, step.ceil_mode,
-                              pool=self.thread_pool)
+                              pool=self._pool)
         return avg_pool2d(x, step.kernel, step.stride, step.padding, step.ceil_mode,
-                          step.count_include_pad, pool=self.thread_pool)
+                          step.count_include_pad, pool=self._pool)
 
     def lrn(self, x, step):
         # sum of squares over a window of channels as a difference of prefix sums

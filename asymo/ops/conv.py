@@ -33,8 +33,9 @@ from asymo.ops import winograd as _winograd
 from asymo.ops.winograd import PackedConvWeight, prepack_conv
 from asymo.plan import split_cost as _split_cost
 from asymo.runtime.ffi import ffi, lib
-from asymo.runtime.tasks import (ACTIVATION_CODES, DTYPE_CODES, INLINE_BYTES, resolve_pool, run_tasks,
-                          task_fn, workspace)
+from asymo.runtime.pool import hold as _hold
+from asymo.runtime.tasks import (ACTIVATION_CODES, DTYPE_CODES, INLINE_BYTES, run_tasks,
+                                 task_fn, workspace)
 
 __all__ = ["conv2d", "conv_output_shape", "kernel_isa", "use_kernel_isa", "PackedConvWeight",
            "prepack_conv"]
@@ -114,17 +115,22 @@ def _as_float_array(a, name):
 
 
 def _pair(v, name, minimum):
-    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+    """``(int, int)`` from an int or a sequence of one or two ints; anything else (a string,
+    bytes, floats, bools) is a TypeError, as in torch (no silent truncation of 1.9 to 1)."""
+    if isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)):
         pair = (int(v), int(v))
     else:
-        try:
-            pair = tuple(int(e) for e in v)
-        except TypeError:
-            raise TypeError(f"conv2d: {name} must be an int or a pair of ints, "
-                            f"got {v!r}") from None
+        if (isinstance(v, (str, bytes, bytearray, memoryview)) or not hasattr(v, "__len__")
+                or not hasattr(v, "__iter__")):
+            raise TypeError(f"conv2d: {name} must be an int or a pair of ints, got {v!r}")
+        items = tuple(v)
+        if not all(isinstance(e, numbers.Integral) and not isinstance(e, (bool, np.bool_))
+                   for e in items):
+            raise TypeError(f"conv2d: {name} must be an int or a pair of ints, got {v!r}")
+        pair = tuple(int(e) for e in items)
         if len(pair) == 1:
             pair = pair * 2
-        if len(pair) != 2 or any(isinstance(e, bool) for e in v):
+        if len(pair) != 2:
             raise ValueError(f"conv2d: {name} must be an int or a pair of ints, got {v!r}")
     if min(pair) < minimum:
         raise ValueError(f"conv2d: {name} must be >= {minimum}, got {v!r}")
@@ -264,7 +270,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     if cout % groups != 0:
         raise ValueError(f"conv2d: weight of shape {weight.shape} has {cout} output channels, "
                          f"not divisible by groups={groups}")
-    if min(weight.shape) < 1:
+    if min(cout, kh, kw) < 1:
         raise ValueError(f"conv2d: weight of shape {weight.shape} is empty")
     stride = _pair(stride, "stride", 1)
     dilation = _pair(dilation, "dilation", 1)
@@ -278,7 +284,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     oh = (padded[0] - eff_h) // stride[0] + 1
     ow = (padded[1] - eff_w) // stride[1] + 1
 
-    shape = (n, cout, oh, ow)
+    # no input channels: torch returns an empty result with no channels (not zeros + bias)
+    shape = (n, cout if c else 0, oh, ow)
     y = _check_out(out, shape[1:] if unbatched else shape, dtype)
     if residual is not None:
         residual = _as_float_array(residual, "residual")
@@ -289,7 +296,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
             residual = residual.copy()
         residual = np.ascontiguousarray(residual[None] if unbatched else residual)
     yb = y[None] if unbatched else y
-    if n == 0:
+    if n == 0 or c == 0:
         return y
 
     # Images must be C-contiguous for the kernels; output images too (else use a temporary).
@@ -299,15 +306,23 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     direct = (yb.flags.c_contiguous
               or (all(yb[i].flags.c_contiguous for i in range(n))
                   and yb.strides[0] % yb.itemsize == 0))
+    # an output that overlaps an operand (out=x) would be read after it is written: compute
+    # through a temporary then, as matmul does (may_share_memory: bounds only, no false
+    # negative)
+    if direct and (np.may_share_memory(yb, xb) or np.may_share_memory(yb, w_c)
+                   or (b_c is not None and np.may_share_memory(yb, b_c))):
+        direct = False
     target = yb if direct else np.empty(shape, dtype)
 
-    pool = resolve_pool(pool)
-    plan = _conv_plan(pool, xb.shape, w_c.shape, dtype, stride, pads, dilation, groups,
-                      activation, bias is not None, residual is not None)
-    if isinstance(plan, _WinogradConvPlan):
-        plan.run(xb, w_c, b_c, target, residual, pool, packed)
-    else:
-        plan.run(xb, w_c, b_c, target, residual, pool)
+    # held for the whole convolution (several pool jobs): closing or replacing the pool in
+    # another thread waits for it, or lets it finish on the old pool
+    with _hold(pool) as pool:
+        plan = _conv_plan(pool, xb.shape, w_c.shape, dtype, stride, pads, dilation, groups,
+                          activation, bias is not None, residual is not None)
+        if isinstance(plan, _WinogradConvPlan):
+            plan.run(xb, w_c, b_c, target, residual, pool, packed)
+        else:
+            plan.run(xb, w_c, b_c, target, residual, pool)
     if not direct:
         yb[...] = target
     return y

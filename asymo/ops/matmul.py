@@ -28,8 +28,9 @@ from asymo.runtime.ffi import ffi, lib
 from asymo.plan import gemm as _plans
 from asymo.plan.matmul import plan_for_matmul as _plan_for_matmul
 from asymo.ops.matmul_fast import matmul as _fast_matmul
+from asymo.ops.packed import PackedOperand, prepack
 
-__all__ = ["matmul", "gemm", "BACKENDS", "BACKEND_ENV_VAR"]
+__all__ = ["matmul", "gemm", "prepack", "PackedOperand", "BACKENDS", "BACKEND_ENV_VAR"]
 
 #: the available backends
 BACKENDS = ("c", "numba")
@@ -49,7 +50,7 @@ def _fail(rc, M, K, N, plan):
     msg = (f"asymo GEMM failed ({_ERRORS.get(rc, rc)}) for shape (M, K, N) = ({M}, {K}, {N}), "
            f"plan {plan}")
     if rc == lib.ASYMO_ENOMEM:
-        return MemoryError(msg)
+        return _CoreMemoryError(msg)
     return RuntimeError(msg)
 
 
@@ -71,24 +72,20 @@ def _check_backend(backend):
                      f"{list(BACKENDS)}")
 
 
-_get_pool = None
 from asymo.runtime.pool import Pool as _Pool  # noqa: E402  (type test on the fast path)
+from asymo.runtime.pool import acquire as _acquire  # noqa: E402
 
 
-def _resolve_pool(pool):
-    """The pool to run on: the given one, else the process-wide default."""
-    global _get_pool
-    if pool is None and _get_pool is not None:
-        return _get_pool()
-    if pool is not None:
-        if not hasattr(pool, "_handle") or not hasattr(pool, "topology"):
-            raise TypeError(f"pool must be an asymo.Pool, not {type(pool).__name__}")
-        if getattr(pool, "closed", False):
-            raise ValueError("pool is closed")
-        return pool
-    if _get_pool is None:
-        from asymo.runtime.pool import get_pool as _get_pool
-    return _get_pool()
+def _hold_pool(pool):
+    """The pool to run on (the given one, else the process-wide default), held until
+    ``pool._release()`` (see `asymo.runtime.pool.acquire`): closing or replacing it in
+    another thread meanwhile waits for this product, or lets it finish on the old pool."""
+    if pool is not None and type(pool) is not _Pool and not isinstance(pool, _Pool):
+        raise TypeError(f"pool must be an asymo.Pool, not {type(pool).__name__}")
+    try:
+        return _acquire(pool)
+    except ValueError:
+        raise ValueError("pool is closed") from None
 
 
 _NULL = ffi.NULL
@@ -211,13 +208,37 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     ``out`` None or of that dtype). Other dtypes, mixed dtypes, ndarray subclasses and other
     array types go to `numpy.matmul` and return exactly its result.
     """
+    # When the C core cannot allocate its work buffers (a packed copy of a broadcast operand
+    # with K >= 2^31, say), NumPy's own loop may need none: do what NumPy does then (its own
+    # MemoryError if it cannot either).
     if backend is None:
         backend = _default_backend
     if backend == "c" and _fast_matmul is not None:
         # the common case in C (asymo/matmul_fast.py); None: not a case it takes
-        res = _fast_matmul(a, b, out, pool)
+        try:
+            res = _fast_matmul(a, b, out, pool)
+        except MemoryError as exc:
+            if "asymo GEMM failed" not in str(exc):  # the result array's allocation
+                raise
+            return np.matmul(a, b, out=out)
         if res is not None:
             return res
+    if type(a) is PackedOperand or type(b) is PackedOperand:
+        try:
+            return _matmul_packed(a, b, out, backend, pool)
+        except _CoreMemoryError:
+            return np.matmul(np.asarray(a), np.asarray(b), out=out)
+    try:
+        return _matmul_general(a, b, out, backend, pool)
+    except _CoreMemoryError:
+        return np.matmul(a, b, out=out)
+
+
+class _CoreMemoryError(MemoryError):
+    """The C core's ASYMO_ENOMEM (its work buffers), not the result's allocation."""
+
+
+def _matmul_general(a, b, out, backend, pool):
     if (backend == "c" and type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2
             and 0 < b.ndim <= 2 and (out is None or type(out) is np.ndarray)):
         res = _matmul_2d(a, b, out, pool)
@@ -267,10 +288,124 @@ def matmul(a, b, out=None, *, backend=None, pool=None):
     if out is not None and (not _usable(c2) or np.may_share_memory(c2, a2)
                             or np.may_share_memory(c2, b2) or _overlaps_itself(c2)):
         target = np.empty(c2.shape, dt)
-    _run(a2, b2, target, batch, M, K, N, backend, _resolve_pool(pool))
+    pool = _hold_pool(pool)
+    try:
+        _run(a2, b2, target, batch, M, K, N, backend, pool)
+    finally:
+        pool._release()
     if target is not c2:
         c2[...] = target
     return res[()] if scalar else res
+
+
+def _matmul_packed(a, b, out, backend, pool):
+    """`matmul` with a `PackedOperand`: x @ W (W packed as b; x 1-D, 2-D, or a stack whose
+    rows fold into M) and W @ x (W packed as a; x 1-D or 2-D) use the packed layouts on a
+    matrix-product plan; every other case is the product with the operand's matrix."""
+    pa = a if type(a) is PackedOperand else None
+    pb = b if type(b) is PackedOperand else None
+    plain_a = pa.array if pa is not None else a
+    plain_b = pb.array if pb is not None else b
+    if backend is None:
+        backend = _default_backend
+    usable = (backend == "c" and (pa is None or pa.side == "a")
+              and (pb is None or pb.side == "b"))
+    if usable and pa is not None and pb is not None:
+        other = None
+    elif usable:
+        other = plain_a if pb is not None else plain_b
+        usable = (type(other) is np.ndarray and other.dtype == (pa or pb).dtype
+                  and other.dtype.isnative and 1 <= other.ndim <= (2 if pa is not None else 32)
+                  and (out is None or (type(out) is np.ndarray and out.dtype == other.dtype
+                                       and out.flags.writeable)))
+    if not usable:
+        return matmul(plain_a, plain_b, out, backend=backend, pool=pool)
+    dt = (pa or pb).dtype
+    if pb is not None and pa is None:
+        K, N = pb.shape
+        if other.shape[-1] != K:
+            return matmul(plain_a, plain_b, out, backend=backend, pool=pool)  # NumPy's error
+        lead = other.shape[:-1]
+        rshape = lead + (N,)
+        a2 = other.reshape(-1, K)
+        M = a2.shape[0]
+        b2 = None
+    else:
+        M, K = pa.shape
+        b2 = plain_b if pb is None else None
+        if pb is None:
+            if other.shape[0] != K:
+                return matmul(plain_a, plain_b, out, backend=backend, pool=pool)
+            N = 1 if other.ndim == 1 else other.shape[1]
+            rshape = (M,) if other.ndim == 1 else (M, N)
+            b2 = other[:, np.newaxis] if other.ndim == 1 else other
+        else:
+            if pb.shape[0] != K:
+                return matmul(plain_a, plain_b, out, backend=backend, pool=pool)
+            N = pb.shape[1]
+            rshape = (M, N)
+        a2 = None
+    if out is not None and out.shape != rshape:
+        return matmul(plain_a, plain_b, out, backend=backend, pool=pool)
+    if M == 0 or N == 0 or K == 0:
+        return matmul(plain_a, plain_b, out, backend=backend, pool=pool)
+    held = _hold_pool(pool)
+    try:
+        plan = _plan_for_matmul(M, K, N, dt, held, 1)
+        packed_plan = plan.kind == "mm" and plan.split_dim != "batch"
+        if packed_plan:
+            res = _packed_product(a2, b2, out, pa, pb, M, K, N, rshape, dt, plan, held)
+    finally:
+        held._release()
+    if packed_plan:
+        return res
+    return matmul(plain_a, plain_b, out, backend=backend, pool=pool)
+
+
+def _packed_product(a2, b2, out, pa, pb, M, K, N, rshape, dt, plan, pool):
+    """The product of `_matmul_packed` on a matrix-product plan (the pool held)."""
+    if a2 is not None and not _usable(a2):
+        a2 = np.ascontiguousarray(a2)
+    if b2 is not None and not _usable(b2):
+        b2 = np.ascontiguousarray(b2)
+    res = np.empty(rshape, dt) if out is None else out
+    if out is None:
+        c2 = res.reshape(M, N)  # a view: res is fresh and contiguous
+    elif (out.ndim == 2 and _usable(out) and not _overlaps_itself(out)
+          and not (a2 is not None and np.may_share_memory(out, a2))
+          and not (b2 is not None and np.may_share_memory(out, b2))):
+        c2 = out
+    else:
+        c2 = np.empty((M, N), dt)
+    _run_packed(pa.array if a2 is None else a2, pb.array if b2 is None else b2, c2, M, K, N,
+                plan, pool, pa, pb)
+    if out is not None and c2 is not out:
+        out[...] = c2.reshape(rshape)
+    return res
+
+
+def _run_packed(a2, b2, c2, M, K, N, plan, pool, pa, pb):
+    """One 2-D product on a matrix-product plan with pre-packed operands (pa for A, pb for
+    B, either None); a2 and b2 are the plain matrices (used where no layout serves)."""
+    es = a2.itemsize
+    g = ffi.new("asymo_gemm_args *")
+    g.dtype = _CODES[a2.dtype]
+    g.m, g.k, g.n = M, K, N
+    g.a = _ptr(a2)
+    g.rsa, g.csa = a2.strides[0] // es, a2.strides[1] // es
+    g.b = _ptr(b2)
+    g.rsb, g.csb = b2.strides[0] // es, b2.strides[1] // es
+    g.c = _wptr(c2)
+    g.rsc, g.csc = c2.strides[0] // es, c2.strides[1] // es
+    g.nbatch = 1
+    if pa is not None:
+        g.a_packed = pa.cdata_for(plan)
+    if pb is not None:
+        g.b_packed = pb.cdata_for(plan)
+    handle = pool._handle if pool is not None and not plan.in_caller() else ffi.NULL
+    rc = lib.asymo_gemm(handle, g, plan.cdata())
+    if rc != lib.ASYMO_OK:
+        raise _fail(rc, M, K, N, plan)
 
 
 def _matmul_2d(a, b, out, pool):
@@ -318,16 +453,19 @@ def _matmul_2d(a, b, out, pool):
         rsc, csc = rsc // es, csc // es
         # writeable was checked above: from_buffer need not check it again (a third faster)
         pc = _from_buffer(c) if fo.c_contiguous else _addr(c)
-    if pool is None or type(pool) is not _Pool or pool._closed:
-        pool = _resolve_pool(pool)
-    plan, cplan = _plan_for_matmul(M, K, N, dt, pool, 1, True)
-    # plan.in_caller(), inlined
-    serial_cpus = plan.serial_cpus
-    rc = _gemm_2d_checked(
-        _NULL if plan.serial or (serial_cpus and _current_cpu() in serial_cpus)
-        else pool._handle, cplan, code, M, K, N,
-        _from_buffer(a) if fa.c_contiguous else _addr(a), rsa // es, csa // es,
-        _from_buffer(b) if fb.c_contiguous else _addr(b), rsb // es, csb // es, pc, rsc, csc)
+    pool = _hold_pool(pool)
+    try:
+        plan, cplan = _plan_for_matmul(M, K, N, dt, pool, 1, True)
+        # plan.in_caller(), inlined
+        serial_cpus = plan.serial_cpus
+        rc = _gemm_2d_checked(
+            _NULL if plan.serial or (serial_cpus and _current_cpu() in serial_cpus)
+            else pool._handle, cplan, code, M, K, N,
+            _from_buffer(a) if fa.c_contiguous else _addr(a), rsa // es, csa // es,
+            _from_buffer(b) if fb.c_contiguous else _addr(b), rsb // es, csb // es, pc, rsc,
+            csc)
+    finally:
+        pool._release()
     if rc != _OK:
         if rc == _OVERLAP:
             return None
@@ -433,8 +571,10 @@ def gemm(a, b, out=None, *, plan=None, pool=None, backend=None):
 
     Parameters
     ----------
-    a : ndarray, shape (M, K)
-    b : ndarray, shape (K, N)
+    a : ndarray or PackedOperand (side "a"), shape (M, K)
+    b : ndarray or PackedOperand (side "b"), shape (K, N)
+        A `PackedOperand` (`asymo.prepack`) is used in its packed layouts on a matrix-product
+        plan (conv2d's and the models' weights).
     out : ndarray, shape (M, N), optional
         Must not overlap ``a`` or ``b``.
     plan : GemmPlan, optional
@@ -448,6 +588,8 @@ def gemm(a, b, out=None, *, plan=None, pool=None, backend=None):
     ndarray
     """
     backend = _check_backend(backend)
+    pa = a if type(a) is PackedOperand and a.side == "a" else None
+    pb = b if type(b) is PackedOperand and b.side == "b" else None
     a = np.asarray(a)
     b = np.asarray(b)
     if a.ndim != 2 or b.ndim != 2:
@@ -485,11 +627,21 @@ def gemm(a, b, out=None, *, plan=None, pool=None, backend=None):
     if not _usable(b):
         b = np.ascontiguousarray(b)
     target = out if _usable(out) else np.empty((M, N), a.dtype)
-    pool = _resolve_pool(pool)
-    if plan is not None and pool is not None and plan.nclusters > pool.nclusters:
-        raise ValueError(f"gemm: the plan has {plan.nclusters} clusters but the pool has "
-                         f"{pool.nclusters}")
-    _call(a, b, target, None, M, K, N, 1, backend, pool, plan=plan)
+    pool = _hold_pool(pool)
+    try:
+        if plan is not None and plan.nclusters > pool.nclusters:
+            raise ValueError(f"gemm: the plan has {plan.nclusters} clusters but the pool has "
+                             f"{pool.nclusters}")
+        if (pa is not None or pb is not None) and backend == "c":
+            if plan is None:
+                plan = _plan_for_matmul(M, K, N, a.dtype, pool, 1)
+            if plan.kind == "mm" and plan.split_dim != "batch":
+                _run_packed(a, b, target, M, K, N, plan, pool, pa, pb)
+                plan = False
+        if plan is not False:
+            _call(a, b, target, None, M, K, N, 1, backend, pool, plan=plan)
+    finally:
+        pool._release()
     if target is not out:
         out[...] = target
     return out

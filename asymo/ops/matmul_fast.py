@@ -96,8 +96,19 @@ def _plan(M, K, N, code, pool):
         if (_pool._default_pool is not pool or _pool._environ_data is None
                 or built_for is None):
             return None
-    if pool.closed:
+    # held while planning (the plan reads the pool's C handle): a close() in another thread
+    # waits; a pool closed already is left to the Python path
+    try:
+        pool._acquire()
+    except ValueError:
         return None
+    try:
+        return _plan_held(M, K, N, code, pool, default, built_for if default else None)
+    finally:
+        pool._release()
+
+
+def _plan_held(M, K, N, code, pool, default, built_for):
     handle = pool._handle
     if _ext.register_pool(pool, _address(handle)) < 0:
         return None

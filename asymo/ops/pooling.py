@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from asymo.runtime.ffi import ffi
-from asymo.runtime.tasks import DTYPE_CODES, INLINE_BYTES, resolve_pool, run_tasks, task_fn
 from asymo.ops.conv import TASKS_PER_WORKER, _geometry, _pair, _ptr
+from asymo.runtime.ffi import ffi
+from asymo.runtime.pool import hold as _hold
+from asymo.runtime.tasks import DTYPE_CODES, INLINE_BYTES, run_tasks, task_fn
 
 __all__ = ["max_pool2d", "avg_pool2d", "pool_output_size"]
 
@@ -57,7 +58,17 @@ def _pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_pad, out,
     if planes == 0:
         return y
     xc = np.ascontiguousarray(x)
-    pool = resolve_pool(pool)
+    with _hold(pool) as pool:  # see asymo.runtime.pool.acquire
+        _run_pool2d(kind, x, xc, y, h, w, kernel, stride, padding, oh, ow, planes,
+                    count_include_pad, pool)
+    if out is not None and y is not out:
+        out[...] = y
+        return out
+    return y
+
+
+def _run_pool2d(kind, x, xc, y, h, w, kernel, stride, padding, oh, ow, planes,
+                count_include_pad, pool):
     job = ffi.new("asymo_pool2d_job *")
     _geometry(job.geom, 1, h, w, kernel, stride, ((padding[0],) * 2, (padding[1],) * 2),
               (1, 1), oh, ow)
@@ -73,10 +84,6 @@ def _pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_pad, out,
     job.planes_per_task = per
     run_tasks(pool, task_fn("asymo_pool2d_task"), job, -(-planes // per),
               inline=xc.nbytes < INLINE_BYTES)
-    if out is not None and y is not out:
-        out[...] = y
-        return out
-    return y
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, *, out=None,

@@ -105,7 +105,7 @@ class PipelinePlan:
             "stages": [s.to_dict() for s in self.stages],
             "predicted_throughput": self.predicted_throughput,
             "predicted_latency_s": self.predicted_latency,
-            "predicted_energy_per_image": self.predicted_energy,
+            "predicted_energy_per_image": self.predicted_energy, "energy_unit": "J",
             "kernel_level_predicted_throughput": self.kernel_level_predicted_throughput,
             "kernel_level_predicted_latency_s": self.kernel_level_predicted_latency,
             "prediction_source": self.source, "energy_source": self.energy_source,

@@ -24,6 +24,7 @@ as such.
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 
@@ -123,6 +124,8 @@ class GemmTimeRegressor(RegressorMixin, BaseEstimator):
 
     @classmethod
     def from_dict(cls, d):
+        if not isinstance(d, dict) or not isinstance(d.get("coef"), list):
+            raise ValueError(f"an Eq. 5 model is an object with a 'coef' list, not {d!r:.80}")
         coef = np.asarray(d["coef"], dtype=np.float64)
         if coef.shape != (8,) or not np.all(np.isfinite(coef)):
             raise ValueError("an Eq. 5 model has 8 finite coefficients")
@@ -130,6 +133,8 @@ class GemmTimeRegressor(RegressorMixin, BaseEstimator):
         out.coef_ = coef
         out.n_samples_ = int(d.get("n_samples", 0))
         out.floor_ = float(d.get("floor", _MIN_TIME))
+        if not (math.isfinite(out.floor_) and 0 < out.floor_ < 1e3):
+            raise ValueError(f"an Eq. 5 model's floor is {out.floor_!r} s")
         return out
 
 
@@ -171,7 +176,13 @@ class MultiCoreModel(RegressorMixin, BaseEstimator):
 
     @classmethod
     def from_dict(cls, d):
-        out = cls(tile=int(d.get("tile", 64)))
+        if not isinstance(d, dict) or not isinstance(d.get("alpha"), list):
+            raise ValueError(f"an Eq. 6-8 model is an object with an 'alpha' list, not "
+                             f"{d!r:.80}")
+        tile = d.get("tile", 64)
+        if isinstance(tile, bool) or not isinstance(tile, int) or not 1 <= tile <= 4096:
+            raise ValueError(f"an Eq. 6-8 model's tile is {tile!r}")
+        out = cls(tile=tile)
         a = np.asarray(d["alpha"], dtype=np.float64)
         if a.shape != (3,) or not np.all(np.isfinite(a)):
             raise ValueError("Eq. 6-8 has 3 finite coefficients")
@@ -431,8 +442,20 @@ class LayerTimeModel:
                 m = cls.from_dict(sec)
                 if m.capacities is None:
                     m.capacities = [c.capacity for c in topology.clusters]
+                elif len(m.capacities) != topology.nclusters:
+                    raise ValueError(f"{len(m.capacities)} capacities for "
+                                     f"{topology.nclusters} clusters")
+                if (m.kernel_level_cores is not None
+                        and m.kernel_level_cores > topology.ncpus * (1 + 1e-6)):
+                    raise ValueError(f"kernel_level_cores {m.kernel_level_cores:g} exceeds "
+                                     f"the {topology.ncpus} cpus of the topology")
+                bad = [c.cluster for c in m.models
+                       if c != KERNEL_LEVEL and not 0 <= c.cluster < topology.nclusters]
+                if bad:
+                    raise ValueError(f"models for cluster {bad[0]}, the topology has "
+                                     f"{topology.nclusters}")
                 return m
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
                 warnings.warn(f"the profile's pipeline time model is unusable ({exc}); "
                               "using the default model", TimeModelWarning, stacklevel=2)
         return cls.default(topology)
@@ -452,19 +475,43 @@ class LayerTimeModel:
         if d.get("version") != FORMAT_VERSION:
             raise ValueError(f"time model version {d.get('version')!r}, expected "
                              f"{FORMAT_VERSION}")
+        raw_models = d.get("models")
+        if not isinstance(raw_models, dict) or not raw_models:
+            raise ValueError(f"'models' must be a non-empty object, not {raw_models!r:.80}")
         models = {}
-        for key, fams in d["models"].items():
+        for key, fams in raw_models.items():
             cfg = _parse_key(key)
+            if not isinstance(fams, dict) or not fams:
+                raise ValueError(f"models[{key!r}] must be a non-empty object")
             for f in fams:
                 if f not in FAMILIES:
                     raise ValueError(f"unknown operation family {f!r}")
             models[cfg] = {f: GemmTimeRegressor.from_dict(r) for f, r in fams.items()}
-        multicore = {int(c): MultiCoreModel.from_dict(m)
-                     for c, m in d.get("multicore", {}).items()}
+        raw_multi = d.get("multicore")
+        if raw_multi is None:
+            raw_multi = {}
+        if not isinstance(raw_multi, dict):
+            raise ValueError(f"'multicore' must be an object, not {raw_multi!r:.80}")
+        multicore = {}
+        for c, m in raw_multi.items():
+            if not (isinstance(c, str) and c.isdigit() and int(c) < 64):
+                raise ValueError(f"multicore key {c!r} is not a cluster index")
+            multicore[int(c)] = MultiCoreModel.from_dict(m)
         caps = d.get("capacities")
+        if caps is not None and not (
+                isinstance(caps, list) and caps
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                        and math.isfinite(v) and 0 < v <= 1e3 for v in caps)):
+            raise ValueError(f"'capacities' must be a list of positive numbers, not "
+                             f"{caps!r:.80}")
         klc = d.get("kernel_level_cores")
-        return cls(models, multicore, source=str(d.get("source", "predicted")),
-                   capacities=caps, kernel_level_cores=None if klc is None else float(klc))
+        if klc is not None and (isinstance(klc, bool) or not isinstance(klc, (int, float))
+                                or not math.isfinite(klc) or not 1 <= klc <= 4096):
+            raise ValueError(f"'kernel_level_cores' is {klc!r}: a core count >= 1")
+        out = cls(models, multicore, source=str(d.get("source", "predicted")),
+                  capacities=caps, kernel_level_cores=None if klc is None else float(klc))
+        out.reference_config  # noqa: B018 - raises ValueError without a single-core model
+        return out
 
     @property
     def reference_config(self):

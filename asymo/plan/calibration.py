@@ -53,9 +53,30 @@ class Calibration:
         return [c.capability[kind] for c in self.clusters]
 
 
+#: plausible ranges of the numbers a "gemm" section holds: a value outside them (1e308
+#: GFLOP/s, a 2^40-byte L1) is a corrupt or hand-edited profile, not a measurement
+_CAPABILITY_GFLOPS = (1e-6, 1e7)
+_CACHE_LIMITS = {"l1_bytes": 1 << 30, "l2_bytes": 1 << 36, "l2_sharing": 4096, "mr": 256,
+                 "nr": 256, "itemsize": 16, "unit": 1 << 30}
+_MAX_THREADS = 4096
+_MAX_TILE = 1024
+
+
 def parse_section(section, topology, path=""):
     """A `Calibration` from a profile's "gemm" section for ``topology``, or ValueError saying
-    why it cannot be used (another schema, other clusters, a malformed model...)."""
+    why it cannot be used (another schema, other clusters, a malformed model, numbers out of
+    any plausible range...)."""
+    try:
+        return _parse_section(section, topology, path)
+    except (TypeError, KeyError, AttributeError, OverflowError) as exc:
+        raise ValueError(f"malformed gemm section ({type(exc).__name__}: {exc})") from None
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _parse_section(section, topology, path):
     if not isinstance(section, dict):
         raise ValueError("the gemm section is not a JSON object")
     if section.get("schema") != SCHEMA:
@@ -83,16 +104,20 @@ def parse_section(section, topology, path=""):
         caps = {}
         for kind in ("mm", "mv"):
             v = cap.get(kind)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"cluster {cl.name!r}: capability {kind!r} is {v!r}")
+            lo, hi = _CAPABILITY_GFLOPS
+            if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                    or not lo <= v <= hi):
+                raise ValueError(f"cluster {cl.name!r}: capability {kind!r} is {v!r} "
+                                 f"(GFLOP/s in [{lo:g}, {hi:g}])")
             caps[kind] = float(v)
         cache = c.get("cache")
         need = ("l1_bytes", "l2_bytes", "l2_sharing", "mr", "nr", "itemsize", "unit")
-        if not isinstance(cache, dict) or any(not isinstance(cache.get(k), int)
-                                              or cache[k] < 1 for k in need):
+        if not isinstance(cache, dict) or any(not _is_int(cache.get(k))
+                                              or not 1 <= cache[k] <= _CACHE_LIMITS[k]
+                                              for k in need):
             raise ValueError(f"cluster {cl.name!r}: cache description {cache!r}")
         threads = c.get("threads")
-        if not isinstance(threads, int) or threads < 1:
+        if not _is_int(threads) or not 1 <= threads <= _MAX_THREADS:
             raise ValueError(f"cluster {cl.name!r}: threads {threads!r}")
         base = c.get("baseline_load", 0.0)
         base = float(base) if isinstance(base, (int, float)) and 0 <= base <= 1 else 0.0
@@ -101,7 +126,7 @@ def parse_section(section, topology, path=""):
                                       capability=caps, baseline_load=base))
     tile = section.get("tile")
     if not (isinstance(tile, list) and len(tile) == 2
-            and all(isinstance(x, int) and x > 0 for x in tile)):
+            and all(_is_int(x) and 0 < x <= _MAX_TILE for x in tile)):
         raise ValueError(f"kernel tile {tile!r}")
     source = section.get("load_source", "proc_stat")
     if source not in ("wait", "proc_stat"):

@@ -29,14 +29,17 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import os
 import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from asymo.plan import costmodel as _costmodel
 from asymo.plan import split_cost as _split_cost
 from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.partition import largest_remainder
 
 __all__ = [
     "GemmPlan", "plan_gemm", "default_blocks", "block_candidates", "set_block_chooser",
@@ -381,31 +384,23 @@ def _kc_for(K, l1, mr, nr, itemsize):
     return _round_up(-(-K // npanels), 8)
 
 
-def block_candidates(M, N, K, cluster, nthreads, mr, nr, itemsize, max_i=64):
-    """Candidate (mc, nc, kc) for one cluster from AsyMo's constraints (section 4.2).
+def block_candidates(M, K, N, cluster, nthreads, mr, nr, itemsize):
+    """Candidate (mc, nc, kc) for ``cluster`` computing an M x N part of C with K.
 
-    kc from the L1 constraint; ``mc = nc = sqrt(M N / (i * threads))`` for i = 1, 2, ...
-    (least memory traffic for a task count that is a multiple of the thread count), rounded
-    to the register tile, clipped to the matrix, and kept when the cache constraint
-    ``(mc*kc + nc*kc + mc*nc) * threads <= L2`` holds (threads: those sharing the L2). When
-    M << N (or N << M) the short dimension is not partitioned. A cost model picks among these.
+    The candidates of `asymo.plan.costmodel.block_candidates` (AsyMo's constraints, section
+    4.2) for the cluster's caches (L1 per core; the L2 shared by the cores that share it,
+    fallbacks when unknown), in whole register tiles: mc and nc rounded up to multiples of
+    ``mr`` and ``nr`` (an unpartitioned M or N becomes one block of whole tiles), each still
+    within the L2 constraint. A cost model picks among these.
     """
     l1, l2 = _cache_budget(cluster)
-    kc = _kc_for(K, l1, mr, nr, itemsize)
-    budget = l2 // itemsize
-    M, N, T = max(M, 1), max(N, 1), max(nthreads, 1)
     out = []
-    for i in range(1, max_i + 1):
-        tasks = i * T
-        side = math.sqrt(M * N / tasks)
-        if side >= M:    # M << N: whole M per task, partition N only
-            mc, nc = _round_up(M, mr), _round_up(-(-N // tasks), nr)
-        elif side >= N:  # N << M: partition M only
-            mc, nc = _round_up(-(-M // tasks), mr), _round_up(N, nr)
-        else:
-            mc, nc = _round_up(int(side), mr), _round_up(int(side), nr)
-        if mc * kc + nc * kc + mc * nc <= budget and (mc, nc, kc) not in out:
-            out.append((mc, nc, kc))
+    for mc, nc, kc in _costmodel.block_candidates(M, K, N, threads=nthreads, l1_bytes=l1,
+                                                  l2_bytes=l2, l2_sharing=1, mr=mr, nr=nr,
+                                                  itemsize=itemsize):
+        cand = (_round_up(mc, mr), _round_up(nc, nr), kc)
+        if cand not in out and _costmodel.fits_l2(*cand, 1, l2, itemsize):
+            out.append(cand)
     return out
 
 
@@ -529,19 +524,6 @@ def clear_plan_cache():
 
 
 
-def _largest_remainder(n, weights):
-    total = float(sum(weights))
-    if total <= 0:
-        raise ValueError(f"split ratio {list(weights)} has no positive entry")
-    exact = [n * w / total for w in weights]
-    counts = [int(math.floor(x)) for x in exact]
-    short = n - sum(counts)
-    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - counts[i]), i))
-    for i in order[:short]:
-        counts[i] += 1
-    return counts
-
-
 def _context(pool, topology):
     """(topology, active workers per cluster, pool or None)."""
     if pool is not None:
@@ -571,7 +553,7 @@ def _split_units(units, pool, split, weights):
             raise ValueError(f"split ratio {split} must be finite, >= 0, with a positive entry")
     if pool is not None and hasattr(pool, "split_counts"):
         return list(pool.split_counts(units, split))
-    return _largest_remainder(units, weights if split is None else split)
+    return largest_remainder(units, weights if split is None else split)
 
 
 def _ranges(size, unit, pool, split, weights):
@@ -618,6 +600,11 @@ def plan_gemm(M, K, N, dtype="float32", pool=None, *, nbatch=1, split=None, bloc
     GemmPlan
     """
     dname = _dtype_name(dtype)
+    for name, v in (("M", M), ("K", K), ("N", N), ("nbatch", nbatch)):
+        if not _integral(v):
+            raise TypeError(f"plan_gemm: {name} must be an integer, not {v!r}")
+    if blocks is not None:
+        blocks = _check_blocks(blocks)
     M, K, N, nbatch = int(M), int(K), int(N), int(nbatch)
     if min(M, K, N) < 0 or nbatch < 1:
         raise ValueError(f"plan_gemm: bad shape (M, K, N) = ({M}, {K}, {N}), nbatch={nbatch}")
@@ -646,6 +633,31 @@ def plan_gemm(M, K, N, dtype="float32", pool=None, *, nbatch=1, split=None, bloc
                 _plan_cache.clear()
             _plan_cache[key] = (plan, owner)
     return plan
+
+
+def _integral(v):
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def _check_blocks(blocks):
+    """``blocks`` as one ``(mc, nc, kc)`` of ints >= 1, or a tuple of them (one per cluster);
+    anything else (8.5, a bool, a string) is a TypeError / ValueError, never truncated."""
+    def one(b):
+        if isinstance(b, (str, bytes)) or not hasattr(b, "__len__") or len(b) != 3:
+            raise ValueError(f"plan_gemm: blocks must be (mc, nc, kc) or one per cluster, "
+                             f"not {blocks!r}")
+        if not all(_integral(x) for x in b):
+            raise TypeError(f"plan_gemm: block sizes must be integers, not {tuple(b)!r}")
+        if min(int(x) for x in b) < 1:
+            raise ValueError(f"plan_gemm: block sizes must be >= 1, not {tuple(b)!r}")
+        return tuple(int(x) for x in b)
+
+    if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__len__") or not len(blocks):
+        raise ValueError(f"plan_gemm: blocks must be (mc, nc, kc) or one per cluster, not "
+                         f"{blocks!r}")
+    if isinstance(blocks[0], (tuple, list)):
+        return tuple(one(b) for b in blocks)
+    return one(blocks)
 
 
 def _freeze(x):
@@ -692,6 +704,13 @@ def _make_plan(M, K, N, dname, nbatch, isa, topo, active, pool, split, blocks, k
             split = [1.0] + [0.0] * (ncl - 1)
         if small:
             serial_cpus = clusters[0].cpus
+    if not serial and not serial_cpus and split is None and total_workers == 1:
+        # One worker on one cpu: a calling thread already on that cpu would hand the product to
+        # a thread that must preempt it (two context switches a call, measured at up to half
+        # the speed of a matrix-vector product); it runs the product itself instead.
+        only = [c for c, a in zip(clusters, active) if a > 0]
+        if len(only) == 1 and only[0].ncpus == 1:
+            serial_cpus = only[0].cpus
     if split_dim is None:
         if nbatch > 1 and per_item < BATCH_SPLIT_FLOPS and nbatch >= total_workers:
             split_dim = "batch"

@@ -269,10 +269,22 @@ def _pool_entry(pool):
     cal = calibration_for(topo)
     monitor = (_monitor(cal.load_source)
                if cal is not None and topo.nclusters > 1 and _load_enabled() else None)
-    entry = ((lambda: None) if pool is None else weakref.ref(pool), monitor)
+    key = id(pool)
+    entry = ((lambda: None) if pool is None else weakref.ref(pool, _forget_pool(key)),
+             monitor)
     with _plan_lock:
-        _pool_cals[id(pool)] = entry
+        _pool_cals[key] = entry
     return entry
+
+
+def _forget_pool(key):
+    """Weakref callback: drop a collected pool's entry (else one entry per pool ever made)."""
+    def forget(ref):
+        with _plan_lock:
+            entry = _pool_cals.get(key)
+            if entry is not None and entry[0] is ref:
+                del _pool_cals[key]
+    return forget
 
 
 def _context(pool, topology):

@@ -80,21 +80,23 @@ class Profile:
 
 def load_profile(path=None, topology=None, *, warn_missing=False):
     """Read and validate a profile; return None (with a ProfileWarning) if it cannot be used."""
+    from asymo.profile.files import loads_bounded, read_regular_file
+
     path = profile_path(topology, path)
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        # only a regular file, size-limited, never blocking (a FIFO, /dev/zero, /dev/urandom)
+        raw = read_regular_file(path)
     except FileNotFoundError:
         if warn_missing:
             warnings.warn(f"no calibration profile at {path}; using defaults "
                           "(run `asymo calibrate`)", ProfileWarning, stacklevel=2)
         return None
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         warnings.warn(f"cannot read calibration profile {path} ({exc}); using defaults",
                       ProfileWarning, stacklevel=2)
         return None
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = loads_bounded(raw)
         if not isinstance(data, dict) or data.get("format") != "asymo-profile":
             raise ValueError("not an asymo profile")
         if not isinstance(data.get("sections"), dict):

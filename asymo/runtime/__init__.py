@@ -1,2 +1,3 @@
 """The runtime: the pinned, asymmetry-aware thread pool (``pool``), the C library's interface
-(``ffi``) and the task plumbing kernels use to run over the pool (``tasks``)."""
+(``ffi``), the task plumbing kernels use to run over the pool (``tasks``) and the
+largest-remainder split of tasks over clusters (``partition``)."""

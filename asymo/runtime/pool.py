@@ -50,23 +50,21 @@ import re
 import threading
 import warnings
 import weakref
-from fractions import Fraction
 
 from asymo.hw import environ as _environ
+from asymo.runtime.partition import largest_remainder as _largest_remainder
 from asymo.runtime.ffi import ffi, lib
 from asymo.hw.topology import ENV_VAR as TOPOLOGY_ENV_VAR
 from asymo.hw.topology import Topology, detect, parse_spec
 
 __all__ = ["Pool", "POLICIES", "QUEUES", "get_pool", "reset_default_pool", "set_thread_limit",
-           "get_thread_limit"]
+           "get_thread_limit", "acquire", "release", "hold"]
 
-#: policy name -> C constant
-POLICIES = {
-    "asymo": lib.ASYMO_POLICY_ASYMO,
-    "even": lib.ASYMO_POLICY_EVEN,
-    "shared": lib.ASYMO_POLICY_SHARED,
-    "steal": lib.ASYMO_POLICY_STEAL,
-}
+#: policy name -> C constant: the C library's ``ASYMO_POLICY_*`` enum, in its order (the
+#: one list of policies: the lab's simulator and sweeps read it from here)
+POLICIES = dict(sorted(((name[len("ASYMO_POLICY_"):].lower(), getattr(lib, name))
+                        for name in dir(lib) if name.startswith("ASYMO_POLICY_")),
+                       key=lambda item: item[1]))
 #: per-worker queue implementation name -> C constant (None: env ASYMO_POOL_QUEUE, else the
 #: one measured faster on this kind of machine, see bench/pool_queues.py)
 QUEUES = {"mutex": lib.ASYMO_QUEUE_MUTEX, "chaselev": lib.ASYMO_QUEUE_CHASELEV}
@@ -187,22 +185,6 @@ _ADDRESS_LIMIT = 1 << (8 * ffi.sizeof("void *"))
 _NTASKS_LIMIT = 1 << 63  # the C side counts tasks in int64_t
 
 
-def _largest_remainder(n, weights):
-    """Integer counts summing to ``n``, proportional to ``weights`` (ties: earlier first).
-
-    Exact rational arithmetic: the counts never depend on float rounding.
-    """
-    weights = [Fraction(w) for w in weights]
-    total = sum(weights)
-    exact = [n * w / total for w in weights]
-    counts = [math.floor(x) for x in exact]
-    short = n - sum(counts)  # 0 <= short < len(weights)
-    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - counts[i]), i))
-    for i in order[:short]:
-        counts[i] += 1
-    return counts
-
-
 class Pool:
     """A pool of pinned workers, one per core of ``topology``.
 
@@ -262,10 +244,13 @@ class Pool:
         if handle == ffi.NULL:
             _raise_for(err[0], "asymo.Pool could not be created")
         self._handle = handle
-        self._cond = threading.Condition()
-        self._inflight = 0
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._inflight = 0  # holds (jobs and reads of the C handle) under way, all threads
         self._split_cache = {}
-        self._closed = False
+        self._closed = False  # no new holds (but the holders of the moment may go on)
+        self._retired = False  # destroy the handle when the last holder leaves
+        self._dead = False  # the C handle is destroyed
         self._finalizer = weakref.finalize(self, _destroy_handle, handle)
         self._finalizer.atexit = False  # _close_all_at_exit closes it, after in-flight jobs
         _live_pools.add(self)
@@ -298,8 +283,7 @@ class Pool:
     @property
     def queue(self):
         """The per-worker queue implementation ("mutex" or "chaselev")."""
-        self._check_open()
-        return _QUEUE_NAMES[lib.asymo_pool_queue(self._handle)]
+        return _QUEUE_NAMES[self._call(lib.asymo_pool_queue)]
 
     @property
     def nworkers(self):
@@ -327,8 +311,7 @@ class Pool:
     @property
     def limit(self):
         """Number of workers that take tasks (threadpoolctl's cap); the rest stay idle."""
-        self._check_open()
-        return lib.asymo_pool_get_limit(self._handle)
+        return self._call(lib.asymo_pool_get_limit)
 
     @limit.setter
     def limit(self, value):
@@ -337,20 +320,19 @@ class Pool:
             value = self.nworkers
         if not _is_integral(value) or value < 1:
             raise ValueError(f"limit must be a positive integer or None, not {value!r}")
-        lib.asymo_pool_set_limit(self._handle, int(min(value, self.nworkers)))
+        self._call(lib.asymo_pool_set_limit, int(min(value, self.nworkers)))
 
     @property
     def spin_us(self):
         """How long (microseconds) an idle worker looks for work before sleeping."""
-        self._check_open()
-        return lib.asymo_pool_get_spin_us(self._handle)
+        return self._call(lib.asymo_pool_get_spin_us)
 
     @spin_us.setter
     def spin_us(self, value):
         self._check_open()
         if not _is_integral(value) or not 0 <= value <= 1_000_000:
             raise ValueError(f"spin_us must be an integer in [0, 1000000], not {value!r}")
-        lib.asymo_pool_set_spin_us(self._handle, int(value))
+        self._call(lib.asymo_pool_set_spin_us, int(value))
 
     @property
     def caller_helps(self):
@@ -363,15 +345,14 @@ class Pool:
         shares the submitter's core (pthreadpool's caller is its thread 0 for the same
         reason). False: the submitter only waits and every task runs on a pool thread (env
         ``ASYMO_POOL_CALLER_HELPS=0`` makes that the default of new pools)."""
-        self._check_open()
-        return bool(lib.asymo_pool_get_caller_helps(self._handle))
+        return bool(self._call(lib.asymo_pool_get_caller_helps))
 
     @caller_helps.setter
     def caller_helps(self, value):
         self._check_open()
         if value not in (True, False):  # bool, or 0 / 1 (numpy booleans compare equal)
             raise ValueError(f"caller_helps must be True or False, not {value!r}")
-        lib.asymo_pool_set_caller_helps(self._handle, int(bool(value)))
+        self._call(lib.asymo_pool_set_caller_helps, int(bool(value)))
 
     def active_workers_per_cluster(self):
         """Workers per cluster that take tasks under the current `limit`."""
@@ -413,6 +394,10 @@ class Pool:
             raise TypeError(f"split must be a sequence (one entry per cluster) or None, "
                             f"not {type(split).__name__}")
         split = list(split)
+        if any(isinstance(x, (bool, str, bytes)) or type(x).__name__ in ("bool", "bool_")
+               for x in split):
+            raise TypeError(f"split entries must be numbers (integer counts or float "
+                            f"weights), not {split!r}")
         if len(split) != nc:
             raise ValueError(f"split has {len(split)} entries but the pool has {nc} "
                              f"cluster(s) ({', '.join(c.name for c in self._topology.clusters)})")
@@ -469,19 +454,13 @@ class Pool:
         if type(ntasks) is not int or not 0 <= ntasks < _NTASKS_LIMIT:
             ntasks = self._check_ntasks(ntasks)
         cctx = ffi.NULL if ctx is None else _as_ctx(ctx)
-        # Count the job in flight before touching the C handle: close() (from any thread)
-        # waits for in-flight jobs before freeing it.
-        with self._cond:
-            if self._closed:
-                raise ValueError("parallel_for on a closed Pool")
-            self._inflight += 1
+        # Hold the pool before touching the C handle: close() (from any thread) waits for
+        # the holders before freeing it.
+        self._acquire("parallel_for on a closed Pool")
         try:
             self._run(cfn, cctx, ntasks, split)
         finally:
-            with self._cond:
-                self._inflight -= 1
-                if self._inflight == 0:
-                    self._cond.notify_all()
+            self._release()
 
     def _run(self, cfn, cctx, ntasks, split):
         if split is None:
@@ -501,9 +480,8 @@ class Pool:
 
     # -- instrumentation -------------------------------------------------------------------
     def _raw_stats(self):
-        self._check_open()
         out = ffi.new("asymo_worker_stats[]", self.nworkers)
-        lib.asymo_pool_stats(self._handle, out, self.nworkers)
+        self._call(lib.asymo_pool_stats, out, self.nworkers)
         return out
 
     def stats(self):
@@ -559,22 +537,92 @@ class Pool:
 
     def reset_stats(self):
         """Zero the counters reported by `stats`."""
-        self._check_open()
-        lib.asymo_pool_reset_stats(self._handle)
+        self._call(lib.asymo_pool_reset_stats)
 
     # -- lifecycle --------------------------------------------------------------------------
+    # Every use of the C handle (a job of any kind: parallel_for, matmul, conv2d, the Numba
+    # backend, a read of a setting) holds the pool: `_acquire` counts it, `_release` uncounts
+    # it, and the handle is destroyed only when nobody holds it. A thread may hold a pool
+    # several times (a conv2d's GEMMs run inside the conv2d's hold); once the pool is closed
+    # only a thread that already holds it may hold it again, so a job that began before
+    # `close` runs to its end. asymo.matmul's C fast path keeps its own count of the calls
+    # running on a pool (csrc/python/matmul_fast.c) and waits for them in `_destroy_handle`.
+    def _acquire(self, closed_message="operation on a closed Pool"):
+        held = getattr(_tls, "held", None)
+        if held is None:
+            held = _tls.held = {}
+        n = held.get(self, 0)
+        lock = self._lock  # (a bare Lock: `with self._cond` costs twice as much)
+        lock.acquire()
+        if self._closed and (self._dead or not n):
+            lock.release()
+            raise ValueError(closed_message)
+        self._inflight += 1
+        lock.release()
+        held[self] = n + 1
+
+    def _release(self):
+        held = getattr(_tls, "held", None)
+        n = 0 if held is None else held.get(self, 0)
+        if n > 1:
+            held[self] = n - 1
+        elif n == 1:
+            del held[self]
+        with self._lock:
+            if self._inflight > 0:
+                self._inflight -= 1
+            if self._inflight or not self._closed:
+                return
+            self._cond.notify_all()  # close() waits for the last holder
+            if self._retired and not self._dead:
+                self._destroy_locked()
+
+    def _call(self, fn, *args):
+        """``fn(handle, *args)`` with the pool held (a closed pool: ValueError)."""
+        self._acquire()
+        try:
+            return fn(self._handle, *args)
+        finally:
+            self._release()
+
+    def _destroy_locked(self):
+        # under self._cond, with nobody holding the pool
+        self._dead = True
+        self._finalizer()
+        _live_pools.discard(self)
+
     def close(self):
-        """Stop the workers (after in-flight jobs finish). Idempotent."""
-        if self._closed:
+        """Stop the workers, after the jobs running on the pool finish. Idempotent.
+
+        Raises
+        ------
+        RuntimeError
+            When called from one of the pool's own tasks, or by a thread that is itself
+            running a job on this pool (waiting for that job would never end).
+        """
+        if self._dead:
             return
         if lib.asymo_pool_current() == self._handle:
             raise RuntimeError("a Pool cannot be closed from one of its own tasks")
+        held = getattr(_tls, "held", None)
+        if held and held.get(self):
+            raise RuntimeError("a Pool cannot be closed by a thread that is running a job on "
+                               "it")
         with self._cond:
             self._closed = True
-            while self._inflight:
+            while self._inflight and not self._dead:
                 self._cond.wait()
-        self._finalizer()
-        _live_pools.discard(self)
+            if not self._dead:
+                self._destroy_locked()
+
+    def _retire(self):
+        """Close the pool without waiting: the jobs running on it go on, the handle is
+        destroyed when the last of them ends (a replaced default pool)."""
+        with self._cond:
+            self._closed = True
+            self._retired = True
+            if not self._inflight and not self._dead:
+                self._destroy_locked()
 
     def __enter__(self):
         self._check_open()
@@ -618,6 +666,7 @@ def _destroy_handle(handle):
 
 
 _deferred = []
+_tls = threading.local()  # .held: {pool: times this thread holds it}
 #: ``hook(handle, wait)`` runs before a pool's C handle is destroyed (wait=False: stop using
 #: it; wait=True: also wait for the calls using it); asymo.matmul's fast path registers here
 _destroy_hooks = []
@@ -667,20 +716,73 @@ def get_pool():
             _default_built_for = key
         pool = _default_pool
     if old is not None:
-        old.close()
+        old._retire()  # a job running on it (another thread's) goes on to its end
     return pool
 
 
 def reset_default_pool():
     """Close the default pool; the next `get_pool` builds a new one from the current topology.
 
-    Call it when the topology changes (the emulator does, for example).
+    Call it when the topology changes (the emulator does, for example). Jobs already running
+    on the old default pool (in any thread) finish on it; its workers stop after the last.
     """
     global _default_pool
     with _default_lock:
         pool, _default_pool = _default_pool, None
     if pool is not None:
-        pool.close()
+        pool._retire()
+
+
+def acquire(pool=None):
+    """Hold ``pool`` (None: the default pool) open until `release`; return it.
+
+    Every asymo operation holds the pool it runs on for its whole length, so closing the pool
+    (or replacing the default pool) from another thread waits for it, or lets it finish on the
+    old pool, instead of freeing the workers under it.
+
+    Raises
+    ------
+    ValueError
+        ``pool`` is closed (and this thread does not hold it already).
+    TypeError
+        ``pool`` is not an `asymo.Pool`.
+    """
+    if pool is None:
+        while True:  # the default pool may be replaced between get_pool and the hold
+            pool = get_pool()
+            try:
+                pool._acquire()
+            except ValueError:
+                continue
+            return pool
+    if type(pool) is not Pool and not isinstance(pool, Pool):
+        raise TypeError(f"pool must be an asymo.Pool or None, not {type(pool).__name__}")
+    pool._acquire()
+    return pool
+
+
+def release(pool):
+    """Undo one `acquire` of ``pool``."""
+    pool._release()
+
+
+class hold:
+    """Context manager: ``with hold(pool) as p:`` holds ``p`` (see `acquire`) for the block."""
+
+    __slots__ = ("_arg", "_pool")
+
+    def __init__(self, pool=None):
+        self._arg = pool
+        self._pool = None
+
+    def __enter__(self):
+        self._pool = acquire(self._arg)
+        return self._pool
+
+    def __exit__(self, *exc):
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool._release()
 
 
 def set_thread_limit(limit):
@@ -766,9 +868,11 @@ def _after_fork_in_child():
     # every pool (pthread_atfork); workers restart on the first job.
     global _default_lock
     _default_lock = threading.Lock()
+    held = getattr(_tls, "held", None) or {}  # the forking thread's holds go on in the child
     for pool in list(_live_pools):
-        pool._cond = threading.Condition()
-        pool._inflight = 0
+        pool._lock = threading.Lock()
+        pool._cond = threading.Condition(pool._lock)
+        pool._inflight = held.get(pool, 0)
 
 
 if hasattr(os, "register_at_fork"):

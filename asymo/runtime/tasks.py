@@ -54,16 +54,20 @@ def run_tasks(pool, fn, job, ntasks, counts=None, *, inline=False):
         for t in range(ntasks):
             fn(t, job)
         return
-    if pool.closed:
-        raise ValueError("cannot run tasks on a closed Pool")
-    if counts is None:
-        c_counts = ffi.NULL if pool.nclusters == 1 else ffi.new(
-            "int64_t[]", pool.split_counts(ntasks))
-    elif isinstance(counts, ffi.CData):
-        c_counts = counts
-    else:
-        c_counts = ffi.new("int64_t[]", [int(c) for c in counts])
-    rc = lib.asymo_pool_run(pool._handle, fn, job, ntasks, c_counts, 0)
+    # held for the call: a close() from another thread waits for it (a no-op count when the
+    # caller's operation holds the pool already, as conv2d does)
+    pool._acquire("cannot run tasks on a closed Pool")
+    try:
+        if counts is None:
+            c_counts = ffi.NULL if pool.nclusters == 1 else ffi.new(
+                "int64_t[]", pool.split_counts(ntasks))
+        elif isinstance(counts, ffi.CData):
+            c_counts = counts
+        else:
+            c_counts = ffi.new("int64_t[]", [int(c) for c in counts])
+        rc = lib.asymo_pool_run(pool._handle, fn, job, ntasks, c_counts, 0)
+    finally:
+        pool._release()
     if rc != 0:
         raise RuntimeError(f"asymo_pool_run failed with code {rc}")
 

@@ -75,7 +75,20 @@ static int check(const asymo_gemm_args *g, const asymo_gemm_plan *p)
         return ASYMO_EINVAL;
     if (g->nbatch > 1 && (!g->a_offsets || !g->b_offsets || !g->c_offsets))
         return ASYMO_EINVAL;
-    if (g->m > 0 && g->n > 0 && (!g->c || (g->k > 0 && (!g->a || (!g->b && !g->pack_b)))))
+    if (g->m > 0 && g->n > 0
+        && (!g->c || (g->k > 0 && ((!g->a && !g->a_packed)
+                                   || (!g->b && !g->pack_b && !g->b_packed)))))
+        return ASYMO_EINVAL;
+    if ((g->a_packed || g->b_packed)
+        && (p->kind != ASYMO_GEMM_MM || p->split_dim == ASYMO_SPLIT_BATCH || g->nbatch != 1))
+        return ASYMO_EINVAL;
+    if (g->a_packed && (g->a_packed->side != ASYMO_PACK_A || g->a_packed->dtype != g->dtype
+                        || g->a_packed->dim != g->m || g->a_packed->k != g->k
+                        || g->a_packed->nlayouts < 0 || g->a_packed->nlayouts > MAXC))
+        return ASYMO_EINVAL;
+    if (g->b_packed && (g->b_packed->side != ASYMO_PACK_B || g->b_packed->dtype != g->dtype
+                        || g->b_packed->dim != g->n || g->b_packed->k != g->k
+                        || g->b_packed->nlayouts < 0 || g->b_packed->nlayouts > MAXC))
         return ASYMO_EINVAL;
     if (g->pack_b && (p->kind != ASYMO_GEMM_MM || p->split_dim == ASYMO_SPLIT_BATCH
                       || g->nbatch != 1))
@@ -116,6 +129,17 @@ static int check(const asymo_gemm_args *g, const asymo_gemm_plan *p)
 }
 
 /* Fill the geometry of every cluster; returns the total number of tasks. */
+/* The layout of pk packed for (isa, kc), or NULL. Two kc that both cover K give one block. */
+static const char *packed_layout(const asymo_gemm_packed *pk, int isa, int64_t kc, int64_t k)
+{
+    if (!pk)
+        return NULL;
+    for (int l = 0; l < pk->nlayouts; l++)
+        if (pk->isa[l] == isa && pk->data[l] && (pk->kc[l] == kc || (pk->kc[l] >= k && kc >= k)))
+            return (const char *)pk->data[l];
+    return NULL;
+}
+
 static int64_t geometry(job *J, const asymo_gemm_args *g, const asymo_gemm_plan *p)
 {
     int64_t total = 0;
@@ -217,6 +241,22 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
 
     const int64_t total = geometry(&J, g, p);
     const int es = J.es, mr = J.mr, nr = J.nr;
+    J.mpad = cdiv(g->m, mr) * mr;
+    J.npad = cdiv(g->n, nr) * nr;
+    if (p->kind == ASYMO_GEMM_MM && p->split_dim != ASYMO_SPLIT_BATCH && g->k > 0) {
+        for (int c = 0; c < p->nclusters; c++) {
+            cluster_part *C = &J.cl[c];
+            if (!C->ntasks)
+                continue;
+            if (C->r0 % mr == 0 && C->mc % mr == 0)
+                C->apre = packed_layout(g->a_packed, p->isa, C->kc, g->k);
+            if (C->q0 % nr == 0 && C->nc % nr == 0)
+                C->bpre = packed_layout(g->b_packed, p->isa, C->kc, g->k);
+            if ((!C->apre && !g->a) || (!C->bpre && !g->b && !g->pack_b))
+                return ASYMO_EINVAL;
+        }
+    }
+
 
     /* ---- size the workspace ---- */
     int64_t max_mc = 1, max_nc = 1, max_kc = 1;
@@ -278,7 +318,7 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
         if (need_mm && !batch_split) {
             for (int c = 0; c < p->nclusters; c++) {
                 cluster_part *C = &J.cl[c];
-                if (!C->ntasks)
+                if (!C->ntasks || C->bpre)
                     continue;
                 C->nsl = cdiv(min64(C->nc, C->q1 - C->q0), nr);
                 C->panel_elems = C->nsl * nr * min64(C->kc, g->k);
@@ -305,7 +345,7 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
         } else if (p->kind == ASYMO_GEMM_MM) {
             for (int c = 0; c < p->nclusters; c++) {
                 cluster_part *C = &J.cl[c];
-                if (!C->ntasks)
+                if (!C->ntasks || C->bpre)
                     continue;
                 const int64_t npanels = C->ntn * C->npc;
                 for (int64_t i = 0; i < npanels; i++)
@@ -390,4 +430,47 @@ int asymo_gemm_2d_checked(struct asymo_pool *pool, const asymo_gemm_plan *plan, 
             return ASYMO_GEMM_OVERLAP;
     }
     return asymo_gemm_2d(pool, plan, dtype, m, k, n, a, rsa, csa, b, rsb, csb, c, rsc, csc);
+}
+/* ------------------------------------------------------------------------------------------
+ * Pre-packed operands
+ * ---------------------------------------------------------------------------------------- */
+int64_t asymo_gemm_packed_bytes(int isa, int dtype, int side, int64_t dim, int64_t k)
+{
+    const asymo_gemm_kernel *kern;
+    if ((dtype != ASYMO_DTYPE_F32 && dtype != ASYMO_DTYPE_F64) || dim < 0 || k < 0
+        || (side != ASYMO_PACK_A && side != ASYMO_PACK_B))
+        return ASYMO_EINVAL;
+    kern = asymo_gemm_kernel_for(isa, dtype);
+    if (!kern)
+        return ASYMO_EINVAL;
+    const int64_t unit = side == ASYMO_PACK_A ? kern->mr : kern->nr;
+    const int64_t es = dtype == ASYMO_DTYPE_F32 ? 4 : 8;
+    if (dim > ((int64_t)1 << 40) / (k > 0 ? k : 1))
+        return ASYMO_EINVAL;
+    return cdiv(dim, unit) * unit * k * es;
+}
+
+int asymo_gemm_pack(int isa, int dtype, int side, int64_t dim, int64_t k, int64_t kc,
+                    const void *x, int64_t rs, int64_t cs, void *dst)
+{
+    const int64_t bytes = asymo_gemm_packed_bytes(isa, dtype, side, dim, k);
+    if (bytes < 0 || kc < 1 || (bytes > 0 && (!x || !dst)) || ((uintptr_t)dst % ASYMO_ALIGN))
+        return ASYMO_EINVAL;
+    const asymo_gemm_kernel *kern = asymo_gemm_kernel_for(isa, dtype);
+    const dtype_ops *ops = dtype == ASYMO_DTYPE_F32 ? &gemm_ops_f32 : &gemm_ops_f64;
+    const int es = dtype == ASYMO_DTYPE_F32 ? 4 : 8;
+    const int mr = kern->mr, nr = kern->nr;
+    const int64_t unit = side == ASYMO_PACK_A ? mr : nr, pad = cdiv(dim, unit) * unit;
+    for (int64_t p0 = 0; p0 < k; p0 += kc) {
+        const int64_t kb = min64(kc, k - p0);
+        char *block = (char *)dst + (size_t)(p0 * pad) * es;
+        if (side == ASYMO_PACK_A) {
+            ops->pack_a(block, x, rs, cs, 0, dim, p0, kb, mr, kern->pack_a_rows);
+        } else {
+            for (int64_t j = 0; j < pad; j += nr)
+                ops->pack_b(block + (size_t)(j * kb) * es, x, rs, cs, j, min64(nr, dim - j), p0,
+                            kb, nr);
+        }
+    }
+    return ASYMO_OK;
 }

@@ -28,7 +28,7 @@ static inline size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; 
 /* Element-type routines of the frame (pack.c), one table per dtype. */
 typedef struct {
     void (*pack_a)(void *, const void *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                   int);
+                   int, asymo_pack_rows_fn);
     void (*pack_b)(void *, const void *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                    int);
     void (*merge)(void *, int64_t, int64_t, const void *, int, int64_t, int64_t, int);
@@ -71,6 +71,7 @@ typedef struct {
     int64_t nsl;            /* slivers in a full-width panel */
     int64_t panel_elems;    /* elements of a full panel */
     char *bpack;
+    const char *apre, *bpre; /* pre-packed A / B layout this cluster uses, or NULL */
     _Atomic int64_t *claim; /* per panel: next sliver to pack */
     _Atomic unsigned char *ready; /* per panel and sliver: packed */
 } cluster_part;
@@ -79,6 +80,7 @@ typedef struct {
     const asymo_gemm_kernel *kern;
     const dtype_ops *ops;
     int kind, split_dim, es, mr, nr;
+    int64_t mpad, npad;     /* M and N rounded up to mr and nr (pre-packed layouts) */
     int nclusters;
     int nslots;
     const asymo_pool *pool;

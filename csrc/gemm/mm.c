@@ -63,9 +63,9 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
             const int64_t rows = min64(mr, i1 - ii);
             char *cp = o->c + (ii * o->rsc + jj * o->csc) * es;
             if (rows == mr && cols == nr && o->csc == 1) {
-                J->kern->ukr(kb, ap, kb, bs, cp, o->rsc, accumulate);
+                J->kern->ukr(kb, ap, bs, cp, o->rsc, accumulate);
             } else {
-                J->kern->ukr(kb, ap, kb, bs, tile, nr, 0);
+                J->kern->ukr(kb, ap, bs, tile, nr, 0);
                 J->ops->merge(cp, o->rsc, o->csc, tile, nr, rows, cols, accumulate);
             }
             ap += (size_t)(kb * mr) * es;
@@ -96,6 +96,17 @@ void mm_task(int64_t t, void *ctx)
     for (int64_t pc = 0; pc < C->npc; pc++) {
         const int64_t p0 = pc * C->kc, kb = min64(C->kc, o->k - p0);
         const int64_t panel = tn * C->npc + pc;
+        const char *ap = apack;
+        if (C->apre)
+            ap = C->apre + (size_t)(p0 * J->mpad + i0 * kb) * es;
+        else
+            J->ops->pack_a(apack, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr,
+                           J->kern->pack_a_rows);
+        if (C->bpre) {
+            mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0,
+                     C->bpre + (size_t)(p0 * J->npad + j0 * kb) * es);
+            continue;
+        }
         if (stolen) {
             char *own = J->bslot + J->bslot_bytes * slot;
             for (int64_t s = 0; s < nsl; s++) {
@@ -103,8 +114,7 @@ void mm_task(int64_t t, void *ctx)
                 pack_b_sliver(J, o, own + (size_t)(s * kb * nr) * es, jj,
                               min64(nr, j1 - jj), p0, kb);
             }
-            J->ops->pack_a(apack, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr);
-            mm_macro(J, o, apack, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0, own);
+            mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0, own);
             continue;
         }
         char *bpanel = C->bpack + (size_t)(panel * C->panel_elems) * es;
@@ -121,8 +131,7 @@ void mm_task(int64_t t, void *ctx)
                 atomic_store_explicit(&C->ready[panel * C->nsl + s], 1, memory_order_release);
             }
         }
-        J->ops->pack_a(apack, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr);
-        mm_macro(J, o, apack, tile, i0, i1, j0, j1, kb, pc > 0, C, panel, bpanel);
+        mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, C, panel, bpanel);
     }
 }
 
@@ -142,7 +151,8 @@ void mm_serial(const job *J, const operands *o, const cluster_part *C, int slot)
                               min64(nr, j1 - jj), p0, kb);
             for (int64_t i0 = 0; i0 < o->m; i0 += C->mc) {
                 const int64_t i1 = min64(i0 + C->mc, o->m);
-                J->ops->pack_a(apack, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr);
+                J->ops->pack_a(apack, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr,
+                               J->kern->pack_a_rows);
                 mm_macro(J, o, apack, tile, i0, i1, j0, j1, kb, p0 > 0, NULL, 0, bpanel);
             }
         }

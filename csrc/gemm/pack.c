@@ -5,25 +5,39 @@
 
 #include "gemm/gemm_internal.h"
 
+/* kb rows of NR values at stride rsb from src into dst (row stride NR) */
+#define COPY_ROWS(T, NR)                                                                       \
+    for (int64_t p = 0; p < kb; p++) {                                                         \
+        __builtin_prefetch(src + (p + 8) * rsb);                                               \
+        memcpy(dst + p * (NR), src + p * rsb, sizeof(T) * (size_t)(NR));                       \
+    }
+
 #define DEFINE_PACK(T, SUFFIX)                                                                 \
-    /* rows [i0, i1) x k-range [p0, p0 + kb) of A as a row-major block (row stride kb), zero \
-     * rows up to a multiple of mr so edge tiles run the full kernel. */                      \
+    /* rows [i0, i1) x k-range [p0, p0 + kb) of A as mr-row micro-panels (panel g at      \
+     * dst + g * mr * kb, dst[p * mr + i] inside), rows zero-padded up to a multiple of mr so \
+     * edge tiles run the full kernel. `fast` packs a full group of row-major A. */           \
     static void pack_a_##SUFFIX(T *dst, const T *a, int64_t rsa, int64_t csa, int64_t i0,    \
-                                int64_t i1, int64_t p0, int64_t kb, int mr)                   \
+                                int64_t i1, int64_t p0, int64_t kb, int mr,                   \
+                                asymo_pack_rows_fn fast)                                      \
     {                                                                                          \
-        const int64_t rows = i1 - i0, padded = cdiv(rows, mr) * mr;                            \
+        const int64_t rows = i1 - i0;                                                          \
         const T *src = a + i0 * rsa + p0 * csa;                                                \
-        if (csa == 1) {                                                                        \
-            for (int64_t ii = 0; ii < rows; ii++)                                              \
-                memcpy(dst + ii * kb, src + ii * rsa, sizeof(T) * (size_t)kb);                 \
-        } else {                                                                               \
-            /* transposing copy: walk A down its columns (contiguous when rsa == 1) */         \
-            for (int64_t p = 0; p < kb; p++)                                                   \
-                for (int64_t ii = 0; ii < rows; ii++)                                          \
-                    dst[ii * kb + p] = src[ii * rsa + p * csa];                                \
+        for (int64_t g = 0; g < rows; g += mr) {                                               \
+            const int64_t r = min64(mr, rows - g);                                             \
+            T *d = dst + g * kb;                                                               \
+            const T *s = src + g * rsa;                                                        \
+            if (r == mr && csa == 1 && fast) {                                                 \
+                fast(d, s, rsa, kb);                                                           \
+                continue;                                                                      \
+            }                                                                                  \
+            for (int64_t p = 0; p < kb; p++) {                                                 \
+                int64_t i = 0;                                                                 \
+                for (; i < r; i++)                                                             \
+                    d[p * mr + i] = s[i * rsa + p * csa];                                      \
+                for (; i < mr; i++)                                                            \
+                    d[p * mr + i] = 0;                                                         \
+            }                                                                                  \
         }                                                                                      \
-        if (padded > rows)                                                                     \
-            memset(dst + rows * kb, 0, sizeof(T) * (size_t)((padded - rows) * kb));            \
     }                                                                                          \
     /* columns [j0, j0 + cols) x k-range [p0, p0 + kb) of B as one nr-wide sliver. */         \
     static void pack_b_##SUFFIX(T *dst, const T *b, int64_t rsb, int64_t csb, int64_t j0,    \
@@ -31,8 +45,15 @@
     {                                                                                          \
         const T *src = b + p0 * rsb + j0 * csb;                                                \
         if (cols == nr && csb == 1) {                                                          \
-            for (int64_t p = 0; p < kb; p++)                                                   \
-                memcpy(dst + p * nr, src + p * rsb, sizeof(T) * (size_t)nr);                   \
+            /* constant-size copies are inlined as vector moves; a libc call per 64-byte row \
+             * cost as much as the kernel for small M */                                      \
+            switch (nr * (int)sizeof(T)) {                                                     \
+            case 32: COPY_ROWS(T, 32 / sizeof(T)); break;                                      \
+            case 48: COPY_ROWS(T, 48 / sizeof(T)); break;                                      \
+            case 64: COPY_ROWS(T, 64 / sizeof(T)); break;                                      \
+            case 128: COPY_ROWS(T, 128 / sizeof(T)); break;                                    \
+            default: COPY_ROWS(T, nr); break;                                                  \
+            }                                                                                  \
         } else if (rsb == 1) {                                                                 \
             for (int64_t jj = 0; jj < cols; jj++) {                                            \
                 const T *col = src + jj * csb;                                                 \
@@ -139,7 +160,7 @@ DEFINE_PACK(double, f64)
 
 #define OPS(SUFFIX)                                                                            \
     {(void (*)(void *, const void *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,    \
-               int))pack_a_##SUFFIX,                                                           \
+               int, asymo_pack_rows_fn))pack_a_##SUFFIX,                                       \
      (void (*)(void *, const void *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,    \
                int))pack_b_##SUFFIX,                                                           \
      (void (*)(void *, int64_t, int64_t, const void *, int, int64_t, int64_t,                 \

@@ -3,14 +3,21 @@
 #ifndef ASYMO_GEMM_KERNELS_H
 #define ASYMO_GEMM_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-/* c[0:mr, 0:nr] (row stride rsc, unit column stride) = or += the product of an mr x k block
- * of packed A (row i at a + i * lda) and a packed B sliver (k steps of nr contiguous values).
- * A rows stay rows in the packed block, so packing row-major A is a plain copy; the kernel
- * broadcasts a[i * lda + p] straight from the mr row streams. */
-typedef void (*asymo_ukr_fn)(int64_t k, const void *a, int64_t lda, const void *b, void *c,
-                             int64_t rsc, int accumulate);
+/* c[0:mr, 0:nr] (row stride rsc, unit column stride) = or += the product of a packed A
+ * micro-panel and a packed B sliver, BLIS form: k steps of mr contiguous values of A
+ * (a[p * mr + i]) and of nr contiguous values of B (b[p * nr + j]). Both panels are read as
+ * one forward stream each, so the hardware prefetchers follow them and the broadcasts of A
+ * come from one cache line per few k steps instead of mr row streams. */
+typedef void (*asymo_ukr_fn)(int64_t k, const void *a, const void *b, void *c, int64_t rsc,
+                             int accumulate);
+
+/* Optional fast packing of an mr-row group of row-major A (unit column stride) into a
+ * micro-panel: dst[p * mr + i] = src[i * rsa + p] for i < mr, p < kb. NULL: the driver's
+ * generic loops. */
+typedef void (*asymo_pack_rows_fn)(void *dst, const void *src, int64_t rsa, int64_t kb);
 
 /* Skinny product, no packing: out[l, s] = sum_p mat[l, p] * vec[p, s] for l in [l0, l1),
  * s < ns (ns <= ASYMO_SKINNY_MAX); strides in elements. `mat_csp == 1` selects the dot form,
@@ -29,6 +36,7 @@ typedef struct {
     asymo_ukr_fn ukr;
     asymo_skinny_fn skinny_dot;
     asymo_skinny_fn skinny_axpy;
+    asymo_pack_rows_fn pack_a_rows;
 } asymo_gemm_kernel;
 
 /* Kernel tables, NULL entries where an ISA is not compiled in for this architecture. */

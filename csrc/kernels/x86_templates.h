@@ -12,8 +12,10 @@
 #define REP6(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #define REP12(X) REP6(X) X(6) X(7) X(8) X(9) X(10) X(11)
 
-/* Shared body: VT vector type, P intrinsic prefix, S suffix (ps/pd), W lanes, REP rows. */
-#define UKR_BODY(VT, P, S, T, W, REP)                                                     \
+/* Shared body of the BLIS-form kernels (packed A micro-panel, a[p * MR + i]): VT vector type,
+ * P intrinsic prefix, S suffix (ps/pd), W lanes, REP rows, MR = rows. A, read from L2 as one
+ * stream, is prefetched AHEAD bytes ahead; C rows are prefetched before the loop. */
+#define UKR_BODY(VT, P, S, T, W, REP, MR, AHEAD)                                          \
     const T *a = (const T *)a_;                                                              \
     const T *b = (const T *)b_;                                                              \
     T *c = (T *)c_;                                                                           \
@@ -21,10 +23,11 @@
     REP(PREFETCH_C)                                                                           \
     _Pragma("GCC unroll 4")                                                                   \
     for (int64_t p = 0; p < k; p++) {                                                         \
+        _mm_prefetch((const char *)a + (AHEAD), _MM_HINT_T0);                                 \
         const VT b0 = P##_load_##S(b);                                                        \
         const VT b1 = P##_load_##S(b + W);                                                    \
         REP(FMA_ROW)                                                                          \
-        a += 1;                                                                               \
+        a += (MR);                                                                            \
         b += 2 * W;                                                                           \
     }                                                                                         \
     if (accumulate) {                                                                         \

@@ -42,13 +42,11 @@
 #define MAX_WORKERS 4096
 #define CACHELINE 64
 #define DEFAULT_SPIN_US 200
-/* The owner grows its chunk while a chunk runs shorter than this, so tiny tasks cost few
- * queue operations and long tasks are taken one at a time (and stay stealable). */
-#define CHUNK_TARGET_NS 20000
-#define CHUNK_MAX ((int64_t)1 << 24)
-/* The submitter polls its job this long before sleeping: long enough for a tiny job on hot
- * workers, short enough not to steal a core from a worker on a machine with few cores. */
-#define SUBMIT_SPIN_NS 10000
+/* Chunk growth and the submitter's spin: ASYMO_POOL_* in asymo/pool.h (the simulator reads
+ * them from there). */
+#define CHUNK_TARGET_NS ((int64_t)ASYMO_POOL_CHUNK_TARGET_NS)
+#define CHUNK_MAX ((int64_t)ASYMO_POOL_CHUNK_MAX)
+#define SUBMIT_SPIN_NS ((int64_t)ASYMO_POOL_SUBMIT_SPIN_NS)
 /* Spinning threads yield the core every this many polling rounds (16 pauses each). */
 #define YIELD_EVERY 8
 /* The queue kind ASYMO_QUEUE_DEFAULT stands for; chosen by measurement

@@ -128,6 +128,114 @@ static int check_one(asymo_pool *pool, int isa, int dtype, const shape_t *s, int
     return bad;
 }
 
+/* Implicit B for the packed test: rows [p0, p0 + kb) x columns [j0, j0 + cols) of a row-major
+ * k x n matrix as one nr-wide sliver (what conv2d's im2col producer does). */
+typedef struct {
+    const char *b;
+    int64_t n;
+    int es;
+} implicit_b;
+
+static void implicit_pack_b(const void *ctx_, void *dst, int64_t j0, int64_t cols, int64_t p0,
+                            int64_t kb, int64_t nr)
+{
+    const implicit_b *ctx = (const implicit_b *)ctx_;
+    for (int64_t p = 0; p < kb; p++)
+        for (int64_t j = 0; j < nr; j++) {
+            char *d = (char *)dst + (p * nr + j) * ctx->es;
+            if (j < cols)
+                memcpy(d, ctx->b + ((p0 + p) * ctx->n + j0 + j) * ctx->es, (size_t)ctx->es);
+            else
+                memset(d, 0, (size_t)ctx->es);
+        }
+}
+
+/* Pre-packed A and B (asymo_gemm_pack, plain pointers NULL) and row-major contiguous B, on a
+ * plan split along split_dim at a multiple of the tile; kc smaller than K so several K blocks
+ * are packed. Returns the number of failures. */
+static int check_packed(asymo_pool *pool, int isa, int dtype, int64_t m, int64_t k, int64_t n,
+                        int split_dim, int64_t kc, int pack_a, int pack_b)
+{
+    const int es = dtype == ASYMO_DTYPE_F32 ? 4 : 8;
+    int mr, nr, bad = 0;
+    asymo_gemm_kernel_tile(isa, dtype, &mr, &nr);
+    double *ad = malloc(sizeof(double) * (size_t)(m * k)), *bd = malloc(sizeof(double) * (size_t)(k * n));
+    char *a = malloc((size_t)(m * k) * es), *b = malloc((size_t)(k * n) * es);
+    char *c = malloc((size_t)(m * n) * es);
+    for (int64_t i = 0; i < m * k; i++) {
+        ad[i] = rnd();
+        if (es == 4) ((float *)a)[i] = (float)ad[i]; else ((double *)a)[i] = ad[i];
+    }
+    for (int64_t i = 0; i < k * n; i++) {
+        bd[i] = rnd();
+        if (es == 4) ((float *)b)[i] = (float)bd[i]; else ((double *)b)[i] = bd[i];
+    }
+    asymo_gemm_packed pa, pb;
+    void *abuf = NULL, *bbuf = NULL;
+    memset(&pa, 0, sizeof pa);
+    memset(&pb, 0, sizeof pb);
+    int64_t abytes = asymo_gemm_packed_bytes(isa, dtype, ASYMO_PACK_A, m, k);
+    int64_t bbytes = asymo_gemm_packed_bytes(isa, dtype, ASYMO_PACK_B, n, k);
+    if (posix_memalign(&abuf, 64, (size_t)abytes + 64) || posix_memalign(&bbuf, 64, (size_t)bbytes + 64))
+        return 1;
+    pa.side = ASYMO_PACK_A; pa.dtype = dtype; pa.dim = m; pa.k = k; pa.nlayouts = 1;
+    pa.isa[0] = isa; pa.kc[0] = kc; pa.data[0] = abuf;
+    pb.side = ASYMO_PACK_B; pb.dtype = dtype; pb.dim = n; pb.k = k; pb.nlayouts = 1;
+    pb.isa[0] = isa; pb.kc[0] = kc; pb.data[0] = bbuf;
+    if (asymo_gemm_pack(isa, dtype, ASYMO_PACK_A, m, k, kc, a, k, 1, abuf) != ASYMO_OK
+        || asymo_gemm_pack(isa, dtype, ASYMO_PACK_B, n, k, kc, b, n, 1, bbuf) != ASYMO_OK) {
+        printf("asymo_gemm_pack failed\n");
+        return 1;
+    }
+    asymo_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.dtype = dtype; g.m = m; g.k = k; g.n = n;
+    g.a = pack_a ? NULL : a; g.rsa = k; g.csa = 1;
+    g.b = pack_b ? NULL : b; g.rsb = n; g.csb = 1;
+    g.c = c; g.rsc = n; g.csc = 1; g.nbatch = 1;
+    g.a_packed = pack_a ? &pa : NULL;
+    g.b_packed = pack_b == 1 ? &pb : NULL;
+    implicit_b ib = {b, n, es};
+    if (pack_b == 2) { /* packed A with an implicit B (conv2d: weights @ im2col) */
+        g.b = NULL;
+        g.pack_b = implicit_pack_b;
+        g.pack_b_ctx = &ib;
+    }
+    asymo_gemm_plan p;
+    memset(&p, 0, sizeof p);
+    p.kind = ASYMO_GEMM_MM; p.split_dim = split_dim; p.isa = isa; p.nclusters = 2;
+    const int64_t dim = split_dim == ASYMO_SPLIT_M ? m : n, unit = split_dim == ASYMO_SPLIT_M ? mr : nr;
+    p.stop[0] = p.start[1] = dim / 3 / unit * unit;
+    p.stop[1] = dim;
+    for (int cl = 0; cl < 2; cl++) {
+        p.mc[cl] = 2 * mr; p.nc[cl] = 2 * nr; p.kc[cl] = kc; p.chunk[cl] = 1;
+    }
+    int rc = asymo_gemm(pool, &g, &p);
+    if (rc != ASYMO_OK) {
+        printf("packed asymo_gemm failed: %d\n", rc);
+        bad = 1;
+    }
+    const double eps = es == 4 ? 1.2e-7 : 2.3e-16;
+    for (int64_t i = 0; i < m && !bad; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double ref = 0, mag = 0;
+            for (int64_t q = 0; q < k; q++) {
+                ref += ad[i * k + q] * bd[q * n + j];
+                mag += fabs(ad[i * k + q] * bd[q * n + j]);
+            }
+            double got = es == 4 ? ((float *)c)[i * n + j] : ((double *)c)[i * n + j];
+            if (!(fabs(got - ref) <= 2.0 * (k + 2) * eps * mag + 1e-30)) {
+                printf("MISMATCH packed isa=%s dtype=%d %lldx%lldx%lld (%d%d) at (%lld,%lld)\n",
+                       asymo_isa_name(isa), dtype, (long long)m, (long long)k, (long long)n,
+                       pack_a, pack_b, (long long)i, (long long)j);
+                bad = 1;
+                break;
+            }
+        }
+    free(ad); free(bd); free(a); free(b); free(c); free(abuf); free(bbuf);
+    return bad;
+}
+
 int main(void)
 {
     const shape_t shapes[] = {
@@ -158,6 +266,15 @@ int main(void)
                                               ta, 4 * mr, 2 * nr, 1000);
                         cases += 2;
                     }
+        for (int dtype = 0; dtype < 2; dtype++)
+            for (int pk = 0; pk < 5; pk++)
+                for (int use_pool = 0; use_pool < 2; use_pool++) {
+                    /* (A packed, B packed / plain / implicit): 11, 01, 10, 11, 12 */
+                    failures += check_packed(use_pool ? pool : NULL, isa, dtype, 53, 75, 61,
+                                             pk & 1 ? ASYMO_SPLIT_N : ASYMO_SPLIT_M, 32,
+                                             pk != 1, pk == 4 ? 2 : pk != 2);
+                    cases++;
+                }
         asymo_gemm_kernel_tile(isa, ASYMO_DTYPE_F32, &mr, &nr);
         printf("isa %s: f32 tile %dx%d, %d cases\n", asymo_isa_name(isa), mr, nr, cases);
     }

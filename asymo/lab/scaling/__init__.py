@@ -14,35 +14,34 @@ The same sweep can come from the simulator (:func:`simulate_scaling`, any preset
 Every point is plain data (:class:`Point`); :class:`ScalingResult` renders the table, the JSON
 and the plot.
 
-Modules:
+Modules, lowest first (each imports only those above it, the simulator :mod:`asymo.lab.sim`
+and :mod:`asymo.lab.machine` / :mod:`asymo.lab.sampling`):
 
-- :mod:`~asymo.lab.scaling.machine`: machine state for a run (thread affinity, pinned threads,
-  the pools runners open, BLAS / torch thread limits).
 - :mod:`~asymo.lab.scaling.workloads`: :class:`Workload` and its kinds, ``POOL_POLICIES`` and
   ``BASELINES``.
+- :mod:`~asymo.lab.scaling.report`: the text of a validation, numbers in table columns.
 - :mod:`~asymo.lab.scaling.result`: :class:`Point`, :class:`ScalingResult` (table, JSON, plot).
-- :mod:`~asymo.lab.scaling.measure`: :func:`measure_scaling` and the calibration runs.
+- :mod:`~asymo.lab.scaling.measure`: :func:`measure_scaling`.
 - :mod:`~asymo.lab.scaling.simulate`: :func:`simulate_scaling`, :func:`parse_interference`.
-- :mod:`~asymo.lab.scaling.validate`: :func:`validate_sim`, :func:`format_validation`.
+- :mod:`~asymo.lab.scaling.validate`: :func:`validate_sim` and its pieces.
 
-The public names, and the private ones other parts of asymo use, are re-exported here. A
-module-level setting (e.g. ``SIM_BACK_TO_BACK_MAX``) is read in the module that defines it:
-change it there (``asymo.lab.scaling.validate.SIM_BACK_TO_BACK_MAX``), not here.
+Machine state for a run (affinity, pinned threads, the pools runners open) is
+:mod:`asymo.lab.machine`; the sampler the measurements share is :mod:`asymo.lab.sampling`.
+The public names are re-exported here. A module-level setting (e.g.
+``SIM_BACK_TO_BACK_MAX``) is read in the module that defines it: change it there
+(``asymo.lab.scaling.validate.SIM_BACK_TO_BACK_MAX``), not here.
 """
-from asymo.lab.scaling.machine import (_OPEN_POOLS, _asymo_attr, _open_pool, _pinned_thread,
-                                   _thread_ids, parse_emulate, process_affinity)
-from asymo.lab.scaling.measure import (BASELINE_SETTLE_S, CALIBRATION_ROUNDS, DEFAULT_MAX_EXTERNAL,
-                                   MAX_ROUNDS_FACTOR, _calibration_from, _calibration_items,
-                                   _loadavg, _measure_items, measure_scaling)
+from asymo.lab.machine import parse_emulate, process_affinity
+from asymo.lab.scaling.measure import CALIBRATION_ROUNDS, measure_scaling
+from asymo.lab.scaling.report import format_validation
 from asymo.lab.scaling.result import SCHEMA, Point, ScalingResult
 from asymo.lab.scaling.simulate import DEFAULT_SIM_OVERHEADS, parse_interference, simulate_scaling
 from asymo.lab.scaling.validate import (SIM_BACK_TO_BACK_MAX, SIM_BACK_TO_BACK_PERIODS, SIM_PHASES,
-                                    _duty_cycles, _noop_overheads, _phased, _sim_mean,
-                                    _trace_cpus, back_to_back_calls, format_validation,
-                                    validate_sim)
+                                        TOLERANCE, back_to_back_calls, duty_cycles,
+                                        noop_overheads, phased, sim_mean, validate_sim)
 from asymo.lab.scaling.workloads import (BASELINES, POOL_POLICIES, WORKLOADS, Conv2dWorkload,
-                                     MatmulWorkload, ModelWorkload, SpinWorkload, Workload,
-                                     _im2col_conv, make_workloads)
+                                         MatmulWorkload, ModelWorkload, SpinWorkload, Workload,
+                                         im2col_conv, make_workloads)
 from asymo.lab.sim.calibrate import calibrate_sim
 
 __all__ = [

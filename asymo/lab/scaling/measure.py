@@ -3,160 +3,21 @@ pool policies interleaved in rounds, and the runs the simulator's calibration ne
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
-import time
 
 from asymo.hw import topology as topo
-from asymo.lab.scaling.machine import _OPEN_POOLS, _open_pool, _pinned_thread
-from asymo.lab.scaling.result import Point, ScalingResult, _machine_meta
-from asymo.lab.scaling.workloads import BASELINES, POOL_POLICIES, _fn_arg, _spin_cfunc
+from asymo.lab.machine import loadavg
+from asymo.lab.sampling import (DEFAULT_MAX_EXTERNAL, measure_items, overhead_items,
+                                overheads_from, summarize)
+from asymo.lab.scaling.result import Point, ScalingResult, machine_meta
+from asymo.lab.scaling.workloads import BASELINES, POOL_POLICIES
+from asymo.lab.sim.calibrate import SimCalibrator, default_period
 from asymo.lab.sim.engine import first_cores
 
+__all__ = ["measure_scaling", "CALIBRATION_ROUNDS"]
 
-def _loadavg():
-    """The 1-minute load average (other users' work shows up here), or None."""
-    try:
-        return os.getloadavg()[0]
-    except OSError:  # pragma: no cover
-        return None
-
-
-def _calls_for(run, min_time):
-    """How many calls of ``run`` make a sample of at least ``min_time`` seconds."""
-    number = 1
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(number):
-            run()
-        dt = time.perf_counter() - t0
-        if dt >= min_time or number >= 1 << 16:
-            return number
-        number = max(number * 2, int(number * min_time / max(dt, 1e-9) * 1.2))
-
-
-BASELINE_SETTLE_S = 0.3
-
-
-DEFAULT_MAX_EXTERNAL = 0.05
-MAX_ROUNDS_FACTOR = 4
-CALIBRATION_ROUNDS = 8   # at least, when the simulator is calibrated beside a sweep
-
-
-def _measure_items(items, repeats, min_time, progress, desc="measuring",
-                   max_external=DEFAULT_MAX_EXTERNAL, main_cpu=None, between_rounds=None):
-    """Time every item until it has ``repeats`` undisturbed samples.
-
-    ``items`` is a list of ``(key, factory, interleave)``; ``factory()`` is a context manager
-    giving a zero-argument callable. Items with ``interleave`` (asymo's pools, whose idle
-    workers sleep after 200 us) are measured in rounds: each round visits every one of them
-    once, the order rotated by one each round, so a drift in machine load (other users,
-    thermal) hits them all alike. The others (NumPy's BLAS and torch's OpenMP threads, which
-    keep spinning for up to ~0.1 s after a call and would slow whatever runs next) are
-    measured afterwards, each in one block between settling pauses.
-
-    Each sample: one warm-up call, then enough calls to last ``min_time`` (the count is fixed
-    on the first visit), with the share of the machine other processes used meanwhile
-    (:class:`asymo.lab.loadmon.OtherLoad`) and, for pool runs, the time the pool's workers
-    spent inside tasks. A sample with more than ``max_external`` is kept but does not count
-    as undisturbed; an item is sampled again (up to ``4 * repeats`` times) until it has
-    ``repeats`` undisturbed samples. The calling (submitting) thread runs on ``main_cpu``
-    while it samples, as an application's main thread would on the fastest core: left to
-    float, it would run the Python side of every call on whichever core, slowed or not.
-    ``between_rounds()``, when given, is called after every round of the interleaved items
-    (a calibration measured in runs of its own, but exposed to the same drift).
-    Returns ``{key: [(seconds per call, external share, task seconds per call or None),
-    ...]}``.
-    """
-    from tqdm import tqdm
-
-    from asymo.lab.loadmon import OtherLoad
-    mon = OtherLoad()
-    samples = {key: [] for key, _, _ in items}
-    numbers = {}
-    inter = [(k, f) for k, f, i in items if i]
-    blocks = [(k, f) for k, f, i in items if not i]
-    max_samples = MAX_ROUNDS_FACTOR * repeats
-
-    def clean(key):
-        return sum(1 for _, share, _ in samples[key] if share <= max_external)
-
-    def done(key):
-        return clean(key) >= repeats or len(samples[key]) >= max_samples
-
-    def sample(key, run):
-        with _pinned_thread(main_cpu):
-            run()
-            if key not in numbers:
-                numbers[key] = _calls_for(run, min_time)
-            number = numbers[key]
-            pool = _OPEN_POOLS[-1] if _OPEN_POOLS else None
-            if pool is not None:
-                pool.reset_stats()
-            snap = mon.snapshot()
-            t0 = time.perf_counter()
-            for _ in range(number):
-                run()
-            dt = (time.perf_counter() - t0) / number
-            share = mon.share_since(snap)
-            busy = None
-            if pool is not None:
-                busy = sum(w["busy_s"] for w in pool.stats()["workers"]) / number
-        samples[key].append((dt, share, busy))
-
-    bar = tqdm(total=len(items) * repeats, desc=desc, unit="run", disable=not progress,
-               leave=False)
-
-    def tick(key):
-        if bar.n >= bar.total:
-            bar.total += 1
-        bar.set_postfix_str(" ".join(str(k) for k in key)[:40])
-        bar.update(1)
-
-    try:
-        rnd = 0
-        while True:
-            todo = [(k, f) for k, f in inter if not done(k)]
-            if not todo:
-                break
-            shift = rnd % len(todo)
-            for key, factory in todo[shift:] + todo[:shift]:
-                with factory() as run:
-                    sample(key, run)
-                tick(key)
-            rnd += 1
-            if between_rounds is not None:
-                between_rounds()
-        for key, factory in blocks:
-            time.sleep(BASELINE_SETTLE_S)
-            with factory() as run:
-                while not done(key):
-                    sample(key, run)
-                    tick(key)
-        if blocks:
-            time.sleep(BASELINE_SETTLE_S)
-    finally:
-        bar.close()
-    return samples
-
-
-def _summarize(samples, max_external=DEFAULT_MAX_EXTERNAL):
-    """(median seconds, the samples used, their external shares, how many were undisturbed):
-    the undisturbed samples when there are any, else all of them."""
-    good = [x for x in samples if x[1] <= max_external]
-    used = good or list(samples)
-    times = [x[0] for x in used]
-    return statistics.median(times), times, [x[1] for x in used], len(good)
-
-
-def _serial_seconds(samples, max_external=DEFAULT_MAX_EXTERNAL):
-    """Median time per call spent outside the pool's tasks (the submitting thread's own work:
-    Python glue, planning, job submission), over the samples ``_summarize`` would use."""
-    good = [x for x in samples if x[1] <= max_external and x[2] is not None]
-    used = good or [x for x in samples if x[2] is not None]
-    if not used:
-        return 0.0
-    return max(0.0, statistics.median(t - busy for t, _, busy in used))
+#: calibration rounds at least, when the simulator is calibrated beside a sweep
+CALIBRATION_ROUNDS = 8
 
 
 def _policies_for(workload, policies):
@@ -164,66 +25,6 @@ def _policies_for(workload, policies):
     if policies is None:
         return have
     return [p for p in policies if p in have]
-
-
-def _single_core(topology, ci):
-    c = topology.clusters[ci]
-    return topo.Topology(clusters=(topo.Cluster(name=c.name, cpus=(c.cpus[0],),
-                                                capacity=c.capacity),),
-                         source=topology.source, emulated=topology.emulated)
-
-
-def _calibration_items(topology, workloads):
-    """What the simulator needs to model ``workloads`` here (see :func:`calibrate_sim`)."""
-    items = []
-    for wl in workloads:
-        for ci in range(topology.nclusters):
-            one = _single_core(topology, ci)
-            items.append((("cal", wl.name, ci),
-                          lambda wl=wl, one=one: wl.runner("asymo", one), True))
-    _, noop = _spin_cfunc()
-    nw = topology.ncpus
-    for pol in POOL_POLICIES:
-        for size, ntasks in (("small", nw), ("big", 64 * nw)):
-            @contextlib.contextmanager
-            def factory(pol=pol, ntasks=ntasks):
-                with _open_pool(topology, pol) as pool:
-                    yield lambda: pool.parallel_for(_fn_arg(noop), ntasks)
-            items.append((("cal", "noop", pol, size), factory, True))
-    return items
-
-
-def _sim_seconds_at_1gflops(wl, topology):
-    """Simulated single-core seconds of one run of ``wl`` at 1 GFLOP/s (its modelled work)."""
-    one = _single_core(topology, 0)
-    return sum(float(j.costs.sum()) for j in wl.sim_jobs(one, [1.0]))
-
-
-def _calibration_from(samples, topology, workloads, max_external=DEFAULT_MAX_EXTERNAL):
-    """Per workload: the run time on one core of each cluster, hence each cluster's rate on
-    the workload's modelled work; per policy: scheduling overheads from no-op jobs."""
-    per = {}
-    for wl in workloads:
-        t = [_summarize(samples[("cal", wl.name, ci)], max_external)[0]
-             for ci in range(topology.nclusters)]
-        # the fastest core's run time splits into time inside the pool's tasks and the
-        # submitting thread's serial work; rates come from the time inside tasks
-        serial = _serial_seconds(samples[("cal", wl.name, 0)], max_external)
-        inside = [max(x - serial, 1e-12) for x in t]
-        work = _sim_seconds_at_1gflops(wl, topology)
-        per[wl.name] = {"time_s": t, "serial_s": serial,
-                        "gflops_per_core": [work / x for x in inside],
-                        "speeds": [inside[0] / x for x in inside]}
-    overheads = {}
-    for pol in POOL_POLICIES:
-        small = _summarize(samples[("cal", "noop", pol, "small")], max_external)[0]
-        big = _summarize(samples[("cal", "noop", pol, "big")], max_external)[0]
-        # a job of nw no-op tasks costs job + one take per worker; of 64*nw, job + at most 64
-        # takes per worker (chunking merges takes: an upper bound on the per-take cost)
-        per_take = max(0.0, (big - small) / 63.0)
-        overheads[pol] = {"job": max(0.0, small - per_take), "task": per_take,
-                          "steal": per_take, "small_s": small, "big_s": big}
-    return {"workloads": per, "overheads": overheads}
 
 
 def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, repeats=5,
@@ -243,7 +44,7 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
         Stop at this many cores.
     repeats : int
         Samples per point (pool policies interleaved over all points, baselines in blocks;
-        see ``_measure_items``); the median is reported.
+        see :func:`asymo.lab.sampling.measure_items`); the median is reported.
     min_time : float
         Each sample lasts at least this long (seconds).
     progress : bool
@@ -300,31 +101,30 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
     if calibrate:
         # the simulator's inputs, measured in runs of their own, one calibration round
         # after each of the sweep's rounds (drift in the machine's speed hits both alike)
-        from asymo.lab.sim.calibrate import SimCalibrator
-        items += [it for it in _calibration_items(topology, []) if it[0][1] == "noop"]
+        items += overhead_items(topology)
         calibrator = SimCalibrator(topology, pool_workloads, emulator_period=emulator_period,
                                    max_external=max_external)
-    load_before = _loadavg()
+    load_before = loadavg()
     with calibrator as cal:
-        samples = _measure_items(items, repeats, min_time, progress, desc="scaling",
+        samples = measure_items(items, repeats, min_time, progress, desc="scaling",
                                  max_external=max_external, main_cpu=topology.cpus[0],
                                  between_rounds=cal.round if calibrate else None)
         if calibrate:
             while cal.rounds < CALIBRATION_ROUNDS:
                 cal.round()
-            overheads = _calibration_from(samples, topology, [], max_external)["overheads"]
+            overheads = overheads_from(samples, max_external)
             calibration = cal.result(overheads, interleaved=True)
-    load_after = _loadavg()
+    load_after = loadavg()
     points = []
     for key, (wl, sub) in meta.items():
-        med, times, shares, nclean = _summarize(samples[key], max_external)
+        med, times, shares, nclean = summarize(samples[key], max_external)
         points.append(Point(workload=wl.name, policy=key[1], cores=key[2],
                             throughput=wl.throughput(med), unit=wl.unit, time_s=med,
                             cpus=list(sub.cpus), times_s=times,
                             external_load=statistics.median(shares),
                             samples_clean=nclean, samples_total=len(samples[key])))
     res = ScalingResult(points=points, mode="measured", topology=first_cores(topology, ncores),
-                        meta=_machine_meta(topology) | {"repeats": repeats,
+                        meta=machine_meta(topology) | {"repeats": repeats,
                                                         "min_time_s": min_time,
                                                         "interleaved": True,
                                                         "max_external_load": max_external,
@@ -334,9 +134,8 @@ def measure_scaling(workloads, *, policies=None, topology=None, max_cores=None, 
     res.workload_objs = list(workloads)
     if topology.emulated:
         if emulator_period is None:
-            from asymo.lab.sim.calibrate import _default_period
-            emulator_period = _default_period()
+            emulator_period = default_period()
         res.meta["emulator_period_s"] = emulator_period
     res.calibration = calibration
-    res._fill_speedups()
+    res.fill_speedups()
     return res

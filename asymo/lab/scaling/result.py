@@ -11,7 +11,8 @@ from typing import Optional
 import numpy as np
 
 from asymo.hw import topology as topo
-from asymo.lab.scaling.machine import _torch
+from asymo.lab.machine import torch_module
+from asymo.lab.scaling.report import format_number, format_validation
 
 SCHEMA = "asymo.bench.scaling/1"
 
@@ -51,7 +52,8 @@ class ScalingResult:
     calibration: Optional[dict] = None
     workload_objs: list = field(default_factory=list, repr=False, compare=False)
 
-    def _fill_speedups(self):
+    def fill_speedups(self):
+        """Set every point's speedup over the same workload and policy on one core."""
         base = {(p.workload, p.policy): p.throughput for p in self.points if p.cores == 1}
         for p in self.points:
             b = base.get((p.workload, p.policy))
@@ -154,7 +156,7 @@ class ScalingResult:
                 row = f"{pol:<10}"
                 for k in range(1, ncores + 1):
                     v = vals.get(k)
-                    row += f"{_fmt(v):>10}"
+                    row += f"{format_number(v):>10}"
                 sp = max(v for _, v in pts) / vals[1] if vals.get(1) else float("nan")
                 row += f"{sp:>8.2f}x"
                 lines.append(row)
@@ -162,8 +164,6 @@ class ScalingResult:
         lines.append("cores are added fastest cluster first; best/1: best throughput over "
                      "the policy's own 1-core figure.")
         if self.validation:
-            # imported here: asymo.lab.scaling.validate imports this module
-            from asymo.lab.scaling.validate import format_validation
             lines.append("")
             lines.extend(format_validation(self.validation))
         return "\n".join(lines)
@@ -266,24 +266,16 @@ class ScalingResult:
         return fig
 
 
-def _fmt(v):
-    if v is None:
-        return "-"
-    if v >= 100:
-        return f"{v:.0f}"
-    if v >= 10:
-        return f"{v:.1f}"
-    return f"{v:.2f}"
-
-
-def _machine_meta(topology):
+def machine_meta(topology):
+    """What a measured sweep records about the machine: CPU, platform, library versions,
+    usable cores, topology and emulation."""
     from asymo.hw.topology import cpu_model_name
     meta = {"cpu_model": cpu_model_name(), "platform": platform.platform(),
             "python": platform.python_version(), "numpy": np.__version__,
             "usable_cpus": sorted(os.sched_getaffinity(0)),
             "topology_spec": topology.to_spec(),
             "emulated": {str(k): v for k, v in sorted(topology.emulated.items())}}
-    torch = _torch()
+    torch = torch_module()
     if torch is not None:
         meta["torch"] = torch.__version__
     try:

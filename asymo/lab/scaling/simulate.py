@@ -9,7 +9,9 @@ import numpy as np
 from asymo.hw import topology as topo
 from asymo.lab.scaling.result import Point, ScalingResult
 from asymo.lab.scaling.workloads import POOL_POLICIES
-from asymo.lab.sim.engine import Job, Overheads, first_cores, simulate
+from asymo.lab.sim.costs import model_costs_for
+from asymo.lab.sim.engine import CoRunning, Interference, Job, Overheads, first_cores, simulate
+from asymo.lab.sim.presets import Preset, get_preset
 
 # Scheduling costs the simulator uses for preset CPUs unless told otherwise, from asymo's pool
 # on the development machine: an empty job through parallel_for 3.8 us (bench/pool_overhead.py,
@@ -37,7 +39,6 @@ def parse_interference(text):
     from START to STOP milliseconds after the start of each simulated run (the whole run when
     omitted).
     """
-    from asymo.lab.sim.engine import Interference
     out = []
     for item in text.split(","):
         parts = item.strip().split(":")
@@ -91,7 +92,6 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
         capabilities; ``meta["task_costs"]`` says which jobs came from where
         (`asymo.lab.sim.costs`).
     """
-    from asymo.lab.sim.presets import Preset, get_preset
     if isinstance(target, str):
         target = get_preset(target)
     if isinstance(target, Preset):
@@ -131,7 +131,6 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
         raise ValueError(f"the simulator models the pool policies and 'numpy', not {bad}")
     ncores = topology.ncpus if max_cores is None else min(int(max_cores), topology.ncpus)
     if cost_models is not None:
-        from asymo.lab.sim.costs import model_costs_for
         cost_models = model_costs_for(cost_models, topology)
     from tqdm import tqdm
     points = []
@@ -144,7 +143,6 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
                 else wl.sim_jobs(sub, sub_rates, task_costs=cost_models))
         itf = [i for i in interference if i.cpu in sub.cpus]
         if corun is not None and k > 1:
-            from asymo.lab.sim.engine import CoRunning
             itf.append(CoRunning(factor=corun))
         if pol == "numpy":
             jobs = _numpy_model_jobs(jobs, k)
@@ -170,5 +168,5 @@ def simulate_scaling(target, workloads, *, policies=None, overheads=None, speeds
                               "task_costs": (cost_models.to_dict() if cost_models is not None
                                              else "capabilities")},
                         workloads={wl.name: wl.describe() for wl in workloads})
-    res._fill_speedups()
+    res.fill_speedups()
     return res

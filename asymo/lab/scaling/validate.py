@@ -1,5 +1,6 @@
 """Validating the simulator against a measured sweep of this machine (:func:`validate_sim`):
-the emulator's duty cycles, phases and back-to-back calls, and the report."""
+the emulator's duty cycles, phases and back-to-back calls (the report's text is
+:func:`asymo.lab.scaling.report.format_validation`)."""
 from __future__ import annotations
 
 import math
@@ -7,11 +8,15 @@ import statistics
 
 import numpy as np
 
-from asymo.lab.scaling.result import _fmt
+from asymo.lab.machine import emulated_cpus
 from asymo.lab.scaling.workloads import POOL_POLICIES
-from asymo.lab.sim.calibrate import (_default_period, _emulated_cpus, _fast_cpu, calibrate_sim,
-                                  format_calibration, sim_inputs, submitter_wake, traced_ratio)
+from asymo.lab.sim.calibrate import (calibrate_sim, default_period, sim_inputs, submitter_wake,
+                                     traced_ratio)
 from asymo.lab.sim.engine import DutyCycle, Job, Overheads, first_cores, simulate
+
+__all__ = ["validate_sim", "back_to_back_calls", "sim_mean", "phased", "duty_cycles",
+           "noop_overheads", "TOLERANCE", "SIM_PHASES", "SIM_BACK_TO_BACK_PERIODS",
+           "SIM_BACK_TO_BACK_MAX"]
 
 
 #: the issue's target: simulated throughput within this share of the measured
@@ -24,14 +29,14 @@ SIM_BACK_TO_BACK_PERIODS = 40
 SIM_BACK_TO_BACK_MAX = 32
 
 
-def _duty_cycles(topology, period):
+def duty_cycles(topology, period):
     """The emulator's stops on ``topology``'s emulated cores: core ``cpu`` at speed ``s`` is
     stopped for ``1 - s`` of every period (see :class:`asymo.lab.sim.DutyCycle`)."""
     return [DutyCycle(cpu=cpu, busy=1.0 - topology.emulated[cpu], period=period)
-            for cpu in _emulated_cpus(topology)]
+            for cpu in emulated_cpus(topology)]
 
 
-def _phased(interference, i, n):
+def phased(interference, i, n):
     """The interference list with every duty cycle's periods shifted by ``i / n`` of a
     period (other kinds unchanged)."""
     return [DutyCycle(cpu=d.cpu, busy=d.busy, period=d.period, phase=d.period * i / n)
@@ -47,7 +52,7 @@ def back_to_back_calls(one_call_s, period):
                    max(1, math.ceil(SIM_BACK_TO_BACK_PERIODS * period / one_call_s))))
 
 
-def _sim_mean(topology, jobs, policy, overheads, interference, *, back_to_back=False):
+def sim_mean(topology, jobs, policy, overheads, interference, *, back_to_back=False):
     """Simulated makespan of one call (the job sequence ``jobs``), averaged over SIM_PHASES
     offsets of the emulator's periods. ``back_to_back``: the call is simulated ``R`` times
     in a row in one simulation (:func:`back_to_back_calls`; each call's jobs with their
@@ -62,7 +67,7 @@ def _sim_mean(topology, jobs, policy, overheads, interference, *, back_to_back=F
         return res
     def phased_runs(calls):
         return [simulate(topology, list(jobs) * calls, policy=policy, overheads=overheads,
-                         interference=_phased(interference, i, SIM_PHASES))
+                         interference=phased(interference, i, SIM_PHASES))
                 for i in range(SIM_PHASES)]
 
     runs = phased_runs(1)
@@ -78,16 +83,7 @@ def _sim_mean(topology, jobs, policy, overheads, interference, *, back_to_back=F
     return res
 
 
-def _trace_cpus(topology):
-    """Where each cluster's task costs are traced: on an emulated machine every cluster on
-    the first un-slowed core (the cores are alike; the slowdown is modelled as the
-    emulator's stops), else on each cluster's own first core."""
-    if topology.emulated:
-        return [_fast_cpu(topology)] * topology.nclusters
-    return [c.cpus[0] for c in topology.clusters]
-
-
-def _noop_overheads(cal, topology, duties):
+def noop_overheads(cal, topology, duties):
     """Per-policy overheads: the no-op job times less what the model already explains (the
     emulator's stops delay a job whose tasks wait for a stopped core)."""
     nw = topology.ncpus
@@ -99,8 +95,8 @@ def _noop_overheads(cal, topology, duties):
             out[pol] = o
             continue
         zero = [Job(costs=np.zeros((n, ncl)), name="noop") for n in (nw, 64 * nw)]
-        s_small = _sim_mean(topology, zero[:1], pol, Overheads(), duties).makespan
-        s_big = _sim_mean(topology, zero[1:], pol, Overheads(), duties).makespan
+        s_small = sim_mean(topology, zero[:1], pol, Overheads(), duties).makespan
+        s_big = sim_mean(topology, zero[1:], pol, Overheads(), duties).makespan
         per_take = max(0.0, ((big - s_big) - (small - s_small)) / 63.0)
         out[pol] = {"job": max(0.0, small - s_small - per_take), "task": per_take,
                     "steal": per_take}
@@ -148,13 +144,13 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
     if emulator_period is None:
         emulator_period = measured.meta.get("emulator_period_s")
     if emulator_period is None:
-        emulator_period = _default_period()
+        emulator_period = default_period()
     cal = calibration or getattr(measured, "calibration", None)
     if cal is None or any(n not in cal["workloads"] for n in names):
         cal = calibrate_sim(topology, [byname[n] for n in names], repeats=repeats,
                             min_time=min_time, emulator_period=emulator_period)
-    duties = _duty_cycles(topology, emulator_period)
-    overheads = _noop_overheads(cal, topology, duties)
+    duties = duty_cycles(topology, emulator_period)
+    overheads = noop_overheads(cal, topology, duties)
     wake = submitter_wake(cal)
     out = {}
     for name in names:
@@ -173,8 +169,8 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
             sub = first_cores(topology, p.cores)
             o = overheads[p.policy]
             ov = Overheads(job=o["job"], task=o["task"], steal=o["steal"], wake=wake)
-            res = _sim_mean(sub, jobs, p.policy, ov, itf, back_to_back=True)
-            res0 = _sim_mean(sub, jobs, p.policy, ov, itf0, back_to_back=True)
+            res = sim_mean(sub, jobs, p.policy, ov, itf, back_to_back=True)
+            res0 = sim_mean(sub, jobs, p.policy, ov, itf0, back_to_back=True)
             sim_tp = wl.throughput(res.makespan)
             p.sim_throughput = sim_tp
             best = wl.throughput(min(p.times_s)) if p.times_s else p.throughput
@@ -226,52 +222,3 @@ def validate_sim(measured, *, calibration=None, topology=None, workloads=None, r
                      "overheads_s": overheads}}
     measured.validation = val
     return val
-
-
-def format_validation(val):
-    model = val.get("model", {})
-    emu = ", ".join(f"cpu {e['cpu']} stopped {e['stopped']:.0%} of every "
-                    f"{e['period_s'] * 1e3:g} ms" for e in model.get("emulator", []))
-    lines = ["simulator vs measurement. The simulator is given only the calibration, measured "
-             "in runs separate from the points predicted: each workload's pool jobs traced "
-             "task by task as each cluster with the submitting thread's work between jobs; "
-             "no-op jobs for the overheads; the workload's co-running factor"
-             + (f"; the emulator's duty cycle ({emu}) plus the time per period the workload "
-                "loses beyond it" if emu else "") + "."]
-    cal = val.get("calibration")
-    if cal and cal.get("schema"):
-        lines.extend(format_calibration(cal))
-    for name, w in val["workloads"].items():
-        lines.append("")
-        av = ", ".join(f"cpu {c} {a:.3f}" for c, a in w.get("availability", {}).items())
-        cr = w.get("corun_factor")
-        lines.append(f"{name} [{w['unit']}]  {w.get('jobs', 0)} pool jobs, "
-                     f"{w.get('tasks', 0)} tasks per run; submitting thread's own work "
-                     f"{w.get('serial_s', 0.0) * 1e3:.2f} ms per run"
-                     + (f"; availability {av}" if av else "")
-                     + (f"; co-running factor {cr:.3f}" if cr is not None else ""))
-        lines.append(f"{'policy':<10}{'cores':>6}{'measured':>12}{'simulated':>12}"
-                     f"{'error':>9}{'best run':>12}{'error':>9}{'duty only':>11}"
-                     f"{'speedup':>10}")
-        for r in w["points"]:
-            sp = r.get("error_speedup")
-            lines.append(f"{r['policy']:<10}{r['cores']:>6}{_fmt(r['measured']):>12}"
-                         f"{_fmt(r['simulated']):>12}{r['error'] * 100:>8.1f}%"
-                         f"{_fmt(r['measured_best']):>12}{r['error_vs_best'] * 100:>8.1f}%"
-                         f"{r.get('error_duty_only', float('nan')) * 100:>10.1f}%"
-                         + (f"{sp * 100:>9.1f}%" if sp is not None and r["cores"] > 1
-                            else f"{'':>10}"))
-        ok = "within" if w["max_abs_error"] <= val["tolerance"] else "OUTSIDE"
-        lines.append(f"largest |error| {w['max_abs_error'] * 100:.1f}% ({ok} the "
-                     f"{val['tolerance'] * 100:.0f}% target)")
-    lines.append("error = (simulated - measured) / measured, measured = median of the "
-                 "undisturbed runs; best run = the fastest run; duty only = the error of the "
-                 "simulator without the measured availability and co-running factor (nominal "
-                 "duty cycle, cores independent); speedup = the error of the simulated "
-                 "speedup over the same policy's 1-core point (a diagnostic: it takes the "
-                 "sweep's own 1-core figure as the level).")
-    lines.append("one sweep: on a shared or virtual machine the same point moves by 10-20% "
-                 "from sweep to sweep (compare the 1-core rows, which every policy runs "
-                 "alike); pool several sweeps' --json files with "
-                 "bench/sim_validation_summary.py before judging the model.")
-    return lines

@@ -8,10 +8,13 @@ import math
 
 import numpy as np
 
-from asymo.lab.scaling.machine import _asymo_attr, _baseline_threads, _open_pool, _torch
+from asymo.lab.machine import asymo_attr, baseline_threads, open_pool, torch_module
 from asymo.lab.sim.engine import Job
+from asymo.runtime.pool import POLICIES
 
-POOL_POLICIES = ("asymo", "even", "shared", "steal")
+#: the pool's scheduling policies (the C library's ``ASYMO_POLICY_*``, via asymo.runtime.pool)
+POOL_POLICIES = tuple(POLICIES)
+#: other libraries' thread pools a workload can run on, for comparison
 BASELINES = ("numpy", "torch")
 
 
@@ -34,7 +37,7 @@ class Workload:
             [b for b in BASELINES if self._baseline_ok(b)]
 
     def _pool_ok(self):
-        return _asymo_attr("Pool") is not None
+        return asymo_attr("Pool") is not None
 
     def _baseline_ok(self, name):
         return False
@@ -45,6 +48,10 @@ class Workload:
 
     def describe(self):
         return self.name
+
+    def independent_copy(self):
+        """A workload doing the same work that can run beside this one (no buffer shared)."""
+        return self
 
 
 _SPIN_FN = None
@@ -81,16 +88,8 @@ def _spin_cfunc():
                 a7 = a7 * m + c
             out[task + 2] = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7
 
-        @numba.cfunc(types.void(types.int64, types.voidptr), nopython=True)
-        def noop(task, ctx):
-            pass
-
-        _SPIN_FN = (spin, noop)
+        _SPIN_FN = spin
     return _SPIN_FN
-
-
-def _fn_arg(cfunc):
-    return cfunc.address
 
 
 class SpinWorkload(Workload):
@@ -114,12 +113,12 @@ class SpinWorkload(Workload):
     def runner(self, policy, topology):
         if policy not in POOL_POLICIES:
             raise ValueError(f"spin runs on the pool only, not {policy!r}")
-        spin, _ = _spin_cfunc()
+        spin = _spin_cfunc()
         buf = np.zeros(2 + self.ntasks)
         buf[0] = self.iters
         ctx = buf.ctypes.data
-        with _open_pool(topology, policy) as pool:
-            yield lambda: pool.parallel_for(_fn_arg(spin), self.ntasks, ctx=ctx)
+        with open_pool(topology, policy) as pool:
+            yield lambda: pool.parallel_for(spin, self.ntasks, ctx=ctx)
 
     def sim_jobs(self, topology, gflops_per_core, task_costs=None):
         # not a GEMM: the cost model does not describe it, capabilities price it
@@ -219,32 +218,36 @@ class MatmulWorkload(Workload):
     def describe(self):
         return "matmul: " + ", ".join(f"{M}x{K}x{N}" for M, K, N in self.shapes)
 
+    def independent_copy(self):
+        # the products write into the operands' output buffers
+        return MatmulWorkload(shapes=self.shapes)
+
     def _pool_ok(self):
-        return _asymo_attr("Pool") is not None and _asymo_attr("matmul") is not None
+        return asymo_attr("Pool") is not None and asymo_attr("matmul") is not None
 
     def _baseline_ok(self, name):
-        return name == "numpy" or _torch() is not None
+        return name == "numpy" or torch_module() is not None
 
     @contextlib.contextmanager
     def runner(self, policy, topology):
         if policy in POOL_POLICIES:
-            matmul = _asymo_attr("matmul")
-            with _open_pool(topology, policy) as pool:
+            matmul = asymo_attr("matmul")
+            with open_pool(topology, policy) as pool:
                 def run():
                     for a, b, out in self.operands:
                         matmul(a, b, out=out, pool=pool)
                 yield run
         elif policy == "numpy":
-            with _baseline_threads(policy, topology.cpus):
+            with baseline_threads(policy, topology.cpus):
                 def run():
                     for a, b, out in self.operands:
                         np.matmul(a, b, out=out)
                 yield run
         elif policy == "torch":
-            torch = _torch()
+            torch = torch_module()
             ops = [(torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(o))
                    for a, b, o in self.operands]
-            with _baseline_threads(policy, topology.cpus):
+            with baseline_threads(policy, topology.cpus):
                 def run():
                     for a, b, out in ops:
                         torch.matmul(a, b, out=out)
@@ -258,7 +261,7 @@ class MatmulWorkload(Workload):
                 for M, K, N in self.shapes]
 
 
-def _im2col_conv(x, w, stride, padding):
+def im2col_conv(x, w, stride, padding):
     """NumPy baseline conv2d: im2col (a strided view, copied) and one BLAS matmul."""
     n, c, h, wd = x.shape
     oc, _, kh, kw = w.shape
@@ -298,32 +301,32 @@ class Conv2dWorkload(Workload):
                                       for c, h, w, oc, k, s, p in self.layers)
 
     def _pool_ok(self):
-        return _asymo_attr("Pool") is not None and _asymo_attr("conv2d") is not None
+        return asymo_attr("Pool") is not None and asymo_attr("conv2d") is not None
 
     def _baseline_ok(self, name):
-        return name == "numpy" or _torch() is not None
+        return name == "numpy" or torch_module() is not None
 
     @contextlib.contextmanager
     def runner(self, policy, topology):
         if policy in POOL_POLICIES:
-            conv2d = _asymo_attr("conv2d")
-            with _open_pool(topology, policy) as pool:
+            conv2d = asymo_attr("conv2d")
+            with open_pool(topology, policy) as pool:
                 def run():
                     for x, w, s, p in self.operands:
                         conv2d(x, w, stride=s, padding=p, pool=pool)
                 yield run
         elif policy == "numpy":
-            with _baseline_threads(policy, topology.cpus):
+            with baseline_threads(policy, topology.cpus):
                 def run():
                     for x, w, s, p in self.operands:
-                        _im2col_conv(x, w, s, p)
+                        im2col_conv(x, w, s, p)
                 yield run
         elif policy == "torch":
-            torch = _torch()
+            torch = torch_module()
             import torch.nn.functional as F
             ops = [(torch.from_numpy(x), torch.from_numpy(w), s, p)
                    for x, w, s, p in self.operands]
-            with _baseline_threads(policy, topology.cpus):
+            with baseline_threads(policy, topology.cpus):
                 def run():
                     with torch.no_grad():
                         for x, w, s, p in ops:
@@ -367,10 +370,10 @@ class ModelWorkload(Workload):
         return models
 
     def _pool_ok(self):
-        return _asymo_attr("Pool") is not None and self._zoo() is not None
+        return asymo_attr("Pool") is not None and self._zoo() is not None
 
     def _baseline_ok(self, name):
-        if name != "torch" or _torch() is None or self._zoo() is None:
+        if name != "torch" or torch_module() is None or self._zoo() is None:
             return False
         try:
             from asymo.models import torch_backend  # noqa: F401
@@ -398,14 +401,14 @@ class ModelWorkload(Workload):
     def runner(self, policy, topology):
         models = self._load()
         if policy in POOL_POLICIES:
-            with _open_pool(topology, policy) as pool:
+            with open_pool(topology, policy) as pool:
                 def run():
                     for m, x in models:
                         m.run(x, pool=pool)
                 yield run
         elif policy == "torch":
             from asymo.models.torch_backend import torch_forward
-            with _baseline_threads(policy, topology.cpus):
+            with baseline_threads(policy, topology.cpus):
                 def run():
                     for m, x in models:
                         torch_forward(m, x)

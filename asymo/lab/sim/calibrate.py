@@ -43,7 +43,22 @@ import warnings
 
 import numpy as np
 
-__all__ = ["SCHEMA", "calibrate_sim", "measure_submitter_wake", "spin_pair_task", "interquartile_mean", "sim_inputs", "traced_ratio", "save_calibration",
+from asymo.hw import topology as topo
+from asymo.lab.emulate import DEFAULT_PERIOD
+from asymo.lab.loadmon import OtherLoad
+from asymo.lab.machine import (OPEN_POOLS, emulated_cpus, fast_cpu, loadavg, open_pool,
+                               pinned_thread, trace_cpus)
+from asymo.lab.sampling import measure_items, overhead_items, overheads_from
+from asymo.lab.sim.engine import CoRunning, DutyCycle, first_cores
+from asymo.lab.sim.trace import (jobs_from_traces, merge_traces, task_seconds, trace_from_dict,
+                                 trace_jobs, trace_to_dict)
+from asymo.plan.split_cost import PERIOD_ENV_VAR, emulated_period
+from asymo.runtime.ffi import ffi
+from asymo.runtime.pool import POLICIES
+
+__all__ = ["SCHEMA", "calibrate_sim", "SimCalibrator", "measure_submitter_wake",
+           "submitter_wake", "spin_pair_task", "time_pair_job", "interquartile_mean",
+           "default_period", "sim_inputs", "traced_ratio", "save_calibration",
            "load_calibration", "check_calibration", "format_calibration", "CalibrationWarning"]
 
 SCHEMA = "asymo.sim.calibration/1"
@@ -53,24 +68,12 @@ class CalibrationWarning(UserWarning):
     """A simulator calibration file was unreadable or measured on another machine."""
 
 
-def _emulated_cpus(topology):
-    return [cpu for cpu, s in sorted(topology.emulated.items())
-            if cpu in topology.cpus and s < 1.0]
-
-
-def _fast_cpu(topology):
-    fast = [c for c in topology.cpus if topology.emulated.get(c, 1.0) >= 1.0]
-    return fast[0] if fast else topology.cpus[0]
-
-
 @contextlib.contextmanager
 def _co_runner(wl, cpu, topology):
     """A thread of this process that runs ``wl`` on a one-core pool on ``cpu`` without pause
     while switched on. Yields ``switch(on)``: ``switch(True)`` starts it running (returns once
     it does), ``switch(False)`` pauses it and returns the share of wall time its pool spent
     in tasks while it was on (its own serial work between runs is not interference)."""
-    from asymo.hw import topology as topo
-    from asymo.lab.scaling.machine import _OPEN_POOLS, _pinned_thread
     one = topo.Topology(clusters=(topo.Cluster(name="corun", cpus=(cpu,), capacity=1.0),),
                         source=topology.source, emulated={})
     stop, on, ready, box = threading.Event(), threading.Event(), threading.Event(), {}
@@ -78,8 +81,8 @@ def _co_runner(wl, cpu, topology):
 
     def loop():
         try:
-            with _pinned_thread(cpu), wl.runner("asymo", one) as run:
-                box["pool"] = _OPEN_POOLS[-1]
+            with pinned_thread(cpu), wl.runner("asymo", one) as run:
+                box["pool"] = OPEN_POOLS[-1]
                 run()
                 ready.set()
                 while not stop.is_set():
@@ -128,9 +131,8 @@ def _sample_seconds(measure, cpu, seconds, max_external, mon, max_samples=400):
     at least ``seconds`` (at least 3 calls, after one warm-up): a long sample, so that an
     emulated core's stops fall at every phase of the calls. Calls disturbed by other
     processes (more than ``max_external`` of the machine) are left out unless all were."""
-    from asymo.lab.scaling.machine import _pinned_thread
     clean, every, total = [], [], 0.0
-    with _pinned_thread(cpu):
+    with pinned_thread(cpu):
         measure()                                           # warm-up
         while (total < seconds or len(clean) < 3) and len(every) < max_samples:
             snap = mon.snapshot()
@@ -145,7 +147,6 @@ def _sample_seconds(measure, cpu, seconds, max_external, mon, max_samples=400):
 def _traced_sums(run, pool, cpu, seconds, max_external, mon, bufs):
     """Seconds in tasks per run of ``run()``, traced as cluster 0 on ``cpu``
     (:func:`_sample_seconds`)."""
-    from asymo.lab.sim.trace import task_seconds, trace_jobs
     return _sample_seconds(lambda: task_seconds(trace_jobs(run, pool, 0, buffers=bufs)),
                            cpu, seconds, max_external, mon)
 
@@ -164,7 +165,6 @@ def _traced_ratio(untraced_s, trace, job_overhead_s):
     """Traced task time over what untraced calls on one core leave for the tasks (the call
     less the submitting thread's traced work and the per-job overheads): about 1 in a
     consistent calibration."""
-    from asymo.lab.sim.trace import task_seconds
     jobs, tail = trace
     tasks = task_seconds(trace)
     serial = sum(j.gap_s for j in jobs) + tail + job_overhead_s * len(jobs)
@@ -172,14 +172,6 @@ def _traced_ratio(untraced_s, trace, job_overhead_s):
     if tasks <= 0 or not (math.isfinite(left) and left > 0):
         return None
     return tasks / left
-
-
-def _copy_for_corun(wl):
-    """A workload object the co-runner can run beside ``wl`` (no output buffer shared)."""
-    from asymo.lab.scaling.workloads import MatmulWorkload
-    if isinstance(wl, MatmulWorkload):
-        return MatmulWorkload(shapes=wl.shapes)
-    return wl
 
 
 def calibrate_sim(topology, workloads, *, repeats=5, emulator_period=None, min_time=0.02,
@@ -215,14 +207,13 @@ def calibrate_sim(topology, workloads, *, repeats=5, emulator_period=None, min_t
     """
     from tqdm import tqdm
 
-    from asymo.lab.scaling.measure import _calibration_from, _calibration_items, _measure_items
     if emulator_period is None:
-        emulator_period = _default_period()
+        emulator_period = default_period()
     # scheduling overheads: no-op jobs, interleaved rounds as in the sweep
-    items = [it for it in _calibration_items(topology, []) if it[0][1] == "noop"]
-    samples = _measure_items(items, repeats, min_time, progress, desc="overheads",
-                             max_external=max_external, main_cpu=topology.cpus[0])
-    overheads = _calibration_from(samples, topology, [], max_external)["overheads"]
+    samples = measure_items(overhead_items(topology), repeats, min_time, progress,
+                            desc="overheads", max_external=max_external,
+                            main_cpu=topology.cpus[0])
+    overheads = overheads_from(samples, max_external)
     cal = SimCalibrator(topology, workloads, emulator_period=emulator_period,
                         sample_s=sample_s, max_external=max_external, corun=corun)
     with cal, tqdm(total=rounds, desc="calibrating sim", unit="round", disable=not progress,
@@ -273,8 +264,6 @@ class _WorkloadCalibration(_StackedContext):
     """
 
     def __init__(self, wl, topology, fast, emulated, period, sample_s, max_external, corun):
-        from asymo.runtime.ffi import ffi
-        from asymo.lab.loadmon import OtherLoad
         self.wl, self.topology, self.fast, self.emulated = wl, topology, fast, emulated
         self.period, self.sample_s, self.max_external = period, sample_s, max_external
         self.corun = corun
@@ -300,25 +289,20 @@ class _WorkloadCalibration(_StackedContext):
         self.rounds = 0
 
     def _open(self, stack):
-        from asymo.lab.scaling.machine import _OPEN_POOLS
-        from asymo.lab.scaling.validate import _trace_cpus
-        from asymo.lab.sim.engine import first_cores
         self.runs = {}
         for k in range(1, self.topology.ncpus + 1):
             sub = first_cores(self.topology, k)
             run = stack.enter_context(self.wl.runner("asymo", sub))
-            self.runs[k] = (run, _OPEN_POOLS[-1], sub, _trace_cpus(sub))
+            self.runs[k] = (run, OPEN_POOLS[-1], sub, trace_cpus(sub))
         self.switch = stack.enter_context(
-            _co_runner(_copy_for_corun(self.wl), self.other, self.topology)) \
+            _co_runner(self.wl.independent_copy(), self.other, self.topology)) \
             if self.corun else None
 
     def round(self):
-        from asymo.lab.scaling.machine import _pinned_thread
-        from asymo.lab.sim.trace import trace_jobs
         bufs, mon = self.bufs, self.mon
         for k, (run, pool, sub, cpus) in self.runs.items():
             for c in range(sub.nclusters):
-                with _pinned_thread(cpus[c]):
+                with pinned_thread(cpus[c]):
                     if self.rounds == 0:
                         trace_jobs(run, pool, c, buffers=bufs)       # warm-up
                     snap = mon.snapshot()
@@ -344,7 +328,6 @@ class _WorkloadCalibration(_StackedContext):
         self.rounds += 1
 
     def result(self):
-        from asymo.lab.sim.trace import merge_traces, trace_to_dict
         out = {"description": self.wl.describe(), "rounds": self.rounds, "traces": {}}
         for k, (_, _, sub, _) in self.runs.items():
             out["traces"][str(k)] = [
@@ -398,20 +381,17 @@ class SimCalibrator(_StackedContext):
 
     def __init__(self, topology, workloads, *, emulator_period=None, sample_s=0.03,
                  max_external=0.05, corun=True):
-        from asymo.lab.scaling.measure import _loadavg
-        from asymo.lab.scaling.workloads import POOL_POLICIES
         self.topology = topology
-        self.period = emulator_period if emulator_period is not None else _default_period()
-        self.emulated = _emulated_cpus(topology)
-        self.fast = _fast_cpu(topology)
+        self.period = emulator_period if emulator_period is not None else default_period()
+        self.emulated = emulated_cpus(topology)
+        self.fast = fast_cpu(topology)
         self.max_external = max_external
         self.parts = [_WorkloadCalibration(wl, topology, self.fast, self.emulated,
                                            self.period, sample_s, max_external,
                                            corun and topology.ncpus >= 2)
-                      for wl in workloads if any(p in POOL_POLICIES
-                                                 for p in wl.policies())]
+                      for wl in workloads if any(p in POLICIES for p in wl.policies())]
         self.sample_s = sample_s
-        self.load_before = _loadavg()
+        self.load_before = loadavg()
         self.t0 = time.perf_counter()
 
     def _open(self, stack):
@@ -427,7 +407,6 @@ class SimCalibrator(_StackedContext):
             part.round()
 
     def result(self, overheads, *, interleaved=False):
-        from asymo.lab.scaling.measure import _loadavg
         emulated = self.emulated
         wake, wake_info = measure_submitter_wake(self.topology)
         return {"schema": SCHEMA,
@@ -443,7 +422,7 @@ class SimCalibrator(_StackedContext):
                 "interleaved_with_sweep": bool(interleaved),
                 "overheads": overheads,
                 "workloads": {p.wl.name: p.result() for p in self.parts},
-                "loadavg_before": self.load_before, "loadavg_after": _loadavg(),
+                "loadavg_before": self.load_before, "loadavg_after": loadavg(),
                 "seconds": time.perf_counter() - self.t0}
 
 
@@ -488,8 +467,8 @@ def measure_submitter_wake(topology, *, jobs=100, task_s=300e-6, quantile=0.1, s
     """Seconds the submitting thread takes to wake when it waited past its spin.
 
     Two-task jobs under the ``even`` policy on the first two cores (task 0 on the
-    submitter's core, task 1 on the other; as ``bench/even_join_diagnostic.py``): "submitter
-    short" jobs (task 0 short, task 1 ``task_s`` long: the submitter runs out of work, spins
+    submitter's core, task 1 on the other; docs/scaling-validation.md, "The even join"):
+    "submitter short" jobs (task 0 short, task 1 ``task_s`` long: the submitter runs out of work, spins
     10 us, sleeps on its futex and is woken when task 1 ends) against "worker short" jobs (the
     job ends on the submitter's own core, within its spin). Per job, wall time minus the
     longest task's time inside the task (the pool's ``busy_s``); the wake-up is the
@@ -498,15 +477,13 @@ def measure_submitter_wake(topology, *, jobs=100, task_s=300e-6, quantile=0.1, s
     the low quantile is a job that did not). Returns ``(wake_s, info)``; ``wake_s`` is 0 on
     fewer than two cores.
     """
-    from asymo.lab.scaling.machine import _open_pool, _pinned_thread
     if topology.ncpus < 2:
         return 0.0, {"note": "one core: no wake-up to measure"}
-    from asymo.lab.sim.engine import first_cores
     sub = first_cores(topology, 2)
     spin = spin_pair_task()
     buf = np.zeros(4)
     rng = np.random.default_rng(seed)
-    with _open_pool(sub, "even") as pool, _pinned_thread(sub.cpus[0]):
+    with open_pool(sub, "even") as pool, pinned_thread(sub.cpus[0]):
         def job(i0, i1):
             wall, busy = time_pair_job(pool, spin, buf, i0, i1)
             return wall - max(busy), busy[0]
@@ -548,11 +525,10 @@ def interquartile_mean(values):
     return float(v[lo:hi].mean())
 
 
-def _default_period():
+def default_period():
     """The period of the emulator this process runs under (env ``ASYMO_EMULATED_PERIOD``,
-    which ``asymo.lab.emulate`` sets while it runs), else ``asymo.lab.emulate.DEFAULT_PERIOD``."""
-    from asymo.lab.emulate import DEFAULT_PERIOD
-    from asymo.plan.split_cost import PERIOD_ENV_VAR, emulated_period
+    which ``asymo.lab.emulate`` sets while it runs), else ``asymo.lab.emulate.DEFAULT_PERIOD``
+    (with a ``CalibrationWarning`` when the variable is set but not a period)."""
     period = emulated_period()
     if period is not None:
         return period
@@ -565,8 +541,7 @@ def _default_period():
 
 def _machine_id():
     try:
-        from asymo.hw.topology import cpu_model_name
-        return {"cpu_model": cpu_model_name(), "ncpus": os.cpu_count()}
+        return {"cpu_model": topo.cpu_model_name(), "ncpus": os.cpu_count()}
     except Exception:  # pragma: no cover - informational only
         return {"cpu_model": "unknown", "ncpus": os.cpu_count()}
 
@@ -592,7 +567,6 @@ def traced_ratio(cal, workload):
     one = entry["traces"].get("1")
     if untraced is None or not one:
         return None
-    from asymo.lab.sim.trace import trace_from_dict
     job = cal.get("overheads", {}).get("asymo", {}).get("job", 0.0)
     return _traced_ratio(float(untraced), trace_from_dict(one[0]), float(job))
 
@@ -608,8 +582,6 @@ def sim_inputs(cal, workload, k, topology, *, emulator_period=None, corun=True,
     :class:`~asymo.lab.sim.CoRunning` with the workload's measured factor (``corun=False``:
     none).
     """
-    from asymo.lab.sim.engine import CoRunning, DutyCycle, first_cores
-    from asymo.lab.sim.trace import jobs_from_traces, trace_from_dict
     try:
         entry = cal["workloads"][workload]
     except KeyError:
@@ -622,9 +594,9 @@ def sim_inputs(cal, workload, k, topology, *, emulator_period=None, corun=True,
     sub = first_cores(topology, k)
     jobs = jobs_from_traces([[trace_from_dict(t)] for t in traces], sub)
     period = emulator_period if emulator_period is not None else \
-        (cal.get("emulator_period_s") or _default_period())
+        (cal.get("emulator_period_s") or default_period())
     itf = []
-    for cpu in _emulated_cpus(sub):
+    for cpu in emulated_cpus(sub):
         busy = 1.0 - sub.emulated[cpu]
         got = entry.get("emulated", {}).get(str(cpu))
         if availability and got is not None:
@@ -644,7 +616,6 @@ def save_calibration(cal, path):
 def check_calibration(cal, topology=None):
     """Raise ``ValueError`` naming the problem when ``cal`` is not a usable calibration (for
     ``topology``, when given)."""
-    from asymo.lab.sim.trace import trace_from_dict
     if not isinstance(cal, dict) or cal.get("schema") != SCHEMA:
         raise ValueError(f"not a simulator calibration (schema {SCHEMA!r} expected)")
     if topology is not None and cal.get("topology") != topology.to_spec():
@@ -681,11 +652,11 @@ def load_calibration(path, topology=None):
     """Read a calibration written by :func:`save_calibration`; None (with a
     ``CalibrationWarning`` saying why) when it is unreadable, of another format, or for
     another topology."""
+    from asymo.profile.files import read_json_file
     try:
-        with open(path) as f:
-            cal = json.load(f)
+        cal = read_json_file(path)  # a regular file only, size- and depth-limited
         check_calibration(cal, topology)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         warnings.warn(f"ignoring simulator calibration {path}: {exc}", CalibrationWarning,
                       stacklevel=2)
         return None

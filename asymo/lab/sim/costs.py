@@ -52,12 +52,12 @@ the machine it was fitted on.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 
 import numpy as np
 
+from asymo.lab.sim.engine import Job
 from asymo.plan import costmodel as cm
 
 __all__ = ["ModelCosts", "share_settings", "fixed_cost", "gemm_task_costs", "load_model_costs",
@@ -231,7 +231,6 @@ class ModelCosts:
         """A simulator `Job` for ``plan`` with cost-model task costs (the plan's split), or
         None when the models do not cover the plan: the caller builds the job from
         capabilities. Counts both outcomes."""
-        from asymo.lab.sim.engine import Job
         costs = self.task_costs(plan, topology)
         if costs is None:
             self.jobs_capabilities += 1
@@ -272,14 +271,14 @@ def load_model_costs(path, topology):
     from asymo.profile import PROFILE_VERSION
     path = os.fspath(path)
     where = f"calibration profile {path}"
+    from asymo.profile.files import loads_bounded, read_regular_file
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_regular_file(path)  # a regular file only, size-limited, never blocking
     except OSError as exc:
         raise ValueError(f"cannot read {where}: {exc.strerror or exc}") from None
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        data = loads_bounded(raw)
+    except ValueError as exc:
         raise ValueError(f"{where} is not valid JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != "asymo-profile":
         raise ValueError(f"{where} is not an asymo calibration profile (no "

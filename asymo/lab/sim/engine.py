@@ -30,14 +30,19 @@ from typing import Optional, Sequence
 import numpy as np
 
 from asymo.hw.topology import Topology
+from asymo.runtime.partition import largest_remainder
+from asymo.runtime.ffi import lib
+from asymo.runtime.pool import POLICIES as _POOL_POLICIES
 
 __all__ = [
     "POLICIES", "Job", "Overheads", "Interference", "DutyCycle", "CoRunning", "SimResult",
     "simulate", "split_counts", "first_cores",
 ]
 
-POLICIES = ("asymo", "even", "shared", "steal")
-SUBMIT_SPIN_S = 10e-6   # csrc/pool.c SUBMIT_SPIN_NS: the submitter polls this long, then sleeps
+#: the pool's policies, as the C library names them (``ASYMO_POLICY_*``)
+POLICIES = tuple(_POOL_POLICIES)
+#: the submitter polls its job this long, then sleeps (the C pool's constant)
+SUBMIT_SPIN_S = lib.ASYMO_POOL_SUBMIT_SPIN_NS * 1e-9
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,7 @@ class Overheads:
         worker of its own core): a job ends ``wake`` later when its last task ends more than
         ``spin`` after that worker found no more work to take.
     spin : float
-        The submitter's polling window (``SUBMIT_SPIN_NS`` of csrc/pool.c).
+        The submitter's polling window (``ASYMO_POOL_SUBMIT_SPIN_NS`` of the C pool).
     """
 
     job: float = 0.0
@@ -168,7 +173,8 @@ def _check_count(n, what):
 def split_counts(ntasks, weights):
     """Per-cluster task counts proportional to ``weights``, summing to ``ntasks``.
 
-    Largest-remainder rounding; ties go to the faster (earlier) cluster.
+    The pool's rule (`asymo.runtime.partition.largest_remainder`): largest-remainder rounding,
+    ties to the faster (earlier) cluster.
     """
     ntasks = _check_count(ntasks, "ntasks")
     w = np.asarray(weights, dtype=np.float64)
@@ -176,13 +182,7 @@ def split_counts(ntasks, weights):
             or w.sum() <= 0:
         raise ValueError(f"split weights must be a non-empty list of finite numbers >= 0 "
                          f"with a positive sum, got {list(np.atleast_1d(w))}")
-    exact = ntasks * w / w.sum()
-    counts = np.floor(exact).astype(np.int64)
-    rest = ntasks - int(counts.sum())
-    order = sorted(range(len(w)), key=lambda i: (-(exact[i] - counts[i]), i))
-    for i in order[:rest]:
-        counts[i] += 1
-    return [int(c) for c in counts]
+    return largest_remainder(ntasks, [float(x) for x in w])
 
 
 def _job_counts(job, topology):
@@ -466,9 +466,10 @@ class _Workers:
                            for ci in range(topology.nclusters)]
 
 
-# Constants of csrc/pool.c that shape the schedule.
-CHUNK_TARGET_S = 20e-6      # the owner doubles its chunk while a chunk runs shorter than this
-CHUNK_MAX = 1 << 24
+# Constants of the C pool that shape the schedule (pool.h), read from the library: the owner
+# doubles its chunk while a chunk runs shorter than CHUNK_TARGET_S, up to CHUNK_MAX tasks.
+CHUNK_TARGET_S = lib.ASYMO_POOL_CHUNK_TARGET_NS * 1e-9
+CHUNK_MAX = lib.ASYMO_POOL_CHUNK_MAX
 
 
 class _Queues:

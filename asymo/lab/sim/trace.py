@@ -16,9 +16,16 @@ and an approximation (packing attributed to the first task of a panel) for more.
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 
 import numpy as np
+
+from asymo.lab.loadmon import OtherLoad
+from asymo.lab.machine import pinned_thread
+from asymo.lab.sim.engine import Job, split_counts
+from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.pool import hold
 
 __all__ = ["TracedJob", "trace_jobs", "collect_traces", "merge_traces", "traced_sim_jobs",
            "jobs_from_traces", "trace_to_dict", "trace_from_dict", "task_seconds"]
@@ -44,9 +51,11 @@ def trace_jobs(run, pool, as_cluster, *, max_jobs=1 << 12, max_tasks=1 << 16, bu
     time after the last job. Pin the calling thread first: the durations are of the core it
     runs on.
     """
-    import time
+    with hold(pool):  # the handle stays valid while held (asymo.runtime.pool.acquire)
+        return _trace_jobs(run, pool, as_cluster, max_jobs, max_tasks, buffers)
 
-    from asymo.runtime.ffi import ffi, lib
+
+def _trace_jobs(run, pool, as_cluster, max_jobs, max_tasks, buffers):
     handle = pool._handle
     nclusters = pool.topology.nclusters
     if not 0 <= as_cluster < nclusters:
@@ -56,9 +65,9 @@ def trace_jobs(run, pool, as_cluster, *, max_jobs=1 << 12, max_tasks=1 << 16, bu
     recs, times = buffers
     max_jobs, max_tasks = len(recs), len(times)
     rc = lib.asymo_pool_trace_start(handle, int(as_cluster), recs, max_jobs, times, max_tasks)
-    if rc == -4:
+    if rc == lib.ASYMO_EBUSY:
         raise RuntimeError("another task trace is running in this process")
-    if rc != 0:
+    if rc != lib.ASYMO_OK:
         raise ValueError(f"cannot trace cluster {as_cluster} of this pool (code {rc}): "
                          "it has no active worker")
     ntask = ffi.new("int64_t *")
@@ -68,8 +77,10 @@ def trace_jobs(run, pool, as_cluster, *, max_jobs=1 << 12, max_tasks=1 << 16, bu
     finally:
         t1 = time.perf_counter_ns()
         njobs = lib.asymo_pool_trace_stop(handle, ntask)
-    if njobs < 0:
+    if njobs == lib.ASYMO_EOVERFLOW:
         raise RuntimeError("the task trace overflowed its buffers: raise max_jobs/max_tasks")
+    if njobs < 0:
+        raise RuntimeError(f"the task trace of this pool failed (code {njobs})")
     # trace times are CLOCK_MONOTONIC ns since trace start; perf_counter shares the clock on
     # Linux but not the origin: gaps come from differences between records, the first gap
     # and the tail from the run's length
@@ -129,16 +140,13 @@ def collect_traces(run, pool, cpus, *, repeats=5, warmup=1, max_external=0.05):
     retaken (up to ``4 * repeats`` traces; all of them are kept when fewer were undisturbed).
     Returns a list (per cluster traced) of lists of ``trace_jobs`` results.
     """
-    from asymo.runtime.ffi import ffi
-    from asymo.lab.loadmon import OtherLoad
-    from asymo.lab.scaling.machine import _pinned_thread
     mon = OtherLoad()
     ncl = pool.topology.nclusters
     cpus = [cpus] * ncl if isinstance(cpus, int) else list(cpus)
     bufs = (ffi.new("asymo_trace_job[]", 1 << 12), ffi.new("int64_t[]", 1 << 16))
     out = []
     for c in range(ncl):
-        with _pinned_thread(cpus[c]):
+        with pinned_thread(cpus[c]):
             for _ in range(warmup):
                 trace_jobs(run, pool, c, buffers=bufs)
             clean, every = [], []
@@ -210,7 +218,6 @@ def jobs_from_traces(per_cluster, topology):
     """Simulator jobs from per-cluster traces of one workload run on ``topology``:
     ``per_cluster[c]`` is a list of ``trace_jobs`` results traced as cluster ``c`` (per-task
     medians are taken over them)."""
-    from asymo.lab.sim.engine import Job, split_counts
     ncl = topology.nclusters
     if len(per_cluster) != ncl:
         raise ValueError(f"traces for {len(per_cluster)} clusters, the topology has {ncl}")

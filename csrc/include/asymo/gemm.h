@@ -60,6 +60,41 @@ typedef struct {
     int64_t chunk[8];
 } asymo_gemm_plan;
 
+/* A constant operand packed once into the micro-panel layout of one or more kernels
+ * (asymo_gemm_pack), reused on every call: a layout per (isa, kc) a plan may use. side A: the
+ * M x K operand, kc-blocks of mr-row micro-panels; side B: the K x N operand, kc-blocks of
+ * nr-column slivers (see asymo_gemm_pack). A cluster whose isa and kc have no layout here, or
+ * whose row (column) blocks do not start on a multiple of mr (nr), packs from the plain
+ * operand as usual, which must then be given. */
+enum {
+    ASYMO_PACK_A = 0,
+    ASYMO_PACK_B = 1
+};
+
+typedef struct {
+    int side;                                  /* ASYMO_PACK_A or ASYMO_PACK_B */
+    int dtype;
+    int64_t dim;                               /* M (side A) or N (side B) */
+    int64_t k;
+    int nlayouts;                              /* 0..8 */
+    int isa[8];
+    int64_t kc[8];
+    const void *data[8];                       /* from asymo_gemm_pack, 64-byte aligned */
+} asymo_gemm_packed;
+
+/* Bytes of one packed layout of a dim x k (side A) or k x dim (side B) operand for the
+ * kernel of (isa, dtype): the same for every kc. Negative on a bad argument. */
+int64_t asymo_gemm_packed_bytes(int isa, int dtype, int side, int64_t dim, int64_t k);
+
+/* Pack x into dst (asymo_gemm_packed_bytes bytes, 64-byte aligned): side A, x is dim x k
+ * with element strides (rs, cs); side B, x is k x dim with strides (rs, cs). Layout: K is cut
+ * into blocks of kc (the last shorter, kb = min(kc, k - p0)); block p0 starts at element
+ * p0 * dim_pad (dim rounded up to mr / nr); inside it, side A: rows [i, i + mr) at i * kb as
+ * one micro-panel (element [p][i'] at p * mr + i', rows past dim zero); side B: columns
+ * [j, j + nr) at j * kb (element [p][j'] at p * nr + j', columns past dim zero). */
+int asymo_gemm_pack(int isa, int dtype, int side, int64_t dim, int64_t k, int64_t kc,
+                    const void *x, int64_t rs, int64_t cs, void *dst);
+
 /* Operands: element strides (any sign), C = A @ B with A m x k, B k x n, C m x n. For a batch,
  * item i uses a + a_offsets[i] bytes (likewise b, c); offsets are NULL when nbatch == 1.
  * C must not overlap A or B. */
@@ -89,6 +124,11 @@ typedef struct {
     void (*pack_b)(const void *pack_b_ctx, void *dst, int64_t j0, int64_t cols, int64_t p0,
                    int64_t kb, int64_t nr);
     const void *pack_b_ctx;
+    /* Pre-packed operands (optional, NULL: none; MM kind, nbatch == 1): used by the clusters
+     * whose layout they hold (see asymo_gemm_packed). b_packed takes precedence over pack_b.
+     * a (b) may be NULL when a_packed (b_packed) serves every cluster. */
+    const asymo_gemm_packed *a_packed;
+    const asymo_gemm_packed *b_packed;
 } asymo_gemm_args;
 
 /* Run the plan on the pool (or serially in the calling thread when pool is NULL). Returns

@@ -114,6 +114,18 @@ const asymo_pool *asymo_pool_current(void);
  * scratch of `pool` must be indexed with this, not asymo_pool_current_worker(). */
 int asymo_pool_worker_of(const asymo_pool *pool);
 
+/* Scheduling constants of the pool, here so that its model (asymo.lab.sim) reads them rather
+ * than copying them. The owner grows its chunk while a chunk runs shorter than
+ * CHUNK_TARGET_NS, so tiny tasks cost few queue operations and long tasks are taken one at a
+ * time (and stay stealable), up to CHUNK_MAX tasks. The submitter polls its job
+ * SUBMIT_SPIN_NS before sleeping: long enough for a tiny job on hot workers, short enough
+ * not to steal a core from a worker on a machine with few cores. */
+enum {
+    ASYMO_POOL_CHUNK_TARGET_NS = 20000,
+    ASYMO_POOL_CHUNK_MAX = 16777216,     /* 1 << 24 */
+    ASYMO_POOL_SUBMIT_SPIN_NS = 10000
+};
+
 /* Diagnostic tasks for tests, benchmarks and self-checks. */
 void asymo_task_noop(int64_t task, void *ctx);
 /* Atomically increments ((int32_t *)ctx)[task]. */

@@ -1,5 +1,6 @@
-/* Portable C micro-kernels: plain loops over a small register tile that any C compiler
- * vectorizes for the baseline ISA. Used where no SIMD family is available and as the
+/* Portable C micro-kernels: plain loops over a small register tile (packed A micro-panel,
+ * a[p * mr + i]; packed B sliver, b[p * nr + j]) that any C compiler vectorizes for the
+ * baseline ISA. Used where no SIMD family is available and as the
  * reference the ISA kernels are tested against. */
 #include "kernels/gemm_kernels.h"
 
@@ -8,8 +9,8 @@
 #define PORT_NR_F64 4
 
 #define DEFINE_PORTABLE_UKR(T, SUFFIX, NR)                                                    \
-    static void ukr_portable_##SUFFIX(int64_t k, const void *a_, int64_t lda, const void *b_, \
-                                      void *c_, int64_t rsc, int accumulate)                  \
+    static void ukr_portable_##SUFFIX(int64_t k, const void *a_, const void *b_, void *c_,    \
+                                      int64_t rsc, int accumulate)                            \
     {                                                                                         \
         const T *a = (const T *)a_;                                                          \
         const T *b = (const T *)b_;                                                          \
@@ -18,8 +19,8 @@
         for (int64_t p = 0; p < k; p++) {                                                     \
             for (int i = 0; i < PORT_MR; i++)                                                 \
                 for (int j = 0; j < NR; j++)                                                  \
-                    ab[i][j] += a[i * lda] * b[j];                                            \
-            a += 1;                                                                           \
+                    ab[i][j] += a[i] * b[j];                                                  \
+            a += PORT_MR;                                                                     \
             b += NR;                                                                          \
         }                                                                                     \
         for (int i = 0; i < PORT_MR; i++)                                                     \
@@ -51,6 +52,6 @@ DEFINE_PORTABLE_UKR(double, f64, PORT_NR_F64)
 #undef SK_ATTR
 
 const asymo_gemm_kernel asymo_gemm_portable_f32 = {
-    PORT_MR, PORT_NR_F32, ukr_portable_f32, skinny_dot_portable_f32, skinny_axpy_portable_f32};
+    PORT_MR, PORT_NR_F32, ukr_portable_f32, skinny_dot_portable_f32, skinny_axpy_portable_f32, NULL};
 const asymo_gemm_kernel asymo_gemm_portable_f64 = {
-    PORT_MR, PORT_NR_F64, ukr_portable_f64, skinny_dot_portable_f64, skinny_axpy_portable_f64};
+    PORT_MR, PORT_NR_F64, ukr_portable_f64, skinny_dot_portable_f64, skinny_axpy_portable_f64, NULL};

@@ -1,43 +1,93 @@
-/* AVX2+FMA micro-kernels, float32 (6 x 16) and float64 (6 x 8).
+/* AVX2+FMA micro-kernels (float32 6 x 16, float64 6 x 8), BLIS form, the skinny-product
+ * kernels, and the row-major A packer of this family.
  *
- * Each kernel keeps an mr x nr tile of C in registers (two vectors per row: 12 accumulators of
- * the 16 ymm registers), loads one row of the packed B sliver and broadcasts one value from
- * each of the mr rows of the packed A block per k step. Compiled with per-function target
- * attributes so the library runs on any x86-64 CPU; the driver calls only the kernels
- * asymo_isa_supported() reports. */
+ * The C tile takes 12 of the 16 ymm registers (two vectors per row); per k step the kernel
+ * loads one row of the packed B sliver (two vectors) and broadcasts the mr values of the packed
+ * A micro-panel, which are contiguous. Compiled with per-function target attributes so the
+ * library runs on any x86-64 CPU; the driver calls only the kernels asymo_isa_supported()
+ * reports. */
 #if defined(__x86_64__)
 
 #include "kernels/gemm_kernels.h"
 #include "kernels/x86_templates.h"
 
-/* ---- AVX2 float32: 6 x 16 ---- */
+/* One k step: VT vector type, LOADV its aligned load, W lanes; `q` is the step within the
+ * unrolled group. */
+#define STEP(q)                                                                               \
+    {                                                                                         \
+        const VT b0 = LOADV(b + (q) * 2 * W);                                          \
+        const VT b1 = LOADV(b + (q) * 2 * W + W);                                      \
+        REP6(FMA_ROW_Q(q))                                                                    \
+    }
+
+/* Shared body. The k loop is unrolled by 4; A, read from L2 as one stream, is prefetched
+ * AHEAD bytes ahead (the B sliver stays in L1 across the micro-panels of the block). C rows
+ * are prefetched before the loop so the final loads and stores do not stall. */
+#define UKR_BODY_1STEP(T, MR)                                                                 \
+    const T *a = (const T *)a_;                                                               \
+    const T *b = (const T *)b_;                                                               \
+    T *c = (T *)c_;                                                                           \
+    REP6(DECL)                                                                                \
+    REP6(PREFETCH_C)                                                                          \
+    /* one k step per iteration: 12 accumulators, 2 B vectors and a broadcast fit the 16    \
+     * registers only if the compiler does not hoist broadcasts across steps (it spilled     \
+     * when the loop was unrolled by hand) */                                                 \
+    for (int64_t p = 0; p < k; p++) {                                                         \
+        _mm_prefetch((const char *)a + AHEAD, _MM_HINT_T0);                                   \
+        STEP(0)                                                                               \
+        a += (MR);                                                                            \
+        b += 2 * W;                                                                           \
+    }                                                                                         \
+    if (accumulate) {                                                                         \
+        REP6(STORE_ACC)                                                                       \
+    } else {                                                                                  \
+        REP6(STORE)                                                                           \
+    }
+
+#define AHEAD 384
+
+/* ---- float32: 6 x 16 ---- */
+#define VT __m256
+#define LOADV _mm256_load_ps
+#define W 8
 #define DECL(i) __m256 c##i##a = _mm256_setzero_ps(), c##i##b = _mm256_setzero_ps();
 #define PREFETCH_C(i) _mm_prefetch((const char *)(c + (i) * rsc), _MM_HINT_T0);             \
     _mm_prefetch((const char *)(c + (i) * rsc + 15), _MM_HINT_T0);
-#define FMA_ROW(i) { const __m256 ai = _mm256_broadcast_ss(a + (i) * lda);                     \
+#define FMA_ROW_Q(q) FMA_ROW_Q_##q
+#define FMA_ROW_AT(q, i) { const __m256 ai = _mm256_broadcast_ss(a + (q) * 6 + (i));          \
     c##i##a = _mm256_fmadd_ps(ai, b0, c##i##a); c##i##b = _mm256_fmadd_ps(ai, b1, c##i##b); }
+#define FMA_ROW_Q_0(i) FMA_ROW_AT(0, i)
+#define FMA_ROW_Q_1(i) FMA_ROW_AT(1, i)
+#define FMA_ROW_Q_2(i) FMA_ROW_AT(2, i)
+#define FMA_ROW_Q_3(i) FMA_ROW_AT(3, i)
 #define STORE(i) _mm256_storeu_ps(c + (i) * rsc, c##i##a);                                    \
     _mm256_storeu_ps(c + (i) * rsc + 8, c##i##b);
 #define STORE_ACC(i)                                                                          \
     _mm256_storeu_ps(c + (i) * rsc, _mm256_add_ps(_mm256_loadu_ps(c + (i) * rsc), c##i##a));  \
     _mm256_storeu_ps(c + (i) * rsc + 8,                                                       \
                      _mm256_add_ps(_mm256_loadu_ps(c + (i) * rsc + 8), c##i##b));
-ATTR_AVX2 static void ukr_avx2_f32(int64_t k, const void *a_, int64_t lda, const void *b_,
-                                   void *c_, int64_t rsc, int accumulate)
+ATTR_AVX2 static void ukr_avx2_f32(int64_t k, const void *a_, const void *b_, void *c_,
+                                   int64_t rsc, int accumulate)
 {
-    UKR_BODY(__m256, _mm256, ps, float, 8, REP6)
+    UKR_BODY_1STEP(float, 6)
 }
+#undef VT
+#undef LOADV
+#undef W
 #undef DECL
 #undef PREFETCH_C
-#undef FMA_ROW
+#undef FMA_ROW_AT
 #undef STORE
 #undef STORE_ACC
 
-/* ---- AVX2 float64: 6 x 8 ---- */
+/* ---- float64: 6 x 8 ---- */
+#define VT __m256d
+#define LOADV _mm256_load_pd
+#define W 4
 #define DECL(i) __m256d c##i##a = _mm256_setzero_pd(), c##i##b = _mm256_setzero_pd();
 #define PREFETCH_C(i) _mm_prefetch((const char *)(c + (i) * rsc), _MM_HINT_T0);             \
     _mm_prefetch((const char *)(c + (i) * rsc + 7), _MM_HINT_T0);
-#define FMA_ROW(i) { const __m256d ai = _mm256_broadcast_sd(a + (i) * lda);                    \
+#define FMA_ROW_AT(q, i) { const __m256d ai = _mm256_broadcast_sd(a + (q) * 6 + (i));         \
     c##i##a = _mm256_fmadd_pd(ai, b0, c##i##a); c##i##b = _mm256_fmadd_pd(ai, b1, c##i##b); }
 #define STORE(i) _mm256_storeu_pd(c + (i) * rsc, c##i##a);                                    \
     _mm256_storeu_pd(c + (i) * rsc + 4, c##i##b);
@@ -45,17 +95,62 @@ ATTR_AVX2 static void ukr_avx2_f32(int64_t k, const void *a_, int64_t lda, const
     _mm256_storeu_pd(c + (i) * rsc, _mm256_add_pd(_mm256_loadu_pd(c + (i) * rsc), c##i##a));  \
     _mm256_storeu_pd(c + (i) * rsc + 4,                                                       \
                      _mm256_add_pd(_mm256_loadu_pd(c + (i) * rsc + 4), c##i##b));
-ATTR_AVX2 static void ukr_avx2_f64(int64_t k, const void *a_, int64_t lda, const void *b_,
-                                   void *c_, int64_t rsc, int accumulate)
+ATTR_AVX2 static void ukr_avx2_f64(int64_t k, const void *a_, const void *b_, void *c_,
+                                   int64_t rsc, int accumulate)
 {
-    UKR_BODY(__m256d, _mm256, pd, double, 4, REP6)
+    UKR_BODY_1STEP(double, 6)
 }
+#undef VT
+#undef LOADV
+#undef W
 #undef DECL
 #undef PREFETCH_C
-#undef FMA_ROW
+#undef FMA_ROW_AT
 #undef STORE
 #undef STORE_ACC
 
+/* Row-major A into a 6-row float32 micro-panel, 8 k steps at a time: unpack/shuffle turn
+ * the 6 x 8 block into columns (rows 0-3 as one xmm per column, rows 4-5 as a pair). */
+ATTR_AVX2 static void pack_rows_avx2_f32(void *dst_, const void *src_, int64_t rsa, int64_t kb)
+{
+    float *dst = (float *)dst_;
+    const float *s = (const float *)src_;
+    int64_t p = 0;
+    for (; p + 8 <= kb; p += 8) {
+        const __m256 r0 = _mm256_loadu_ps(s + p), r1 = _mm256_loadu_ps(s + rsa + p);
+        const __m256 r2 = _mm256_loadu_ps(s + 2 * rsa + p), r3 = _mm256_loadu_ps(s + 3 * rsa + p);
+        const __m256 r4 = _mm256_loadu_ps(s + 4 * rsa + p), r5 = _mm256_loadu_ps(s + 5 * rsa + p);
+        /* t0: r0/r1 interleaved, columns 0,1 | 4,5; t1: columns 2,3 | 6,7; likewise t2..t5 */
+        const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+        const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+        const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+        /* u_q: rows 0-3 of column q (low lane) and q + 4 (high lane) */
+        const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+        const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+        float *d = dst + p * 6;
+        const __m128 t4l = _mm256_castps256_ps128(t4), t4h = _mm256_extractf128_ps(t4, 1);
+        const __m128 t5l = _mm256_castps256_ps128(t5), t5h = _mm256_extractf128_ps(t5, 1);
+        _mm_storeu_ps(d + 0, _mm256_castps256_ps128(u0));
+        _mm_storel_pi((__m64 *)(d + 4), t4l);
+        _mm_storeu_ps(d + 6, _mm256_castps256_ps128(u1));
+        _mm_storeh_pi((__m64 *)(d + 10), t4l);
+        _mm_storeu_ps(d + 12, _mm256_castps256_ps128(u2));
+        _mm_storel_pi((__m64 *)(d + 16), t5l);
+        _mm_storeu_ps(d + 18, _mm256_castps256_ps128(u3));
+        _mm_storeh_pi((__m64 *)(d + 22), t5l);
+        _mm_storeu_ps(d + 24, _mm256_extractf128_ps(u0, 1));
+        _mm_storel_pi((__m64 *)(d + 28), t4h);
+        _mm_storeu_ps(d + 30, _mm256_extractf128_ps(u1, 1));
+        _mm_storeh_pi((__m64 *)(d + 34), t4h);
+        _mm_storeu_ps(d + 36, _mm256_extractf128_ps(u2, 1));
+        _mm_storel_pi((__m64 *)(d + 40), t5h);
+        _mm_storeu_ps(d + 42, _mm256_extractf128_ps(u3, 1));
+        _mm_storeh_pi((__m64 *)(d + 46), t5h);
+    }
+    for (; p < kb; p++)
+        for (int i = 0; i < 6; i++)
+            dst[p * 6 + i] = s[i * rsa + p];
+}
 
 #define FIN_AVX2_PS(x0, x1, x2, x3, dst) _mm_storeu_ps(dst, hsum4_ps(x0, x1, x2, x3))
 #define FIN_AVX2_PD(x0, x1, x2, x3, dst) _mm256_storeu_pd(dst, hsum4_pd(x0, x1, x2, x3))
@@ -95,8 +190,8 @@ ATTR_AVX2 static void dot_avx2_f64(DOT_ARGS)
 #undef SK_NO_DOT
 
 const asymo_gemm_kernel asymo_gemm_avx2_f32 = {6, 16, ukr_avx2_f32, dot_avx2_f32,
-                                               skinny_axpy_avx2_f32};
+                                               skinny_axpy_avx2_f32, pack_rows_avx2_f32};
 const asymo_gemm_kernel asymo_gemm_avx2_f64 = {6, 8, ukr_avx2_f64, dot_avx2_f64,
-                                               skinny_axpy_avx2_f64};
+                                               skinny_axpy_avx2_f64, NULL};
 
 #endif /* __x86_64__ */

@@ -1,8 +1,8 @@
-/* AVX-512 micro-kernels, float32 (12 x 32) and float64 (12 x 16).
+/* AVX-512 micro-kernels, float32 (12 x 32) and float64 (12 x 16), BLIS form.
  *
  * Each kernel keeps an mr x nr tile of C in registers (two vectors per row: 24 accumulators of
- * the 32 zmm registers), loads one row of the packed B sliver and broadcasts one value from
- * each of the mr rows of the packed A block per k step. The kernels use F + VL + DQ; compiled
+ * the 32 zmm registers), loads one row of the packed B sliver and broadcasts the 12 contiguous
+ * values of the packed A micro-panel per k step. The kernels use F + VL + DQ; compiled
  * with per-function target attributes, called only where asymo_isa_supported() reports
  * AVX-512 (and not chosen by default on Zen 4: see csrc/config/gemm_config.c). */
 #if defined(__x86_64__)
@@ -14,7 +14,7 @@
 #define DECL(i) __m512 c##i##a = _mm512_setzero_ps(), c##i##b = _mm512_setzero_ps();
 #define PREFETCH_C(i) _mm_prefetch((const char *)(c + (i) * rsc), _MM_HINT_T0);             \
     _mm_prefetch((const char *)(c + (i) * rsc + 31), _MM_HINT_T0);
-#define FMA_ROW(i) { const __m512 ai = _mm512_set1_ps(a[(i) * lda]);                           \
+#define FMA_ROW(i) { const __m512 ai = _mm512_set1_ps(a[i]);                           \
     c##i##a = _mm512_fmadd_ps(ai, b0, c##i##a); c##i##b = _mm512_fmadd_ps(ai, b1, c##i##b); }
 #define STORE(i) _mm512_storeu_ps(c + (i) * rsc, c##i##a);                                    \
     _mm512_storeu_ps(c + (i) * rsc + 16, c##i##b);
@@ -22,10 +22,10 @@
     _mm512_storeu_ps(c + (i) * rsc, _mm512_add_ps(_mm512_loadu_ps(c + (i) * rsc), c##i##a));  \
     _mm512_storeu_ps(c + (i) * rsc + 16,                                                      \
                      _mm512_add_ps(_mm512_loadu_ps(c + (i) * rsc + 16), c##i##b));
-ATTR_AVX512 static void ukr_avx512_f32(int64_t k, const void *a_, int64_t lda, const void *b_,
-                                       void *c_, int64_t rsc, int accumulate)
+ATTR_AVX512 static void ukr_avx512_f32(int64_t k, const void *a_, const void *b_, void *c_,
+                                       int64_t rsc, int accumulate)
 {
-    UKR_BODY(__m512, _mm512, ps, float, 16, REP12)
+    UKR_BODY(__m512, _mm512, ps, float, 16, REP12, 12, 768)
 }
 #undef DECL
 #undef PREFETCH_C
@@ -37,7 +37,7 @@ ATTR_AVX512 static void ukr_avx512_f32(int64_t k, const void *a_, int64_t lda, c
 #define DECL(i) __m512d c##i##a = _mm512_setzero_pd(), c##i##b = _mm512_setzero_pd();
 #define PREFETCH_C(i) _mm_prefetch((const char *)(c + (i) * rsc), _MM_HINT_T0);             \
     _mm_prefetch((const char *)(c + (i) * rsc + 15), _MM_HINT_T0);
-#define FMA_ROW(i) { const __m512d ai = _mm512_set1_pd(a[(i) * lda]);                          \
+#define FMA_ROW(i) { const __m512d ai = _mm512_set1_pd(a[i]);                          \
     c##i##a = _mm512_fmadd_pd(ai, b0, c##i##a); c##i##b = _mm512_fmadd_pd(ai, b1, c##i##b); }
 #define STORE(i) _mm512_storeu_pd(c + (i) * rsc, c##i##a);                                    \
     _mm512_storeu_pd(c + (i) * rsc + 8, c##i##b);
@@ -45,10 +45,10 @@ ATTR_AVX512 static void ukr_avx512_f32(int64_t k, const void *a_, int64_t lda, c
     _mm512_storeu_pd(c + (i) * rsc, _mm512_add_pd(_mm512_loadu_pd(c + (i) * rsc), c##i##a));  \
     _mm512_storeu_pd(c + (i) * rsc + 8,                                                       \
                      _mm512_add_pd(_mm512_loadu_pd(c + (i) * rsc + 8), c##i##b));
-ATTR_AVX512 static void ukr_avx512_f64(int64_t k, const void *a_, int64_t lda, const void *b_,
-                                       void *c_, int64_t rsc, int accumulate)
+ATTR_AVX512 static void ukr_avx512_f64(int64_t k, const void *a_, const void *b_, void *c_,
+                                       int64_t rsc, int accumulate)
 {
-    UKR_BODY(__m512d, _mm512, pd, double, 8, REP12)
+    UKR_BODY(__m512d, _mm512, pd, double, 8, REP12, 12, 768)
 }
 #undef DECL
 #undef PREFETCH_C
@@ -106,8 +106,8 @@ ATTR_AVX512 static void dot_avx512_f64(DOT_ARGS)
 #undef SK_NO_DOT
 
 const asymo_gemm_kernel asymo_gemm_avx512_f32 = {12, 32, ukr_avx512_f32, dot_avx512_f32,
-                                                 skinny_axpy_avx512_f32};
+                                                 skinny_axpy_avx512_f32, NULL};
 const asymo_gemm_kernel asymo_gemm_avx512_f64 = {12, 16, ukr_avx512_f64, dot_avx512_f64,
-                                                 skinny_axpy_avx512_f64};
+                                                 skinny_axpy_avx512_f64, NULL};
 
 #endif /* __x86_64__ */

@@ -1,6 +1,10 @@
-"""Machine state for the scaling benchmark's runs: thread affinity, pinned threads, the pools
-the runners open (innermost last in ``_OPEN_POOLS``, where the measurement reads its stats)
-and BLAS / torch thread limits for the baselines."""
+"""The machine a lab run is on: thread affinity, pinned threads, the pools runners open
+(innermost last in ``OPEN_POOLS``, where a measurement reads its stats), BLAS / torch thread
+limits for the baselines, the load average, and which cores the emulator slowed.
+
+The lowest module of the lab beside ``loadmon``: the simulator's calibration
+(:mod:`asymo.lab.sim.calibrate`), the sampler (:mod:`asymo.lab.sampling`) and the scaling
+sweeps (:mod:`asymo.lab.scaling`) all build on it."""
 from __future__ import annotations
 
 import contextlib
@@ -8,6 +12,10 @@ import os
 import warnings
 
 from asymo.hw import topology as topo
+
+__all__ = ["parse_emulate", "process_affinity", "pinned_thread", "open_pool", "OPEN_POOLS",
+           "baseline_threads", "asymo_attr", "torch_module", "thread_ids", "loadavg",
+           "emulated_cpus", "fast_cpu", "trace_cpus"]
 
 
 def parse_emulate(text):
@@ -31,7 +39,8 @@ def parse_emulate(text):
     return out
 
 
-def _thread_ids():
+def thread_ids():
+    """Ids of this process's threads (``/proc/self/task``)."""
     try:
         return [int(t) for t in os.listdir("/proc/self/task")]
     except OSError:  # pragma: no cover - non-Linux
@@ -49,7 +58,7 @@ def process_affinity(cpus):
     cpus = set(int(c) for c in cpus)
     saved = {}
     try:
-        for tid in _thread_ids():
+        for tid in thread_ids():
             try:
                 saved[tid] = os.sched_getaffinity(tid)
                 os.sched_setaffinity(tid, cpus)
@@ -64,7 +73,8 @@ def process_affinity(cpus):
                 pass
 
 
-def _torch():
+def torch_module():
+    """``torch`` when installed, else None."""
     try:
         import torch
     except ImportError:
@@ -72,7 +82,7 @@ def _torch():
     return torch
 
 
-def _asymo_attr(name):
+def asymo_attr(name):
     """``asymo.<name>`` if the part that provides it is built, else None."""
     import asymo
     try:
@@ -81,11 +91,12 @@ def _asymo_attr(name):
         return None
 
 
-_OPEN_POOLS = []   # pools opened by runners, innermost last (the measurement reads its stats)
+#: pools opened by :func:`open_pool`, innermost last (a measurement reads its stats)
+OPEN_POOLS = []
 
 
 @contextlib.contextmanager
-def _pinned_thread(cpu):
+def pinned_thread(cpu):
     """Pin the calling thread to ``cpu`` for the block (None: leave it alone)."""
     if cpu is None:
         yield
@@ -99,16 +110,18 @@ def _pinned_thread(cpu):
 
 
 @contextlib.contextmanager
-def _open_pool(topology, policy):
-    Pool = _asymo_attr("Pool")
+def open_pool(topology, policy):
+    """An ``asymo.Pool`` on ``topology`` with ``policy`` for the block, listed in
+    ``OPEN_POOLS`` while it is open, closed on exit."""
+    Pool = asymo_attr("Pool")
     if Pool is None:
         raise RuntimeError("asymo's pool (asymo.Pool) is not available in this build")
     pool = Pool(topology=topology, policy=policy)
-    _OPEN_POOLS.append(pool)
+    OPEN_POOLS.append(pool)
     try:
         yield pool
     finally:
-        _OPEN_POOLS.remove(pool)
+        OPEN_POOLS.remove(pool)
         for name in ("close", "shutdown"):
             fn = getattr(pool, name, None)
             if callable(fn):
@@ -117,7 +130,7 @@ def _open_pool(topology, policy):
 
 
 @contextlib.contextmanager
-def _baseline_threads(policy, cpus):
+def baseline_threads(policy, cpus):
     """NumPy's BLAS / torch limited to len(cpus) threads, every thread on ``cpus``."""
     from threadpoolctl import threadpool_limits
     k = len(cpus)
@@ -130,10 +143,39 @@ def _baseline_threads(policy, cpus):
             with threadpool_limits(limits=k, user_api="blas"):
                 yield
         else:
-            torch = _torch()
+            torch = torch_module()
             old = torch.get_num_threads()
             torch.set_num_threads(k)
             try:
                 yield
             finally:
                 torch.set_num_threads(old)
+
+
+def loadavg():
+    """The 1-minute load average (other users' work shows up here), or None."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # pragma: no cover
+        return None
+
+
+def emulated_cpus(topology):
+    """The cores of ``topology`` the emulator slows (speed below 1), in order."""
+    return [cpu for cpu, s in sorted(topology.emulated.items())
+            if cpu in topology.cpus and s < 1.0]
+
+
+def fast_cpu(topology):
+    """The first core of ``topology`` the emulator does not slow (else its first core)."""
+    fast = [c for c in topology.cpus if topology.emulated.get(c, 1.0) >= 1.0]
+    return fast[0] if fast else topology.cpus[0]
+
+
+def trace_cpus(topology):
+    """Where each cluster's task costs are traced: on an emulated machine every cluster on
+    the first un-slowed core (the cores are alike; the slowdown is modelled as the
+    emulator's stops), else on each cluster's own first core."""
+    if topology.emulated:
+        return [fast_cpu(topology)] * topology.nclusters
+    return [c.cpus[0] for c in topology.clusters]
