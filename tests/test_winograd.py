@@ -259,3 +259,26 @@ def test_packed_weight_without_copy_and_models_hold_packed_weights():
     assert isinstance(pw, asymo.PackedConvWeight)
     assert pw.array is model.parameters(step)[0]
     assert model.packed_parameters(step)[0] is pw
+
+
+@pytest.mark.parametrize("case", ["pointwise", "implicit", "explicit", "grouped"])
+def test_packed_weight_on_the_gemm_paths(case):
+    """A PackedConvWeight feeds the GEMM its pre-packed A panels (asymo.prepack) on the
+    one-group GEMM paths; the result is the unpacked one."""
+    rng = np.random.default_rng(12)
+    xs, ws, stride, pad, groups = {
+        "pointwise": ((1, 48, 14, 14), (64, 48, 1, 1), 1, 0, 1),
+        "implicit": ((1, 32, 20, 20), (48, 32, 3, 3), 2, 1, 1),
+        "explicit": ((1, 3, 40, 40), (16, 3, 7, 7), 2, 3, 1),
+        "grouped": ((1, 16, 12, 12), (16, 8, 3, 3), 2, 1, 2)}[case]
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    pw = asymo.prepack_conv(w)
+    y = conv2d(x, pw, b, stride, pad, 1, groups, activation="relu")
+    ref = conv2d(x, w, b, stride, pad, 1, groups, activation="relu")
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    made = "gemm" in pw._transforms
+    assert made == (groups == 1)
+    if made:
+        assert pw._transforms["gemm"].layouts   # the packed layouts were used

@@ -319,7 +319,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     with _hold(pool) as pool:
         plan = _conv_plan(pool, xb.shape, w_c.shape, dtype, stride, pads, dilation, groups,
                           activation, bias is not None, residual is not None)
-        if isinstance(plan, _WinogradConvPlan):
+        if isinstance(plan, (_WinogradConvPlan, _GemmConvPlan)):
             plan.run(xb, w_c, b_c, target, residual, pool, packed)
         else:
             plan.run(xb, w_c, b_c, target, residual, pool)
@@ -568,11 +568,14 @@ class _GemmConvPlan:
                 gp = plans[width] = plan_conv_gemm(self.cout_g, k, width, dtype, pool)
             self.chunks.append((n0, n1, gp) + _im2col_split(pool, gp, k, n0, n1, dtype))
 
-    def run(self, x, weight, bias, y, residual, pool):
+    def run(self, x, weight, bias, y, residual, pool, packed=None):
         from asymo.ops.conv_gemm import gemm_into
 
+        # one group: the weights' packed A panels (asymo.prepack) made once per
+        # PackedConvWeight and reused by every call
+        pa = packed.gemm_a() if packed is not None and self.groups == 1 else None
         if self.implicit is not None:
-            return self._run_implicit(x, weight, bias, y, residual, pool)
+            return self._run_implicit(x, weight, bias, y, residual, pool, pa)
         n = x.shape[0]
         cin_g, cout_g, groups, ncols = self.cin_g, self.cout_g, self.groups, self.ncols
         w2 = weight.reshape(groups, cout_g, self.k)
@@ -582,7 +585,7 @@ class _GemmConvPlan:
         for i in range(n):
             yi = y[i].reshape(groups * cout_g, ncols)
             for g in range(groups):
-                a = w2[g]
+                a = w2[g] if pa is None else pa
                 yg = yi[g * cout_g:(g + 1) * cout_g]
                 xg = x[i, g * cin_g:(g + 1) * cin_g]
                 if self.pointwise:
@@ -605,7 +608,7 @@ class _GemmConvPlan:
                               None if residual is None else residual[i], pool)
 
 
-    def _run_implicit(self, x, weight, bias, y, residual, pool):
+    def _run_implicit(self, x, weight, bias, y, residual, pool, pa=None):
         """One GEMM job per image, group and chunk, B packed from the image by the GEMM's
         tasks (`asymo_im2col_pack_b`)."""
         n = x.shape[0]
@@ -626,6 +629,7 @@ class _GemmConvPlan:
                     job.col_offset = n0
                     args.n = n1 - n0
                     args.c = ybase + (g * cout_g * ncols + n0) * es
+                    args.a_packed = ffi.NULL if pa is None else pa.cdata_for(gp)
                     handle = ffi.NULL if handle_serial or gp.in_caller() else pool._handle
                     rc = lib.asymo_gemm(handle, args, gp.cdata())
                     if rc != 0:

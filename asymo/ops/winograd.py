@@ -111,6 +111,21 @@ class PackedConvWeight:
     shape = property(lambda self: self.array.shape)
     dtype = property(lambda self: self.array.dtype)
 
+    def gemm_a(self):
+        """The weights as the GEMM's packed A operand (``asymo.prepack`` of the
+        ``Cout x (C * kh * kw)`` matrix, made once): the 1x1 and im2col paths of a one-group
+        convolution then skip packing the weights on every call."""
+        pa = self._transforms.get("gemm")
+        if pa is None:
+            with self._lock:
+                pa = self._transforms.get("gemm")
+                if pa is None:
+                    from asymo.ops.packed import prepack
+
+                    pa = self._transforms["gemm"] = prepack(
+                        self.array.reshape(self.array.shape[0], -1), side="a")
+        return pa
+
     def winograd(self, m):
         """The packed Winograd transform for tile ``m`` (made once)."""
         u = self._transforms.get(m)
