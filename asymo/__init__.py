@@ -17,7 +17,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 __all__ = [
-    "matmul", "prepack", "conv2d", "max_pool2d", "avg_pool2d",
+    "matmul", "prepack", "conv2d", "prepack_conv", "PackedConvWeight", "max_pool2d",
+    "avg_pool2d",
     "Pool", "get_pool", "plan_matmul", "frequency_plan",
     "emulate", "from_onnx", "from_torch", "__version__",
 ]
@@ -27,6 +28,8 @@ _LAZY = {
     "matmul": ("asymo.ops.matmul", "matmul"),
     "prepack": ("asymo.ops.packed", "prepack"),
     "conv2d": ("asymo.ops.conv", "conv2d"),
+    "prepack_conv": ("asymo.ops.conv", "prepack_conv"),
+    "PackedConvWeight": ("asymo.ops.conv", "PackedConvWeight"),
     "max_pool2d": ("asymo.ops.pooling", "max_pool2d"),
     "avg_pool2d": ("asymo.ops.pooling", "avg_pool2d"),
     "Pool": ("asymo.runtime.pool", "Pool"),

@@ -214,3 +214,123 @@ def emulated(spec, period=None):
 
 def fmt_ratio(a, b):
     return f"{b / a:5.2f}x" if a > 0 and b > 0 else "   - "
+
+
+# ---- single convolution layers against every library (bench/conv_single.py) -----------------
+
+def conv_layer_specs(names):
+    """Unique convolution layers of the named networks: {(in_shape, weight_shape, stride,
+    padding, dilation, groups, activation): [(network, layer name), ...]}. "mobilenet_v2"
+    (not in the zoo) is generated from the paper's table (224x224, width 1.0)."""
+    import asymo.models
+    from asymo.models.spec import Conv, weighted_steps
+
+    layers = {}
+    for name in names:
+        if name == "mobilenet_v2":
+            convs = _mobilenet_v2_convs()
+        else:
+            model = asymo.models.get(name)
+            convs = [(s.name, s.in_shape, s.weight_shape, tuple(s.stride), tuple(s.padding),
+                      tuple(s.dilation), s.groups, s.activation)
+                     for layer in model.layers for s in weighted_steps(layer.steps)
+                     if isinstance(s, Conv)]
+        for lname, ins, ws, st, pad, dil, g, act in convs:
+            layers.setdefault((tuple(ins), tuple(ws), st, pad, dil, g, act), []).append(
+                (name, lname))
+    return layers
+
+
+def _mobilenet_v2_convs():
+    out = [("conv1", (3, 224, 224), (32, 3, 3, 3), (2, 2), (1, 1), (1, 1), 1, "relu6")]
+    c, hw = 32, 112
+    blocks = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+              (6, 160, 3, 2), (6, 320, 1, 1)]
+    i = 0
+    for t, cout, n, s in blocks:
+        for r in range(n):
+            stride = s if r == 0 else 1
+            e = c * t
+            if t != 1:
+                out.append((f"b{i}.expand", (c, hw, hw), (e, c, 1, 1), (1, 1), (0, 0), (1, 1), 1,
+                            "relu6"))
+            out.append((f"b{i}.dw", (e, hw, hw), (e, 1, 3, 3), (stride, stride), (1, 1), (1, 1),
+                        e, "relu6"))
+            hw = (hw + 2 - 3) // stride + 1
+            out.append((f"b{i}.project", (e, hw, hw), (cout, e, 1, 1), (1, 1), (0, 0), (1, 1),
+                        1, None))
+            c = cout
+            i += 1
+    out.append(("conv_last", (c, hw, hw), (1280, c, 1, 1), (1, 1), (0, 0), (1, 1), 1, "relu6"))
+    return out
+
+
+def onnx_conv_session(x_shape, w, b, stride, padding, dilation, groups, activation, threads):
+    """An ONNX Runtime session of one Conv node (+ Relu / Clip), weights as initializers (ONNX
+    Runtime pre-packs them at session creation), ``threads`` intra-op threads."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    cout = w.shape[0]
+    inits = [numpy_helper.from_array(w, "W")]
+    inputs = ["X", "W"]
+    if b is not None:
+        inits.append(numpy_helper.from_array(b, "B"))
+        inputs.append("B")
+    nodes = [helper.make_node("Conv", inputs, ["C" if activation else "Y"],
+                              kernel_shape=list(w.shape[2:]), strides=list(stride),
+                              pads=[padding[0], padding[1], padding[0], padding[1]],
+                              dilations=list(dilation), group=groups)]
+    if activation == "relu":
+        nodes.append(helper.make_node("Relu", ["C"], ["Y"]))
+    elif activation == "relu6":
+        inits += [numpy_helper.from_array(np.array(0, np.float32), "lo"),
+                  numpy_helper.from_array(np.array(6, np.float32), "hi")]
+        nodes.append(helper.make_node("Clip", ["C", "lo", "hi"], ["Y"]))
+    oh = (x_shape[2] + 2 * padding[0] - dilation[0] * (w.shape[2] - 1) - 1) // stride[0] + 1
+    ow = (x_shape[3] + 2 * padding[1] - dilation[1] * (w.shape[3] - 1) - 1) // stride[1] + 1
+    graph = helper.make_graph(
+        nodes, "conv", [helper.make_tensor_value_info("X", TensorProto.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [x_shape[0], cout, oh, ow])],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    return ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+
+
+def side_by_side_paused(fns, repeats, min_time=0.05, pause=0.3):
+    """`side_by_side` with a pause before each library's turn (OpenBLAS / OpenMP / ONNX
+    Runtime worker threads spin for a while after a call and would slow the next library).
+    Returns {name: median seconds per call}."""
+    inner = {}
+    for name, fn in fns.items():
+        time.sleep(pause)
+        fn()
+        t0 = time.perf_counter()
+        fn()
+        dt = max(time.perf_counter() - t0, 1e-6)
+        inner[name] = max(1, int(min_time / dt))
+    samples = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(repeats):
+        order = names if r % 2 == 0 else names[::-1]
+        for name in order:
+            time.sleep(pause)
+            fn = fns[name]
+            t0 = time.perf_counter()
+            for _ in range(inner[name]):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / inner[name])
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def geomean(values):
+    values = [v for v in values if v > 0]
+    return float(np.exp(np.mean(np.log(values)))) if values else float("nan")

@@ -34,7 +34,8 @@ CDEF_BLOCK = re.compile(r"/\* CDEF BEGIN \*/(.*?)/\* CDEF END \*/", re.S)
 
 # Runtime headers in dependency order (cffi needs a type declared before it is used).
 NATIVE_HEADERS = ["include/asymo/isa.h", "include/asymo/pool.h", "include/asymo/gemm.h",
-                  "include/asymo/conv.h", "include/asymo/pooling.h", "lab/trace.h"]
+                  "include/asymo/conv.h", "include/asymo/winograd.h",
+                  "include/asymo/pooling.h", "lab/trace.h"]
 NATIVE_DIRS = ["pool", "gemm", "conv", "config", "kernels"]
 NATIVE_EXTRA = ["lab/trace.c"]
 LAB_HEADERS = ["lab/emulate.h"]

@@ -385,7 +385,8 @@ def _forced_implicit(blocks=None, isa=None, split_dim=None):
     import asymo.ops.conv_gemm as cg
     from asymo.plan.gemm import plan_gemm
 
-    saved = (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache)
+    saved = (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache,
+             conv_mod.IM2COL_EXPLICIT_MAX_K)
 
     def forced(m, k, n, dtype, pool):
         return plan_gemm(m, k, n, np.dtype(dtype).name, pool, kind="mm", blocks=blocks,
@@ -393,11 +394,13 @@ def _forced_implicit(blocks=None, isa=None, split_dim=None):
 
     cg.plan_conv_gemm = forced
     conv_mod.IM2COL_METHOD = "implicit"
+    conv_mod.IM2COL_EXPLICIT_MAX_K = 0      # the packer for shallow strided layers too
     conv_mod._plan_cache = weakref.WeakKeyDictionary()
     try:
         yield conv_mod
     finally:
-        cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache = saved
+        (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache,
+         conv_mod.IM2COL_EXPLICIT_MAX_K) = saved
 
 
 def _implicit_plans(conv_mod):
@@ -490,6 +493,7 @@ def test_both_im2col_methods_on_a_packed_gemm_layer(method, monkeypatch):
     import asymo.ops.conv as conv_mod
 
     monkeypatch.setattr(conv_mod, "IM2COL_METHOD", method)
+    monkeypatch.setattr(conv_mod, "WINOGRAD", "off")   # the GEMM path (Winograd: test_winograd)
     monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
     rng = np.random.default_rng(23)
     for dt in (np.float32, np.float64):
@@ -538,3 +542,20 @@ def test_small_jobs_run_on_the_fastest_cluster_alone(two_cluster_pool, monkeypat
                and p.counts[1] > 0
                for per in conv_mod._plan_cache.values() for p in per.values()
                if hasattr(p, "counts"))
+
+
+def test_shallow_strided_layers_take_explicit_im2col(monkeypatch):
+    """A stem (3 channels, 7x7, stride 2: K = 147) writes its column matrix; a deeper strided
+    layer packs B from the image; both match the reference."""
+    import asymo.ops.conv as conv_mod
+
+    monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
+    rng = np.random.default_rng(31)
+    for c, k, ks, deep in ((3, 16, 7, False), (24, 16, 3, True)):
+        x = rng.standard_normal((1, c, 40, 40)).astype(np.float32)
+        w = rng.standard_normal((k, c, ks, ks)).astype(np.float32)
+        y = conv2d(x, w, None, 2, ks // 2, activation="relu")
+        _close(y, reference.conv2d(x, w, None, 2, ks // 2, 1, 1, "relu"), np.float32)
+        plans = [p for per in conv_mod._plan_cache.values() for p in per.values()
+                 if p.__class__.__name__ == "_GemmConvPlan" and p.k == c * ks * ks]
+        assert plans and all((p.implicit is not None) == deep for p in plans)

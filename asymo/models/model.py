@@ -171,6 +171,7 @@ class Model:
         self.output_shape = tuple(self.layers[-1].output_shape)
         self.seed = int(seed)
         self._params = {}
+        self._packed = {}
         self._lock = threading.Lock()
 
     def __repr__(self):
@@ -221,6 +222,23 @@ class Model:
                 if p is None:
                     p = self._params[step.name] = self._make(step)
         return p
+
+    def packed_parameters(self, step):
+        """``parameters(step)`` with a Conv's weight as an `asymo.PackedConvWeight`: its
+        transforms (Winograd) are made once per model and reused on every run, with no
+        check of the weights' contents per call (the model's weights never change)."""
+        from asymo.ops.conv import PackedConvWeight
+
+        w, b = self.parameters(step)
+        if w.ndim != 4:
+            return w, b
+        packed = self._packed.get(step.name)
+        if packed is None:
+            with self._lock:
+                packed = self._packed.get(step.name)
+                if packed is None:
+                    packed = self._packed[step.name] = PackedConvWeight(w, copy=False)
+        return packed, b
 
     def _make(self, step):
         key = zlib.crc32(f"{self.name}/{step.name}".encode())
@@ -280,7 +298,7 @@ class Model:
         x, unbatched = self._prepare(x, self.layers[first].input_shape, "input")
         ops = AsymoOps(pool)
         for layer in self.layers[first:last + 1]:
-            x = run_steps(layer.steps, x, ops, self.parameters)
+            x = run_steps(layer.steps, x, ops, self.packed_parameters)
         return x[0] if unbatched else x
 
     def run(self, images, *, pool=None):

@@ -29,13 +29,16 @@ import weakref
 
 import numpy as np
 
+from asymo.ops import winograd as _winograd
+from asymo.ops.winograd import PackedConvWeight, prepack_conv
 from asymo.plan import split_cost as _split_cost
 from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.pool import hold as _hold
 from asymo.runtime.tasks import (ACTIVATION_CODES, DTYPE_CODES, INLINE_BYTES, run_tasks,
                                  task_fn, workspace)
 
-__all__ = ["conv2d", "conv_output_shape", "kernel_isa", "use_kernel_isa"]
+__all__ = ["conv2d", "conv_output_shape", "kernel_isa", "use_kernel_isa", "PackedConvWeight",
+           "prepack_conv"]
 
 # The column matrix is built and multiplied in chunks of whole output rows, about
 # COL_CHUNK_COLUMNS columns each (enough for the GEMM to amortise packing the weights, few
@@ -51,6 +54,9 @@ IM2COL_METHOD = "implicit"
 # Implicit im2col: the GEMM packs all of B's panels of one job; cut the job into chunks of
 # output rows only when that packed copy would exceed this.
 IMPLICIT_CHUNK_BYTES = 128 << 20
+# ... except strided layers with K = C/groups * kh * kw at most this (the 7x7 / 3x3 stems):
+# measured 1.1-1.4x faster with explicit im2col on one core and on two (docs/winograd.md).
+IM2COL_EXPLICIT_MAX_K = 160
 # Small jobs run on the fastest cluster alone when the pool has several and the slower
 # clusters' share saves less than their sync and tail cost: asymo.plan.split_cost decides, for
 # matmul and convolutions alike ("depthwise": FLOPs, "epilogue": bytes of output).
@@ -59,6 +65,17 @@ TASKS_PER_WORKER = 4
 # Depthwise kernel: 0 = channel-interleaved vector kernel, 1 = plain per-plane loop (the
 # kernel's own fallback when scratch memory is short; selectable here to test it).
 DEPTHWISE_METHOD = 0
+# 3x3 stride-1 layers (float32, one group): "auto" picks Winograd F(4x4, 3x3) or F(2x2, 3x3)
+# by the rule in _winograd_tile, 2 or 4 forces that tile wherever Winograd applies, "off"
+# runs them as GEMMs. Outputs smaller than WINOGRAD_F4_MIN_SIZE on a side use F(2x2) (a 4x4
+# tile wastes more of a small plane), fewer channels than WINOGRAD_MIN_CHANNELS the GEMM;
+# see _winograd_tile for the rule on large weights (measured: docs/winograd.md).
+WINOGRAD = "auto"
+WINOGRAD_F4_MIN_SIZE = 8
+WINOGRAD_MIN_CHANNELS = 8
+WINOGRAD_F4_MAX_WEIGHT_BYTES = 4 << 20
+# Winograd task: 0 = transforms + GEMMs, 1 = the task's direct fallback loop (for tests).
+WINOGRAD_METHOD = 0
 
 
 def kernel_isa():
@@ -216,8 +233,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     ----------
     x : ndarray, shape (N, C, H, W) or (C, H, W)
         float32 or float64 images (unbatched ``(C, H, W)`` gives an unbatched result).
-    weight : ndarray, shape (Cout, C / groups, kh, kw)
-        Filters, same dtype as ``x``.
+    weight : ndarray, shape (Cout, C / groups, kh, kw), or PackedConvWeight
+        Filters, same dtype as ``x``. A `PackedConvWeight` (`asymo.prepack_conv`) keeps the
+        transforms of weights that do not change (a model's) instead of checking a cache.
     bias : ndarray, shape (Cout,), optional
     stride, dilation : int or (int, int)
     padding : int, (int, int), "valid" or "same"
@@ -256,6 +274,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         return _conv2d_torch(torch, x, weight, bias, stride, padding, dilation, groups,
                              activation, residual, out, pool)
     x = _as_float_array(x, "input")
+    packed = None
+    if isinstance(weight, PackedConvWeight):
+        packed, weight = weight, weight.array
     weight = _as_float_array(weight, "weight")
     if x.ndim not in (3, 4):
         raise ValueError(f"conv2d: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, "
@@ -341,7 +362,10 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     with _hold(pool) as pool:
         plan = _conv_plan(pool, xb.shape, w_c.shape, dtype, stride, pads, dilation, groups,
                           activation, bias is not None, residual is not None)
-        plan.run(xb, w_c, b_c, target, residual, pool)
+        if isinstance(plan, (_WinogradConvPlan, _GemmConvPlan)):
+            plan.run(xb, w_c, b_c, target, residual, pool, packed)
+        else:
+            plan.run(xb, w_c, b_c, target, residual, pool)
     if not direct:
         yb[...] = target
     return y
@@ -371,8 +395,9 @@ _plan_lock = threading.Lock()
 def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, activation,
                has_bias, has_residual):
     key = (xshape, wshape, dtype.num, stride, pads, dilation, groups, activation, has_bias,
-           has_residual, DEPTHWISE_METHOD, COL_CHUNK_BYTES, COL_CHUNK_COLUMNS, IM2COL_METHOD,
-           IMPLICIT_CHUNK_BYTES, _split_cost.emulated_period(), pool.limit)
+           has_residual, DEPTHWISE_METHOD, WINOGRAD, WINOGRAD_METHOD, WINOGRAD_F4_MIN_SIZE,
+           WINOGRAD_MIN_CHANNELS, WINOGRAD_F4_MAX_WEIGHT_BYTES, COL_CHUNK_BYTES, COL_CHUNK_COLUMNS, IM2COL_METHOD,
+           IMPLICIT_CHUNK_BYTES, IM2COL_EXPLICIT_MAX_K, _split_cost.emulated_period(), pool.limit)
     try:
         per_pool = _plan_cache.get(pool)
     except TypeError:  # a pool object that cannot be weakly referenced: no caching
@@ -382,9 +407,12 @@ def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, acti
         return plan
     n, c, h, w = xshape
     cout, cin_g = wshape[:2]
+    tile = _winograd_tile(xshape, wshape, dtype, stride, pads, dilation, groups)
     if cin_g == 1 and groups == c:
         plan = _DepthwisePlan(pool, xshape, wshape, dtype, stride, pads, dilation, activation,
                               has_residual)
+    elif tile:
+        plan = _WinogradConvPlan(pool, xshape, wshape, pads, tile, activation)
     else:
         plan = _GemmConvPlan(pool, xshape, wshape, dtype, stride, pads, dilation, groups,
                              activation, has_bias, has_residual)
@@ -439,6 +467,46 @@ def _task_counts(pool, ntasks, *, fastest_only=False):
         return None
     split = [1.0] + [0.0] * (pool.nclusters - 1) if fastest_only else None
     return ffi.new("int64_t[]", pool.split_counts(ntasks, split))
+
+
+def _winograd_tile(xshape, wshape, dtype, stride, pads, dilation, groups):
+    """The Winograd tile size m for this layer (2 or 4), or 0 for another path.
+
+    Winograd F(m x m, 3 x 3) runs float32 3x3 layers with stride 1, dilation 1 and one group
+    (pads of at most 2, so every output tile reads the padded plane), when WINOGRAD allows."""
+    if (WINOGRAD == "off" or dtype != np.float32 or tuple(wshape[2:]) != (3, 3)
+            or stride != (1, 1) or dilation != (1, 1) or groups != 1
+            or max(max(p) for p in pads) > 2):
+        return 0
+    if WINOGRAD in (2, 4):
+        return WINOGRAD
+    _, c, h, w = xshape
+    k = wshape[0]
+    oh, ow = h + sum(pads[0]) - 2, w + sum(pads[1]) - 2
+    if c < WINOGRAD_MIN_CHANNELS or k < WINOGRAD_MIN_CHANNELS:
+        return 0
+    if min(oh, ow) < WINOGRAD_F4_MIN_SIZE:
+        return 2
+    # F(4x4) streams 36 C x K weight panels per block of 16 tiles: when they outgrow the
+    # caches and the plane has few 4x4 tiles, F(2x2)'s 16 panels over more tiles win.
+    tiles4 = -(-oh // 4) * -(-ow // 4)
+    if 36 * c * k * 4 > WINOGRAD_F4_MAX_WEIGHT_BYTES and tiles4 <= 16:
+        return 2
+    return 4
+
+
+class _WinogradConvPlan:
+    """Winograd F(m x m, 3 x 3) (asymo.ops.winograd): one pool job per call, the transforms,
+    GEMMs, bias, residual and activation inside each task."""
+
+    def __init__(self, pool, xshape, wshape, pads, tile, activation):
+        self.tile = tile
+        self.plan = _winograd.WinogradPlan(pool, xshape, wshape, pads, tile, activation,
+                                           method=WINOGRAD_METHOD)
+
+    def run(self, x, weight, bias, y, residual, pool, packed=None):
+        u = _winograd.weights_for(weight if packed is None else packed, self.tile)
+        self.plan.run(x, weight, u, bias, y, residual, pool)
 
 
 class _DepthwisePlan:
@@ -515,7 +583,11 @@ class _GemmConvPlan:
         job = self.job = ffi.new("asymo_im2col_job *")
         _geometry(job.geom, cin_g, h, w, (kh, kw), stride, pads, dilation, oh, ow)
         job.dtype = DTYPE_CODES[dtype]
-        if IM2COL_METHOD == "implicit":
+        # Strided layers with a short K (stems: 3 channels x 7x7 or 3x3) pack their B slivers
+        # slower from the image than from a column matrix written row by row (the per-sliver
+        # bookkeeping of a strided gather dominates a 16-column sliver): explicit im2col.
+        shallow = k <= IM2COL_EXPLICIT_MAX_K and stride != (1, 1)
+        if IM2COL_METHOD == "implicit" and not shallow:
             self.implicit = _implicit_chunks(pool, self.cout_g, k, oh, ow, dtype)
             if self.implicit is not None:
                 # everything about the GEMM but the pointers and the chunk width
@@ -539,11 +611,14 @@ class _GemmConvPlan:
                 gp = plans[width] = plan_conv_gemm(self.cout_g, k, width, dtype, pool)
             self.chunks.append((n0, n1, gp) + _im2col_split(pool, gp, k, n0, n1, dtype))
 
-    def run(self, x, weight, bias, y, residual, pool):
+    def run(self, x, weight, bias, y, residual, pool, packed=None):
         from asymo.ops.conv_gemm import gemm_into
 
+        # one group: the weights' packed A panels (asymo.prepack) made once per
+        # PackedConvWeight and reused by every call
+        pa = packed.gemm_a() if packed is not None and self.groups == 1 else None
         if self.implicit is not None:
-            return self._run_implicit(x, weight, bias, y, residual, pool)
+            return self._run_implicit(x, weight, bias, y, residual, pool, pa)
         n = x.shape[0]
         cin_g, cout_g, groups, ncols = self.cin_g, self.cout_g, self.groups, self.ncols
         w2 = weight.reshape(groups, cout_g, self.k)
@@ -553,7 +628,7 @@ class _GemmConvPlan:
         for i in range(n):
             yi = y[i].reshape(groups * cout_g, ncols)
             for g in range(groups):
-                a = w2[g]
+                a = w2[g] if pa is None else pa
                 yg = yi[g * cout_g:(g + 1) * cout_g]
                 xg = x[i, g * cin_g:(g + 1) * cin_g]
                 if self.pointwise:
@@ -576,7 +651,7 @@ class _GemmConvPlan:
                               None if residual is None else residual[i], pool)
 
 
-    def _run_implicit(self, x, weight, bias, y, residual, pool):
+    def _run_implicit(self, x, weight, bias, y, residual, pool, pa=None):
         """One GEMM job per image, group and chunk, B packed from the image by the GEMM's
         tasks (`asymo_im2col_pack_b`)."""
         n = x.shape[0]
@@ -597,6 +672,7 @@ class _GemmConvPlan:
                     job.col_offset = n0
                     args.n = n1 - n0
                     args.c = ybase + (g * cout_g * ncols + n0) * es
+                    args.a_packed = ffi.NULL if pa is None else pa.cdata_for(gp)
                     handle = ffi.NULL if handle_serial or gp.in_caller() else pool._handle
                     rc = lib.asymo_gemm(handle, args, gp.cdata())
                     if rc != 0:

@@ -8,6 +8,7 @@
  * The kernels are compiled per element type and ISA from depthwise_impl.h. */
 #include "asymo/conv.h"
 #include "asymo/isa.h"
+#include "conv/scratch.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -146,10 +147,12 @@ void asymo_dwconv_task(int64_t task, void *ctx)
     const int64_t per_row = g->stride_h * one.wp * ASYMO_DW_LANES * (int64_t)esize;
     int64_t step = dmax(1, ((int64_t)DW_SCRATCH_BYTES - one.elems * (int64_t)esize) / per_row + 1);
     step = dmin(step, oy_hi - oy_lo);
+    /* per-thread scratch kept between tasks: a fresh 192 KB block per task came from mmap
+       and faulted its pages in every time */
     void *scratch = NULL;
-    if (job->method == 0 && step > 0
-        && posix_memalign(&scratch, DW_ALIGN, (size_t)dw_layout(g, step).elems * esize) != 0)
-        scratch = NULL;
+    if (job->method == 0 && step > 0)
+        scratch = asymo_conv_scratch(ASYMO_SCRATCH_DEPTHWISE,
+                                     (size_t)dw_layout(g, step).elems * esize);
     if (!scratch) {
         for (int64_t oc = oc0; oc < oc0 + nv; oc++) {
             if (f64)
@@ -166,5 +169,4 @@ void asymo_dwconv_task(int64_t task, void *ctx)
         else
             k->block_f32(job, n, oc0, nv, oy, oy1, scratch);
     }
-    free(scratch);
 }

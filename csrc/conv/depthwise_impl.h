@@ -14,6 +14,38 @@ typedef IT FN(ivec) __attribute__((vector_size(ASYMO_DW_LANES * sizeof(T))));
  * every 2b x 2b block, b = 8, 4, 2, 1. */
 static inline void FN(transpose16)(FN(vec) *r)
 {
+    if (sizeof(T) == 4) {
+        /* float: four 8 x 8 transposes of 32-byte pieces (unpack, shufps, perm2f128 on AVX2;
+           GCC lowered the 64-byte generic shuffles below to one scalar move per element) */
+        typedef float p8 __attribute__((vector_size(32)));
+        typedef int32_t m8 __attribute__((vector_size(32)));
+        const m8 ulo = {0, 8, 1, 9, 4, 12, 5, 13}, uhi = {2, 10, 3, 11, 6, 14, 7, 15};
+        const m8 slo = {0, 1, 8, 9, 4, 5, 12, 13}, shi = {2, 3, 10, 11, 6, 7, 14, 15};
+        const m8 plo = {0, 1, 2, 3, 8, 9, 10, 11}, phi = {4, 5, 6, 7, 12, 13, 14, 15};
+        p8 in[16][2], out[16][2];
+        memcpy(in, r, sizeof in);
+        for (int bi = 0; bi < 2; bi++)
+            for (int bj = 0; bj < 2; bj++) {
+                p8 t[8], u[8];
+                for (int k = 0; k < 8; k += 2) {
+                    t[k] = __builtin_shuffle(in[8 * bi + k][bj], in[8 * bi + k + 1][bj], ulo);
+                    t[k + 1] = __builtin_shuffle(in[8 * bi + k][bj], in[8 * bi + k + 1][bj],
+                                                 uhi);
+                }
+                for (int k = 0; k < 8; k += 4) {
+                    u[k] = __builtin_shuffle(t[k], t[k + 2], slo);
+                    u[k + 1] = __builtin_shuffle(t[k], t[k + 2], shi);
+                    u[k + 2] = __builtin_shuffle(t[k + 1], t[k + 3], slo);
+                    u[k + 3] = __builtin_shuffle(t[k + 1], t[k + 3], shi);
+                }
+                for (int k = 0; k < 4; k++) {
+                    out[8 * bj + k][bi] = __builtin_shuffle(u[k], u[k + 4], plo);
+                    out[8 * bj + k + 4][bi] = __builtin_shuffle(u[k], u[k + 4], phi);
+                }
+            }
+        memcpy(r, out, sizeof out);
+        return;
+    }
 #define DW_MASKS(b)                                                                           \
     const FN(ivec) lo##b = {                                                                  \
         ((0 & b) ? 16 + 0 - b : 0), ((1 & b) ? 16 + 1 - b : 1), ((2 & b) ? 16 + 2 - b : 2),  \
@@ -56,10 +88,24 @@ static inline void FN(transpose16)(FN(vec) *r)
 /* min(max(a, lo), hi) lane by lane, NaN propagating (as numpy.maximum, torch.relu) */
 static inline FN(vec) FN(clamp)(FN(vec) a, FN(vec) lo, FN(vec) hi)
 {
-    FN(ivec) m = a < lo;
-    a = (FN(vec))((~m & (FN(ivec))a) | (m & (FN(ivec))lo));
-    m = a > hi;
-    return (FN(vec))((~m & (FN(ivec))a) | (m & (FN(ivec))hi));
+    /* in 32-byte pieces: GCC lowered the compare-and-select of a whole 16-lane vector wider
+       than the target's registers (64 / 128 bytes under AVX2) to a scalar loop with
+       branches, which made a fused activation cost more than the convolution */
+    typedef T piece __attribute__((vector_size(32)));
+    typedef IT ipiece __attribute__((vector_size(32)));
+    enum { NP = sizeof(FN(vec)) / 32 };
+    piece pa[NP], pl[NP], ph[NP];
+    memcpy(pa, &a, sizeof a);
+    memcpy(pl, &lo, sizeof lo);
+    memcpy(ph, &hi, sizeof hi);
+    for (int i = 0; i < NP; i++) {
+        ipiece m = pa[i] < pl[i];
+        pa[i] = (piece)((~m & (ipiece)pa[i]) | (m & (ipiece)pl[i]));
+        m = pa[i] > ph[i];
+        pa[i] = (piece)((~m & (ipiece)pa[i]) | (m & (ipiece)ph[i]));
+    }
+    memcpy(&a, pa, sizeof a);
+    return a;
 }
 
 /* Output rows [oy0, oy1) of output channels [oc0, oc0 + nv) of image n. scratch (aligned to

@@ -11,6 +11,7 @@
 #include "asymo/pool.h"
 #include "asymo/gemm.h"
 #include "asymo/conv.h"
+#include "asymo/winograd.h"
 #include "asymo/pooling.h"
 
 #endif
