@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import statistics
 import sys
 import time
@@ -168,15 +167,9 @@ def speeds_line(pool, when):
 def machine_lines(pool, emulation, torch_threads):
     import threadpoolctl
 
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    from asymo.hw.topology import cpu_model_name
+
+    cpu = cpu_model_name()
     blas = [(i.get("internal_api"), i.get("num_threads"))
             for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
     from asymo.ops.conv import kernel_isa

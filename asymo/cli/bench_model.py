@@ -22,7 +22,6 @@ fastest core), ``ort`` (ONNX Runtime, CPU provider, intra-op threads = cores),
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import time
 
@@ -56,15 +55,9 @@ def _pin_enter(cpu, state):
 
 
 def machine_description(pool, emulation):
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    from asymo.hw.topology import cpu_model_name
+
+    cpu = cpu_model_name()
     return {"cpu": cpu, "cpus": os.cpu_count(), "affinity": sorted(os.sched_getaffinity(0)),
             "pool_workers": pool.nworkers, "topology": pool.topology.to_spec(),
             "emulation": emulation or "none (symmetric machine)"}
