@@ -25,7 +25,7 @@ __all__ = ["plan_conv_gemm", "column_split", "gemm_into", "matmul_into"]
 #: profile chose the blocks. The GEMM's own default is AVX2+FMA on CPUs that execute 512-bit
 #: FMAs in two halves (Zen 4), where matmul shapes run as fast with it; a convolution's GEMM
 #: (small M, B packed from the image, M-tall 12 x 32 tiles sharing each packed sliver twice as
-#: long) measured 5-30% faster with AVX-512 on Zen 4 (VGG / ResNet 3x3 layers, 1 and 2 cores).
+#: long) is faster with AVX-512 there (docs/tuning.md).
 PREFER_AVX512 = True
 
 

@@ -42,8 +42,7 @@ __all__ = ["Pipeline", "KernelLevel", "ParallelFrames", "RunStats", "PipelineErr
 
 _POLL = 0.05  # s: how often blocked threads look at the stop / failure flags
 # Idle pool workers of a stage do not spin: the stage thread shares their cores, and a spinning
-# worker delays the stage's own Python work between operations (measured: squeezenet at 112 px,
-# two one-core stages under the emulator, 60 -> 98 images/s with spin 200 us -> 0).
+# worker delays the stage's own Python work between operations (docs/tuning.md).
 STAGE_SPIN_US = 0
 
 

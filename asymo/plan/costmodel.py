@@ -83,8 +83,7 @@ FEATURE_SETS = {"table2": TABLE2_FEATURES, "extended": EXTENDED_FEATURES}
 #: undisturbed runs (the minimum of samples), so the unbalance interference causes -- Table
 #: 2's p * Cost_seq -- is not in its data and the fitted models favour one task per thread;
 #: with two, stealing can still even out a lagging core or an error in the split ratio.
-#: Measured on the development machine: one task per thread made the held-out convolutions
-#: up to 1.7x slower than the default plans under other processes' load; two matched them.
+#: (measured: docs/tuning.md)
 MIN_TASKS_PER_THREAD = 2
 REGRESSORS = ("linear", "positive")
 

@@ -71,12 +71,8 @@ TASK_FLOPS = 50e6
 #: products of a batch smaller than this (FLOPs) are given whole to tasks
 BATCH_SPLIT_FLOPS = 4e6
 #: products (whole batches) below this many FLOPs are not worth a pool job: on a symmetric
-#: machine they run in the calling thread, on an asymmetric one on the fastest cluster.
-#: Measured on the development machine (2-core Zen 4 VM): with the submitter helping (it runs
-#: the tasks of the worker of its core while it waits) a pool job costs 1-2 us more than a
-#: call in the calling thread; GEMMs gain from the second core above about 4 MFLOP,
-#: matrix-vector products (no packing, each core streams its own rows) above about 0.15 MFLOP
-#: (256 x 256: 3.5 us serial, 3.0 us on 2 cores; 256 x 128: 2.5 vs 3.3 us).
+#: machine they run in the calling thread, on an asymmetric one on the fastest cluster
+#: (the measurements behind it: docs/tuning.md)
 SERIAL_FLOPS = 4e6
 SERIAL_FLOPS_MV = 1.5e5
 

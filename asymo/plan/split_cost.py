@@ -54,21 +54,16 @@ DEFAULT_EMULATED_PERIOD = 5e-4
 
 #: seconds a job pays for involving another cluster at all: waking its workers, the job's
 #: state and shared operands (B panels, the vector) crossing between cores, the submitter's
-#: wait for the last worker. Fitted on the development machine: on two equal cores, GEMMs
-#: gain from the second core above ~4 MFLOP (asymo.plan.gemm.SERIAL_FLOPS), i.e.
-#: F / R - F / (2 R) = SYNC_S at F = 4e6, R = 75 GFLOP/s.
+#: wait for the last worker (how it was fitted: docs/tuning.md)
 SYNC_S = 25e-6
 #: fraction of the jobs that find a stopped emulated core at their end and cannot steal around
-#: it (fitted to bench/split_cost.py at periods 1 and 0.25 ms; see the module docstring)
+#: it (fitted with bench/split_cost.py: docs/tuning.md)
 TAIL_CATCH = 0.5
 
 #: single-core rate at capacity 1 by kind of work, for topologies without a calibration:
-#: "mm" float32 GEMM (GFLOP/s; asymo on the development machine's fast core: 70-85),
-#: "mv" matrix-vector products (GFLOP/s; memory bound: 25-29). The convolution kinds are the
-#: thresholds measured under the emulator at P = 1 ms (asymo.ops.conv: MobileNet's depthwise
-#: layers, ~2 MFLOP each, took up to 10x longer split; fastest-only below 8 MFLOP and below
-#: 1 MiB of epilogue) expressed as rates through this model: "depthwise" (GFLOP/s) and
-#: "epilogue" (GB/s of output, element-wise bias / activation / residual passes).
+#: "mm" float32 GEMM and "mv" matrix-vector products (FLOP/s), "depthwise" (FLOP/s) and
+#: "epilogue" (bytes/s of output, element-wise bias / activation / residual passes); the
+#: convolution kinds encode measured split thresholds as rates (docs/tuning.md)
 DEFAULT_RATE = {"mm": 75.0e9, "mv": 25.0e9, "depthwise": 30.0e9, "epilogue": 4.0e9}
 
 
