@@ -18,13 +18,14 @@ $(STAMP): pyproject.toml setup.py $(CSRC_FILES)
 
 install: $(STAMP)
 
-# torch is optional: the tests that compare against it are skipped when it is absent. It is
-# installed apart from the extras because only this exact version lies on the build machine.
+# torch is optional: the tests that compare against it are skipped without it, and the demo's
+# network (a torchvision-style ResNet-18 exported to ONNX) needs it. It is installed apart from
+# the extras because only this exact version lies on the build machine.
 $(VENV)/.torch-tried: $(STAMP)
 	-$(PY) -m pip install --quiet torch==2.13.0
 	touch $@
 
-demo: $(STAMP)
+demo: $(STAMP) $(VENV)/.torch-tried
 	$(VENV)/bin/asymo info
 	$(VENV)/bin/asymo emulate --core 1 --speed 0.5 -- $(VENV)/bin/asymo info
 	$(VENV)/bin/asymo demo

@@ -585,7 +585,7 @@ def _segment_kind(nodes, steps):
     return "dwconv" if dom.depthwise else "conv"
 
 
-class GraphModel:
+class GraphModel(spec.LayerChain):
     """A graph planned for asymo (build with :func:`asymo.from_onnx` / :func:`asymo.from_torch`).
 
     Parameters
@@ -637,20 +637,6 @@ class GraphModel:
     @property
     def nodes(self):
         return self.graph.nodes
-
-    @property
-    def flops(self):
-        return sum(layer.flops for layer in self.layers)
-
-    def major_count(self):
-        return sum(layer.major_count for layer in self.layers)
-
-    def matmul_shapes(self):
-        """NumPy-matmul ``(M, K, N)`` products of one image, in order (for asymo.dvfs)."""
-        out = []
-        for layer in self.layers:
-            out.extend(layer.matmul_shapes())
-        return out
 
     def summary(self):
         rows = [f"{self.name}: input {self.input_shape}, {len(self.graph.nodes)} nodes "

@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 
 from asymo.models.spec import (
-    LRN, Concat, Conv, Flatten, Linear, Pool, Residual, Softmax,
+    LRN, Concat, Conv, Flatten, LayerChain, Linear, Pool, Residual, Softmax,
 )
 
 __all__ = ["Model", "AsymoOps", "run_steps"]
@@ -156,7 +156,7 @@ class AsymoOps:
         return y
 
 
-class Model:
+class Model(LayerChain):
     """A CNN of the zoo: ``layers`` (the chain of major layers) plus seeded weights.
 
     Weights are float32, drawn on first use from a generator seeded by ``(seed, layer name)``
@@ -179,22 +179,6 @@ class Model:
                 f"layers={len(self.layers)}, major_count={self.major_count()})")
 
     # ---- descriptors -------------------------------------------------------------------
-    def major_count(self):
-        """Weighted layers as Pipe-it Table I counts them (ARM-CL nodes)."""
-        return sum(layer.major_count for layer in self.layers)
-
-    @property
-    def flops(self):
-        """FLOPs per image of the weighted layers (multiply-add = 2)."""
-        return sum(layer.flops for layer in self.layers)
-
-    def matmul_shapes(self):
-        """All NumPy-matmul ``(M, K, N)`` products one image runs, layer by layer, in order."""
-        out = []
-        for layer in self.layers:
-            out.extend(layer.matmul_shapes())
-        return out
-
     def summary(self):
         """A text table of the chain: one line per node."""
         rows = [f"{self.name}: input {self.input_shape}, {len(self.layers)} nodes, "

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 __all__ = [
-    "Conv", "Linear", "Pool", "LRN", "Flatten", "Softmax", "Concat", "Residual", "Layer",
+    "Conv", "Linear", "Pool", "LRN", "Flatten", "Softmax", "Concat", "Residual", "Layer", "LayerChain",
     "conv_output_size", "pool_output_size", "weighted_steps",
 ]
 
@@ -341,3 +341,24 @@ class Layer:
             "gemm_dims": list(self.gemm_dims), "gemm_list": [list(g) for g in self.gemm_list],
             "major_count": self.major_count,
         }
+
+
+class LayerChain:
+    """What a model's ``layers`` (a list of `Layer`) add up to; mixed into both model kinds
+    (the zoo's `asymo.models.Model` and `asymo.models.GraphModel`)."""
+
+    def major_count(self):
+        """Weighted layers as Pipe-it Table I counts them (ARM-CL nodes)."""
+        return sum(layer.major_count for layer in self.layers)
+
+    @property
+    def flops(self):
+        """FLOPs per image of the weighted layers (multiply-add = 2)."""
+        return sum(layer.flops for layer in self.layers)
+
+    def matmul_shapes(self):
+        """All NumPy-matmul ``(M, K, N)`` products one image runs, layer by layer, in order."""
+        out = []
+        for layer in self.layers:
+            out.extend(layer.matmul_shapes())
+        return out
