@@ -287,7 +287,7 @@ FIXED_CASES = [  # (x shape, w shape, stride, padding, dilation, groups)
 
 
 @pytest.mark.parametrize("isa", _supported_isas())
-@pytest.mark.parametrize("method", [0, 1])
+@pytest.mark.parametrize("method", [0, 1, 2])
 def test_every_isa_variant_and_depthwise_method(isa, method, monkeypatch):
     import asymo.ops.conv as conv_mod
     from asymo.ops.pooling import avg_pool2d, max_pool2d

@@ -62,8 +62,10 @@ IM2COL_EXPLICIT_MAX_K = 160
 # matmul and convolutions alike ("depthwise": FLOPs, "epilogue": bytes of output).
 # Aim for this many tasks per worker in element-wise kernels (load balance vs overhead).
 TASKS_PER_WORKER = 4
-# Depthwise kernel: 0 = channel-interleaved vector kernel, 1 = plain per-plane loop (the
-# kernel's own fallback when scratch memory is short; selectable here to test it).
+# Depthwise kernel: 0 = the best for the layer (the direct 3x3 row kernel where it applies,
+# else the channel-interleaved vector kernel), 1 = plain per-plane loop (the kernel's own
+# fallback when scratch memory is short), 2 = the channel-interleaved kernel for every layer
+# (1 and 2 selectable here to test them).
 DEPTHWISE_METHOD = 0
 # 3x3 stride-1 layers (float32, one group): "auto" picks Winograd F(4x4, 3x3) or F(2x2, 3x3)
 # by the rule in _winograd_tile, 2 or 4 forces that tile wherever Winograd applies, "off"
@@ -510,7 +512,7 @@ class _WinogradConvPlan:
 
 
 class _DepthwisePlan:
-    """Direct depthwise kernel; activation fused, residual in a second pass."""
+    """Direct depthwise kernel; bias, residual and activation fused into its tasks."""
 
     def __init__(self, pool, xshape, wshape, dtype, stride, pads, dilation, activation,
                  has_residual):
@@ -520,7 +522,7 @@ class _DepthwisePlan:
         job = self.job = ffi.new("asymo_dwconv_job *")
         _geometry(job.geom, c, h, w, (kh, kw), stride, pads, dilation, oh, ow)
         job.dtype = DTYPE_CODES[dtype]
-        job.activation = ACTIVATION_CODES[None if has_residual else activation]
+        job.activation = ACTIVATION_CODES[activation]
         job.batch = n
         job.out_channels = cout
         job.method = DEPTHWISE_METHOD
@@ -540,9 +542,6 @@ class _DepthwisePlan:
         fastest = _split_cost.pool_fastest_only(pool, flops, "depthwise")
         self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
         self.plane = cout * oh * ow
-        self.residual = None
-        if has_residual:
-            self.residual = _bias_act_plan(pool, cout, oh * ow, dtype, activation)
 
     def run(self, x, weight, bias, y, residual, pool):
         job = ffi.new("asymo_dwconv_job *", self.job[0])
@@ -551,11 +550,10 @@ class _DepthwisePlan:
         job.bias = ffi.NULL if bias is None else _ptr(bias)
         job.y = _ptr(y)
         job.y_image_stride = y.strides[0] // y.itemsize if y.shape[0] > 1 else self.plane
+        if residual is not None:  # C-contiguous (conv2d made it so)
+            job.residual = _ptr(residual)
+            job.residual_image_stride = self.plane
         run_tasks(pool, _DWCONV_TASK, job, self.ntasks, self.counts, inline=self.inline)
-        if self.residual is not None:
-            template, ntasks, inline = self.residual
-            for i in range(y.shape[0]):
-                _run_bias_act(template, ntasks, inline, y[i], None, residual[i], pool)
 
 
 class _GemmConvPlan:

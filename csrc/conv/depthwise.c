@@ -5,9 +5,15 @@
  * it needs for ASYMO_DW_LANES channels into a zero-padded, channel-interleaved scratch
  * (rows x padded width x lanes); every tap is then one fused multiply-add over the lanes, for
  * any plane size, stride or dilation, and the results are written back to the NCHW planes.
- * The kernels are compiled per element type and ISA from depthwise_impl.h. */
+ * The kernels are compiled per element type and ISA from depthwise_impl.h.
+ *
+ * The common MobileNet layers (3x3, stride 1 or 2, padding <= 1, multiplier 1) skip all of
+ * that: a row of a plane already is a vector's worth of contiguous outputs once the plane is
+ * 8 wide or more, and the direct kernels (conv/dwconv3x3.h) read the input once, straight
+ * from the planes, with bias, residual and activation applied before the single store. */
 #include "asymo/conv.h"
 #include "asymo/isa.h"
+#include "conv/dwconv3x3.h"
 #include "conv/scratch.h"
 
 #include <math.h>
@@ -127,9 +133,90 @@ static const dw_kernels *select_dw_kernels(void)
     return &portable;
 }
 
+static asymo_dw3x3_fn select_dw3x3(int f64)
+{
+#if defined(__x86_64__)
+    /* AVX-512 machines run the AVX2 kernel: the row loop is bound by memory, not vector width */
+    switch (asymo_conv_isa()) {
+    case ASYMO_ISA_AVX512:
+    case ASYMO_ISA_AVX2_FMA: return f64 ? asymo_dw3x3_f64_avx2 : asymo_dw3x3_f32_avx2;
+    default: break;
+    }
+#endif
+    return f64 ? asymo_dw3x3_f64_portable : asymo_dw3x3_f32_portable;
+}
+
+/* y = act(y + residual) over rows [oy0, oy1) of channels [oc0, oc0 + nv) of image n, y
+ * already holding conv + bias (the kernels below the 3x3 one take no residual: applying it
+ * here, while the task's rows are still in cache, saves a second pass over the output). */
+#define DW_RESIDUAL_PASS(T)                                                                   \
+    do {                                                                                      \
+        const int64_t plane = job->geom.out_h * job->geom.out_w, ow = job->geom.out_w;         \
+        for (int64_t oc = oc0; oc < oc0 + nv; oc++) {                                         \
+            T *yp = (T *)job->y + n * job->y_image_stride + oc * plane + oy0 * ow;            \
+            const T *rp = (const T *)job->residual + n * job->residual_image_stride           \
+                          + oc * plane + oy0 * ow;                                            \
+            for (int64_t i = 0; i < (oy1 - oy0) * ow; i++) {                                  \
+                T v = yp[i] + rp[i];                                                          \
+                if (job->activation == ASYMO_ACT_RELU)                                        \
+                    v = v < (T)0 ? (T)0 : v;                                                  \
+                else if (job->activation == ASYMO_ACT_RELU6)                                  \
+                    v = v < (T)0 ? (T)0 : (v > (T)6 ? (T)6 : v);                              \
+                yp[i] = v;                                                                    \
+            }                                                                                 \
+        }                                                                                     \
+    } while (0)
+
+static void dw_residual_pass(const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t nv,
+                             int64_t oy0, int64_t oy1)
+{
+    if (job->dtype == CONV_DTYPE_F64)
+        DW_RESIDUAL_PASS(double);
+    else
+        DW_RESIDUAL_PASS(float);
+}
+#undef DW_RESIDUAL_PASS
+
+static void dw_interleaved_task(int64_t task, const asymo_dwconv_job *job);
+
 void asymo_dwconv_task(int64_t task, void *ctx)
 {
     const asymo_dwconv_job *job = (const asymo_dwconv_job *)ctx;
+    const asymo_conv_geometry *g = &job->geom;
+    if (job->method == 0 && asymo_dw3x3_applies(job)) {
+        const int64_t oh = g->out_h;
+        const int64_t nrb = (oh + job->rows_per_task - 1) / job->rows_per_task;
+        const int64_t ncb = (job->out_channels + ASYMO_DW_LANES - 1) / ASYMO_DW_LANES;
+        const int64_t rb = task % nrb, cb = (task / nrb) % ncb, n = task / (nrb * ncb);
+        const int64_t oy0 = rb * job->rows_per_task, oy1 = dmin(oh, oy0 + job->rows_per_task);
+        const int64_t oc0 = cb * ASYMO_DW_LANES;
+        const int64_t oc1 = dmin(job->out_channels, oc0 + ASYMO_DW_LANES);
+        const asymo_dw3x3_fn fn = select_dw3x3(job->dtype == CONV_DTYPE_F64);
+        for (int64_t oc = oc0; oc < oc1; oc++)
+            fn(job, n, oc, oy0, oy1);
+        return;
+    }
+    if (!job->residual) {
+        dw_interleaved_task(task, job);
+        return;
+    }
+    /* the other kernels: conv + bias first, then the residual and activation */
+    asymo_dwconv_job inner = *job;
+    inner.activation = ASYMO_ACT_NONE;
+    inner.residual = NULL;
+    dw_interleaved_task(task, &inner);
+    const int64_t oh = g->out_h;
+    const int64_t nrb = (oh + job->rows_per_task - 1) / job->rows_per_task;
+    const int64_t ncb = (job->out_channels + ASYMO_DW_LANES - 1) / ASYMO_DW_LANES;
+    const int64_t rb = task % nrb, cb = (task / nrb) % ncb, n = task / (nrb * ncb);
+    const int64_t oy0 = rb * job->rows_per_task, oy1 = dmin(oh, oy0 + job->rows_per_task);
+    const int64_t oc0 = cb * ASYMO_DW_LANES;
+    dw_residual_pass(job, n, oc0, dmin(ASYMO_DW_LANES, job->out_channels - oc0), oy0, oy1);
+}
+
+/* The channel-interleaved kernel (or the reference loop), bias and activation only. */
+static void dw_interleaved_task(int64_t task, const asymo_dwconv_job *job)
+{
     const asymo_conv_geometry *g = &job->geom;
     const int64_t oh = g->out_h;
     const int64_t nrb = (oh + job->rows_per_task - 1) / job->rows_per_task;
@@ -150,7 +237,7 @@ void asymo_dwconv_task(int64_t task, void *ctx)
     /* per-thread scratch kept between tasks: a fresh 192 KB block per task came from mmap
        and faulted its pages in every time */
     void *scratch = NULL;
-    if (job->method == 0 && step > 0)
+    if (job->method != 1 && step > 0)
         scratch = asymo_conv_scratch(ASYMO_SCRATCH_DEPTHWISE,
                                      (size_t)dw_layout(g, step).elems * esize);
     if (!scratch) {

@@ -61,13 +61,16 @@ void asymo_im2col_pack_b(const void *job, void *dst, int64_t j0, int64_t cols, i
                          int64_t kb, int64_t nr);
 
 /* Direct depthwise convolution (groups == channels, one input channel per group, out_channels
- * = multiplier * channels) with fused bias and activation. Output channel oc reads input
- * channel oc / multiplier; weight is out_channels x kernel_h x kernel_w.
+ * = multiplier * channels) with fused bias, residual and activation:
+ * y = act(conv(x) + bias + residual). Output channel oc reads input channel oc / multiplier;
+ * weight is out_channels x kernel_h x kernel_w.
  *
  * A task is one image, a block of ASYMO_DW_LANES output channels and rows_per_task output
  * rows: ntasks = batch * ceil(out_channels / ASYMO_DW_LANES) * ceil(out_h / rows_per_task).
- * The task transposes its input rows to channel-interleaved order so that the innermost loop
- * runs over channels (vector lanes) for any plane size, stride or dilation. */
+ * Method 0 runs 3x3 layers with stride 1 or 2, dilation 1, padding <= 1 and multiplier 1 plane
+ * by plane, vectorised along the output row (conv/dwconv3x3.h); every other layer transposes
+ * its input rows to channel-interleaved order so that the innermost loop runs over channels
+ * (vector lanes) for any plane size, stride or dilation. */
 enum { ASYMO_DW_LANES = 16 };
 
 typedef struct {
@@ -82,8 +85,11 @@ typedef struct {
     void *y;                    /* image n, channel oc at y + n * y_image_stride + oc * out_h * out_w */
     int64_t y_image_stride;
     int64_t rows_per_task;
-    int32_t method;             /* 0: channel-interleaved kernel; 1: plane-by-plane reference
-                                   loop (slow; the fallback when scratch memory is short) */
+    int32_t method;             /* 0: the best kernel for the layer (above); 1: plane-by-plane
+                                   reference loop (slow; the fallback when scratch memory is
+                                   short); 2: the channel-interleaved kernel for every layer */
+    const void *residual;       /* same layout as y with its own image stride, or NULL */
+    int64_t residual_image_stride;
 } asymo_dwconv_job;
 
 void asymo_dwconv_task(int64_t task, void *job);

@@ -1,0 +1,42 @@
+/* Direct 3x3 depthwise kernels on NCHW planes (the common MobileNet case), shared by the
+ * depthwise frame (conv/depthwise.c) and the per-ISA kernels (kernels/<isa>/dwconv3x3_*.c).
+ *
+ * Each kernel computes output rows [oy0, oy1) of output channel oc of image n of a job (see
+ * asymo_dwconv_job), bias, residual and activation included, straight from the input plane:
+ * no scratch, no transposes. Vectors run along the output row. */
+#ifndef ASYMO_DWCONV3X3_H
+#define ASYMO_DWCONV3X3_H
+
+#include <stdint.h>
+
+#include "asymo/conv.h"
+
+/* Whether the direct 3x3 kernels apply: 3x3, stride 1 or 2 each way, dilation 1, one output
+ * channel per input channel, top / left padding of at most 1 (the bottom / right extent may
+ * be anything out_h / out_w imply: reads outside the plane are masked to zero). */
+static inline int asymo_dw3x3_applies(const asymo_dwconv_job *job)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    return g->kernel_h == 3 && g->kernel_w == 3 && g->dilation_h == 1 && g->dilation_w == 1
+           && (g->stride_h == 1 || g->stride_h == 2) && (g->stride_w == 1 || g->stride_w == 2)
+           && g->pad_h >= 0 && g->pad_h <= 1 && g->pad_w >= 0 && g->pad_w <= 1
+           && job->out_channels == g->channels
+           /* the AVX2 kernel's lane masks hold column indices in 32 bits */
+           && g->width < ((int64_t)1 << 30) && g->out_w < ((int64_t)1 << 30);
+}
+
+typedef void (*asymo_dw3x3_fn)(const asymo_dwconv_job *job, int64_t n, int64_t oc,
+                               int64_t oy0, int64_t oy1);
+
+void asymo_dw3x3_f32_portable(const asymo_dwconv_job *job, int64_t n, int64_t oc, int64_t oy0,
+                              int64_t oy1);
+void asymo_dw3x3_f64_portable(const asymo_dwconv_job *job, int64_t n, int64_t oc, int64_t oy0,
+                              int64_t oy1);
+#if defined(__x86_64__)
+void asymo_dw3x3_f32_avx2(const asymo_dwconv_job *job, int64_t n, int64_t oc, int64_t oy0,
+                          int64_t oy1);
+void asymo_dw3x3_f64_avx2(const asymo_dwconv_job *job, int64_t n, int64_t oc, int64_t oy0,
+                          int64_t oy1);
+#endif
+
+#endif

@@ -1,0 +1,150 @@
+/* Direct 3x3 depthwise kernels for AVX2+FMA (see conv/dwconv3x3.h).
+ *
+ * float: one ymm holds 8 outputs of a row; each valid input row contributes 3 FMAs. Stride 1
+ * loads the taps unaligned at ix, ix + 1, ix + 2; stride 2 loads 16 inputs, splits them into
+ * even and odd lanes (taps 0 and 1) and takes tap 2 from the even lanes of the 16 inputs 2
+ * further on. Vectors whose taps all lie inside the row load directly; the first and last
+ * vectors of a row (the padding columns and the tail) use masked loads, which read zero
+ * outside the row and never fault there, and a masked store. Padding rows are skipped. Bias,
+ * residual and activation are applied before the one store.
+ *
+ * double: the plain-C kernel (conv/dwconv3x3_impl.h), compiled here for AVX2+FMA. */
+#include "conv/dwconv3x3.h"
+
+#include <stddef.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define ATTR __attribute__((target("avx2,fma")))
+#define INLINE ATTR static inline __attribute__((always_inline))
+
+/* Lanes ix .. ix + 7 of a row of W floats, zero outside [0, W). The masked-off lanes are not
+ * read, so row + ix may point before or past the row. */
+INLINE __m256 load_masked(const float *row, int64_t ix, int64_t W)
+{
+    const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int32_t)ix),
+                                         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i inside = _mm256_andnot_si256(
+        _mm256_cmpgt_epi32(_mm256_setzero_si256(), idx),
+        _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)W), idx));
+    return _mm256_maskload_ps((const float *)((uintptr_t)row + (uintptr_t)(ix * 4)), inside);
+}
+
+INLINE __m256 load8(const float *row, int64_t ix, int64_t W, int masked)
+{
+    return masked ? load_masked(row, ix, W) : _mm256_loadu_ps(row + ix);
+}
+
+/* even and odd lanes of the 16 floats a, b */
+INLINE __m256 even_lanes(__m256 a, __m256 b)
+{
+    const __m256 s = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(s), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+INLINE __m256 odd_lanes(__m256 a, __m256 b)
+{
+    const __m256 s = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(s), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+/* acc + the three taps of input row r for the 8 outputs whose first tap is at column ix */
+INLINE __m256 row_taps(__m256 acc, const float *r, int64_t ix, int64_t W, const __m256 *wk,
+                       int stride, int masked)
+{
+    if (stride == 1) {
+        acc = _mm256_fmadd_ps(load8(r, ix, W, masked), wk[0], acc);
+        acc = _mm256_fmadd_ps(load8(r, ix + 1, W, masked), wk[1], acc);
+        return _mm256_fmadd_ps(load8(r, ix + 2, W, masked), wk[2], acc);
+    }
+    const __m256 a = load8(r, ix, W, masked), b = load8(r, ix + 8, W, masked);
+    const __m256 c = load8(r, ix + 2, W, masked), d = load8(r, ix + 10, W, masked);
+    acc = _mm256_fmadd_ps(even_lanes(a, b), wk[0], acc);
+    acc = _mm256_fmadd_ps(odd_lanes(a, b), wk[1], acc);
+    return _mm256_fmadd_ps(even_lanes(c, d), wk[2], acc);
+}
+
+/* One output row: outputs [0, ow) from input rows r[0..2] (NULL: a padding row). */
+INLINE void out_row(float *yr, const float *rr, const float *const *r, const __m256 *wk,
+                    __m256 bias, int act, int64_t W, int64_t ow, int64_t pw, int stride)
+{
+    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
+    /* the columns of full vectors whose taps all lie in [0, W) */
+    const int64_t reach = stride == 1 ? 10 : 18;  /* last column loaded + 1, from ix */
+    for (int64_t ox = 0; ox < ow; ox += 8) {
+        const int64_t ix = ox * stride - pw;
+        const int64_t left = ow - ox;
+        const int masked = ix < 0 || ix + reach > W || left < 8;
+        __m256 acc = bias;
+        __m256i keep = _mm256_setzero_si256();
+        if (masked) {
+            keep = _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)(left < 8 ? left : 8)),
+                                      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            if (rr)
+                acc = _mm256_add_ps(acc, _mm256_maskload_ps(rr + ox, keep));
+            for (int k = 0; k < 3; k++)
+                if (r[k])
+                    acc = row_taps(acc, r[k], ix, W, wk + 3 * k, stride, 1);
+        } else {
+            if (rr)
+                acc = _mm256_add_ps(acc, _mm256_loadu_ps(rr + ox));
+            for (int k = 0; k < 3; k++)
+                if (r[k])
+                    acc = row_taps(acc, r[k], ix, W, wk + 3 * k, stride, 0);
+        }
+        /* max(0, acc), min(6, acc): vmaxps / vminps return their second operand when either
+           is NaN, so NaN propagates as in torch */
+        if (act == ASYMO_ACT_RELU)
+            acc = _mm256_max_ps(zero, acc);
+        else if (act == ASYMO_ACT_RELU6)
+            acc = _mm256_min_ps(six, _mm256_max_ps(zero, acc));
+        if (masked)
+            _mm256_maskstore_ps(yr + ox, keep, acc);
+        else
+            _mm256_storeu_ps(yr + ox, acc);
+    }
+}
+
+ATTR void asymo_dw3x3_f32_avx2(const asymo_dwconv_job *job, int64_t n, int64_t oc, int64_t oy0,
+                               int64_t oy1)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t H = g->height, W = g->width, C = g->channels, oh = g->out_h, ow = g->out_w;
+    const int64_t sh = g->stride_h, ph = g->pad_h, pw = g->pad_w;
+    const float *x = (const float *)job->x + (n * C + oc) * H * W;
+    const float *w = (const float *)job->weight + oc * 9;
+    const __m256 bias = _mm256_set1_ps(job->bias ? ((const float *)job->bias)[oc] : 0.0f);
+    float *y = (float *)job->y + n * job->y_image_stride + oc * oh * ow;
+    const float *res = job->residual ? (const float *)job->residual
+                                           + n * job->residual_image_stride + oc * oh * ow
+                                     : NULL;
+    __m256 wk[9];
+    for (int t = 0; t < 9; t++)
+        wk[t] = _mm256_set1_ps(w[t]);
+    for (int64_t oy = oy0; oy < oy1; oy++) {
+        const float *r[3];
+        for (int64_t k = 0; k < 3; k++) {
+            const int64_t iy = oy * sh - ph + k;
+            r[k] = iy >= 0 && iy < H ? x + iy * W : NULL;
+        }
+        const float *rr = res ? res + oy * ow : NULL;
+        /* the stride and activation as constants in each copy of the row loop */
+        if (g->stride_w == 1)
+            out_row(y + oy * ow, rr, r, wk, bias, job->activation, W, ow, pw, 1);
+        else
+            out_row(y + oy * ow, rr, r, wk, bias, job->activation, W, ow, pw, 2);
+    }
+}
+
+#define DW3_ATTR ATTR
+#define DW3_T double
+#define DW3_FN(name) name##_f64_avx2
+#include "conv/dwconv3x3_impl.h"
+#undef DW3_FN
+#undef DW3_T
+#undef DW3_ATTR
+
+#else
+typedef int asymo_dwconv3x3_avx2_unused;  /* nothing to build on other architectures */
+#endif
