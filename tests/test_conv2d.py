@@ -559,3 +559,139 @@ def test_shallow_strided_layers_take_explicit_im2col(monkeypatch):
         plans = [p for per in conv_mod._plan_cache.values() for p in per.values()
                  if p.__class__.__name__ == "_GemmConvPlan" and p.k == c * ks * ks]
         assert plans and all((p.implicit is not None) == deep for p in plans)
+
+
+# ---- the direct 3x3 depthwise kernels (3x3, stride 1 / 2, padding <= 1, multiplier 1) ----
+
+def _dw_torch_ref(x, w, b, stride, padding, activation, residual=None, dilation=1):
+    """float64 torch reference: act(conv + bias + residual)."""
+    y = F.conv2d(torch.from_numpy(x.astype(np.float64)), torch.from_numpy(w.astype(np.float64)),
+                 None if b is None else torch.from_numpy(b.astype(np.float64)), stride, padding,
+                 dilation, x.shape[1])
+    if residual is not None:
+        y = y + torch.from_numpy(residual.astype(np.float64))
+    if activation == "relu":
+        y = y.relu()
+    elif activation == "relu6":
+        y = y.clamp(0, 6)
+    return y.numpy()
+
+
+def _dw_isas():
+    return [i for i in _supported_isas() if i in ("portable", "avx2_fma", "neon")]
+
+
+@needs_torch
+@pytest.mark.parametrize("isa", _dw_isas())
+def test_depthwise_3x3_every_width_stride_and_padding(isa):
+    """Widths 1..40 (vector tails, padding columns, rows shorter than a vector) for each
+    stride and padding, heights from 1 up, against torch in float64."""
+    import asymo.ops.conv as conv_mod
+
+    rng = np.random.default_rng(31)
+    heights = (1, 2, 3, 7, 9, 4)
+    acts = (None, "relu", "relu6")
+    i = 0
+    with conv_mod.use_kernel_isa(isa):
+        for stride in (1, 2, (1, 2), (2, 1)):
+            for pad in (0, 1):
+                for width in range(1, 41):
+                    i += 1
+                    h = heights[i % len(heights)]
+                    if min(h, width) + 2 * pad < 3:
+                        continue
+                    c = 3 if i % 3 else 18  # 18: two channel blocks per image
+                    x = rng.standard_normal((1 + i % 2, c, h, width)).astype(np.float32)
+                    w = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+                    b = rng.standard_normal(c).astype(np.float32) if i % 2 else None
+                    act = acts[i % 3]
+                    res = None
+                    if i % 4 == 0:
+                        oshape = conv_mod.conv_output_shape((h, width), 3, stride, pad)
+                        res = rng.standard_normal(x.shape[:2] + oshape).astype(np.float32)
+                    y = conv2d(x, w, b, stride, pad, 1, c, activation=act, residual=res)
+                    ref = _dw_torch_ref(x, w, b, stride, pad, act, res)
+                    _close(y, ref, np.float32)
+        # rows wider than the AVX2 kernel stages (masked loads straight from the plane)
+        for width in (255, 256, 257, 300, 519):
+            for stride in (1, 2):
+                x = rng.standard_normal((1, 2, 4, width)).astype(np.float32)
+                w = rng.standard_normal((2, 1, 3, 3)).astype(np.float32)
+                b = rng.standard_normal(2).astype(np.float32)
+                oshape = conv_mod.conv_output_shape((4, width), 3, stride, 1)
+                res = rng.standard_normal((1, 2) + oshape).astype(np.float32)
+                y = conv2d(x, w, b, stride, 1, 1, 2, activation="relu", residual=res)
+                _close(y, _dw_torch_ref(x, w, b, stride, 1, "relu", res), np.float32)
+
+
+@st.composite
+def _dw3x3_configs(draw):
+    stride = (draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2])))
+    pad = (draw(st.integers(0, 1)), draw(st.integers(0, 1)))
+    h = draw(st.integers(3 - 2 * pad[0], 20))
+    w = draw(st.integers(3 - 2 * pad[1], 40))
+    return dict(n=draw(st.integers(1, 3)), c=draw(st.integers(1, 20)), h=h, w=w,
+                stride=stride, pad=pad, dtype=draw(st.sampled_from([np.float32, np.float64])),
+                bias=draw(st.booleans()), residual=draw(st.booleans()),
+                activation=draw(st.sampled_from([None, "relu", "relu6"])),
+                isa=draw(st.sampled_from(_dw_isas())), seed=draw(st.integers(0, 2**31)))
+
+
+@needs_torch
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_dw3x3_configs())
+def test_depthwise_3x3_random_configs_match_torch(cfg):
+    import asymo.ops.conv as conv_mod
+
+    rng = np.random.default_rng(cfg["seed"])
+    dt, n, c = cfg["dtype"], cfg["n"], cfg["c"]
+    x = rng.standard_normal((n, c, cfg["h"], cfg["w"])).astype(dt)
+    w = rng.standard_normal((c, 1, 3, 3)).astype(dt)
+    b = rng.standard_normal(c).astype(dt) if cfg["bias"] else None
+    oshape = conv_mod.conv_output_shape((cfg["h"], cfg["w"]), 3, cfg["stride"], cfg["pad"])
+    res = rng.standard_normal((n, c) + oshape).astype(dt) if cfg["residual"] else None
+    with conv_mod.use_kernel_isa(cfg["isa"]):
+        y = conv2d(x, w, b, cfg["stride"], cfg["pad"], 1, c, activation=cfg["activation"],
+                   residual=res)
+    ref = _dw_torch_ref(x, w, b, cfg["stride"], cfg["pad"], cfg["activation"], res)
+    _close(y, ref, dt)
+
+
+@needs_torch
+@pytest.mark.parametrize("method", [0, 1, 2])
+def test_depthwise_residual_fused_for_every_kernel(method, monkeypatch):
+    """The residual goes into the depthwise tasks for the 3x3 kernel and the others alike
+    (dilation, 5x5, a channel multiplier), into strided out= views and unbatched input."""
+    import asymo.ops.conv as conv_mod
+
+    monkeypatch.setattr(conv_mod, "DEPTHWISE_METHOD", method)
+    rng = np.random.default_rng(32)
+    cases = [((2, 19, 14, 14), 3, 1, 1, 1), ((2, 19, 15, 13), 3, 2, 1, 1),
+             ((1, 8, 12, 11), 3, 1, 2, 2), ((1, 8, 12, 11), 5, 1, 2, 1),
+             ((2, 7, 7, 7), 3, 1, 1, 1)]
+    for xs, k, stride, pad, dil in cases:
+        n, c = xs[:2]
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+        b = rng.standard_normal(c).astype(np.float32)
+        y = conv2d(x, w, b, stride, pad, dil, c)
+        res = rng.standard_normal(y.shape).astype(np.float32)
+        ref = _dw_torch_ref(x, w, b, stride, pad, "relu6", res, dil)
+        _close(conv2d(x, w, b, stride, pad, dil, c, activation="relu6", residual=res), ref,
+               np.float32)
+        # each image contiguous, a gap between images: written in place
+        big = np.full((n, c + 3) + y.shape[2:], np.nan, np.float32)
+        out = big[:, 2:2 + c]
+        r = conv2d(x, w, b, stride, pad, dil, c, activation="relu6", residual=res, out=out)
+        assert r is out
+        _close(out, ref, np.float32)
+        assert np.isnan(big[:, :2]).all() and np.isnan(big[:, 2 + c:]).all()
+        # a strided view: through a temporary
+        big = np.zeros((n, c) + (y.shape[2], 2 * y.shape[3]), np.float32)
+        conv2d(x, w, b, stride, pad, dil, c, activation="relu6", residual=res,
+               out=big[..., ::2])
+        _close(big[..., ::2], ref, np.float32)
+        assert not big[..., 1::2].any()
+        # unbatched
+        _close(conv2d(x[0], w, b, stride, pad, dil, c, activation="relu6", residual=res[0]),
+               ref[0], np.float32)

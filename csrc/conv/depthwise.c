@@ -192,8 +192,7 @@ void asymo_dwconv_task(int64_t task, void *ctx)
         const int64_t oc0 = cb * ASYMO_DW_LANES;
         const int64_t oc1 = dmin(job->out_channels, oc0 + ASYMO_DW_LANES);
         const asymo_dw3x3_fn fn = select_dw3x3(job->dtype == CONV_DTYPE_F64);
-        for (int64_t oc = oc0; oc < oc1; oc++)
-            fn(job, n, oc, oy0, oy1);
+        fn(job, n, oc0, oc1, oy0, oy1);
         return;
     }
     if (!job->residual) {

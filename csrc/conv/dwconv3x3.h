@@ -1,8 +1,8 @@
 /* Direct 3x3 depthwise kernels on NCHW planes (the common MobileNet case), shared by the
  * depthwise frame (conv/depthwise.c) and the per-ISA kernels (kernels/<isa>/dwconv3x3_*.c).
  *
- * Each kernel computes output rows [oy0, oy1) of output channel oc of image n of a job (see
- * asymo_dwconv_job), bias, residual and activation included, straight from the input plane:
+ * Each kernel computes output rows [oy0, oy1) of output channels [oc0, oc1) of image n of a
+ * job (see asymo_dwconv_job), bias, residual and activation included, straight from the input plane:
  * no scratch, no transposes. Vectors run along the output row. */
 #ifndef ASYMO_DWCONV3X3_H
 #define ASYMO_DWCONV3X3_H
@@ -25,18 +25,18 @@ static inline int asymo_dw3x3_applies(const asymo_dwconv_job *job)
            && g->width < ((int64_t)1 << 30) && g->out_w < ((int64_t)1 << 30);
 }
 
-typedef void (*asymo_dw3x3_fn)(const asymo_dwconv_job *job, int64_t n, int64_t oc,
-                               int64_t oy0, int64_t oy1);
+typedef void (*asymo_dw3x3_fn)(const asymo_dwconv_job *job, int64_t n, int64_t oc0,
+                               int64_t oc1, int64_t oy0, int64_t oy1);
 
-void asymo_dw3x3_f32_portable(const asymo_dwconv_job *job, int64_t n, int64_t oc, int64_t oy0,
-                              int64_t oy1);
-void asymo_dw3x3_f64_portable(const asymo_dwconv_job *job, int64_t n, int64_t oc, int64_t oy0,
-                              int64_t oy1);
+void asymo_dw3x3_f32_portable(const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1,
+                              int64_t oy0, int64_t oy1);
+void asymo_dw3x3_f64_portable(const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1,
+                              int64_t oy0, int64_t oy1);
 #if defined(__x86_64__)
-void asymo_dw3x3_f32_avx2(const asymo_dwconv_job *job, int64_t n, int64_t oc, int64_t oy0,
-                          int64_t oy1);
-void asymo_dw3x3_f64_avx2(const asymo_dwconv_job *job, int64_t n, int64_t oc, int64_t oy0,
-                          int64_t oy1);
+void asymo_dw3x3_f32_avx2(const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1,
+                          int64_t oy0, int64_t oy1);
+void asymo_dw3x3_f64_avx2(const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1,
+                          int64_t oy0, int64_t oy1);
 #endif
 
 #endif

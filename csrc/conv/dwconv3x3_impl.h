@@ -42,8 +42,8 @@ DW3_ATTR static inline void DW3_FN(dw3_row_acc)(DW3_T *restrict yr, const DW3_T 
     }
 }
 
-DW3_ATTR void DW3_FN(asymo_dw3x3)(const asymo_dwconv_job *job, int64_t n, int64_t oc,
-                                  int64_t oy0, int64_t oy1)
+DW3_ATTR static void DW3_FN(dw3_plane)(const asymo_dwconv_job *job, int64_t n, int64_t oc,
+                                       int64_t oy0, int64_t oy1)
 {
     const asymo_conv_geometry *g = &job->geom;
     const int64_t H = g->height, W = g->width, C = g->channels, oh = g->out_h, ow = g->out_w;
@@ -80,4 +80,11 @@ DW3_ATTR void DW3_FN(asymo_dw3x3)(const asymo_dwconv_job *job, int64_t n, int64_
                 yr[ox] = yr[ox] < (DW3_T)0 ? (DW3_T)0 : (yr[ox] > (DW3_T)6 ? (DW3_T)6 : yr[ox]);
         }
     }
+}
+
+DW3_ATTR void DW3_FN(asymo_dw3x3)(const asymo_dwconv_job *job, int64_t n, int64_t oc0,
+                                  int64_t oc1, int64_t oy0, int64_t oy1)
+{
+    for (int64_t oc = oc0; oc < oc1; oc++)
+        DW3_FN(dw3_plane)(job, n, oc, oy0, oy1);
 }

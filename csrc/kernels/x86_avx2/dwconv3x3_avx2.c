@@ -12,6 +12,7 @@
 #include "conv/dwconv3x3.h"
 
 #include <stddef.h>
+#include <string.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -106,8 +107,10 @@ INLINE void out_row(float *yr, const float *rr, const float *const *r, const __m
     }
 }
 
-ATTR void asymo_dw3x3_f32_avx2(const asymo_dwconv_job *job, int64_t n, int64_t oc, int64_t oy0,
-                               int64_t oy1)
+/* The output rows of a plane whose input rows are read with masked loads (wide rows, beyond
+ * what the row ring below holds). */
+ATTR static void plane_masked(const asymo_dwconv_job *job, int64_t n, int64_t oc, int64_t oy0,
+                              int64_t oy1)
 {
     const asymo_conv_geometry *g = &job->geom;
     const int64_t H = g->height, W = g->width, C = g->channels, oh = g->out_h, ow = g->out_w;
@@ -129,12 +132,140 @@ ATTR void asymo_dw3x3_f32_avx2(const asymo_dwconv_job *job, int64_t n, int64_t o
             r[k] = iy >= 0 && iy < H ? x + iy * W : NULL;
         }
         const float *rr = res ? res + oy * ow : NULL;
-        /* the stride and activation as constants in each copy of the row loop */
+        /* the stride as a constant in each copy of the row loop */
         if (g->stride_w == 1)
             out_row(y + oy * ow, rr, r, wk, bias, job->activation, W, ow, pw, 1);
         else
             out_row(y + oy * ow, rr, r, wk, bias, job->activation, W, ow, pw, 2);
     }
+}
+
+/* Rows up to this wide are staged (below); wider ones read the planes with masked loads. */
+enum { STAGE_MAX_W = 256, STAGE_LEFT = 8, STAGE_FLOATS = 2048 };
+
+/* One output row from zero-padded input rows (column ix at r[k][ix], r[k][-STAGE_LEFT .. -1]
+ * and everything past the row zero): plain loads only; the last vector's store is masked. */
+INLINE void out_row_staged(float *yr, const float *rr, const float *const *r, const __m256 *wk,
+                           __m256 bias, int act, int64_t ow, int64_t pw, __m256i tail,
+                           int stride)
+{
+    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
+    for (int64_t ox = 0; ox < ow; ox += 8) {
+        const int64_t ix = ox * stride - pw;
+        const int full = ox + 8 <= ow;
+        __m256 acc = bias;
+        if (rr)
+            acc = _mm256_add_ps(acc, full ? _mm256_loadu_ps(rr + ox)
+                                          : _mm256_maskload_ps(rr + ox, tail));
+        for (int k = 0; k < 3; k++)
+            if (r[k])
+                acc = row_taps(acc, r[k], ix, 0, wk + 3 * k, stride, 0);
+        if (act == ASYMO_ACT_RELU)
+            acc = _mm256_max_ps(zero, acc);
+        else if (act == ASYMO_ACT_RELU6)
+            acc = _mm256_min_ps(six, _mm256_max_ps(zero, acc));
+        if (full)
+            _mm256_storeu_ps(yr + ox, acc);
+        else
+            _mm256_maskstore_ps(yr + ox, tail, acc);
+    }
+}
+
+/* A piece of work: output rows [a, min(a + chunk, oy1)) of channel oc. */
+typedef struct {
+    int64_t oc, a;
+} stage_item;
+
+ATTR void asymo_dw3x3_f32_avx2(const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1,
+                               int64_t oy0, int64_t oy1)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t H = g->height, W = g->width, C = g->channels, oh = g->out_h, ow = g->out_w;
+    const int64_t sh = g->stride_h, sw = g->stride_w, ph = g->pad_h, pw = g->pad_w;
+    if (W > STAGE_MAX_W || ow > STAGE_MAX_W || oy0 >= oy1) {
+        for (int64_t oc = oc0; oc < oc1; oc++)
+            plane_masked(job, n, oc, oy0, oy1);
+        return;
+    }
+    /* The input rows of a chunk of output rows are copied into a zero-padded buffer first, so
+       that every tap is a plain load (masked loads of the padding columns and row tails cost
+       more than the copy on small planes). Two buffers alternate: the next chunk is copied
+       before the current one is computed, so no load reads a store still in flight (reading
+       a just-copied row stalled on store forwarding). A buffer row holds STAGE_LEFT zeros, the
+       row, and zeros up to the furthest column a vector reads (stride * ow rounded up to 8,
+       + 18); only the row part is ever rewritten, so the zeros are written once per call. */
+    const int64_t ow8 = (ow + 7) & ~(int64_t)7, w8 = (W + 7) & ~(int64_t)7;
+    int64_t span = sw * ow8 + 18;
+    span = span > w8 ? span : w8;
+    const int64_t len = (STAGE_LEFT + span + 7) & ~(int64_t)7;
+    int64_t chunk = (STAGE_FLOATS / len - 3) / sh + 1;  /* output rows per buffer */
+    chunk = chunk < oy1 - oy0 ? chunk : oy1 - oy0;
+    const int64_t rows = (chunk - 1) * sh + 3;
+    float buf[2][STAGE_FLOATS] __attribute__((aligned(32)));
+    memset(buf[0], 0, (size_t)(rows * len) * sizeof(float));
+    memset(buf[1], 0, (size_t)(rows * len) * sizeof(float));
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i row_tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)(W - (w8 - 8))), iota);
+    const __m256i out_tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)(ow - (ow8 - 8))), iota);
+    const float *bias_p = (const float *)job->bias;
+
+    stage_item cur = {oc0, oy0};
+    int which = 0;
+    /* stage: copy the input rows of item it into buf[b] */
+#define STAGE(it, b)                                                                           \
+    do {                                                                                       \
+        const float *x_ = (const float *)job->x + (n * C + (it).oc) * H * W;                   \
+        const int64_t b1_ = (it).a + chunk < oy1 ? (it).a + chunk : oy1;                       \
+        const int64_t iy0_ = (it).a * sh - ph, iy1_ = (b1_ - 1) * sh - ph + 3;                 \
+        for (int64_t iy = iy0_ < 0 ? 0 : iy0_; iy < iy1_ && iy < H; iy++) {                    \
+            float *d_ = buf[b] + (iy - iy0_) * len + STAGE_LEFT;                               \
+            const float *s_ = x_ + iy * W;                                                     \
+            int64_t i_ = 0;                                                                    \
+            for (; i_ + 8 <= W; i_ += 8)                                                       \
+                _mm256_store_ps(d_ + i_, _mm256_loadu_ps(s_ + i_));                            \
+            if (i_ < W) /* lanes past the row load as zero: the padding stays zero */           \
+                _mm256_store_ps(d_ + i_, _mm256_maskload_ps(s_ + i_, row_tail));               \
+        }                                                                                      \
+    } while (0)
+    STAGE(cur, 0);
+    while (cur.oc < oc1) {
+        stage_item next = {cur.oc, cur.a + chunk};
+        if (next.a >= oy1) {
+            next.a = oy0;
+            next.oc++;
+        }
+        if (next.oc < oc1)
+            STAGE(next, which ^ 1);
+
+        const int64_t oc = cur.oc, b1 = cur.a + chunk < oy1 ? cur.a + chunk : oy1;
+        const float *w = (const float *)job->weight + oc * 9;
+        const __m256 bias = _mm256_set1_ps(bias_p ? bias_p[oc] : 0.0f);
+        float *y = (float *)job->y + n * job->y_image_stride + oc * oh * ow;
+        const float *res = job->residual ? (const float *)job->residual
+                                               + n * job->residual_image_stride + oc * oh * ow
+                                         : NULL;
+        __m256 wk[9];
+        for (int t = 0; t < 9; t++)
+            wk[t] = _mm256_set1_ps(w[t]);
+        const int64_t iy0 = cur.a * sh - ph;
+        for (int64_t oy = cur.a; oy < b1; oy++) {
+            const float *r[3];
+            for (int64_t k = 0; k < 3; k++) {
+                const int64_t iy = oy * sh - ph + k;
+                r[k] = iy >= 0 && iy < H ? buf[which] + (iy - iy0) * len + STAGE_LEFT : NULL;
+            }
+            const float *rr = res ? res + oy * ow : NULL;
+            if (sw == 1)
+                out_row_staged(y + oy * ow, rr, r, wk, bias, job->activation, ow, pw, out_tail,
+                               1);
+            else
+                out_row_staged(y + oy * ow, rr, r, wk, bias, job->activation, ow, pw, out_tail,
+                               2);
+        }
+        cur = next;
+        which ^= 1;
+    }
+#undef STAGE
 }
 
 #define DW3_ATTR ATTR
