@@ -2,8 +2,8 @@
  * depthwise frame (conv/depthwise.c) and the per-ISA kernels (kernels/<isa>/dwconv3x3_*.c).
  *
  * Each kernel computes output rows [oy0, oy1) of output channels [oc0, oc1) of image n of a
- * job (see asymo_dwconv_job), bias, residual and activation included, straight from the input plane:
- * no scratch, no transposes. Vectors run along the output row. */
+ * job (see asymo_dwconv_job), bias, residual and activation included, from the NCHW planes
+ * with no transposes: vectors run along the output row. */
 #ifndef ASYMO_DWCONV3X3_H
 #define ASYMO_DWCONV3X3_H
 

@@ -3,10 +3,11 @@
  * float: one ymm holds 8 outputs of a row; each valid input row contributes 3 FMAs. Stride 1
  * loads the taps unaligned at ix, ix + 1, ix + 2; stride 2 loads 16 inputs, splits them into
  * even and odd lanes (taps 0 and 1) and takes tap 2 from the even lanes of the 16 inputs 2
- * further on. Vectors whose taps all lie inside the row load directly; the first and last
- * vectors of a row (the padding columns and the tail) use masked loads, which read zero
- * outside the row and never fault there, and a masked store. Padding rows are skipped. Bias,
- * residual and activation are applied before the one store.
+ * further on. Rows up to STAGE_MAX_W wide are first copied into zero-padded buffers on the
+ * stack, so every tap is a plain load and only the row's last store is masked; wider rows
+ * load straight from the plane, with masked loads (which read zero outside the row and never
+ * fault there) for the padding columns and the tail. Padding rows are skipped. Bias, residual
+ * and activation are applied before the one store.
  *
  * double: the plain-C kernel (conv/dwconv3x3_impl.h), compiled here for AVX2+FMA. */
 #include "conv/dwconv3x3.h"
