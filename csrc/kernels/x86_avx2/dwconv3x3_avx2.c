@@ -196,33 +196,74 @@ INLINE void out_row_staged(float *yr, const float *rr, const float *const *r, co
     }
 }
 
+/* out_row_staged for stride 2 along the row, the input rows staged split: even columns at
+ * r[k][0 ..], odd columns at r[k][half ..]. Taps of output column ox: columns 2 ox - pw + t,
+ * i.e. even ox, odd ox, even ox + 1 (pw 0) or odd ox - 1, even ox, odd ox (pw 1). */
+INLINE void out_row_staged_s2(float *yr, const float *rr, const float *const *r,
+                              const __m256 *wk, __m256 bias, int act, int64_t ow, int64_t half,
+                              __m256i tail, int pw)
+{
+    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
+    for (int64_t ox = 0; ox < ow; ox += 8) {
+        const int full = ox + 8 <= ow;
+        __m256 acc = bias;
+        if (rr)
+            acc = _mm256_add_ps(acc, full ? _mm256_loadu_ps(rr + ox)
+                                          : _mm256_maskload_ps(rr + ox, tail));
+        __m256 part[3] = {acc, zero, zero};
+        for (int k = 0; k < 3; k++) {
+            if (!r[k])
+                continue;
+            const float *e = r[k] + ox, *o = e + half;
+            const __m256 t0 = pw ? _mm256_loadu_ps(o - 1) : _mm256_loadu_ps(e);
+            const __m256 t1 = pw ? _mm256_loadu_ps(e) : _mm256_loadu_ps(o);
+            const __m256 t2 = pw ? _mm256_loadu_ps(o) : _mm256_loadu_ps(e + 1);
+            part[k] = _mm256_fmadd_ps(t0, wk[3 * k], part[k]);
+            part[k] = _mm256_fmadd_ps(t1, wk[3 * k + 1], part[k]);
+            part[k] = _mm256_fmadd_ps(t2, wk[3 * k + 2], part[k]);
+        }
+        acc = _mm256_add_ps(_mm256_add_ps(part[0], part[1]), part[2]);
+        if (act == ASYMO_ACT_RELU)
+            acc = _mm256_max_ps(zero, acc);
+        else if (act == ASYMO_ACT_RELU6)
+            acc = _mm256_min_ps(six, _mm256_max_ps(zero, acc));
+        if (full)
+            _mm256_storeu_ps(yr + ox, acc);
+        else
+            store_first(yr + ox, acc, ow - ox);
+    }
+}
+
 /* A piece of work: output rows [a, min(a + chunk, oy1)) of channel oc. */
 typedef struct {
     int64_t oc, a;
 } stage_item;
 
-ATTR void asymo_dw3x3_f32_avx2(const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1,
-                               int64_t oy0, int64_t oy1)
+/* The staged kernel for stride sw along the rows (a constant in each copy). */
+INLINE void staged(const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1, int64_t oy0,
+                   int64_t oy1, int sw)
 {
     const asymo_conv_geometry *g = &job->geom;
     const int64_t H = g->height, W = g->width, C = g->channels, oh = g->out_h, ow = g->out_w;
-    const int64_t sh = g->stride_h, sw = g->stride_w, ph = g->pad_h, pw = g->pad_w;
-    if (W > STAGE_MAX_W || ow > STAGE_MAX_W || oy0 >= oy1) {
-        for (int64_t oc = oc0; oc < oc1; oc++)
-            plane_masked(job, n, oc, oy0, oy1);
-        return;
-    }
+    const int64_t sh = g->stride_h, ph = g->pad_h, pw = g->pad_w;
     /* The input rows of a chunk of output rows are copied into a zero-padded buffer first, so
        that every tap is a plain load (masked loads of the padding columns and row tails cost
        more than the copy on small planes). Two buffers alternate: the next chunk is copied
        before the current one is computed, so no load reads a store still in flight (reading
        a just-copied row stalled on store forwarding). A buffer row holds STAGE_LEFT zeros, the
-       row, and zeros up to the furthest column a vector reads (stride * ow rounded up to 8,
-       + 18); only the row part is ever rewritten, so the zeros are written once per call. */
+       row, and zeros up to the furthest column a vector reads (ow rounded up to 8, + 10);
+       only the row part is ever rewritten, so the zeros are written once per call. Stride 2
+       along the row stages a row as its even columns then its odd columns (half floats
+       each), split once per row rather than once per use: its taps are plain loads too. */
     const int64_t ow8 = (ow + 7) & ~(int64_t)7, w8 = (W + 7) & ~(int64_t)7;
-    int64_t span = sw * ow8 + 18;
-    span = span > w8 ? span : w8;
-    const int64_t len = (STAGE_LEFT + span + 7) & ~(int64_t)7;
+    const int64_t w16 = (W + 15) & ~(int64_t)15;
+    int64_t span = sw == 1 ? ow8 + 18 : ow8 + 10;
+    if (sw == 1)
+        span = span > w8 ? span : w8;
+    else
+        span = span > w16 / 2 ? span : w16 / 2;
+    const int64_t half = (STAGE_LEFT + span + 7) & ~(int64_t)7;
+    const int64_t len = sw == 1 ? half : 2 * half;
     int64_t chunk = (STAGE_FLOATS / len - 3) / sh + 1;  /* output rows per buffer */
     chunk = chunk < oy1 - oy0 ? chunk : oy1 - oy0;
     const int64_t rows = (chunk - 1) * sh + 3;
@@ -231,6 +272,10 @@ ATTR void asymo_dw3x3_f32_avx2(const asymo_dwconv_job *job, int64_t n, int64_t o
     memset(buf[1], 0, (size_t)(rows * len) * sizeof(float));
     const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256i row_tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)(W - (w8 - 8))), iota);
+    /* the two halves of the last 16 columns (stride 2) */
+    const __m256i tail16a = _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)(W - (w16 - 16))), iota);
+    const __m256i tail16b =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)(W - (w16 - 16) - 8)), iota);
     const __m256i out_tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)(ow - (ow8 - 8))), iota);
     const float *bias_p = (const float *)job->bias;
 
@@ -246,10 +291,24 @@ ATTR void asymo_dw3x3_f32_avx2(const asymo_dwconv_job *job, int64_t n, int64_t o
             float *d_ = buf[b] + (iy - iy0_) * len + STAGE_LEFT;                               \
             const float *s_ = x_ + iy * W;                                                     \
             int64_t i_ = 0;                                                                    \
-            for (; i_ + 8 <= W; i_ += 8)                                                       \
-                _mm256_store_ps(d_ + i_, _mm256_loadu_ps(s_ + i_));                            \
-            if (i_ < W) /* lanes past the row load as zero: the padding stays zero */           \
-                _mm256_store_ps(d_ + i_, _mm256_maskload_ps(s_ + i_, row_tail));               \
+            if (sw == 1) {                                                                     \
+                for (; i_ + 8 <= W; i_ += 8)                                                   \
+                    _mm256_store_ps(d_ + i_, _mm256_loadu_ps(s_ + i_));                        \
+                if (i_ < W) /* lanes past the row load as zero: the padding stays zero */       \
+                    _mm256_store_ps(d_ + i_, _mm256_maskload_ps(s_ + i_, row_tail));           \
+                continue;                                                                      \
+            }                                                                                  \
+            for (; i_ + 16 <= W; i_ += 16) {                                                   \
+                const __m256 a_ = _mm256_loadu_ps(s_ + i_), c_ = _mm256_loadu_ps(s_ + i_ + 8); \
+                _mm256_store_ps(d_ + i_ / 2, even_lanes(a_, c_));                              \
+                _mm256_store_ps(d_ + half + i_ / 2, odd_lanes(a_, c_));                        \
+            }                                                                                  \
+            if (i_ < W) {                                                                      \
+                const __m256 a_ = _mm256_maskload_ps(s_ + i_, tail16a);                        \
+                const __m256 c_ = _mm256_maskload_ps(s_ + i_ + 8, tail16b);                    \
+                _mm256_store_ps(d_ + i_ / 2, even_lanes(a_, c_));                              \
+                _mm256_store_ps(d_ + half + i_ / 2, odd_lanes(a_, c_));                        \
+            }                                                                                  \
         }                                                                                      \
     } while (0)
     STAGE(cur, 0);
@@ -283,14 +342,31 @@ ATTR void asymo_dw3x3_f32_avx2(const asymo_dwconv_job *job, int64_t n, int64_t o
             if (sw == 1)
                 out_row_staged(y + oy * ow, rr, r, wk, bias, job->activation, ow, pw, out_tail,
                                1);
+            else if (pw == 0)
+                out_row_staged_s2(y + oy * ow, rr, r, wk, bias, job->activation, ow, half,
+                                  out_tail, 0);
             else
-                out_row_staged(y + oy * ow, rr, r, wk, bias, job->activation, ow, pw, out_tail,
-                               2);
+                out_row_staged_s2(y + oy * ow, rr, r, wk, bias, job->activation, ow, half,
+                                  out_tail, 1);
         }
         cur = next;
         which ^= 1;
     }
 #undef STAGE
+}
+
+ATTR void asymo_dw3x3_f32_avx2(const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1,
+                               int64_t oy0, int64_t oy1)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    if (g->width > STAGE_MAX_W || g->out_w > STAGE_MAX_W || oy0 >= oy1) {
+        for (int64_t oc = oc0; oc < oc1; oc++)
+            plane_masked(job, n, oc, oy0, oy1);
+    } else if (g->stride_w == 1) {
+        staged(job, n, oc0, oc1, oy0, oy1, 1);
+    } else {
+        staged(job, n, oc0, oc1, oy0, oy1, 2);
+    }
 }
 
 #define DW3_ATTR ATTR
