@@ -30,6 +30,7 @@ def main(argv=None):
     parser.add_argument("--residual", action="store_true",
                         help="add a residual (asymo only; ONNX Runtime then runs Conv + Clip)")
     parser.add_argument("--no-onnx", action="store_true")
+    parser.add_argument("--isa", default=None, help="asymo kernel ISA (default: the best)")
     args = parser.parse_args(argv)
 
     cpu = sorted(os.sched_getaffinity(0))[0]
@@ -38,7 +39,13 @@ def main(argv=None):
     import asymo.ops.conv as conv_mod
     from asymo.hw.topology import Cluster, Topology
 
-    pool = asymo.Pool(topology=Topology(clusters=(Cluster("fast", (cpu,), capacity=1.0),)))
+    topo = Topology(clusters=(Cluster("fast", (cpu,), capacity=1.0),))
+    with conv_mod.use_kernel_isa(args.isa or conv_mod.kernel_isa()), \
+            asymo.Pool(topology=topo) as pool:
+        _measure(args, conv_mod, pool, cpu)
+
+
+def _measure(args, conv_mod, pool, cpu):
     rng = np.random.default_rng(0)
     print(f"cpu {cpu} alone, 1 thread each; isa {conv_mod.kernel_isa()}; "
           f"repeats {args.repeats} (median)")
@@ -80,7 +87,6 @@ def main(argv=None):
               f"{nbytes / t['new'] / 1e9:9.1f}")
     print(f"{'total (17 layers)':<21} {tot['new'] * 1e3:8.3f} {tot['old'] * 1e3:8.3f} "
           f"{tot['ort'] * 1e3:8.3f} {tot['old'] / tot['new']:8.2f} {tot['ort'] / tot['new']:8.2f}")
-    pool.close()
 
 
 if __name__ == "__main__":
