@@ -133,8 +133,10 @@ static const dw_kernels *select_dw_kernels(void)
     return &portable;
 }
 
-static asymo_dw3x3_fn select_dw3x3(int f64)
+/* The direct 3x3 kernel for this layer, or NULL for the channel-interleaved one. */
+static asymo_dw3x3_fn select_dw3x3(const asymo_dwconv_job *job)
 {
+    const int f64 = job->dtype == CONV_DTYPE_F64;
 #if defined(__x86_64__)
     /* AVX-512 machines run the AVX2 kernel: the row loop is bound by memory, not vector width */
     switch (asymo_conv_isa()) {
@@ -143,6 +145,10 @@ static asymo_dw3x3_fn select_dw3x3(int f64)
     default: break;
     }
 #endif
+    /* the plain-C kernel fills a vector only with rows of 8 or more outputs: on 7x7 planes
+       the interleaved kernel was faster (bench/depthwise_3x3.py --isa portable) */
+    if (job->geom.out_w < 8)
+        return NULL;
     return f64 ? asymo_dw3x3_f64_portable : asymo_dw3x3_f32_portable;
 }
 
@@ -183,7 +189,9 @@ void asymo_dwconv_task(int64_t task, void *ctx)
 {
     const asymo_dwconv_job *job = (const asymo_dwconv_job *)ctx;
     const asymo_conv_geometry *g = &job->geom;
-    if (job->method == 0 && asymo_dw3x3_applies(job)) {
+    const asymo_dw3x3_fn fn = job->method == 0 && asymo_dw3x3_applies(job)
+                                  ? select_dw3x3(job) : NULL;
+    if (fn) {
         const int64_t oh = g->out_h;
         const int64_t nrb = (oh + job->rows_per_task - 1) / job->rows_per_task;
         const int64_t ncb = (job->out_channels + ASYMO_DW_LANES - 1) / ASYMO_DW_LANES;
@@ -191,7 +199,6 @@ void asymo_dwconv_task(int64_t task, void *ctx)
         const int64_t oy0 = rb * job->rows_per_task, oy1 = dmin(oh, oy0 + job->rows_per_task);
         const int64_t oc0 = cb * ASYMO_DW_LANES;
         const int64_t oc1 = dmin(job->out_channels, oc0 + ASYMO_DW_LANES);
-        const asymo_dw3x3_fn fn = select_dw3x3(job->dtype == CONV_DTYPE_F64);
         fn(job, n, oc0, oc1, oy0, oy1);
         return;
     }
