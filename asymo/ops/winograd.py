@@ -278,7 +278,7 @@ class WinogradPlan:
         job.y = ffi.cast("void *", y.ctypes.data)
         if y.shape[0] > 1:
             job.y_image_stride = y.strides[0] // y.itemsize
-        run_tasks(pool, _WINO_TASK, job, self.ntasks, self.counts, inline=self.inline)
+        run_tasks(pool, WINOGRAD_TASK, job, self.ntasks, self.counts, inline=self.inline)
 
 
-_WINO_TASK = task_fn("asymo_winograd_task")
+WINOGRAD_TASK = task_fn("asymo_winograd_task")
