@@ -32,7 +32,7 @@ from asymo.models.graph_plan import optimize
 from asymo.models.shapes import infer_shapes, ints, pad_amounts, slice_spec, split_sizes
 from asymo.ops.conv import PackedConvWeight
 from asymo.plan.split_cost import emulated_period
-from asymo.runtime.pool import hold
+from asymo.runtime.pool import caller_on_fastest, hold
 
 __all__ = ["GraphModel", "ExecutionPlan", "ALIAS_OPS", "INPLACE_OPS"]
 
@@ -560,8 +560,9 @@ class _Instance:
             self.steps.append(fn)
 
     def run(self, first, last, pool):
-        # held for the whole run: the bound steps call the pool's C handle directly
-        with hold(pool) as pool:
+        # held for the whole run: the bound steps call the pool's C handle directly; the
+        # caller (the glue between jobs, and a helper in each) on the fastest cluster
+        with hold(pool) as pool, caller_on_fastest(pool):
             key = (pool.limit, emulated_period())
             if self._bound_pool is None or self._bound_pool() is not pool or \
                     self._bound_key != key:
