@@ -65,7 +65,10 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
             if (rows == mr && cols == nr && o->csc == 1) {
                 J->kern->ukr(kb, ap, bs, cp, o->rsc, accumulate);
             } else {
-                J->kern->ukr(kb, ap, bs, tile, nr, 0);
+                /* an edge: into the tile, then the valid part into C */
+                const asymo_ukr_fn edge = cols <= nr / 2 && J->kern->ukr_half
+                                          ? J->kern->ukr_half : J->kern->ukr;
+                edge(kb, ap, bs, tile, nr, 0);
                 J->ops->merge(cp, o->rsc, o->csc, tile, nr, rows, cols, accumulate);
             }
             ap += (size_t)(kb * mr) * es;
