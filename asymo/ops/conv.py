@@ -280,11 +280,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     # held for the whole convolution (several pool jobs): closing or replacing the pool in
     # another thread waits for it, or lets it finish on the old pool
     with _hold(pool) as pool:
-        plan = c.plan_for(pool)
-        if isinstance(plan, (_WinogradConvPlan, _GemmConvPlan)):
-            plan.run(c.xb, c.w, c.b, c.target, c.residual, pool, c.packed)
-        else:
-            plan.run(c.xb, c.w, c.b, c.target, c.residual, pool)
+        keep = []
+        _run_calls(_plan_calls(c.plan_for(pool), c.xb, c.w, c.packed, c.b, c.target,
+                               c.residual, pool, keep))
     if not c.direct:
         c.yb[...] = c.target
     return c.y
@@ -530,10 +528,6 @@ class _WinogradConvPlan:
         self.plan = _winograd.WinogradPlan(pool, xshape, wshape, pads, tile, activation,
                                            method=WINOGRAD_METHOD)
 
-    def run(self, x, weight, bias, y, residual, pool, packed=None):
-        u = _winograd.weights_for(weight if packed is None else packed, self.tile)
-        self.plan.run(x, weight, u, bias, y, residual, pool)
-
 
 class _DepthwisePlan:
     """Direct depthwise kernel; activation fused, residual in a second pass."""
@@ -569,19 +563,6 @@ class _DepthwisePlan:
         self.residual = None
         if has_residual:
             self.residual = _bias_act_plan(pool, cout, oh * ow, dtype, activation)
-
-    def run(self, x, weight, bias, y, residual, pool):
-        job = ffi.new("asymo_dwconv_job *", self.job[0])
-        job.x = _ptr(x)
-        job.weight = _ptr(weight)
-        job.bias = ffi.NULL if bias is None else _ptr(bias)
-        job.y = _ptr(y)
-        job.y_image_stride = y.strides[0] // y.itemsize if y.shape[0] > 1 else self.plane
-        run_tasks(pool, _DWCONV_TASK, job, self.ntasks, self.counts, inline=self.inline)
-        if self.residual is not None:
-            template, ntasks, inline = self.residual
-            for i in range(y.shape[0]):
-                _run_bias_act(template, ntasks, inline, y[i], None, residual[i], pool)
 
 
 class _GemmConvPlan:
@@ -636,78 +617,6 @@ class _GemmConvPlan:
             if gp is None:
                 gp = plans[width] = plan_conv_gemm(self.cout_g, k, width, dtype, pool)
             self.chunks.append((n0, n1, gp) + _im2col_split(pool, gp, k, n0, n1, dtype))
-
-    def run(self, x, weight, bias, y, residual, pool, packed=None):
-        from asymo.ops.conv_gemm import gemm_into
-
-        # one group: the weights' packed A panels (asymo.prepack) made once per
-        # PackedConvWeight and reused by every call
-        pa = packed.gemm_a() if packed is not None and self.groups == 1 else None
-        if self.implicit is not None:
-            return self._run_implicit(x, weight, bias, y, residual, pool, pa)
-        n = x.shape[0]
-        cin_g, cout_g, groups, ncols = self.cin_g, self.cout_g, self.groups, self.ncols
-        w2 = weight.reshape(groups, cout_g, self.k)
-        if not self.pointwise:
-            col = workspace(self.col_elems, x.dtype)
-            job = ffi.new("asymo_im2col_job *", self.job[0])
-        for i in range(n):
-            yi = y[i].reshape(groups * cout_g, ncols)
-            for g in range(groups):
-                a = w2[g] if pa is None else pa
-                yg = yi[g * cout_g:(g + 1) * cout_g]
-                xg = x[i, g * cin_g:(g + 1) * cin_g]
-                if self.pointwise:
-                    gemm_into(a, xg.reshape(cin_g, ncols), yg, pool, self.gemm_plan)
-                    continue
-                job.x = _ptr(xg)
-                for n0, n1, gp, bounds, ncol, nrow, counts, ntasks, inline in self.chunks:
-                    colv = col[:self.k * (n1 - n0)].reshape(self.k, n1 - n0)
-                    job.col = _ptr(colv)
-                    job.ldcol = n1 - n0
-                    job.col_offset = n0
-                    job.col_bounds = bounds
-                    job.ncolblocks = ncol
-                    job.nrowblocks = nrow
-                    run_tasks(pool, _IM2COL_TASK, job, ntasks, counts, inline=inline)
-                    gemm_into(a, colv, yg[:, n0:n1], pool, gp)
-            if self.epilogue is not None:
-                template, ntasks, inline = self.epilogue
-                _run_bias_act(template, ntasks, inline, y[i], bias,
-                              None if residual is None else residual[i], pool)
-
-
-    def _run_implicit(self, x, weight, bias, y, residual, pool, pa=None):
-        """One GEMM job per image, group and chunk, B packed from the image by the GEMM's
-        tasks (`asymo_im2col_pack_b`)."""
-        n = x.shape[0]
-        cin_g, cout_g, groups, ncols, k = (self.cin_g, self.cout_g, self.groups, self.ncols,
-                                           self.k)
-        es = x.itemsize
-        job = ffi.new("asymo_im2col_job *", self.job[0])
-        args = ffi.new("asymo_gemm_args *", self.gemm_args[0])
-        args.pack_b_ctx = job
-        wbase = ffi.cast("char *", _ptr(weight))
-        for i in range(n):
-            xbase = ffi.cast("char *", _ptr(x[i]))
-            ybase = ffi.cast("char *", _ptr(y[i]))
-            for g in range(groups):
-                job.x = xbase + g * cin_g * x.shape[2] * x.shape[3] * es
-                args.a = wbase + g * cout_g * k * es
-                for n0, n1, gp, handle_serial in self.implicit:
-                    job.col_offset = n0
-                    args.n = n1 - n0
-                    args.c = ybase + (g * cout_g * ncols + n0) * es
-                    args.a_packed = ffi.NULL if pa is None else pa.cdata_for(gp)
-                    handle = ffi.NULL if handle_serial or gp.in_caller() else pool._handle
-                    rc = lib.asymo_gemm(handle, args, gp.cdata())
-                    if rc != 0:
-                        from asymo.ops.matmul import _fail
-                        raise _fail(rc, cout_g, k, n1 - n0, gp)
-            if self.epilogue is not None:
-                template, ntasks, inline = self.epilogue
-                _run_bias_act(template, ntasks, inline, y[i], bias,
-                              None if residual is None else residual[i], pool)
 
 
 def _implicit_chunks(pool, m, k, oh, ow, dtype):
@@ -786,11 +695,6 @@ def _im2col_split(pool, gemm_plan, k, n0, n1, dtype):
 
 # ---- bound convolutions: a model's hot path ------------------------------------------------
 
-def _addr(a):
-    """``void *`` to element [0, ...] of ``a`` (the caller keeps ``a`` alive)."""
-    return ffi.cast("void *", a.__array_interface__["data"][0])
-
-
 def _run_inline(fn, job, ntasks):
     for t in range(ntasks):
         fn(t, job)
@@ -832,19 +736,19 @@ def _epilogue_calls(plan_epilogue, pool, y, bias, residual, keep):
     template, ntasks, (inline, counts) = plan_epilogue
     for i in range(y.shape[0]):
         job = ffi.new("asymo_bias_act_job *", template[0])
-        job.y = _addr(y[i])
-        job.bias = ffi.NULL if bias is None else _addr(bias)
-        job.residual = ffi.NULL if residual is None else _addr(residual[i])
+        job.y = _ptr(y[i])
+        job.bias = ffi.NULL if bias is None else _ptr(bias)
+        job.residual = ffi.NULL if residual is None else _ptr(residual[i])
         keep.append(job)
         calls.append(_tasks_call(pool, _BIAS_ACT_TASK, job, ntasks, counts, inline))
     return calls
 
 
-def _bind_depthwise(plan, x, w, b, y, residual, pool, keep):
+def _bind_depthwise(plan, x, w, packed, b, y, residual, pool, keep):
     job = ffi.new("asymo_dwconv_job *", plan.job[0])
-    job.x, job.weight = _addr(x), _addr(w)
-    job.bias = ffi.NULL if b is None else _addr(b)
-    job.y = _addr(y)
+    job.x, job.weight = _ptr(x), _ptr(w)
+    job.bias = ffi.NULL if b is None else _ptr(b)
+    job.y = _ptr(y)
     job.y_image_stride = y.strides[0] // y.itemsize if y.shape[0] > 1 else plan.plane
     keep.append(job)
     calls = [_tasks_call(pool, _DWCONV_TASK, job, plan.ntasks, plan.counts, plan.inline)]
@@ -853,27 +757,30 @@ def _bind_depthwise(plan, x, w, b, y, residual, pool, keep):
     return calls
 
 
-def _bind_winograd(plan, x, packed, b, y, residual, pool, keep):
+def _bind_winograd(plan, x, w, packed, b, y, residual, pool, keep):
     wp = plan.plan
-    u = _winograd.weights_for(packed, plan.tile)
+    # the transform: kept by a PackedConvWeight, else from the fingerprinted cache
+    u = _winograd.weights_for(w if packed is None else packed, plan.tile)
     job = ffi.new("asymo_winograd_job *", wp.job[0])
-    job.x, job.u, job.weight = _addr(x), _addr(u), _addr(packed.array)
-    job.bias = ffi.NULL if b is None else _addr(b)
-    job.residual = ffi.NULL if residual is None else _addr(residual)
-    job.y = _addr(y)
+    job.x, job.u, job.weight = _ptr(x), _ptr(u), _ptr(w)
+    job.bias = ffi.NULL if b is None else _ptr(b)
+    job.residual = ffi.NULL if residual is None else _ptr(residual)
+    job.y = _ptr(y)
     if y.shape[0] > 1:
         job.y_image_stride = y.strides[0] // y.itemsize
     keep += [job, u]
     return [_tasks_call(pool, _winograd.WINOGRAD_TASK, job, wp.ntasks, wp.counts, wp.inline)]
 
 
-def _bind_gemm(plan, x, packed, b, y, residual, pool, keep):
+def _bind_gemm(plan, x, w, packed, b, y, residual, pool, keep, bound=False):
     dtype = x.dtype
     handle = pool._handle
     n = x.shape[0]
     cin_g, cout_g, groups, ncols, k = plan.cin_g, plan.cout_g, plan.groups, plan.ncols, plan.k
-    w2 = packed.array.reshape(groups, cout_g, k)
-    pa = packed.gemm_a() if groups == 1 else None
+    w2 = w.reshape(groups, cout_g, k)
+    # one group: the weights' packed A panels (asymo.prepack), made once per
+    # PackedConvWeight; otherwise the GEMM packs them per call
+    pa = packed.gemm_a() if packed is not None and groups == 1 else None
 
     def a_packed(gp):
         if pa is None or gp.kind != "mm" or gp.split_dim == "batch":
@@ -888,45 +795,65 @@ def _bind_gemm(plan, x, packed, b, y, residual, pool, keep):
             xg = x[i, g * cin_g:(g + 1) * cin_g]
             if plan.pointwise:
                 gp = plan.gemm_plan
-                args = _gemm_args(dtype, cout_g, k, ncols, _addr(w2[g]), k,
-                                  _addr(xg), ncols, _addr(yg), ncols, a_packed(gp))
+                args = _gemm_args(dtype, cout_g, k, ncols, _ptr(w2[g]), k,
+                                  _ptr(xg), ncols, _ptr(yg), ncols, a_packed(gp))
                 keep.append(args)
                 calls.append((_gemm_call, (handle, args, gp)))
             elif plan.implicit is not None:
                 for n0, n1, gp, serial in plan.implicit:
                     job = ffi.new("asymo_im2col_job *", plan.job[0])
-                    job.x = _addr(xg)
+                    job.x = _ptr(xg)
                     job.col_offset = n0
                     args = ffi.new("asymo_gemm_args *", plan.gemm_args[0])
                     args.pack_b_ctx = job
-                    args.a = _addr(w2[g])
+                    args.a = _ptr(w2[g])
                     args.n = n1 - n0
-                    args.c = _addr(yg[:, n0:n1])
+                    args.c = _ptr(yg[:, n0:n1])
                     ap = a_packed(gp)
                     if ap is not None:
                         args.a_packed = ap
                     keep += [job, args]
                     calls.append((_gemm_call, (ffi.NULL if serial else handle, args, gp)))
             else:
-                col = np.empty(plan.col_elems, dtype)
+                # a bound call owns its column matrix; a single call uses the thread's
+                col = np.empty(plan.col_elems, dtype) if bound else workspace(plan.col_elems,
+                                                                              dtype)
                 keep.append(col)
                 for n0, n1, gp, bounds, ncol, nrow, counts, ntasks, inline in plan.chunks:
                     colv = col[:k * (n1 - n0)].reshape(k, n1 - n0)
                     job = ffi.new("asymo_im2col_job *", plan.job[0])
-                    job.x = _addr(xg)
-                    job.col = _addr(colv)
+                    job.x = _ptr(xg)
+                    job.col = _ptr(colv)
                     job.ldcol = n1 - n0
                     job.col_offset = n0
                     job.col_bounds = bounds
                     job.ncolblocks = ncol
                     job.nrowblocks = nrow
-                    args = _gemm_args(dtype, cout_g, k, n1 - n0, _addr(w2[g]), k,
-                                      _addr(colv), n1 - n0, _addr(yg[:, n0:n1]), ncols,
+                    args = _gemm_args(dtype, cout_g, k, n1 - n0, _ptr(w2[g]), k,
+                                      _ptr(colv), n1 - n0, _ptr(yg[:, n0:n1]), ncols,
                                       a_packed(gp))
                     keep += [job, args]
                     calls.append(_tasks_call(pool, _IM2COL_TASK, job, ntasks, counts, inline))
                     calls.append((_gemm_call, (handle, args, gp)))
     return calls + _epilogue_calls(plan.epilogue, pool, y, b, residual, keep)
+
+
+def _plan_calls(plan, x, w, packed, b, y, residual, pool, keep, *, bound=False):
+    """The native calls that run ``plan`` on these arrays, as ``(function, args)`` pairs
+    returning a status code; ``keep`` collects what they point to (keep it alive while
+    they run). ``bound``: the calls are kept and repeated (`bind_conv2d`)."""
+    if isinstance(plan, _DepthwisePlan):
+        return _bind_depthwise(plan, x, w, packed, b, y, residual, pool, keep)
+    if isinstance(plan, _WinogradConvPlan):
+        return _bind_winograd(plan, x, w, packed, b, y, residual, pool, keep)
+    return _bind_gemm(plan, x, w, packed, b, y, residual, pool, keep, bound)
+
+
+def _run_calls(calls):
+    for fn, args in calls:
+        rc = fn(*args)
+        if rc:
+            raise RuntimeError(f"conv2d: a native job failed with code {rc}")
 
 
 class BoundConv2d:
@@ -947,10 +874,7 @@ class BoundConv2d:
         if self._fallback is not None:
             self._fallback()
             return
-        for fn, args in self._calls:
-            rc = fn(*args)
-            if rc:
-                raise RuntimeError(f"conv2d: a native job failed with code {rc}")
+        _run_calls(self._calls)
 
 
 def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
@@ -982,13 +906,8 @@ def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     if not plain:
         return BoundConv2d([], [c], fallback=fallback)
     keep = [x, packed, bias, residual, out, c]
-    plan = c.plan_for(pool)
-    if isinstance(plan, _DepthwisePlan):
-        calls = _bind_depthwise(plan, c.xb, c.w, c.b, c.target, c.residual, pool, keep)
-    elif isinstance(plan, _WinogradConvPlan):
-        calls = _bind_winograd(plan, c.xb, packed, c.b, c.target, c.residual, pool, keep)
-    else:
-        calls = _bind_gemm(plan, c.xb, packed, c.b, c.target, c.residual, pool, keep)
+    calls = _plan_calls(c.plan_for(pool), c.xb, c.w, packed, c.b, c.target, c.residual, pool,
+                        keep, bound=True)
     return BoundConv2d(calls, keep)
 
 _IM2COL_TASK = task_fn("asymo_im2col_task")
