@@ -87,3 +87,36 @@ def test_bind_checks_like_conv2d():
         bind_conv2d(x, np.zeros((4, 3, 3, 3), np.float32), out=np.zeros((1, 4, 8, 8),
                                                                           np.float32),
                     pool=asymo.get_pool())
+
+
+@pytest.mark.parametrize("m,k,n", [(13, 37, 50), (64, 147, 300), (6, 8, 16), (100, 20, 7)])
+@pytest.mark.parametrize("act", [0, 1, 2])
+def test_gemm_epilogue_in_the_store(m, k, n, act):
+    # C = act(A @ B + bias[:, None] + R), applied by the GEMM to each block of C
+    from asymo.plan.gemm import plan_gemm
+    from asymo.runtime.ffi import ffi, lib
+
+    rng = np.random.default_rng(m * n + act)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    bm = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    res = rng.standard_normal((m, n)).astype(np.float32) * 4
+    c = np.full((m, n), np.nan, np.float32)
+    pool = asymo.get_pool()
+    plan = plan_gemm(m, k, n, "float32", pool)
+    assert plan.kind == "mm"
+    g = ffi.new("asymo_gemm_args *")
+    g.dtype, g.m, g.k, g.n, g.nbatch = 0, m, k, n, 1
+    g.a, g.rsa, g.csa = ffi.from_buffer(a), k, 1
+    g.b, g.rsb, g.csb = ffi.from_buffer(bm), n, 1
+    g.c, g.rsc, g.csc = ffi.from_buffer(c), n, 1
+    g.row_bias, g.residual, g.rs_residual, g.activation = (ffi.from_buffer(bias),
+                                                           ffi.from_buffer(res), n, act)
+    with hold(pool):
+        assert lib.asymo_gemm(pool._handle, g, plan.cdata()) == 0
+    ref = a.astype(np.float64) @ bm + bias[:, None] + res
+    ref = {0: ref, 1: np.maximum(ref, 0), 2: np.clip(ref, 0, 6)}[act]
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+    g.activation = 3                       # not an activation: refused
+    with hold(pool):
+        assert lib.asymo_gemm(pool._handle, g, plan.cdata()) == lib.ASYMO_EINVAL

@@ -787,6 +787,26 @@ def _bind_gemm(plan, x, w, packed, b, y, residual, pool, keep, bound=False):
             return None
         return pa.cdata_for(gp)
 
+    # bias, shortcut and activation in the GEMM's store of each block of C (no second pass
+    # over the output) when every product of the convolution runs the packed MM kernels
+    if plan.pointwise:
+        gemms = [plan.gemm_plan]
+    else:
+        gemms = [ch[2] for ch in (plan.implicit if plan.implicit is not None else plan.chunks)]
+    fused = plan.epilogue is not None and all(
+        gp.kind == "mm" and gp.split_dim in ("M", "N") and gp.nbatch == 1 for gp in gemms)
+    act = int(plan.epilogue[0][0].activation) if fused else 0
+    es = x.itemsize
+
+    def epilogue(args, i, g, n0):
+        if fused:
+            args.row_bias = ffi.NULL if b is None else _ptr(b[g * cout_g:])
+            if residual is not None:
+                args.residual = ffi.cast("char *", _ptr(residual[i])) + (
+                    g * cout_g * ncols + n0) * es
+                args.rs_residual = ncols
+            args.activation = act
+
     calls = []
     for i in range(n):
         yi = y[i].reshape(groups * cout_g, ncols)
@@ -797,6 +817,7 @@ def _bind_gemm(plan, x, w, packed, b, y, residual, pool, keep, bound=False):
                 gp = plan.gemm_plan
                 args = _gemm_args(dtype, cout_g, k, ncols, _ptr(w2[g]), k,
                                   _ptr(xg), ncols, _ptr(yg), ncols, a_packed(gp))
+                epilogue(args, i, g, 0)
                 keep.append(args)
                 calls.append((_gemm_call, (handle, args, gp)))
             elif plan.implicit is not None:
@@ -812,6 +833,7 @@ def _bind_gemm(plan, x, w, packed, b, y, residual, pool, keep, bound=False):
                     ap = a_packed(gp)
                     if ap is not None:
                         args.a_packed = ap
+                    epilogue(args, i, g, n0)
                     keep += [job, args]
                     calls.append((_gemm_call, (ffi.NULL if serial else handle, args, gp)))
             else:
@@ -832,9 +854,12 @@ def _bind_gemm(plan, x, w, packed, b, y, residual, pool, keep, bound=False):
                     args = _gemm_args(dtype, cout_g, k, n1 - n0, _ptr(w2[g]), k,
                                       _ptr(colv), n1 - n0, _ptr(yg[:, n0:n1]), ncols,
                                       a_packed(gp))
+                    epilogue(args, i, g, n0)
                     keep += [job, args]
                     calls.append(_tasks_call(pool, _IM2COL_TASK, job, ntasks, counts, inline))
                     calls.append((_gemm_call, (handle, args, gp)))
+    if fused:
+        return calls
     return calls + _epilogue_calls(plan.epilogue, pool, y, b, residual, keep)
 
 
