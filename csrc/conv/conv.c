@@ -109,8 +109,7 @@ ALWAYS_INLINE void im2col_body_##SFX(const asymo_im2col_job *job, int64_t k0, in
             n += ox1 - ox0;                                                                   \
         }                                                                                     \
     }                                                                                         \
-}                                                                                             \
-                                                                                              \
+}
 
 DEFINE_BODIES(float, f32)
 DEFINE_BODIES(double, f64)
