@@ -221,6 +221,21 @@ def test_ort_threads_pinned_within_stage_cpus(graph):
         assert not set(new) & set(_task_affinities())
 
 
+@needs_ort
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs two cpus")
+def test_ort_stage_spins_only_with_every_core_to_itself(graph):
+    from asymo.hw.topology import Cluster, Topology
+
+    top = Topology(clusters=(Cluster("c0", tuple(CPUS[:2]), capacity=1.0),))
+    for cpus, spin in [(tuple(CPUS[:2]), "1"), ((CPUS[0],), "0")]:
+        ex = make_executor("ort", graph, 0, len(graph) - 1, cpus, topology=top)
+        try:
+            opts = ex.session.get_session_options()
+            assert opts.get_session_config_entry("session.intra_op.allow_spinning") == spin
+        finally:
+            ex.close()
+
+
 # --- runtime ----------------------------------------------------------------------------------
 
 def _two_stages(graph, kinds=("ort", "ort")):

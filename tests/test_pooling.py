@@ -61,3 +61,34 @@ def test_pooling_unbatched_out_and_errors():
         max_pool2d(x, 7)
     with pytest.raises(ValueError, match=r"\(5, 5\)"):
         max_pool2d(x[0], 2)
+
+
+@pytest.mark.parametrize("shape,k,s,p,ceil", [
+    ((1, 2, 3, 1300), (3, 3), (2, 2), (1, 1), True),     # rows wider than one column block
+    ((1, 2, 5, 1031), (1, 5), (1, 3), (0, 2), False),
+    ((2, 3, 13, 13), (13, 13), (1, 1), (0, 0), False),   # a global window
+    ((1, 4, 7, 600), (7, 600), (1, 1), (0, 0), False),   # a global window wider than a block
+])
+def test_pooling_wide_rows_and_global_windows(shape, k, s, p, ceil):
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    np.testing.assert_array_equal(max_pool2d(x, k, s, p, ceil),
+                                  reference.max_pool2d(x, k, s, p, ceil))
+    for include in (True, False):
+        np.testing.assert_allclose(avg_pool2d(x, k, s, p, ceil, include),
+                                   reference.avg_pool2d(x, k, s, p, ceil, include),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_max_pooling_propagates_nan_like_torch():
+    x = np.random.default_rng(4).standard_normal((1, 2, 9, 9)).astype(np.float32)
+    x[0, 0, 4, 4] = np.nan
+    x[0, 1, 0, 8] = np.nan
+    y = max_pool2d(x, 3, 2, 1)
+    # with a 3x3 window, stride 2, pad 1: row and column 4 lie in output 2 only, column 8 in
+    # output 4 only, row 0 in output 0 only
+    expect = np.zeros(y.shape, bool)
+    expect[0, 0, 2, 2] = expect[0, 1, 0, 4] = True
+    np.testing.assert_array_equal(np.isnan(y), expect)
+    np.testing.assert_array_equal(y[~expect], max_pool2d(np.nan_to_num(x, nan=-9), 3, 2, 1)[~expect])
+    if torch is not None:
+        np.testing.assert_array_equal(y, F.max_pool2d(torch.from_numpy(x), 3, 2, 1).numpy())

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -28,6 +30,9 @@ from asymo.models import spec
 from asymo.models.graph import GraphError
 from asymo.models.graph_plan import optimize
 from asymo.models.shapes import infer_shapes, ints, pad_amounts, slice_spec, split_sizes
+from asymo.ops.conv import PackedConvWeight
+from asymo.plan.split_cost import emulated_period
+from asymo.runtime.pool import caller_on_fastest, hold
 
 __all__ = ["GraphModel", "ExecutionPlan", "ALIAS_OPS", "INPLACE_OPS"]
 
@@ -200,20 +205,32 @@ def _plan(graph, batch):
 
 
 # ---- node runners: make(node, V, C, graph) -> fn(pool) ------------------------------------
-def _conv_runner(n, V, C, g):
-    from asymo.ops.conv import conv2d
+class _ConvStep:
+    """A convolution node: ``step(pool)`` runs it through `asymo.conv2d`; ``step.bind(pool)``
+    gives the `asymo.ops.conv.BoundConv2d` an instance calls on its hot path."""
 
-    x, y = V[n.inputs[0]], V[n.outputs[0]]
-    w = C[n.inputs[1]]
-    b = C[n.inputs[2]] if n.inputs[2] else None
-    r = V[n.inputs[3]] if len(n.inputs) > 3 and n.inputs[3] else None
-    a = n.attrs
-    args = dict(stride=a["strides"], padding=(a["pads"][0], a["pads"][1]),
-                dilation=a["dilations"], groups=a["group"], activation=a["activation"])
+    __slots__ = ("x", "w", "b", "r", "y", "args")
 
-    def run(pool):
-        conv2d(x, w, b, residual=r, out=y, pool=pool, **args)
-    return run
+    def __init__(self, n, V, C, packed):
+        self.x, self.y = V[n.inputs[0]], V[n.outputs[0]]
+        self.w = packed  # the weights' PackedConvWeight, shared by the model's instances
+        self.b = C[n.inputs[2]] if n.inputs[2] else None
+        self.r = V[n.inputs[3]] if len(n.inputs) > 3 and n.inputs[3] else None
+        a = n.attrs
+        self.args = dict(stride=a["strides"], padding=(a["pads"][0], a["pads"][1]),
+                         dilation=a["dilations"], groups=a["group"],
+                         activation=a["activation"])
+
+    def __call__(self, pool):
+        from asymo.ops.conv import conv2d
+
+        conv2d(self.x, self.w, self.b, residual=self.r, out=self.y, pool=pool, **self.args)
+
+    def bind(self, pool):
+        from asymo.ops.conv import bind_conv2d
+
+        return bind_conv2d(self.x, self.w, self.b, residual=self.r, out=self.y, pool=pool,
+                           **self.args)
 
 
 def _act(y, act):
@@ -496,7 +513,7 @@ def _reduce_mean_runner(n, V, C, g, shapes):
 
 
 _RUNNERS = {
-    "asymo.Conv": _conv_runner, "asymo.Gemm": _gemm_runner, "MatMul": _matmul_runner,
+    "asymo.Gemm": _gemm_runner, "MatMul": _matmul_runner,
     "Gemm": _generic_gemm_runner,
     "MaxPool": _pool_runner, "AveragePool": _pool_runner, "GlobalAveragePool": _pool_runner,
     "GlobalMaxPool": _global_max_runner,
@@ -514,7 +531,7 @@ _SHAPED_RUNNERS = {"ReduceMean": _reduce_mean_runner, "Split": _split_runner,
 class _Instance:
     """An arena and the graph's nodes bound to views of it (used by one call at a time)."""
 
-    def __init__(self, graph, plan):
+    def __init__(self, graph, plan, packed):
         self.arena = np.empty(max(plan.arena_bytes, ALIGN) // 4 + ALIGN // 4, np.float32)
         # align the arena's start to a cache line
         shift = (-self.arena.ctypes.data % ALIGN) // 4
@@ -528,11 +545,14 @@ class _Instance:
         self.views = V
         C = graph.initializers
         self.steps = []
+        self._bound_pool = self._bound_key = self._bound = None
         for n in graph.nodes:
             if n.op in ALIAS_OPS or plan.kernels[n.name].startswith("view"):
                 self.steps.append(None)
                 continue
-            if n.op in _SHAPED_RUNNERS:
+            if n.op == "asymo.Conv":
+                fn = _ConvStep(n, V, C, packed[n.inputs[1]])
+            elif n.op in _SHAPED_RUNNERS:
                 fn = _SHAPED_RUNNERS[n.op](n, V, C, graph, plan.shapes | dict(
                     (k, np.shape(v)) for k, v in C.items()))
             else:
@@ -540,9 +560,19 @@ class _Instance:
             self.steps.append(fn)
 
     def run(self, first, last, pool):
-        for fn in self.steps[first:last + 1]:
-            if fn is not None:
-                fn(pool)
+        # held for the whole run: the bound steps call the pool's C handle directly; the
+        # caller (the glue between jobs, and a helper in each) on the fastest cluster
+        with hold(pool) as pool, caller_on_fastest(pool):
+            key = (pool.limit, emulated_period())
+            if self._bound_pool is None or self._bound_pool() is not pool or \
+                    self._bound_key != key:
+                self._bound = [None if fn is None else
+                               fn.bind(pool) if hasattr(fn, "bind") else partial(fn, pool)
+                               for fn in self.steps]
+                self._bound_pool, self._bound_key = weakref.ref(pool), key
+            for fn in self._bound[first:last + 1]:
+                if fn is not None:
+                    fn()
 
 
 def _descriptor(n, shapes, consts):
@@ -609,6 +639,14 @@ class GraphModel(spec.LayerChain):
         self._lock = threading.Lock()
         self._plans = {}
         self._free = {}
+        # every convolution's weights prepared once (packed GEMM panels, Winograd transforms)
+        # and shared by the instances; the graph's arrays are made read-only so none is copied
+        self._conv_weights = {}
+        for n in g.nodes:
+            if n.op == "asymo.Conv" and n.inputs[1] not in self._conv_weights:
+                w = g.initializers[n.inputs[1]]
+                w.flags.writeable = False
+                self._conv_weights[n.inputs[1]] = PackedConvWeight(w, copy=False)
         shapes = infer_shapes(g, g.batch)
         self.output_shape = tuple(shapes[g.outputs[0]][1:])
         self._segments = g.segments(shapes)
@@ -665,7 +703,7 @@ class GraphModel(spec.LayerChain):
             free = self._free.setdefault(batch, [])
             if free:
                 return free.pop()
-        return _Instance(self.graph, plan)
+        return _Instance(self.graph, plan, self._conv_weights)
 
     def _release(self, batch, inst):
         with self._lock:

@@ -275,6 +275,35 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     if torch is not None:
         return _conv2d_torch(torch, x, weight, bias, stride, padding, dilation, groups,
                              activation, residual, out, pool)
+    c = _prepare(x, weight, bias, stride, padding, dilation, groups, activation, residual,
+                 out)
+    if c.empty:
+        return c.y
+    # held for the whole convolution (several pool jobs): closing or replacing the pool in
+    # another thread waits for it, or lets it finish on the old pool
+    with _hold(pool) as pool:
+        keep = []
+        _run_calls(_plan_calls(c.plan_for(pool), c.xb, c.w, c.packed, c.b, c.target,
+                               c.residual, pool, keep))
+    if not c.direct:
+        c.yb[...] = c.target
+    return c.y
+
+
+class _Checked:
+    """A validated convolution call: C-contiguous operands and the arrays it writes."""
+
+    __slots__ = ("xb", "w", "b", "packed", "residual", "y", "yb", "target", "direct",
+                 "empty", "stride", "pads", "dilation", "groups", "activation")
+
+    def plan_for(self, pool):
+        return _conv_plan(pool, self.xb.shape, self.w.shape, self.xb.dtype, self.stride,
+                          self.pads, self.dilation, self.groups, self.activation,
+                          self.b is not None, self.residual is not None)
+
+
+def _prepare(x, weight, bias, stride, padding, dilation, groups, activation, residual, out):
+    """Check a conv2d call's arguments (the errors conv2d documents) and return a `_Checked`."""
     x = _as_float_array(x, "input")
     packed = None
     if isinstance(weight, PackedConvWeight):
@@ -341,8 +370,10 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
             residual = residual.copy()
         residual = np.ascontiguousarray(residual[None] if unbatched else residual)
     yb = y[None] if unbatched else y
-    if n == 0 or c == 0:
-        return y
+    r = _Checked()
+    r.y, r.yb, r.empty = y, yb, n == 0 or c == 0
+    if r.empty:
+        return r
 
     # Images must be C-contiguous for the kernels; output images too (else use a temporary).
     xb = np.ascontiguousarray(xb)
@@ -359,18 +390,11 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         direct = False
     target = yb if direct else np.empty(shape, dtype)
 
-    # held for the whole convolution (several pool jobs): closing or replacing the pool in
-    # another thread waits for it, or lets it finish on the old pool
-    with _hold(pool) as pool:
-        plan = _conv_plan(pool, xb.shape, w_c.shape, dtype, stride, pads, dilation, groups,
-                          activation, bias is not None, residual is not None)
-        if isinstance(plan, (_WinogradConvPlan, _GemmConvPlan)):
-            plan.run(xb, w_c, b_c, target, residual, pool, packed)
-        else:
-            plan.run(xb, w_c, b_c, target, residual, pool)
-    if not direct:
-        yb[...] = target
-    return y
+    r.xb, r.w, r.b, r.packed, r.residual = xb, w_c, b_c, packed, residual
+    r.target, r.direct = target, direct
+    r.stride, r.pads, r.dilation, r.groups = stride, pads, dilation, groups
+    r.activation = activation
+    return r
 
 
 def _check_out(out, shape, dtype):
@@ -506,10 +530,6 @@ class _WinogradConvPlan:
         self.plan = _winograd.WinogradPlan(pool, xshape, wshape, pads, tile, activation,
                                            method=WINOGRAD_METHOD)
 
-    def run(self, x, weight, bias, y, residual, pool, packed=None):
-        u = _winograd.weights_for(weight if packed is None else packed, self.tile)
-        self.plan.run(x, weight, u, bias, y, residual, pool)
-
 
 class _DepthwisePlan:
     """Direct depthwise kernel; bias, residual and activation fused into its tasks."""
@@ -542,18 +562,6 @@ class _DepthwisePlan:
         fastest = _split_cost.pool_fastest_only(pool, flops, "depthwise")
         self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
         self.plane = cout * oh * ow
-
-    def run(self, x, weight, bias, y, residual, pool):
-        job = ffi.new("asymo_dwconv_job *", self.job[0])
-        job.x = _ptr(x)
-        job.weight = _ptr(weight)
-        job.bias = ffi.NULL if bias is None else _ptr(bias)
-        job.y = _ptr(y)
-        job.y_image_stride = y.strides[0] // y.itemsize if y.shape[0] > 1 else self.plane
-        if residual is not None:  # C-contiguous (conv2d made it so)
-            job.residual = _ptr(residual)
-            job.residual_image_stride = self.plane
-        run_tasks(pool, _DWCONV_TASK, job, self.ntasks, self.counts, inline=self.inline)
 
 
 class _GemmConvPlan:
@@ -608,78 +616,6 @@ class _GemmConvPlan:
             if gp is None:
                 gp = plans[width] = plan_conv_gemm(self.cout_g, k, width, dtype, pool)
             self.chunks.append((n0, n1, gp) + _im2col_split(pool, gp, k, n0, n1, dtype))
-
-    def run(self, x, weight, bias, y, residual, pool, packed=None):
-        from asymo.ops.conv_gemm import gemm_into
-
-        # one group: the weights' packed A panels (asymo.prepack) made once per
-        # PackedConvWeight and reused by every call
-        pa = packed.gemm_a() if packed is not None and self.groups == 1 else None
-        if self.implicit is not None:
-            return self._run_implicit(x, weight, bias, y, residual, pool, pa)
-        n = x.shape[0]
-        cin_g, cout_g, groups, ncols = self.cin_g, self.cout_g, self.groups, self.ncols
-        w2 = weight.reshape(groups, cout_g, self.k)
-        if not self.pointwise:
-            col = workspace(self.col_elems, x.dtype)
-            job = ffi.new("asymo_im2col_job *", self.job[0])
-        for i in range(n):
-            yi = y[i].reshape(groups * cout_g, ncols)
-            for g in range(groups):
-                a = w2[g] if pa is None else pa
-                yg = yi[g * cout_g:(g + 1) * cout_g]
-                xg = x[i, g * cin_g:(g + 1) * cin_g]
-                if self.pointwise:
-                    gemm_into(a, xg.reshape(cin_g, ncols), yg, pool, self.gemm_plan)
-                    continue
-                job.x = _ptr(xg)
-                for n0, n1, gp, bounds, ncol, nrow, counts, ntasks, inline in self.chunks:
-                    colv = col[:self.k * (n1 - n0)].reshape(self.k, n1 - n0)
-                    job.col = _ptr(colv)
-                    job.ldcol = n1 - n0
-                    job.col_offset = n0
-                    job.col_bounds = bounds
-                    job.ncolblocks = ncol
-                    job.nrowblocks = nrow
-                    run_tasks(pool, _IM2COL_TASK, job, ntasks, counts, inline=inline)
-                    gemm_into(a, colv, yg[:, n0:n1], pool, gp)
-            if self.epilogue is not None:
-                template, ntasks, inline = self.epilogue
-                _run_bias_act(template, ntasks, inline, y[i], bias,
-                              None if residual is None else residual[i], pool)
-
-
-    def _run_implicit(self, x, weight, bias, y, residual, pool, pa=None):
-        """One GEMM job per image, group and chunk, B packed from the image by the GEMM's
-        tasks (`asymo_im2col_pack_b`)."""
-        n = x.shape[0]
-        cin_g, cout_g, groups, ncols, k = (self.cin_g, self.cout_g, self.groups, self.ncols,
-                                           self.k)
-        es = x.itemsize
-        job = ffi.new("asymo_im2col_job *", self.job[0])
-        args = ffi.new("asymo_gemm_args *", self.gemm_args[0])
-        args.pack_b_ctx = job
-        wbase = ffi.cast("char *", _ptr(weight))
-        for i in range(n):
-            xbase = ffi.cast("char *", _ptr(x[i]))
-            ybase = ffi.cast("char *", _ptr(y[i]))
-            for g in range(groups):
-                job.x = xbase + g * cin_g * x.shape[2] * x.shape[3] * es
-                args.a = wbase + g * cout_g * k * es
-                for n0, n1, gp, handle_serial in self.implicit:
-                    job.col_offset = n0
-                    args.n = n1 - n0
-                    args.c = ybase + (g * cout_g * ncols + n0) * es
-                    args.a_packed = ffi.NULL if pa is None else pa.cdata_for(gp)
-                    handle = ffi.NULL if handle_serial or gp.in_caller() else pool._handle
-                    rc = lib.asymo_gemm(handle, args, gp.cdata())
-                    if rc != 0:
-                        from asymo.ops.matmul import _fail
-                        raise _fail(rc, cout_g, k, n1 - n0, gp)
-            if self.epilogue is not None:
-                template, ntasks, inline = self.epilogue
-                _run_bias_act(template, ntasks, inline, y[i], bias,
-                              None if residual is None else residual[i], pool)
 
 
 def _implicit_chunks(pool, m, k, oh, ow, dtype):
@@ -754,6 +690,249 @@ def _im2col_split(pool, gemm_plan, k, n0, n1, dtype):
     return (ffi.new("int64_t[]", bounds), ncol, nrow, ffi.new("int64_t[]", counts),
             ncol * nrow, inline)
 
+
+
+# ---- bound convolutions: a model's hot path ------------------------------------------------
+
+def _run_inline(fn, job, ntasks):
+    for t in range(ntasks):
+        fn(t, job)
+    return 0
+
+
+def _tasks_call(pool, fn, job, ntasks, counts, inline):
+    """One pool job as a ``(function, args)`` call returning a status code."""
+    if inline:
+        return (_run_inline, (fn, job, int(ntasks)))
+    if counts is None:
+        counts = ffi.NULL if pool.nclusters == 1 else ffi.new(
+            "int64_t[]", pool.split_counts(int(ntasks)))
+    return (lib.asymo_pool_run, (pool._handle, fn, job, int(ntasks), counts, 0))
+
+
+def _gemm_call(handle, args, plan):
+    # a plan may run in the calling thread on some cpus (serial_cpus): decided per call
+    return lib.asymo_gemm(ffi.NULL if plan.in_caller() else handle, args, plan.cdata())
+
+
+def _gemm_args(dtype, m, k, n, a, rsa, b, rsb, c, rsc, a_packed):
+    g = ffi.new("asymo_gemm_args *")
+    g.dtype = DTYPE_CODES[dtype]
+    g.m, g.k, g.n = m, k, n
+    g.a, g.rsa, g.csa = a, rsa, 1
+    g.b, g.rsb, g.csb = b, rsb, 1
+    g.c, g.rsc, g.csc = c, rsc, 1
+    g.nbatch = 1
+    if a_packed is not None:
+        g.a_packed = a_packed
+    return g
+
+
+def _epilogue_calls(plan_epilogue, pool, y, bias, residual, keep):
+    calls = []
+    if plan_epilogue is None:
+        return calls
+    template, ntasks, (inline, counts) = plan_epilogue
+    for i in range(y.shape[0]):
+        job = ffi.new("asymo_bias_act_job *", template[0])
+        job.y = _ptr(y[i])
+        job.bias = ffi.NULL if bias is None else _ptr(bias)
+        job.residual = ffi.NULL if residual is None else _ptr(residual[i])
+        keep.append(job)
+        calls.append(_tasks_call(pool, _BIAS_ACT_TASK, job, ntasks, counts, inline))
+    return calls
+
+
+def _bind_depthwise(plan, x, w, packed, b, y, residual, pool, keep):
+    job = ffi.new("asymo_dwconv_job *", plan.job[0])
+    job.x, job.weight = _ptr(x), _ptr(w)
+    job.bias = ffi.NULL if b is None else _ptr(b)
+    job.y = _ptr(y)
+    job.y_image_stride = y.strides[0] // y.itemsize if y.shape[0] > 1 else plan.plane
+    if residual is not None:  # C-contiguous (_prepare made it so); added inside the tasks
+        job.residual = _ptr(residual)
+        job.residual_image_stride = plan.plane
+    keep.append(job)
+    return [_tasks_call(pool, _DWCONV_TASK, job, plan.ntasks, plan.counts, plan.inline)]
+
+
+def _bind_winograd(plan, x, w, packed, b, y, residual, pool, keep):
+    wp = plan.plan
+    # the transform: kept by a PackedConvWeight, else from the fingerprinted cache
+    u = _winograd.weights_for(w if packed is None else packed, plan.tile)
+    job = ffi.new("asymo_winograd_job *", wp.job[0])
+    job.x, job.u, job.weight = _ptr(x), _ptr(u), _ptr(w)
+    job.bias = ffi.NULL if b is None else _ptr(b)
+    job.residual = ffi.NULL if residual is None else _ptr(residual)
+    job.y = _ptr(y)
+    if y.shape[0] > 1:
+        job.y_image_stride = y.strides[0] // y.itemsize
+    keep += [job, u]
+    return [_tasks_call(pool, _winograd.WINOGRAD_TASK, job, wp.ntasks, wp.counts, wp.inline)]
+
+
+def _bind_gemm(plan, x, w, packed, b, y, residual, pool, keep, bound=False):
+    dtype = x.dtype
+    handle = pool._handle
+    n = x.shape[0]
+    cin_g, cout_g, groups, ncols, k = plan.cin_g, plan.cout_g, plan.groups, plan.ncols, plan.k
+    w2 = w.reshape(groups, cout_g, k)
+    # one group: the weights' packed A panels (asymo.prepack), made once per
+    # PackedConvWeight; otherwise the GEMM packs them per call
+    pa = packed.gemm_a() if packed is not None and groups == 1 else None
+
+    def a_packed(gp):
+        if pa is None or gp.kind != "mm" or gp.split_dim == "batch":
+            return None
+        return pa.cdata_for(gp)
+
+    # bias, shortcut and activation in the GEMM's store of each block of C (no second pass
+    # over the output) when every product of the convolution runs the packed MM kernels
+    if plan.pointwise:
+        gemms = [plan.gemm_plan]
+    else:
+        gemms = [ch[2] for ch in (plan.implicit if plan.implicit is not None else plan.chunks)]
+    fused = plan.epilogue is not None and all(
+        gp.kind == "mm" and gp.split_dim in ("M", "N") and gp.nbatch == 1 for gp in gemms)
+    act = int(plan.epilogue[0][0].activation) if fused else 0
+    es = x.itemsize
+
+    def epilogue(args, i, g, n0):
+        if fused:
+            args.row_bias = ffi.NULL if b is None else _ptr(b[g * cout_g:])
+            if residual is not None:
+                args.residual = ffi.cast("char *", _ptr(residual[i])) + (
+                    g * cout_g * ncols + n0) * es
+                args.rs_residual = ncols
+            args.activation = act
+
+    calls = []
+    for i in range(n):
+        yi = y[i].reshape(groups * cout_g, ncols)
+        for g in range(groups):
+            yg = yi[g * cout_g:(g + 1) * cout_g]
+            xg = x[i, g * cin_g:(g + 1) * cin_g]
+            if plan.pointwise:
+                gp = plan.gemm_plan
+                args = _gemm_args(dtype, cout_g, k, ncols, _ptr(w2[g]), k,
+                                  _ptr(xg), ncols, _ptr(yg), ncols, a_packed(gp))
+                epilogue(args, i, g, 0)
+                keep.append(args)
+                calls.append((_gemm_call, (handle, args, gp)))
+            elif plan.implicit is not None:
+                for n0, n1, gp, serial in plan.implicit:
+                    job = ffi.new("asymo_im2col_job *", plan.job[0])
+                    job.x = _ptr(xg)
+                    job.col_offset = n0
+                    args = ffi.new("asymo_gemm_args *", plan.gemm_args[0])
+                    args.pack_b_ctx = job
+                    args.a = _ptr(w2[g])
+                    args.n = n1 - n0
+                    args.c = _ptr(yg[:, n0:n1])
+                    ap = a_packed(gp)
+                    if ap is not None:
+                        args.a_packed = ap
+                    epilogue(args, i, g, n0)
+                    keep += [job, args]
+                    calls.append((_gemm_call, (ffi.NULL if serial else handle, args, gp)))
+            else:
+                # a bound call owns its column matrix; a single call uses the thread's
+                col = np.empty(plan.col_elems, dtype) if bound else workspace(plan.col_elems,
+                                                                              dtype)
+                keep.append(col)
+                for n0, n1, gp, bounds, ncol, nrow, counts, ntasks, inline in plan.chunks:
+                    colv = col[:k * (n1 - n0)].reshape(k, n1 - n0)
+                    job = ffi.new("asymo_im2col_job *", plan.job[0])
+                    job.x = _ptr(xg)
+                    job.col = _ptr(colv)
+                    job.ldcol = n1 - n0
+                    job.col_offset = n0
+                    job.col_bounds = bounds
+                    job.ncolblocks = ncol
+                    job.nrowblocks = nrow
+                    args = _gemm_args(dtype, cout_g, k, n1 - n0, _ptr(w2[g]), k,
+                                      _ptr(colv), n1 - n0, _ptr(yg[:, n0:n1]), ncols,
+                                      a_packed(gp))
+                    epilogue(args, i, g, n0)
+                    keep += [job, args]
+                    calls.append(_tasks_call(pool, _IM2COL_TASK, job, ntasks, counts, inline))
+                    calls.append((_gemm_call, (handle, args, gp)))
+    if fused:
+        return calls
+    return calls + _epilogue_calls(plan.epilogue, pool, y, b, residual, keep)
+
+
+def _plan_calls(plan, x, w, packed, b, y, residual, pool, keep, *, bound=False):
+    """The native calls that run ``plan`` on these arrays, as ``(function, args)`` pairs
+    returning a status code; ``keep`` collects what they point to (keep it alive while
+    they run). ``bound``: the calls are kept and repeated (`bind_conv2d`)."""
+    if isinstance(plan, _DepthwisePlan):
+        return _bind_depthwise(plan, x, w, packed, b, y, residual, pool, keep)
+    if isinstance(plan, _WinogradConvPlan):
+        return _bind_winograd(plan, x, w, packed, b, y, residual, pool, keep)
+    return _bind_gemm(plan, x, w, packed, b, y, residual, pool, keep, bound)
+
+
+def _run_calls(calls):
+    for fn, args in calls:
+        rc = fn(*args)
+        if rc:
+            raise RuntimeError(f"conv2d: a native job failed with code {rc}")
+
+
+class BoundConv2d:
+    """A convolution bound to fixed arrays and one pool: checked, planned and its weights
+    packed once (`bind_conv2d`); a call runs the kernels with no Python work between them.
+
+    The arrays it was bound to must stay as they are (same memory, shapes and strides; the
+    input's and residual's *contents* change between calls, the weights' never). A call must
+    hold the pool (`asymo.runtime.pool.hold`), as a model's inference does.
+    """
+
+    __slots__ = ("_calls", "_keep", "_fallback")
+
+    def __init__(self, calls, keep, fallback=None):
+        self._calls, self._keep, self._fallback = calls, keep, fallback
+
+    def __call__(self):
+        if self._fallback is not None:
+            self._fallback()
+            return
+        _run_calls(self._calls)
+
+
+def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
+                activation=None, residual=None, out, pool):
+    """Bind ``conv2d(x, weight, bias, ..., out=out, pool=pool)`` once; returns a
+    `BoundConv2d` whose calls recompute ``out`` from the current contents of ``x`` (and
+    ``residual``).
+
+    ``weight`` is a `PackedConvWeight` or an array (packed here); NumPy arrays only. Calls
+    whose arrays the kernels cannot use in place (a non-contiguous input, an output or
+    residual that overlaps an operand, ...) are bound to `conv2d` itself: correct, just
+    without the saving.
+    """
+    packed = weight if isinstance(weight, PackedConvWeight) else PackedConvWeight(weight)
+    # the checks and errors of conv2d, once
+    c = _prepare(x, packed, bias, stride, padding, dilation, groups, activation, residual, out)
+
+    def fallback():
+        conv2d(x, packed, bias, stride, padding, dilation, groups, activation=activation,
+               residual=residual, out=out, pool=pool)
+
+    if c.empty:
+        return BoundConv2d([], [], fallback=lambda: None)
+    plain = (c.direct and np.shares_memory(c.xb, x) and c.xb.flags.c_contiguous
+             and (residual is None or (np.shares_memory(c.residual, residual)
+                                       and not np.may_share_memory(residual, out)))
+             and (bias is None or np.shares_memory(c.b, bias)) and pool is not None
+             and c.w is packed.array)
+    if not plain:
+        return BoundConv2d([], [c], fallback=fallback)
+    keep = [x, packed, bias, residual, out, c]
+    calls = _plan_calls(c.plan_for(pool), c.xb, c.w, packed, c.b, c.target, c.residual, pool,
+                        keep, bound=True)
+    return BoundConv2d(calls, keep)
 
 _IM2COL_TASK = task_fn("asymo_im2col_task")
 _IM2COL_PACK_B = task_fn("asymo_im2col_pack_b")

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from asymo.ops.matmul import gemm as _gemm
 from asymo.ops.matmul import matmul as _matmul
 from asymo.plan.gemm import plan_gemm as _plan_gemm
 from asymo.plan.gemm import supported_isas as _supported_isas
 from asymo.plan.matmul import plan_matmul as _plan_matmul
 
-__all__ = ["plan_conv_gemm", "column_split", "gemm_into", "matmul_into"]
+__all__ = ["plan_conv_gemm", "column_split", "matmul_into"]
 
 
 #: Packed convolution GEMMs run the AVX-512 kernels when the CPU has them and no calibrated
@@ -58,11 +57,6 @@ def column_split(plan, n, pool):
         ranges.append((start, start + int(c)))
         start += int(c)
     return ranges
-
-
-def gemm_into(a, b, out, pool, plan=None):
-    """``out[...] = a @ b`` on ``pool`` (``out`` may be a strided view)."""
-    _gemm(a, b, out, plan=plan, pool=pool)
 
 
 def matmul_into(a, b, out, pool):

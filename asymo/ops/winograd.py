@@ -25,7 +25,7 @@ import numpy as np
 
 from asymo.plan import split_cost as _split_cost
 from asymo.runtime.ffi import ffi, lib
-from asymo.runtime.tasks import ACTIVATION_CODES, DTYPE_CODES, run_tasks, task_fn
+from asymo.runtime.tasks import ACTIVATION_CODES, DTYPE_CODES, task_fn
 
 __all__ = ["transform_weights", "weights_for", "WinogradPlan", "PackedConvWeight",
            "prepack_conv"]
@@ -267,18 +267,5 @@ class WinogradPlan:
             self.counts = ffi.new("int64_t[]", pool.split_counts(self.ntasks, split))
         self.inline = self.ntasks == 1 and flops < 2e5
 
-    def run(self, x, weight, u, bias, y, residual, pool):
-        """y = act(conv(x, weight) + bias + residual); ``u`` = weights_for(weight, tile)."""
-        job = ffi.new("asymo_winograd_job *", self.job[0])
-        job.x = ffi.from_buffer(x)
-        job.u = ffi.from_buffer(u)
-        job.weight = ffi.from_buffer(weight)
-        job.bias = ffi.NULL if bias is None else ffi.from_buffer(bias)
-        job.residual = ffi.NULL if residual is None else ffi.from_buffer(residual)
-        job.y = ffi.cast("void *", y.ctypes.data)
-        if y.shape[0] > 1:
-            job.y_image_stride = y.strides[0] // y.itemsize
-        run_tasks(pool, _WINO_TASK, job, self.ntasks, self.counts, inline=self.inline)
 
-
-_WINO_TASK = task_fn("asymo_winograd_task")
+WINOGRAD_TASK = task_fn("asymo_winograd_task")

@@ -12,7 +12,8 @@ clusters never steal each other's cores:
   the number of stage cpus; ONNX Runtime counts the calling thread as one of them and creates
   ``n - 1`` workers, pinned one per cpu with ``session.intra_op_thread_affinities`` (the
   caller is pinned to the first cpu here); ``session.intra_op.allow_spinning = 0`` so idle
-  workers sleep instead of spinning on cores another stage may need. Inputs and outputs are
+  workers sleep instead of spinning on cores another stage may need (a stage on every core
+  of the topology, a single-stage plan, spins as ONNX Runtime does by default). Inputs and outputs are
   bound to caller-owned buffers (``IOBinding``): no allocation per frame.
 - ``"torch"``: the stage's nodes of asymo's graph (ONNX operators, as ``asymo.from_onnx``
   loads them) run one by one with ``torch.nn.functional``: eager torch on the network's own
@@ -157,10 +158,12 @@ class StageExecutor:
 
 # --- ONNX Runtime -----------------------------------------------------------------------------
 
-def ort_session_options(cpus):
+def ort_session_options(cpus, *, spin=False):
     """SessionOptions running on ``cpus`` only: ``len(cpus)`` intra-op threads (the caller is
     one), the ``len(cpus) - 1`` workers pinned one per cpu (ONNX Runtime numbers processors
-    from 1), no spinning, sequential execution (no inter-op pool)."""
+    from 1), sequential execution (no inter-op pool). Idle workers sleep unless ``spin``
+    (ONNX Runtime's default, for a stage that has every core to itself: waking a sleeping
+    worker costs more than the spin, and no other stage needs the cores)."""
     import onnxruntime as ort
 
     cpus = tuple(sorted(int(c) for c in cpus))
@@ -168,7 +171,7 @@ def ort_session_options(cpus):
     so.intra_op_num_threads = len(cpus)
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
     if len(cpus) > 1:
         so.add_session_config_entry("session.intra_op_thread_affinities",
@@ -182,13 +185,13 @@ class OrtExecutor(StageExecutor):
 
     name = "ort"
 
-    def __init__(self, graph, first, last, cpus):
+    def __init__(self, graph, first, last, cpus, *, exclusive=False):
         super().__init__(graph, first, last, cpus)
         import onnxruntime as ort
 
         sub = graph.submodel(self.first, self.last)
         self.session = ort.InferenceSession(sub.SerializeToString(),
-                                            ort_session_options(self.cpus),
+                                            ort_session_options(self.cpus, spin=exclusive),
                                             providers=["CPUExecutionProvider"])
         self._io = self.session.io_binding()
 
@@ -471,6 +474,11 @@ def make_executor(kind, graph, first, last, cpus, *, topology=None):
         raise ValueError(f"unknown executor {kind!r}; choose from {list(EXECUTORS)}")
     if kind == "asymo":
         return AsymoExecutor(graph, first, last, cpus, topology=topology)
+    if kind == "ort":
+        # a stage on every core of the topology runs alone (stages never share cores)
+        everything = topology is not None and set(int(c) for c in cpus) >= {
+            int(c) for cl in topology.clusters for c in cl.cpus}
+        return OrtExecutor(graph, first, last, cpus, exclusive=everything)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch: read-only NumPy weights
         return _CLASSES[kind](graph, first, last, cpus)

@@ -58,7 +58,7 @@ from asymo.hw.topology import ENV_VAR as TOPOLOGY_ENV_VAR
 from asymo.hw.topology import Topology, detect, parse_spec
 
 __all__ = ["Pool", "POLICIES", "QUEUES", "get_pool", "reset_default_pool", "set_thread_limit",
-           "get_thread_limit", "acquire", "release", "hold"]
+           "get_thread_limit", "acquire", "release", "hold", "caller_on_fastest"]
 
 #: policy name -> C constant: the C library's ``ASYMO_POLICY_*`` enum, in its order (the
 #: one list of policies: the lab's simulator and sweeps read it from here)
@@ -783,6 +783,43 @@ class hold:
         pool, self._pool = self._pool, None
         if pool is not None:
             pool._release()
+
+
+class caller_on_fastest:
+    """Context manager: the calling thread runs on ``pool``'s fastest cluster for the block,
+    its affinity restored after (on every exit path).
+
+    A sequence of jobs (a model's inference) has serial work between them, done by the caller,
+    and the caller helps run each job as the worker of the core it is on: on a slower core
+    both take longer, and on a core that is stopped (a core slowed by `asymo.lab.emulate`)
+    every job waits for it. AsyMo keeps that thread on a big core. Nothing changes when the
+    pool has one cluster, or when the thread may not run on the fastest cluster's cpus.
+    """
+
+    __slots__ = ("_pool", "_saved")
+
+    def __init__(self, pool):
+        self._pool = pool
+        self._saved = None
+
+    def __enter__(self):
+        pool = self._pool
+        if pool.nclusters < 2:
+            return pool
+        try:
+            now = os.sched_getaffinity(0)
+            fast = now & {int(c) for c in pool.topology.clusters[0].cpus}
+            if fast and fast != now:
+                os.sched_setaffinity(0, fast)
+                self._saved = now
+        except (AttributeError, OSError):  # pragma: no cover - non-Linux, or a cgroup limit
+            self._saved = None
+        return pool
+
+    def __exit__(self, *exc):
+        saved, self._saved = self._saved, None
+        if saved is not None:
+            os.sched_setaffinity(0, saved)
 
 
 def set_thread_limit(limit):

@@ -5,6 +5,7 @@
  * per-function target attributes, and the variant is chosen once at run time. */
 #include "asymo/conv.h"
 #include "asymo/isa.h"
+#include "gemm/epilogue.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -108,46 +109,6 @@ ALWAYS_INLINE void im2col_body_##SFX(const asymo_im2col_job *job, int64_t k0, in
             n += ox1 - ox0;                                                                   \
         }                                                                                     \
     }                                                                                         \
-}                                                                                             \
-                                                                                              \
-ALWAYS_INLINE void bias_act_body_##SFX(T *restrict y, const T *restrict r, int64_t n,      \
-                                       T bias, int activation)                                \
-{                                                                                             \
-    /* one pass over y per plane: the residual, bias and activation in the same loop;        \
-       the clamps are written so that NaN propagates, as in numpy.maximum and torch.relu */  \
-    if (r) {                                                                                  \
-        if (activation == ASYMO_ACT_RELU) {                                                   \
-            for (int64_t i = 0; i < n; i++) {                                                 \
-                T v = y[i] + bias + r[i];                                                     \
-                y[i] = v < (T)0 ? (T)0 : v;                                                   \
-            }                                                                                 \
-        } else if (activation == ASYMO_ACT_RELU6) {                                           \
-            for (int64_t i = 0; i < n; i++) {                                                 \
-                T v = y[i] + bias + r[i];                                                     \
-                v = v < (T)0 ? (T)0 : v;                                                      \
-                y[i] = v > (T)6 ? (T)6 : v;                                                   \
-            }                                                                                 \
-        } else {                                                                              \
-            for (int64_t i = 0; i < n; i++)                                                   \
-                y[i] = y[i] + bias + r[i];                                                    \
-        }                                                                                     \
-        return;                                                                               \
-    }                                                                                         \
-    if (activation == ASYMO_ACT_RELU) {                                                       \
-        for (int64_t i = 0; i < n; i++) {                                                     \
-            T v = y[i] + bias;                                                                \
-            y[i] = v < (T)0 ? (T)0 : v;                                                       \
-        }                                                                                     \
-    } else if (activation == ASYMO_ACT_RELU6) {                                               \
-        for (int64_t i = 0; i < n; i++) {                                                     \
-            T v = y[i] + bias;                                                                \
-            v = v < (T)0 ? (T)0 : v;                                                          \
-            y[i] = v > (T)6 ? (T)6 : v;                                                       \
-        }                                                                                     \
-    } else {                                                                                  \
-        for (int64_t i = 0; i < n; i++)                                                       \
-            y[i] += bias;                                                                     \
-    }                                                                                         \
 }
 
 DEFINE_BODIES(float, f32)
@@ -159,8 +120,6 @@ DEFINE_BODIES(double, f64)
 typedef struct {
     void (*im2col_f32)(const asymo_im2col_job *, int64_t, int64_t, int64_t, int64_t);
     void (*im2col_f64)(const asymo_im2col_job *, int64_t, int64_t, int64_t, int64_t);
-    void (*bias_act_f32)(float *, const float *, int64_t, float, int);
-    void (*bias_act_f64)(double *, const double *, int64_t, double, int);
     const char *name;
 } conv_kernels;
 
@@ -169,12 +128,8 @@ ATTR static void im2col_f32_##ISA(const asymo_im2col_job *j, int64_t a, int64_t 
                                   int64_t c, int64_t d) { im2col_body_f32(j, a, b, c, d); }   \
 ATTR static void im2col_f64_##ISA(const asymo_im2col_job *j, int64_t a, int64_t b,            \
                                   int64_t c, int64_t d) { im2col_body_f64(j, a, b, c, d); }   \
-ATTR static void bias_act_f32_##ISA(float *y, const float *r, int64_t n, float b, int act)    \
-{ bias_act_body_f32(y, r, n, b, act); }                                                       \
-ATTR static void bias_act_f64_##ISA(double *y, const double *r, int64_t n, double b, int act) \
-{ bias_act_body_f64(y, r, n, b, act); }                                                       \
 static const conv_kernels kernels_##ISA = {                                                   \
-    im2col_f32_##ISA, im2col_f64_##ISA, bias_act_f32_##ISA, bias_act_f64_##ISA, #ISA};
+    im2col_f32_##ISA, im2col_f64_##ISA, #ISA};
 
 DEFINE_VARIANT(, portable)
 #if defined(__x86_64__)
@@ -217,26 +172,20 @@ void asymo_im2col_task(int64_t task, void *ctx)
 
 void asymo_bias_act_task(int64_t task, void *ctx)
 {
+    /* the GEMM epilogue's row loops, one plane per row */
     const asymo_bias_act_job *job = (const asymo_bias_act_job *)ctx;
     const int64_t n = task / job->channel_blocks, cb = task % job->channel_blocks;
     const int64_t c0 = cb * job->channels_per_task;
     const int64_t c1 = min64(job->channels, c0 + job->channels_per_task);
-    const conv_kernels *k = select_kernels();
-    for (int64_t c = c0; c < c1; c++) {
-        const int64_t off = n * job->image_stride + c * job->plane_size;
-        const int64_t roff = n * job->residual_image_stride + c * job->plane_size;
-        if (job->dtype == CONV_DTYPE_F64) {
-            const double *b = (const double *)job->bias;
-            const double *r = (const double *)job->residual;
-            k->bias_act_f64((double *)job->y + off, r ? r + roff : NULL, job->plane_size,
-                            b ? b[c] : 0.0, job->activation);
-        } else {
-            const float *b = (const float *)job->bias;
-            const float *r = (const float *)job->residual;
-            k->bias_act_f32((float *)job->y + off, r ? r + roff : NULL, job->plane_size,
-                            b ? b[c] : 0.0f, job->activation);
-        }
-    }
+    if (c1 <= c0)
+        return;
+    const int64_t es = job->dtype == CONV_DTYPE_F64 ? 8 : 4, plane = job->plane_size;
+    const gemm_epilogue_fn f = gemm_epilogue_for(asymo_conv_isa(), job->dtype);
+    f((char *)job->y + (n * job->image_stride + c0 * plane) * es, plane, c1 - c0, plane,
+      job->bias ? (const char *)job->bias + c0 * es : NULL,
+      job->residual ? (const char *)job->residual
+                          + (n * job->residual_image_stride + c0 * plane) * es : NULL,
+      plane, job->activation);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -93,6 +93,10 @@ static int check(const asymo_gemm_args *g, const asymo_gemm_plan *p)
     if (g->pack_b && (p->kind != ASYMO_GEMM_MM || p->split_dim == ASYMO_SPLIT_BATCH
                       || g->nbatch != 1))
         return ASYMO_EINVAL;
+    if ((g->row_bias || g->residual || g->activation)
+        && (p->kind != ASYMO_GEMM_MM || p->split_dim == ASYMO_SPLIT_BATCH || g->nbatch != 1
+            || g->csc != 1 || g->activation < 0 || g->activation > 2 || g->k < 1))
+        return ASYMO_EINVAL;
     if (p->nclusters < 1 || p->nclusters > MAXC)
         return ASYMO_EINVAL;
     if (p->kind < ASYMO_GEMM_MM || p->kind > ASYMO_GEMM_OUTER)
@@ -225,6 +229,7 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
     memset(&J, 0, sizeof J);
     J.kern = asymo_gemm_kernel_for(p->isa, g->dtype);
     J.ops = g->dtype == ASYMO_DTYPE_F32 ? &gemm_ops_f32 : &gemm_ops_f64;
+    J.epilogue = gemm_epilogue_for(p->isa, g->dtype);
     J.es = g->dtype == ASYMO_DTYPE_F32 ? 4 : 8;
     J.mr = J.kern->mr;
     J.nr = J.kern->nr;

@@ -39,6 +39,8 @@ typedef struct {
     void (*zero)(void *, int64_t, int64_t, int64_t, int64_t);
 } dtype_ops;
 
+#include "gemm/epilogue.h"
+
 GEMM_INTERNAL extern const dtype_ops gemm_ops_f32, gemm_ops_f64;
 
 /* ------------------------------------------------------------------------------------------
@@ -51,6 +53,10 @@ typedef struct {
     int64_t m, n, k, rsa, csa, rsb, csb, rsc, csc;
     void (*pack_b)(const void *, void *, int64_t, int64_t, int64_t, int64_t, int64_t);
     const void *pack_b_ctx;
+    /* epilogue (see asymo_gemm_args): has_epilogue is 0 when there is none */
+    const char *bias, *res;
+    int64_t rsr;
+    int act, has_epilogue;
 } operands;
 
 /* The skinny product out(L x S) = mat(L x K) @ vec(K x S) seen from one orientation. */
@@ -79,6 +85,7 @@ typedef struct {
 typedef struct {
     const asymo_gemm_kernel *kern;
     const dtype_ops *ops;
+    gemm_epilogue_fn epilogue; /* the plan's ISA and dtype */
     int kind, split_dim, es, mr, nr;
     int64_t mpad, npad;     /* M and N rounded up to mr and nr (pre-packed layouts) */
     int nclusters;
@@ -133,7 +140,9 @@ static inline int slot_of(const job *J)
 static inline operands item_operands(const asymo_gemm_args *g, int64_t i)
 {
     operands o = {(const char *)g->a, (const char *)g->b, (char *)g->c, g->m, g->n, g->k,
-                  g->rsa, g->csa, g->rsb, g->csb, g->rsc, g->csc, g->pack_b, g->pack_b_ctx};
+                  g->rsa, g->csa, g->rsb, g->csb, g->rsc, g->csc, g->pack_b, g->pack_b_ctx,
+                  (const char *)g->row_bias, (const char *)g->residual, g->rs_residual,
+                  g->activation, g->row_bias || g->residual || g->activation};
     if (g->nbatch > 1) {
         o.a += g->a_offsets[i];
         o.b += g->b_offsets[i];

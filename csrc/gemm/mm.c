@@ -45,11 +45,13 @@ static inline void pack_b_sliver(const job *J, const operands *o, void *dst, int
         J->ops->pack_b(dst, o->b, o->rsb, o->csb, jj, cols, p0, kb, J->nr);
 }
 
-/* Compute C[i0:i1, j0:j1] += / = Apack @ Bsliver... for one kc step; `bsl(s)` gives sliver s. */
+/* Compute C[i0:i1, j0:j1] += / = Apack @ Bsliver... for one kc step; `bsl(s)` gives sliver s.
+ * `last`: the last K step, after which the block gets the epilogue while it is in cache. */
 static void mm_macro(const job *J, const operands *o, const char *apack, char *tile,
                      int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t kb, int accumulate,
-                     const cluster_part *C, int64_t panel, const char *bpanel)
+                     const cluster_part *C, int64_t panel, const char *bpanel, int last)
 {
+    const int epi = last && o->has_epilogue;
     const int mr = J->mr, nr = J->nr, es = J->es;
     const int64_t nsl = cdiv(j1 - j0, nr);
     for (int64_t s = 0; s < nsl; s++) {
@@ -65,12 +67,19 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
             if (rows == mr && cols == nr && o->csc == 1) {
                 J->kern->ukr(kb, ap, bs, cp, o->rsc, accumulate);
             } else {
-                J->kern->ukr(kb, ap, bs, tile, nr, 0);
+                /* an edge: into the tile, then the valid part into C */
+                const asymo_ukr_fn edge = cols <= nr / 2 && J->kern->ukr_half
+                                          ? J->kern->ukr_half : J->kern->ukr;
+                edge(kb, ap, bs, tile, nr, 0);
                 J->ops->merge(cp, o->rsc, o->csc, tile, nr, rows, cols, accumulate);
             }
             ap += (size_t)(kb * mr) * es;
         }
     }
+    if (epi) /* the block is in L2: one pass with long rows (per micro-tile measured slower) */
+        J->epilogue(o->c + (i0 * o->rsc + j0) * es, o->rsc, i1 - i0, j1 - j0,
+                    o->bias ? o->bias + i0 * es : NULL,
+                    o->res ? o->res + (i0 * o->rsr + j0) * es : NULL, o->rsr, o->act);
 }
 
 void mm_task(int64_t t, void *ctx)
@@ -104,7 +113,7 @@ void mm_task(int64_t t, void *ctx)
                            J->kern->pack_a_rows);
         if (C->bpre) {
             mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0,
-                     C->bpre + (size_t)(p0 * J->npad + j0 * kb) * es);
+                     C->bpre + (size_t)(p0 * J->npad + j0 * kb) * es, pc == C->npc - 1);
             continue;
         }
         if (stolen) {
@@ -114,7 +123,8 @@ void mm_task(int64_t t, void *ctx)
                 pack_b_sliver(J, o, own + (size_t)(s * kb * nr) * es, jj,
                               min64(nr, j1 - jj), p0, kb);
             }
-            mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0, own);
+            mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0, own,
+                     pc == C->npc - 1);
             continue;
         }
         char *bpanel = C->bpack + (size_t)(panel * C->panel_elems) * es;
@@ -131,7 +141,8 @@ void mm_task(int64_t t, void *ctx)
                 atomic_store_explicit(&C->ready[panel * C->nsl + s], 1, memory_order_release);
             }
         }
-        mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, C, panel, bpanel);
+        mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, C, panel, bpanel,
+                 pc == C->npc - 1);
     }
 }
 
@@ -153,7 +164,8 @@ void mm_serial(const job *J, const operands *o, const cluster_part *C, int slot)
                 const int64_t i1 = min64(i0 + C->mc, o->m);
                 J->ops->pack_a(apack, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr,
                                J->kern->pack_a_rows);
-                mm_macro(J, o, apack, tile, i0, i1, j0, j1, kb, p0 > 0, NULL, 0, bpanel);
+                mm_macro(J, o, apack, tile, i0, i1, j0, j1, kb, p0 > 0, NULL, 0, bpanel,
+                         p0 + kb == o->k);
             }
         }
     }

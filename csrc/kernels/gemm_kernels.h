@@ -37,6 +37,11 @@ typedef struct {
     asymo_skinny_fn skinny_dot;
     asymo_skinny_fn skinny_axpy;
     asymo_pack_rows_fn pack_a_rows;
+    /* Optional (NULL: none): the kernel for an edge sliver of at most nr / 2 columns. Same
+     * packed operands as ukr (B slivers stay nr wide); it computes and stores the first
+     * nr / 2 columns only, at half the cost: a plane of 7 x 7 or 14 x 14 pixels leaves such an
+     * edge on every row of micro-panels. */
+    asymo_ukr_fn ukr_half;
 } asymo_gemm_kernel;
 
 /* Kernel tables, NULL entries where an ISA is not compiled in for this architecture. */

@@ -129,6 +129,15 @@ typedef struct {
      * a (b) may be NULL when a_packed (b_packed) serves every cluster. */
     const asymo_gemm_packed *a_packed;
     const asymo_gemm_packed *b_packed;
+    /* Epilogue (optional: NULL / 0 for none; MM kind split along M or N, nbatch == 1, unit
+     * column stride of C): each block of C, right after its last K panel while it is in
+     * cache, becomes act(C + row_bias[i] + residual[i * rs_residual + j]); activation is
+     * conv.h's ASYMO_ACT_* (0 none, 1 ReLU, 2 ReLU6). A convolution's bias, shortcut and
+     * activation without another pass over its output. */
+    const void *row_bias;
+    const void *residual;
+    int64_t rs_residual;
+    int32_t activation;
 } asymo_gemm_args;
 
 /* Run the plan on the pool (or serially in the calling thread when pool is NULL). Returns

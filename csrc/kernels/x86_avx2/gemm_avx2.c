@@ -80,6 +80,35 @@ ATTR_AVX2 static void ukr_avx2_f32(int64_t k, const void *a_, const void *b_, vo
 #undef STORE
 #undef STORE_ACC
 
+/* the first 8 columns of a 16-wide sliver (the edge kernel, see gemm_kernels.h) */
+ATTR_AVX2 static void ukr_half_avx2_f32(int64_t k, const void *a_, const void *b_, void *c_,
+                                        int64_t rsc, int accumulate)
+{
+    const float *a = (const float *)a_;
+    const float *b = (const float *)b_;
+    float *c = (float *)c_;
+    __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps();
+    __m256 c3 = _mm256_setzero_ps(), c4 = _mm256_setzero_ps(), c5 = _mm256_setzero_ps();
+    for (int64_t p = 0; p < k; p++) {
+        _mm_prefetch((const char *)a + AHEAD, _MM_HINT_T0);
+        const __m256 b0 = _mm256_load_ps(b);
+        c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 0), b0, c0);
+        c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 1), b0, c1);
+        c2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 2), b0, c2);
+        c3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 3), b0, c3);
+        c4 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 4), b0, c4);
+        c5 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 5), b0, c5);
+        a += 6;
+        b += 16;
+    }
+    __m256 r[6] = {c0, c1, c2, c3, c4, c5};
+    for (int i = 0; i < 6; i++) {
+        if (accumulate)
+            r[i] = _mm256_add_ps(_mm256_loadu_ps(c + i * rsc), r[i]);
+        _mm256_storeu_ps(c + i * rsc, r[i]);
+    }
+}
+
 /* ---- float64: 6 x 8 ---- */
 #define VT __m256d
 #define LOADV _mm256_load_pd
@@ -190,8 +219,9 @@ ATTR_AVX2 static void dot_avx2_f64(DOT_ARGS)
 #undef SK_NO_DOT
 
 const asymo_gemm_kernel asymo_gemm_avx2_f32 = {6, 16, ukr_avx2_f32, dot_avx2_f32,
-                                               skinny_axpy_avx2_f32, pack_rows_avx2_f32};
+                                               skinny_axpy_avx2_f32, pack_rows_avx2_f32,
+                                               ukr_half_avx2_f32};
 const asymo_gemm_kernel asymo_gemm_avx2_f64 = {6, 8, ukr_avx2_f64, dot_avx2_f64,
-                                               skinny_axpy_avx2_f64, NULL};
+                                               skinny_axpy_avx2_f64, NULL, NULL};
 
 #endif /* __x86_64__ */
