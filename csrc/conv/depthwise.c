@@ -15,6 +15,7 @@
 #include "asymo/isa.h"
 #include "conv/dwconv3x3.h"
 #include "conv/scratch.h"
+#include "gemm/epilogue.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -51,58 +52,9 @@ static inline dw_dims dw_layout(const asymo_conv_geometry *g, int64_t R)
     return d;
 }
 
-#define T float
-#define IT int32_t
-#define FN(name) name##_f32_portable
-#include "depthwise_impl.h"
-#undef FN
-#undef T
-#undef IT
-#define T double
-#define IT int64_t
-#define FN(name) name##_f64_portable
-#include "depthwise_impl.h"
-#undef FN
-#undef T
-#undef IT
-
-#if defined(__x86_64__)
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#define T float
-#define IT int32_t
-#define FN(name) name##_f32_avx2_fma
-#include "depthwise_impl.h"
-#undef FN
-#undef T
-#undef IT
-#define T double
-#define IT int64_t
-#define FN(name) name##_f64_avx2_fma
-#include "depthwise_impl.h"
-#undef FN
-#undef T
-#undef IT
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,avx512dq,avx2,fma")
-#define T float
-#define IT int32_t
-#define FN(name) name##_f32_avx512
-#include "depthwise_impl.h"
-#undef FN
-#undef T
-#undef IT
-#define T double
-#define IT int64_t
-#define FN(name) name##_f64_avx512
-#include "depthwise_impl.h"
-#undef FN
-#undef T
-#undef IT
-#pragma GCC pop_options
-#endif
+#define IMPL_HEADER "depthwise_impl.h"
+#define INSTANTIATE_AVX512
+#include "conv/instantiate.h"
 
 typedef struct {
     void (*block_f32)(const asymo_dwconv_job *, int64_t, int64_t, int64_t, int64_t, int64_t,
@@ -155,51 +107,46 @@ static asymo_dw3x3_fn select_dw3x3(const asymo_dwconv_job *job)
 /* y = act(y + residual) over rows [oy0, oy1) of channels [oc0, oc0 + nv) of image n, y
  * already holding conv + bias (the kernels below the 3x3 one take no residual: applying it
  * here, while the task's rows are still in cache, saves a second pass over the output). */
-#define DW_RESIDUAL_PASS(T)                                                                   \
-    do {                                                                                      \
-        const int64_t plane = job->geom.out_h * job->geom.out_w, ow = job->geom.out_w;         \
-        for (int64_t oc = oc0; oc < oc0 + nv; oc++) {                                         \
-            T *yp = (T *)job->y + n * job->y_image_stride + oc * plane + oy0 * ow;            \
-            const T *rp = (const T *)job->residual + n * job->residual_image_stride           \
-                          + oc * plane + oy0 * ow;                                            \
-            for (int64_t i = 0; i < (oy1 - oy0) * ow; i++) {                                  \
-                T v = yp[i] + rp[i];                                                          \
-                if (job->activation == ASYMO_ACT_RELU)                                        \
-                    v = v < (T)0 ? (T)0 : v;                                                  \
-                else if (job->activation == ASYMO_ACT_RELU6)                                  \
-                    v = v < (T)0 ? (T)0 : (v > (T)6 ? (T)6 : v);                              \
-                yp[i] = v;                                                                    \
-            }                                                                                 \
-        }                                                                                     \
-    } while (0)
-
 static void dw_residual_pass(const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t nv,
                              int64_t oy0, int64_t oy1)
 {
-    if (job->dtype == CONV_DTYPE_F64)
-        DW_RESIDUAL_PASS(double);
-    else
-        DW_RESIDUAL_PASS(float);
+    /* the GEMM epilogue's row loops: one row per channel, its rows [oy0, oy1) contiguous */
+    const int64_t plane = job->geom.out_h * job->geom.out_w, ow = job->geom.out_w;
+    const int64_t es = job->dtype == CONV_DTYPE_F64 ? 8 : 4;
+    gemm_epilogue_for(asymo_conv_isa(), job->dtype)(
+        (char *)job->y + (n * job->y_image_stride + oc0 * plane + oy0 * ow) * es, plane, nv,
+        (oy1 - oy0) * ow, NULL,
+        (const char *)job->residual + (n * job->residual_image_stride + oc0 * plane
+                                       + oy0 * ow) * es,
+        plane, job->activation);
 }
-#undef DW_RESIDUAL_PASS
 
 static void dw_interleaved_task(int64_t task, const asymo_dwconv_job *job);
+
+/* A task's image, first output channel and output rows (see conv.h, asymo_dwconv_job). */
+typedef struct {
+    int64_t n, oc0, oy0, oy1;
+} dw_task_range;
+
+static dw_task_range dw_range(const asymo_dwconv_job *job, int64_t task)
+{
+    const int64_t oh = job->geom.out_h;
+    const int64_t nrb = (oh + job->rows_per_task - 1) / job->rows_per_task;
+    const int64_t ncb = (job->out_channels + ASYMO_DW_LANES - 1) / ASYMO_DW_LANES;
+    const int64_t rb = task % nrb, cb = (task / nrb) % ncb;
+    dw_task_range r = {task / (nrb * ncb), cb * ASYMO_DW_LANES, rb * job->rows_per_task, 0};
+    r.oy1 = dmin(oh, r.oy0 + job->rows_per_task);
+    return r;
+}
 
 void asymo_dwconv_task(int64_t task, void *ctx)
 {
     const asymo_dwconv_job *job = (const asymo_dwconv_job *)ctx;
-    const asymo_conv_geometry *g = &job->geom;
     const asymo_dw3x3_fn fn = job->method == 0 && asymo_dw3x3_applies(job)
                                   ? select_dw3x3(job) : NULL;
     if (fn) {
-        const int64_t oh = g->out_h;
-        const int64_t nrb = (oh + job->rows_per_task - 1) / job->rows_per_task;
-        const int64_t ncb = (job->out_channels + ASYMO_DW_LANES - 1) / ASYMO_DW_LANES;
-        const int64_t rb = task % nrb, cb = (task / nrb) % ncb, n = task / (nrb * ncb);
-        const int64_t oy0 = rb * job->rows_per_task, oy1 = dmin(oh, oy0 + job->rows_per_task);
-        const int64_t oc0 = cb * ASYMO_DW_LANES;
-        const int64_t oc1 = dmin(job->out_channels, oc0 + ASYMO_DW_LANES);
-        fn(job, n, oc0, oc1, oy0, oy1);
+        const dw_task_range r = dw_range(job, task);
+        fn(job, r.n, r.oc0, dmin(job->out_channels, r.oc0 + ASYMO_DW_LANES), r.oy0, r.oy1);
         return;
     }
     if (!job->residual) {
@@ -211,25 +158,17 @@ void asymo_dwconv_task(int64_t task, void *ctx)
     inner.activation = ASYMO_ACT_NONE;
     inner.residual = NULL;
     dw_interleaved_task(task, &inner);
-    const int64_t oh = g->out_h;
-    const int64_t nrb = (oh + job->rows_per_task - 1) / job->rows_per_task;
-    const int64_t ncb = (job->out_channels + ASYMO_DW_LANES - 1) / ASYMO_DW_LANES;
-    const int64_t rb = task % nrb, cb = (task / nrb) % ncb, n = task / (nrb * ncb);
-    const int64_t oy0 = rb * job->rows_per_task, oy1 = dmin(oh, oy0 + job->rows_per_task);
-    const int64_t oc0 = cb * ASYMO_DW_LANES;
-    dw_residual_pass(job, n, oc0, dmin(ASYMO_DW_LANES, job->out_channels - oc0), oy0, oy1);
+    const dw_task_range r = dw_range(job, task);
+    dw_residual_pass(job, r.n, r.oc0, dmin(ASYMO_DW_LANES, job->out_channels - r.oc0), r.oy0,
+                     r.oy1);
 }
 
 /* The channel-interleaved kernel (or the reference loop), bias and activation only. */
 static void dw_interleaved_task(int64_t task, const asymo_dwconv_job *job)
 {
     const asymo_conv_geometry *g = &job->geom;
-    const int64_t oh = g->out_h;
-    const int64_t nrb = (oh + job->rows_per_task - 1) / job->rows_per_task;
-    const int64_t ncb = (job->out_channels + ASYMO_DW_LANES - 1) / ASYMO_DW_LANES;
-    const int64_t rb = task % nrb, cb = (task / nrb) % ncb, n = task / (nrb * ncb);
-    const int64_t oy_lo = rb * job->rows_per_task, oy_hi = dmin(oh, oy_lo + job->rows_per_task);
-    const int64_t oc0 = cb * ASYMO_DW_LANES;
+    const dw_task_range r = dw_range(job, task);
+    const int64_t n = r.n, oy_lo = r.oy0, oy_hi = r.oy1, oc0 = r.oc0;
     const int64_t nv = dmin(ASYMO_DW_LANES, job->out_channels - oc0);
     const dw_kernels *k = select_dw_kernels();
     const int f64 = job->dtype == CONV_DTYPE_F64;

@@ -20,40 +20,8 @@ ALWAYS_INLINE int64_t pmax(int64_t a, int64_t b) { return a > b ? a : b; }
 
 #pragma GCC diagnostic ignored "-Wpsabi" /* static inline vector helpers: no ABI crosses */
 
-#define T float
-#define IT int32_t
-#define FN(name) name##_f32_portable
-#include "pooling_impl.h"
-#undef FN
-#undef T
-#undef IT
-#define T double
-#define IT int64_t
-#define FN(name) name##_f64_portable
-#include "pooling_impl.h"
-#undef FN
-#undef T
-#undef IT
-
-#if defined(__x86_64__)
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#define T float
-#define IT int32_t
-#define FN(name) name##_f32_avx2_fma
-#include "pooling_impl.h"
-#undef FN
-#undef T
-#undef IT
-#define T double
-#define IT int64_t
-#define FN(name) name##_f64_avx2_fma
-#include "pooling_impl.h"
-#undef FN
-#undef T
-#undef IT
-#pragma GCC pop_options
-#endif
+#define IMPL_HEADER "pooling_impl.h"
+#include "conv/instantiate.h"
 
 typedef void (*pool_f32_fn)(const asymo_pool2d_job *, const float *, float *);
 typedef void (*pool_f64_fn)(const asymo_pool2d_job *, const double *, double *);

@@ -34,8 +34,9 @@ static inline __attribute__((always_inline)) FN(vec) FN(load_strided)(const T *s
     enum { L = sizeof(FN(vec)) / sizeof(T) };
     if (stride == 1)
         return *(const FN(uvec) *)src;
-    const FN(ivec) even = L == 8 ? (FN(ivec)){0, 2, 4, 6, 8, 10, 12, 14}
-                                 : (FN(ivec)){0, 2, 4, 6};
+    FN(ivec) even; /* 0, 2, 4, ...: folded to a constant */
+    for (int i = 0; i < L; i++)
+        even[i] = 2 * i;
     return __builtin_shuffle(*(const FN(uvec) *)src, *(const FN(uvec) *)(src + L), even);
 }
 

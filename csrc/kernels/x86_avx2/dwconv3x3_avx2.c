@@ -59,6 +59,47 @@ INLINE void store_first(float *p, __m256 v, int64_t n)
         _mm_store_ss(p, lo);
 }
 
+/* What a channel's rows need: its taps broadcast, its bias, its output and residual planes. */
+typedef struct {
+    __m256 wk[9];
+    __m256 bias;
+    float *y;
+    const float *res;
+} channel;
+
+INLINE void channel_setup(channel *ch, const asymo_dwconv_job *job, int64_t n, int64_t oc)
+{
+    const int64_t plane = job->geom.out_h * job->geom.out_w;
+    const float *w = (const float *)job->weight + oc * 9;
+    for (int t = 0; t < 9; t++)
+        ch->wk[t] = _mm256_set1_ps(w[t]);
+    ch->bias = _mm256_set1_ps(job->bias ? ((const float *)job->bias)[oc] : 0.0f);
+    ch->y = (float *)job->y + n * job->y_image_stride + oc * plane;
+    ch->res = job->residual ? (const float *)job->residual + n * job->residual_image_stride
+                                  + oc * plane
+                            : NULL;
+}
+
+/* the activation, then the first n (1..8) lanes of acc to p: vmaxps / vminps return their
+ * second operand when either is NaN, so NaN propagates as in torch */
+INLINE void act_store(float *p, __m256 acc, int act, int64_t n)
+{
+    if (act == ASYMO_ACT_RELU)
+        acc = _mm256_max_ps(_mm256_setzero_ps(), acc);
+    else if (act == ASYMO_ACT_RELU6)
+        acc = _mm256_min_ps(_mm256_set1_ps(6.0f), _mm256_max_ps(_mm256_setzero_ps(), acc));
+    if (n >= 8)
+        _mm256_storeu_ps(p, acc);
+    else
+        store_first(p, acc, n);
+}
+
+/* the three rows' partial sums, activated and stored (n lanes) */
+INLINE void finish(float *p, const __m256 *part, int act, int64_t n)
+{
+    act_store(p, _mm256_add_ps(_mm256_add_ps(part[0], part[1]), part[2]), act, n);
+}
+
 /* even and odd lanes of the 16 floats a, b */
 INLINE __m256 even_lanes(__m256 a, __m256 b)
 {
@@ -92,7 +133,6 @@ INLINE __m256 row_taps(__m256 acc, const float *r, int64_t ix, int64_t W, const 
 INLINE void out_row(float *yr, const float *rr, const float *const *r, const __m256 *wk,
                     __m256 bias, int act, int64_t W, int64_t ow, int64_t pw, int stride)
 {
-    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
     /* the columns of full vectors whose taps all lie in [0, W) */
     const int64_t reach = stride == 1 ? 10 : 18;  /* last column loaded + 1, from ix */
     for (int64_t ox = 0; ox < ow; ox += 8) {
@@ -116,16 +156,7 @@ INLINE void out_row(float *yr, const float *rr, const float *const *r, const __m
                 if (r[k])
                     acc = row_taps(acc, r[k], ix, W, wk + 3 * k, stride, 0);
         }
-        /* max(0, acc), min(6, acc): vmaxps / vminps return their second operand when either
-           is NaN, so NaN propagates as in torch */
-        if (act == ASYMO_ACT_RELU)
-            acc = _mm256_max_ps(zero, acc);
-        else if (act == ASYMO_ACT_RELU6)
-            acc = _mm256_min_ps(six, _mm256_max_ps(zero, acc));
-        if (left < 8)
-            store_first(yr + ox, acc, left);
-        else
-            _mm256_storeu_ps(yr + ox, acc);
+        act_store(yr + ox, acc, act, left);
     }
 }
 
@@ -135,18 +166,14 @@ ATTR static void plane_masked(const asymo_dwconv_job *job, int64_t n, int64_t oc
                               int64_t oy1)
 {
     const asymo_conv_geometry *g = &job->geom;
-    const int64_t H = g->height, W = g->width, C = g->channels, oh = g->out_h, ow = g->out_w;
+    const int64_t H = g->height, W = g->width, C = g->channels, ow = g->out_w;
     const int64_t sh = g->stride_h, ph = g->pad_h, pw = g->pad_w;
     const float *x = (const float *)job->x + (n * C + oc) * H * W;
-    const float *w = (const float *)job->weight + oc * 9;
-    const __m256 bias = _mm256_set1_ps(job->bias ? ((const float *)job->bias)[oc] : 0.0f);
-    float *y = (float *)job->y + n * job->y_image_stride + oc * oh * ow;
-    const float *res = job->residual ? (const float *)job->residual
-                                           + n * job->residual_image_stride + oc * oh * ow
-                                     : NULL;
-    __m256 wk[9];
-    for (int t = 0; t < 9; t++)
-        wk[t] = _mm256_set1_ps(w[t]);
+    channel ch;
+    channel_setup(&ch, job, n, oc);
+    const __m256 *wk = ch.wk, bias = ch.bias;
+    float *y = ch.y;
+    const float *res = ch.res;
     for (int64_t oy = oy0; oy < oy1; oy++) {
         const float *r[3];
         for (int64_t k = 0; k < 3; k++) {
@@ -171,7 +198,7 @@ INLINE void out_row_staged(float *yr, const float *rr, const float *const *r, co
                            __m256 bias, int act, int64_t ow, int64_t pw, __m256i tail,
                            int stride)
 {
-    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
+    const __m256 zero = _mm256_setzero_ps();
     for (int64_t ox = 0; ox < ow; ox += 8) {
         const int64_t ix = ox * stride - pw;
         const int full = ox + 8 <= ow;
@@ -184,15 +211,7 @@ INLINE void out_row_staged(float *yr, const float *rr, const float *const *r, co
         for (int k = 0; k < 3; k++)
             if (r[k])
                 part[k] = row_taps(part[k], r[k], ix, 0, wk + 3 * k, stride, 0);
-        acc = _mm256_add_ps(_mm256_add_ps(part[0], part[1]), part[2]);
-        if (act == ASYMO_ACT_RELU)
-            acc = _mm256_max_ps(zero, acc);
-        else if (act == ASYMO_ACT_RELU6)
-            acc = _mm256_min_ps(six, _mm256_max_ps(zero, acc));
-        if (full)
-            _mm256_storeu_ps(yr + ox, acc);
-        else
-            store_first(yr + ox, acc, ow - ox);
+        finish(yr + ox, part, act, full ? 8 : ow - ox);
     }
 }
 
@@ -203,7 +222,7 @@ INLINE void out_row_staged_s2(float *yr, const float *rr, const float *const *r,
                               const __m256 *wk, __m256 bias, int act, int64_t ow, int64_t half,
                               __m256i tail, int pw)
 {
-    const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
+    const __m256 zero = _mm256_setzero_ps();
     for (int64_t ox = 0; ox < ow; ox += 8) {
         const int full = ox + 8 <= ow;
         __m256 acc = bias;
@@ -222,15 +241,7 @@ INLINE void out_row_staged_s2(float *yr, const float *rr, const float *const *r,
             part[k] = _mm256_fmadd_ps(t1, wk[3 * k + 1], part[k]);
             part[k] = _mm256_fmadd_ps(t2, wk[3 * k + 2], part[k]);
         }
-        acc = _mm256_add_ps(_mm256_add_ps(part[0], part[1]), part[2]);
-        if (act == ASYMO_ACT_RELU)
-            acc = _mm256_max_ps(zero, acc);
-        else if (act == ASYMO_ACT_RELU6)
-            acc = _mm256_min_ps(six, _mm256_max_ps(zero, acc));
-        if (full)
-            _mm256_storeu_ps(yr + ox, acc);
-        else
-            store_first(yr + ox, acc, ow - ox);
+        finish(yr + ox, part, act, full ? 8 : ow - ox);
     }
 }
 
@@ -244,7 +255,7 @@ INLINE void staged(const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t 
                    int64_t oy1, int sw)
 {
     const asymo_conv_geometry *g = &job->geom;
-    const int64_t H = g->height, W = g->width, C = g->channels, oh = g->out_h, ow = g->out_w;
+    const int64_t H = g->height, W = g->width, C = g->channels, ow = g->out_w;
     const int64_t sh = g->stride_h, ph = g->pad_h, pw = g->pad_w;
     /* The input rows of a chunk of output rows are copied into a zero-padded buffer first, so
        that every tap is a plain load (masked loads of the padding columns and row tails cost
@@ -277,7 +288,6 @@ INLINE void staged(const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t 
     const __m256i tail16b =
         _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)(W - (w16 - 16) - 8)), iota);
     const __m256i out_tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int32_t)(ow - (ow8 - 8))), iota);
-    const float *bias_p = (const float *)job->bias;
 
     stage_item cur = {oc0, oy0};
     int which = 0;
@@ -322,15 +332,11 @@ INLINE void staged(const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t 
             STAGE(next, which ^ 1);
 
         const int64_t oc = cur.oc, b1 = cur.a + chunk < oy1 ? cur.a + chunk : oy1;
-        const float *w = (const float *)job->weight + oc * 9;
-        const __m256 bias = _mm256_set1_ps(bias_p ? bias_p[oc] : 0.0f);
-        float *y = (float *)job->y + n * job->y_image_stride + oc * oh * ow;
-        const float *res = job->residual ? (const float *)job->residual
-                                               + n * job->residual_image_stride + oc * oh * ow
-                                         : NULL;
-        __m256 wk[9];
-        for (int t = 0; t < 9; t++)
-            wk[t] = _mm256_set1_ps(w[t]);
+        channel ch;
+        channel_setup(&ch, job, n, oc);
+        const __m256 *wk = ch.wk, bias = ch.bias;
+        float *y = ch.y;
+        const float *res = ch.res;
         const int64_t iy0 = cur.a * sh - ph;
         for (int64_t oy = cur.a; oy < b1; oy++) {
             const float *r[3];
