@@ -64,7 +64,7 @@ TAIL_CATCH = 0.5
 #: "mm" float32 GEMM and "mv" matrix-vector products (FLOP/s), "depthwise" (FLOP/s) and
 #: "epilogue" (bytes/s of output, element-wise bias / activation / residual passes); the
 #: convolution kinds encode measured split thresholds as rates (docs/tuning.md)
-DEFAULT_RATE = {"mm": 75.0e9, "mv": 25.0e9, "depthwise": 30.0e9, "epilogue": 4.0e9}
+DEFAULT_RATE = {"mm": 75.0e9, "mv": 25.0e9, "depthwise": 75.0e9, "epilogue": 4.0e9}
 
 
 # Plan caches (asymo.ops.conv, asymo.plan.gemm) key on the period on every call: read it from the
