@@ -93,12 +93,14 @@ def median_time(fn, repeats, inner=1):
     return statistics.median(times)
 
 
-def side_by_side(fns, repeats, min_time=0.05):
+def side_by_side(fns, repeats, min_time=0.05, pause=0.3):
     """Time several implementations in alternating rounds (so drift and interference hit
-    them alike); each round runs one implementation ``inner`` times back to back. Returns
-    {name: median seconds per call}."""
+    them alike); each round runs one implementation ``inner`` times back to back, after
+    ``pause`` seconds (OpenBLAS / OpenMP / ONNX Runtime worker threads spin for a while after
+    a call and would slow the next library). Returns {name: median seconds per call}."""
     inner = {}
     for name, fn in fns.items():
+        time.sleep(pause)
         fn()  # warm-up (first-use allocations, weight generation, plan caches)
         t0 = time.perf_counter()
         fn()
@@ -109,6 +111,7 @@ def side_by_side(fns, repeats, min_time=0.05):
     for r in range(repeats):
         order = names if r % 2 == 0 else names[::-1]
         for name in order:
+            time.sleep(pause)
             fn = fns[name]
             t0 = time.perf_counter()
             for _ in range(inner[name]):
@@ -261,7 +264,6 @@ def _mobilenet_v2_convs():
 def onnx_conv_session(x_shape, w, b, stride, padding, dilation, groups, activation, threads):
     """An ONNX Runtime session of one Conv node (+ Relu / Clip), weights as initializers (ONNX
     Runtime pre-packs them at session creation), ``threads`` intra-op threads."""
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
@@ -296,32 +298,6 @@ def onnx_conv_session(x_shape, w, b, stride, padding, dilation, groups, activati
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
     return ort.InferenceSession(model.SerializeToString(), opts,
                                 providers=["CPUExecutionProvider"])
-
-
-def side_by_side_paused(fns, repeats, min_time=0.05, pause=0.3):
-    """`side_by_side` with a pause before each library's turn (OpenBLAS / OpenMP / ONNX
-    Runtime worker threads spin for a while after a call and would slow the next library).
-    Returns {name: median seconds per call}."""
-    inner = {}
-    for name, fn in fns.items():
-        time.sleep(pause)
-        fn()
-        t0 = time.perf_counter()
-        fn()
-        dt = max(time.perf_counter() - t0, 1e-6)
-        inner[name] = max(1, int(min_time / dt))
-    samples = {name: [] for name in fns}
-    names = list(fns)
-    for r in range(repeats):
-        order = names if r % 2 == 0 else names[::-1]
-        for name in order:
-            time.sleep(pause)
-            fn = fns[name]
-            t0 = time.perf_counter()
-            for _ in range(inner[name]):
-                fn()
-            samples[name].append((time.perf_counter() - t0) / inner[name])
-    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def geomean(values):

@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _convbench import (NumpyOps, conv_layer_specs, emulated, geomean,  # noqa: E402
-                        machine_lines, onnx_conv_session, side_by_side_paused, speeds_line)
+                        machine_lines, onnx_conv_session, side_by_side, speeds_line)
 
 DEFAULT_MODELS = "resnet50,mobilenet_v1,mobilenet_v2,squeezenet,googlenet"
 
@@ -139,8 +139,8 @@ def main(argv=None):
                         if torch is not None:
                             torch.set_num_threads(threads)
                         with threadpoolctl.threadpool_limits(threads, user_api="blas"):
-                            t = side_by_side_paused(fns, args.repeats, args.min_time,
-                                                    args.pause)
+                            t = side_by_side(fns, args.repeats, args.min_time,
+                                             args.pause)
                     finally:
                         os.sched_setaffinity(0, set(cpus))
                     for k, v in t.items():

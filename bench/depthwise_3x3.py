@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _convbench import onnx_conv_session, side_by_side_paused  # noqa: E402
+from _convbench import onnx_conv_session, side_by_side  # noqa: E402
 
 # (channels, input size, stride, count in MobileNet V2 at 224 x 224)
 MOBILENET_V2_DW = [(32, 112, 1, 1), (96, 112, 2, 1), (144, 56, 1, 1), (144, 56, 2, 1),
@@ -76,7 +76,7 @@ def _measure(args, conv_mod, pool, cpu):
         y0 = y.copy()
         run(2)()
         np.testing.assert_allclose(y0, y, rtol=1e-5, atol=1e-4)
-        t = side_by_side_paused(fns, args.repeats, args.min_time, args.pause)
+        t = side_by_side(fns, args.repeats, args.min_time, args.pause)
         conv_mod.DEPTHWISE_METHOD = 0
         t.setdefault("ort", float("nan"))
         nbytes = (x.nbytes + y.nbytes + (res.nbytes if res is not None else 0))

@@ -549,3 +549,28 @@ def test_ctx_forms():
             pool.parallel_for(COUNT, 1, ctx="abc")
         with pytest.raises(ValueError, match="negative"):
             pool.parallel_for(COUNT, 1, ctx=-5)
+
+
+def test_inline_jobs_run_in_the_calling_thread_in_order():
+    # ASYMO_RUN_INLINE: a job too small to wake the workers, run by the submitter
+    import threading
+
+    from asymo.runtime.ffi import ffi, lib
+
+    seen = []
+
+    @ffi.callback("void(int64_t, void *)")
+    def record(task, ctx):
+        seen.append((task, threading.get_ident()))
+
+    pool = make_pool("big:0@1.0,little:1@0.5", "asymo")
+    try:
+        counts = ffi.new("int64_t[2]", [3, 2])
+        assert lib.asymo_pool_run(pool._handle, record, ffi.NULL, 5, counts,
+                                  lib.ASYMO_RUN_INLINE) == lib.ASYMO_OK
+        assert seen == [(t, threading.get_ident()) for t in range(5)]
+        assert lib.asymo_pool_run(pool._handle, record, ffi.NULL, 5, ffi.NULL, 4) == \
+            lib.ASYMO_EINVAL                            # an unknown flag is refused
+        assert len(seen) == 5
+    finally:
+        pool.close()

@@ -337,31 +337,16 @@ def test_scaling_progress_total_is_fixed(monkeypatch):
 
 def test_progress_totals_never_change(monkeypatch, tmp_path):
     """asymo calibrate's bars: a total fixed when a bar starts, never passed."""
-    import tqdm as tqdm_mod
-
     from asymo.calibrate import gemm as calib
     from asymo.hw.topology import parse_spec
     from test_calibrate import FakeTimer
 
-    bars = []
-
-    class Recorder(tqdm_mod.tqdm):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, **kw)
-            self.first_total = self.total
-            self.seen = []
-            bars.append(self)
-
-        def update(self, n=1):
-            super().update(n)
-            self.seen.append((self.n, self.total))
-
-    monkeypatch.setattr(tqdm_mod, "tqdm", Recorder)
+    rec = _BarRecorder(monkeypatch)
+    bars = rec.bars
     monkeypatch.setenv("ASYMO_PROFILE", str(tmp_path / "profile.json"))
     calib.calibrate_gemm(parse_spec("big:0@1.0,little:1@0.5"), set_name="tiny",
                          progress=True, stream=open(os.devnull, "w"),
                          timer=FakeTimer({"big": 1.0, "little": 0.5}), save=False,
                          path=str(tmp_path / "profile.json"))
     assert len(bars) >= 2
-    for bar in bars:
-        assert all(total == bar.first_total and n <= total for n, total in bar.seen), bar.seen
+    rec.check()

@@ -111,6 +111,11 @@ def _tensor_array(t, where):
     except Exception as e:  # noqa: BLE001 - onnx raises several types for bad tensors
         raise OnnxError(f"from_onnx: {where}: tensor {t.name!r} cannot be read "
                         f"(corrupt?): {e}") from None
+    return _as_constant(a)
+
+
+def _as_constant(a):
+    """A graph constant as asymo stores it: float32 or int64, contiguous, read-only."""
     if a.dtype.kind == "f":
         a = a.astype(np.float32)
     elif a.dtype.kind in "iub":
@@ -124,15 +129,8 @@ def _constant_value(node, attrs):
     for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
         if key in attrs:
             v = attrs[key]
-            a = np.asarray(v, dtype=np.float32 if "float" in key else
-                           (np.int64 if "int" in key else None))
-            if a.dtype.kind == "f":
-                a = a.astype(np.float32)
-            elif a.dtype.kind in "iub":
-                a = a.astype(np.int64)
-            a = np.ascontiguousarray(a)
-            a.setflags(write=False)
-            return a
+            return _as_constant(np.asarray(v, dtype=np.float32 if "float" in key else
+                                           (np.int64 if "int" in key else None)))
     raise OnnxError(f"node {node!r} (Constant): no supported value attribute "
                     f"({sorted(attrs)})")
 

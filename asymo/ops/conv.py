@@ -566,10 +566,26 @@ class _DepthwisePlan:
 
 class _GemmConvPlan:
     """im2col (or the image itself for 1x1 stride-1) + GEMM per image and group, in chunks of
-    output rows, then the bias / activation / residual epilogue per image."""
+    output rows, with the bias / activation / residual epilogue in the GEMM's store (or a
+    pass per image when a product is not the packed MM kind)."""
 
     def __init__(self, pool, xshape, wshape, dtype, stride, pads, dilation, groups,
                  activation, has_bias, has_residual):
+        self._plan_products(pool, xshape, wshape, dtype, stride, pads, dilation, groups,
+                            activation, has_bias, has_residual)
+        # bias, shortcut and activation in the GEMM's store of each block of C (no second
+        # pass over the output) when every product runs the packed MM kernels
+        if self.pointwise:
+            gemms = [self.gemm_plan]
+        else:
+            gemms = [ch[2] for ch in (self.implicit if self.implicit is not None
+                                      else self.chunks)]
+        self.fused_epilogue = self.epilogue is not None and all(
+            gp.kind == "mm" and gp.split_dim in ("M", "N") and gp.nbatch == 1 for gp in gemms)
+        self.fused_activation = ACTIVATION_CODES[activation] if self.fused_epilogue else 0
+
+    def _plan_products(self, pool, xshape, wshape, dtype, stride, pads, dilation, groups,
+                       activation, has_bias, has_residual):
         from asymo.ops.conv_gemm import plan_conv_gemm
 
         n, c, h, w = xshape
@@ -694,20 +710,14 @@ def _im2col_split(pool, gemm_plan, k, n0, n1, dtype):
 
 # ---- bound convolutions: a model's hot path ------------------------------------------------
 
-def _run_inline(fn, job, ntasks):
-    for t in range(ntasks):
-        fn(t, job)
-    return 0
-
-
 def _tasks_call(pool, fn, job, ntasks, counts, inline):
-    """One pool job as a ``(function, args)`` call returning a status code."""
-    if inline:
-        return (_run_inline, (fn, job, int(ntasks)))
+    """One pool job as a ``(function, args)`` call returning a status code (``inline``: run
+    by the calling thread)."""
     if counts is None:
         counts = ffi.NULL if pool.nclusters == 1 else ffi.new(
             "int64_t[]", pool.split_counts(int(ntasks)))
-    return (lib.asymo_pool_run, (pool._handle, fn, job, int(ntasks), counts, 0))
+    return (lib.asymo_pool_run, (pool._handle, fn, job, int(ntasks), counts,
+                                 lib.ASYMO_RUN_INLINE if inline else 0))
 
 
 def _gemm_call(handle, args, plan):
@@ -786,15 +796,7 @@ def _bind_gemm(plan, x, w, packed, b, y, residual, pool, keep, bound=False):
             return None
         return pa.cdata_for(gp)
 
-    # bias, shortcut and activation in the GEMM's store of each block of C (no second pass
-    # over the output) when every product of the convolution runs the packed MM kernels
-    if plan.pointwise:
-        gemms = [plan.gemm_plan]
-    else:
-        gemms = [ch[2] for ch in (plan.implicit if plan.implicit is not None else plan.chunks)]
-    fused = plan.epilogue is not None and all(
-        gp.kind == "mm" and gp.split_dim in ("M", "N") and gp.nbatch == 1 for gp in gemms)
-    act = int(plan.epilogue[0][0].activation) if fused else 0
+    fused, act = plan.fused_epilogue, plan.fused_activation
     es = x.itemsize
 
     def epilogue(args, i, g, n0):

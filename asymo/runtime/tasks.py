@@ -50,10 +50,6 @@ def run_tasks(pool, fn, job, ntasks, counts=None, *, inline=False):
     ntasks = int(ntasks)
     if ntasks <= 0:
         return
-    if inline:
-        for t in range(ntasks):
-            fn(t, job)
-        return
     # held for the call: a close() from another thread waits for it (a no-op count when the
     # caller's operation holds the pool already, as conv2d does)
     pool._acquire("cannot run tasks on a closed Pool")
@@ -65,7 +61,8 @@ def run_tasks(pool, fn, job, ntasks, counts=None, *, inline=False):
             c_counts = counts
         else:
             c_counts = ffi.new("int64_t[]", [int(c) for c in counts])
-        rc = lib.asymo_pool_run(pool._handle, fn, job, ntasks, c_counts, 0)
+        rc = lib.asymo_pool_run(pool._handle, fn, job, ntasks, c_counts,
+                                lib.ASYMO_RUN_INLINE if inline else 0)
     finally:
         pool._release()
     if rc != 0:

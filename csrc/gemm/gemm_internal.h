@@ -53,10 +53,10 @@ typedef struct {
     int64_t m, n, k, rsa, csa, rsb, csb, rsc, csc;
     void (*pack_b)(const void *, void *, int64_t, int64_t, int64_t, int64_t, int64_t);
     const void *pack_b_ctx;
-    /* epilogue (see asymo_gemm_args): has_epilogue is 0 when there is none */
+    /* epilogue (see asymo_gemm_args); none when bias, res and act are all zero */
     const char *bias, *res;
     int64_t rsr;
-    int act, has_epilogue;
+    int act;
 } operands;
 
 /* The skinny product out(L x S) = mat(L x K) @ vec(K x S) seen from one orientation. */
@@ -142,7 +142,7 @@ static inline operands item_operands(const asymo_gemm_args *g, int64_t i)
     operands o = {(const char *)g->a, (const char *)g->b, (char *)g->c, g->m, g->n, g->k,
                   g->rsa, g->csa, g->rsb, g->csb, g->rsc, g->csc, g->pack_b, g->pack_b_ctx,
                   (const char *)g->row_bias, (const char *)g->residual, g->rs_residual,
-                  g->activation, g->row_bias || g->residual || g->activation};
+                  g->activation};
     if (g->nbatch > 1) {
         o.a += g->a_offsets[i];
         o.b += g->b_offsets[i];

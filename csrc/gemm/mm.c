@@ -51,7 +51,7 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
                      int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t kb, int accumulate,
                      const cluster_part *C, int64_t panel, const char *bpanel, int last)
 {
-    const int epi = last && o->has_epilogue;
+    const int epi = last && (o->bias || o->res || o->act);
     const int mr = J->mr, nr = J->nr, es = J->es;
     const int64_t nsl = cdiv(j1 - j0, nr);
     for (int64_t s = 0; s < nsl; s++) {

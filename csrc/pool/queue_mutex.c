@@ -49,34 +49,28 @@ static int rq_grow(rqueue_t *q)
     return 0;
 }
 
-int rq_push_back(rqueue_t *q, const range_t *r)
+static int rq_push(rqueue_t *q, const range_t *r, int front)
 {
     pthread_mutex_lock(&q->lock);
     if (q->count == q->cap && rq_grow(q) != 0) {
         pthread_mutex_unlock(&q->lock);
         return -1;
     }
-    *rq_at(q, q->count) = *r;
+    if (front) {
+        q->head = (q->head + q->cap - 1) % q->cap;
+        q->items[q->head] = *r;
+    } else {
+        *rq_at(q, q->count) = *r;
+    }
     q->count++;
     atomic_fetch_add(&q->pending, r->hi - r->lo);
     pthread_mutex_unlock(&q->lock);
     return 0;
 }
 
-int rq_push_front(rqueue_t *q, const range_t *r)
-{
-    pthread_mutex_lock(&q->lock);
-    if (q->count == q->cap && rq_grow(q) != 0) {
-        pthread_mutex_unlock(&q->lock);
-        return -1;
-    }
-    q->head = (q->head + q->cap - 1) % q->cap;
-    q->items[q->head] = *r;
-    q->count++;
-    atomic_fetch_add(&q->pending, r->hi - r->lo);
-    pthread_mutex_unlock(&q->lock);
-    return 0;
-}
+int rq_push_back(rqueue_t *q, const range_t *r) { return rq_push(q, r, 0); }
+
+int rq_push_front(rqueue_t *q, const range_t *r) { return rq_push(q, r, 1); }
 
 /* Owner: take a chunk from the front range. The chunk starts at one task for each new job
  * and grows while chunks run short (run_range); never more than a quarter of what is left

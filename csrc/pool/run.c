@@ -247,7 +247,8 @@ static void wait_job(asymo_pool *p, job_t *j)
 int asymo_pool_run(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks,
                    const int64_t *cluster_counts, unsigned flags)
 {
-    if (!pool || !fn || ntasks < 0 || (flags & ~(unsigned)ASYMO_RUN_CLUSTER_LOCAL))
+    if (!pool || !fn || ntasks < 0
+        || (flags & ~(unsigned)(ASYMO_RUN_CLUSTER_LOCAL | ASYMO_RUN_INLINE)))
         return ASYMO_EINVAL;
     if (cluster_counts) {
         int64_t sum = 0;
@@ -261,6 +262,11 @@ int asymo_pool_run(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks
     }
     if (ntasks == 0)
         return ASYMO_OK;
+    if (flags & ASYMO_RUN_INLINE) {
+        for (int64_t t = 0; t < ntasks; t++)
+            fn(t, ctx);
+        return ASYMO_OK;
+    }
     if (pool_tls_pool) {
         /* nested: the calling worker already owns a core; queuing and waiting here could
          * deadlock, so run the job inline */

@@ -38,8 +38,10 @@ enum {
 };
 
 /* Job flags of asymo_pool_run. CLUSTER_LOCAL: no task leaves its cluster, even where the
- * policy would let a faster cluster steal it (pipeline stages pinned to one cluster). */
-enum { ASYMO_RUN_CLUSTER_LOCAL = 1 };
+ * policy would let a faster cluster steal it (pipeline stages pinned to one cluster). INLINE:
+ * the calling thread runs every task itself, in order (a job too small to be worth waking
+ * the workers; the plan decides). */
+enum { ASYMO_RUN_CLUSTER_LOCAL = 1, ASYMO_RUN_INLINE = 2 };
 
 /* Per-worker counters, accumulated since creation or the last reset. */
 typedef struct {
