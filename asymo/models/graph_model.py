@@ -204,10 +204,10 @@ def _plan(graph, batch):
                          aliases, slices)
 
 
-# ---- node runners: make(node, V, C, graph) -> fn(pool) ------------------------------------
+# ---- node runners: make(node, V, C, graph) -> fn(pool) (convolutions: _ConvStep.bind) -----
 class _ConvStep:
-    """A convolution node: ``step(pool)`` runs it through `asymo.conv2d`; ``step.bind(pool)``
-    gives the `asymo.ops.conv.BoundConv2d` an instance calls on its hot path."""
+    """A convolution node: ``step.bind(pool)`` gives the `asymo.ops.conv.BoundConv2d` an
+    instance calls on its hot path."""
 
     __slots__ = ("x", "w", "b", "r", "y", "args")
 
@@ -220,11 +220,6 @@ class _ConvStep:
         self.args = dict(stride=a["strides"], padding=(a["pads"][0], a["pads"][1]),
                          dilation=a["dilations"], groups=a["group"],
                          activation=a["activation"])
-
-    def __call__(self, pool):
-        from asymo.ops.conv import conv2d
-
-        conv2d(self.x, self.w, self.b, residual=self.r, out=self.y, pool=pool, **self.args)
 
     def bind(self, pool):
         from asymo.ops.conv import bind_conv2d

@@ -34,7 +34,7 @@ from asymo.ops.winograd import PackedConvWeight, prepack_conv
 from asymo.plan import split_cost as _split_cost
 from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.pool import hold as _hold
-from asymo.runtime.tasks import (ACTIVATION_CODES, DTYPE_CODES, INLINE_BYTES, run_tasks,
+from asymo.runtime.tasks import (ACTIVATION_CODES, DTYPE_CODES, INLINE_BYTES,
                                  task_fn, workspace)
 
 __all__ = ["conv2d", "conv_output_shape", "kernel_isa", "use_kernel_isa", "PackedConvWeight",
@@ -476,15 +476,6 @@ def _bias_act_plan(pool, channels, plane, dtype, activation):
     return job, int(job.channel_blocks), (inline, counts)
 
 
-def _run_bias_act(template, ntasks, inline, y_img, bias, residual, pool):
-    job = ffi.new("asymo_bias_act_job *", template[0])
-    job.y = _ptr(y_img)
-    job.bias = ffi.NULL if bias is None else _ptr(bias)
-    job.residual = ffi.NULL if residual is None else _ptr(residual)
-    inline, counts = inline
-    run_tasks(pool, _BIAS_ACT_TASK, job, ntasks, counts, inline=inline)
-
-
 def _task_counts(pool, ntasks, *, fastest_only=False):
     """Per-cluster task counts, decided once at plan time rather than on every run: the
     pool's capacity split, or every task on the fastest cluster (None on a one-cluster pool:
@@ -739,18 +730,24 @@ def _gemm_args(dtype, m, k, n, a, rsa, b, rsb, c, rsc, a_packed):
 
 
 def _epilogue_calls(plan_epilogue, pool, y, bias, residual, keep):
-    calls = []
+    """The epilogue pass over every image of ``y`` as one pool job (a task is a block of one
+    image's channels; the per-image task split scaled by the batch)."""
     if plan_epilogue is None:
-        return calls
+        return []
     template, ntasks, (inline, counts) = plan_epilogue
-    for i in range(y.shape[0]):
-        job = ffi.new("asymo_bias_act_job *", template[0])
-        job.y = _ptr(y[i])
-        job.bias = ffi.NULL if bias is None else _ptr(bias)
-        job.residual = ffi.NULL if residual is None else _ptr(residual[i])
-        keep.append(job)
-        calls.append(_tasks_call(pool, _BIAS_ACT_TASK, job, ntasks, counts, inline))
-    return calls
+    n = y.shape[0]
+    job = ffi.new("asymo_bias_act_job *", template[0])
+    job.batch = n
+    job.y = _ptr(y)
+    job.image_stride = y.strides[0] // y.itemsize
+    job.bias = ffi.NULL if bias is None else _ptr(bias)
+    if residual is not None:
+        job.residual = _ptr(residual)
+        job.residual_image_stride = residual.strides[0] // residual.itemsize
+    if counts is not None and n > 1:
+        counts = ffi.new("int64_t[]", [int(c) * n for c in counts])
+    keep += [job, counts]
+    return [_tasks_call(pool, _BIAS_ACT_TASK, job, ntasks * n, counts, inline and n == 1)]
 
 
 def _bind_depthwise(plan, x, w, packed, b, y, residual, pool, keep):

@@ -476,8 +476,7 @@ def make_executor(kind, graph, first, last, cpus, *, topology=None):
         return AsymoExecutor(graph, first, last, cpus, topology=topology)
     if kind == "ort":
         # a stage on every core of the topology runs alone (stages never share cores)
-        everything = topology is not None and set(int(c) for c in cpus) >= {
-            int(c) for cl in topology.clusters for c in cl.cpus}
+        everything = topology is not None and set(int(c) for c in cpus) >= set(topology.cpus)
         return OrtExecutor(graph, first, last, cpus, exclusive=everything)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch: read-only NumPy weights
