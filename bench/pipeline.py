@@ -25,7 +25,9 @@ speed for ``--core``). Per network and setting it plans by measurement
 the planned pipeline and ONNX Runtime / torch on every core and on the fast core alone, and
 prints medians: frames/s, latency, the pipeline over the best ONNX Runtime against the
 target (1.35x at 0.5, 1.2x at 0.33, 1.0x symmetric) and the predicted throughput's error
-(target within 15%).
+(target within 15%). The planner may choose paper 001's parallel design (whole frames per
+cluster or per core, "frames: ..."); the column ``stg x`` is then the best plan of stages
+alone (``parallel=False``, the same measurements), run in the same rounds.
 
 Run it alone: ``flock /tmp/asymo-bench.lock python3 bench/pipeline.py [--graph]``.
 """
@@ -118,25 +120,41 @@ def bench_graph(name, path, top, args):
     from asymo.pipeline.compare import runtime_baselines
     from asymo.pipeline.executors import parse_executors
     from asymo.pipeline.graphcut import CutGraph
-    from asymo.pipeline.stages import graph_pipeline
+    from asymo.pipeline.stages import open_plan
 
     graph = CutGraph(path, name=name)
     t0 = time.perf_counter()
     plan = plan_graph_pipeline(graph, top, executors=parse_executors(args.executors),
                                timeout=args.timeout)
     t_plan = time.perf_counter() - t0
+    staged = plan
+    if plan.mode != "pipeline":
+        staged = plan_graph_pipeline(graph, top, executors=parse_executors(args.executors),
+                                     timeout=args.timeout, parallel=False,
+                                     segment_times=plan.segment_times,
+                                     transfer_k=plan.transfer_k)
     rng = np.random.default_rng(0)
     frames = rng.standard_normal((args.frames,) + tuple(graph.input_shape), dtype=np.float32)
-    pipe, base = [], {}
-    with graph_pipeline(graph, plan.stage_specs(), topology=top, timeout=args.timeout) as p:
+    pipe, stg, base = [], [], {}
+    with contextlib.ExitStack() as stack:
+        p = stack.enter_context(open_plan(graph, plan, topology=top, timeout=args.timeout))
         p.run(frames[:2])
-        for _ in range(args.repeats):   # interleaved rounds: pipeline, then each runtime
+        q = None
+        if staged is not plan:
+            q = stack.enter_context(open_plan(graph, staged, topology=top,
+                                              timeout=args.timeout))
+            q.run(frames[:2])
+        for _ in range(args.repeats):   # interleaved rounds: the plan(s), then each runtime
             _, st = p.run(frames)
             pipe.append(st)
+            if q is not None:
+                time.sleep(0.3)
+                stg.append(q.run(frames)[1])
             time.sleep(0.3)
             for k, v in runtime_baselines(graph, top, frames).items():
                 base.setdefault(k, []).append(v)
     thr = statistics.median(s.throughput for s in pipe)
+    thr_staged = statistics.median(s.throughput for s in (stg or pipe))
     lat = statistics.median(s.latency for s in pipe)
     b = {k: {"throughput": statistics.median(x["throughput"] for x in v),
              "latency_s": statistics.median(x["latency_s"] for x in v)}
@@ -144,6 +162,9 @@ def bench_graph(name, path, top, args):
     best_ort = max(v["throughput"] for k, v in b.items() if k.startswith("ort@"))
     return {"model": name, "segments": len(graph), "pipeline": plan.describe(),
             "plan": plan.to_dict(), "plan_seconds": t_plan,
+            "stages_only_pipeline": staged.describe(),
+            "stages_only_throughput": thr_staged,
+            "stages_only_speedup_vs_best_ort": thr_staged / best_ort,
             "throughput": thr, "latency_s": lat,
             "stage_utilisation": pipe[-1].stage_utilisation, "baselines": b,
             "speedup_vs_best_ort": thr / best_ort,
@@ -177,7 +198,7 @@ def main_graph(args):
                   f"{target if target else '?'}x best ORT")
             print(f"{'model':<14}{'plan':<44}{'pipe/s':>8}{'ORTall':>8}{'ORTfast':>8}"
                   f"{'trch all':>9}{'trch1':>7}{'x ORT':>7}{'pred/s':>8}{'err':>7}"
-                  f"{'lat ms':>8}")
+                  f"{'lat ms':>8}{'stg x':>7}")
             for name, path in paths.items():
                 r = bench_graph(name, path, top, args)
                 r["setting"] = setting
@@ -189,7 +210,8 @@ def main_graph(args):
                       f"{g('ort@all'):8.2f}{g('ort@fast'):8.2f}{g('torch@all'):9.2f}"
                       f"{g('torch@fast'):7.2f}{r['speedup_vs_best_ort']:6.2f}x"
                       f"{r['predicted_throughput']:8.2f}{100 * r['prediction_error']:6.1f}%"
-                      f"{1e3 * r['latency_s']:8.1f}", flush=True)
+                      f"{1e3 * r['latency_s']:8.1f}"
+                      f"{r['stages_only_speedup_vs_best_ort']:6.2f}x", flush=True)
                 if args.json:  # after every row: a long run that is stopped keeps its rows
                     with open(args.json, "w") as f:
                         json.dump({"args": vars(args), "rows": rows}, f, indent=1,

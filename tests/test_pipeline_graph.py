@@ -357,8 +357,9 @@ def test_planner_picks_executor_and_cut_per_stage(graph):
     asymo_t = np.stack([1.5 * base, 1.6 * base], axis=1)
     st = SegmentTimes({"ort": LayerTimes(cfgs, ort_t), "asymo": LayerTimes(cfgs, asymo_t)},
                       {("ort", (0, 1)): base.sum() * 0.9, ("ort", (0,)): base.sum()})
+    power = {cfgs[0]: 1.0, cfgs[1]: 0.25, "all": 1.25}
     plan = plan_graph_pipeline(graph, top, segment_times=st, transfer_k=0.0, search=False,
-                               power={cfgs[0]: 1.0, cfgs[1]: 0.25, "all": 1.25})
+                               power=power, parallel=False)
     assert [s.executor for s in plan.stages] == ["ort", "asymo"]
     assert [s.cpus for s in plan.stages] == [(0,), (1,)]
     a, b = plan.stages[0].segments[1], plan.stages[1].segments[0]
@@ -372,10 +373,51 @@ def test_planner_picks_executor_and_cut_per_stage(graph):
     assert plan.predicted_throughput > 1 / (base.sum() * 0.9)
     # a transfer cost large enough makes the single-stage run win
     plan2 = plan_graph_pipeline(graph, top, segment_times=st, transfer_k=1.0, search=False,
-                                power={cfgs[0]: 1.0, cfgs[1]: 0.25, "all": 1.25})
+                                power=power, parallel=False)
     assert len(plan2.stages) == 1 and plan2.stages[0].executor == "ort"
     with pytest.raises(ValueError):
         plan_graph_pipeline(graph, top, segment_times=st, transfer_k=-1.0, search=False)
+    # ... where whole frames per core have no transfer to pay: the parallel design wins,
+    # each core on its fastest executor for the whole graph (a whole-graph time where one
+    # was measured, else the sum of the segments)
+    plan3 = plan_graph_pipeline(graph, top, segment_times=st, transfer_k=1.0, search=False,
+                                power=power)
+    assert plan3.mode == "parallel" and plan3.describe().startswith("frames: ")
+    assert [(s.executor, s.cpus, s.segments) for s in plan3.stages] == [
+        ("ort", (0,), (0, S - 1)), ("asymo", (1,), (0, S - 1))]
+    rate = 1 / base.sum() + 1 / (1.6 * base.sum())
+    assert plan3.predicted_throughput == pytest.approx(rate)
+    assert plan3.predicted_latency == pytest.approx(2 / rate)
+    assert plan3.to_dict()["mode"] == "parallel"
+    with pytest.raises(ValueError, match="open_plan"):
+        plan3.stage_specs()
+    # the latency objective never takes it (a frame on the slow core is slower)
+    plan4 = plan_graph_pipeline(graph, top, segment_times=st, transfer_k=1.0, search=False,
+                                objective="latency", power=power)
+    assert plan4.mode == "pipeline"
+
+
+@needs_ort
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs two cpus")
+def test_parallel_plan_runs_whole_frames_per_core(graph):
+    """A parallel-design plan from the online search runs through ``open_plan``: outputs in
+    input order and equal to the whole model's."""
+    from asymo.pipeline.anyplan import GraphPlan, GraphStage
+    from asymo.pipeline.stages import open_plan
+    from asymo.hw.topology import parse_spec
+
+    top = parse_spec(f"big:{CPUS[0]}@1.0,little:{CPUS[-1]}@0.5")
+    W = len(graph)
+    stages = [GraphStage("ort", (CPUS[0],), (0, W - 1), "bigx1", 1e-3),
+              GraphStage("asymo", (CPUS[-1],), (0, W - 1), "littlex1", 2e-3)]
+    plan = GraphPlan(model=graph.name, topology=top, objective="throughput", stages=stages,
+                     predicted_throughput=1.0, model_throughput=1.0, predicted_latency=1.0,
+                     predicted_energy=1.0, transfer_k=0.0, source="test", mode="parallel")
+    x = _frames(7)
+    with open_plan(graph, plan) as p:
+        y, st = p.run(x)
+    np.testing.assert_allclose(y, _reference(_small_cnn(), x), rtol=1e-4, atol=1e-4)
+    assert st.frames == 7 and len(st.stage_busy) == 2
 
 
 @needs_ort

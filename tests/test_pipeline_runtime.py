@@ -197,6 +197,32 @@ def test_baselines_same_results_and_failure_propagation():
 
 
 @two_cpus
+def test_parallel_frames_leave_the_tail_to_the_fast_group():
+    """With frame times, a group 3x slower takes a frame only while more than 3 are queued
+    (the fast group would need longer than it to clear them); equal groups never wait on
+    each other for the last frame."""
+    W = 2
+    m = SleepModel([0.004] * W, slow={C1: 3.0})
+    with ParallelFrames(m, topology=TOP, timeout=30, frame_times=[0.008, 0.024]) as pf:
+        y, st = pf.run(frames(3))
+        np.testing.assert_array_equal(y, expect(3, W))
+        assert {c[2] for c in m.calls} == {(C0,)}          # 3 queued: the slow group waits
+        m.calls.clear()
+        y, st = pf.run(frames(12))
+        np.testing.assert_array_equal(y, expect(12, W))
+        slow = sum(c[2] == (C1,) for c in m.calls)
+        assert 1 <= slow <= 3                               # it helps, but not at the end
+        assert st.stage_time[1] > 2 * st.stage_time[0]      # per frame each group ran
+    m = SleepModel([0.002] * W)
+    with ParallelFrames(m, topology=TOP, timeout=30, frame_times=[0.004, 0.004]) as pf:
+        y, _ = pf.run(frames(1))                            # no deadlock between equals
+        np.testing.assert_array_equal(y, expect(1, W))
+    for bad in ([0.01], [0.01, 0.0], [0.01, float("nan")]):
+        with pytest.raises(ValueError, match="frame_times"):
+            ParallelFrames(m, topology=TOP, frame_times=bad)
+
+
+@two_cpus
 def test_dynamic_repartition_driven_by_runtime_measurements():
     """Paper 004 Algorithm 2 on the runtime: the second stage's core is 3x slower, so the
     best split puts most layers on the first stage."""

@@ -32,6 +32,10 @@ def register(sub):
     p.add_argument("--executors", default=None, metavar="LIST",
                    help="MODEL.onnx only: stage executors the planner may use, from asymo, "
                         "ort, torch (default: every one installed)")
+    p.add_argument("--stages-only", action="store_true",
+                   help="MODEL.onnx only: plan pipelines of stages and single-stage runs "
+                        "only; by default the parallel design (whole frames per cluster or "
+                        "per core, each on its fastest executor) competes for throughput")
     p.add_argument("--emulate", default=None, metavar="CPU:SPEED[,CPU:SPEED]",
                    help="slow cores with asymo's emulator while planning and running, e.g. "
                         "1:0.5 (needs root / CAP_SYS_NICE)")

@@ -17,7 +17,7 @@ def run_graph(args):
     from asymo.pipeline.executors import available_executors, parse_executors
     from asymo.pipeline.graphcut import CutGraph
     from asymo.pipeline.runtime import PipelineError
-    from asymo.pipeline.stages import graph_pipeline
+    from asymo.pipeline.stages import open_plan
 
     if args.image_size is not None:
         raise SystemExit("asymo: --image-size does not apply to an ONNX model (its input "
@@ -42,7 +42,7 @@ def run_graph(args):
     try:
         plan = plan_graph_pipeline(graph, top, executors=kinds, objective=args.objective,
                                    transfer_k=args.transfer_k or None, progress=progress,
-                                   timeout=args.timeout)
+                                   timeout=args.timeout, parallel=not args.stages_only)
     except ValueError as exc:
         raise SystemExit(f"asymo: cannot plan {graph.name}: {exc}") from None
     rng = np.random.default_rng(0)
@@ -50,8 +50,7 @@ def run_graph(args):
     warm = frames[:max(1, min(args.warmup, args.frames))]
     progress(f"running {args.frames} frames through {plan.describe()}")
     try:
-        with graph_pipeline(graph, plan.stage_specs(), topology=top,
-                            timeout=args.timeout) as p:
+        with open_plan(graph, plan, topology=top, timeout=args.timeout) as p:
             if args.warmup:
                 p.run(warm)
             _, st = p.run(frames)
@@ -84,8 +83,12 @@ def run_graph(args):
     print(f"plan: {plan.describe()}   ({plan.objective}; {plan.source})")
     for k, why in plan.segment_times.skipped.items():
         print(f"  executor {k} not used: {why}")
+    what = "group" if plan.mode == "parallel" else "stage"
+    if plan.mode == "parallel":
+        print("  (parallel frames: each group runs the whole model, frames go to whichever "
+              "is free; a frame's latency is its group's)")
     for i, (s, u, t) in enumerate(zip(plan.stages, st.stage_utilisation, st.stage_time)):
-        print(f"  stage {i}: {s.executor:<5} cpus {list(s.cpus)} segments "
+        print(f"  {what} {i}: {s.executor:<5} cpus {list(s.cpus)} segments "
               f"[{s.segments[0]}, {s.segments[1]}]  {1e3 * t:8.2f} ms/frame "
               f"(predicted {1e3 * s.predicted_time:8.2f})  utilisation {100 * u:5.1f}%")
     print(f"{'':<16}{'frames/s':>10}{'latency ms':>12}")

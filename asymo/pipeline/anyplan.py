@@ -15,9 +15,13 @@ Three steps, each measured on this machine:
    For throughput the predicted optimum (and the optimum of each executor alone) then seeds
    paper 002's guided online search: the seed's neighbours (each cut moved by one or two
    segments, each stage on its second-best executor) are ranked by predicted period and run
-   for real through the pipeline runtime, stopping after ``alpha`` trials in a row without a better measured throughput. Single-stage runs
-   (each executor on every core, and on the fastest core alone) compete with the pipelines:
-   the two predicted fastest are run through the runtime too, and the best measured wins.
+   for real through the pipeline runtime, stopping after ``alpha`` trials in a row without a
+   better measured throughput. Single-stage runs (each executor on every core, and on the
+   fastest core alone) compete with the pipelines: the two predicted fastest are run through
+   the runtime too. So does paper 001's parallel design over any executor (``mode ==
+   "parallel"``): every cluster, or every core, runs whole frames on its fastest executor,
+   frames going to whichever group is free (throughput only: a frame's latency is that of
+   the group it ran on). The best measured wins.
 
 The plan is plain data (``GraphPlan``): the stages (executor, cpus, segment range), the
 predicted throughput / latency / energy, and the measurements behind them.
@@ -32,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from asymo.pipeline.configs import core_configs, stage_cpus
+from asymo.pipeline.configs import CoreConfig, core_configs, stage_cpus
 from asymo.pipeline.executors import available_executors, make_executor
 from asymo.pipeline.optimal import optimal_pipeline
 from asymo.pipeline.table import LayerTimes
@@ -118,11 +122,14 @@ def _config_cpus(cfg, topology):
     return tuple(topology.clusters[cfg.cluster].cpus[:cfg.count])
 
 
-def _baseline_cpu_sets(topology):
-    """Every core, and the fastest core alone (the two ways a runtime is run without us)."""
-    allc = tuple(sorted(topology.cpus))
-    fast = (topology.clusters[0].cpus[0],)
-    return [allc] if allc == fast else [allc, fast]
+def _whole_cpu_sets(topology):
+    """Where the whole graph is timed: every core, and the fastest core alone (the two ways a
+    runtime is run without us), then each cluster and one core of each (the groups of the
+    parallel design)."""
+    sets = [tuple(sorted(topology.cpus)), (topology.clusters[0].cpus[0],)]
+    for cl in topology.clusters:
+        sets += [tuple(cl.cpus), (cl.cpus[0],)]
+    return list(dict.fromkeys(sets))
 
 
 def measure_segment_times(graph, topology, *, executors=None, window=0.01, progress=None):
@@ -147,7 +154,7 @@ def measure_segment_times(graph, topology, *, executors=None, window=0.01, progr
                 times[:, ci] = run_in_thread(
                     lambda: _segments_on(graph, kind, cpus, x0, topology, window, cancel),
                     cpus, cancel=cancel)
-            for cpus in _baseline_cpu_sets(topology):
+            for cpus in _whole_cpu_sets(topology):
                 whole[(kind, cpus)] = run_in_thread(
                     lambda: _whole_on(graph, kind, cpus, x0, topology, window), cpus)
         except ValueError as exc:  # the executor lacks an operator of this graph
@@ -264,18 +271,23 @@ class GraphPlan:
     trials: list = field(default_factory=list)
     baselines: dict = field(default_factory=dict)
     segment_times: SegmentTimes = None
+    #: "pipeline": the stages are a pipeline; "parallel": each stage runs the whole graph on
+    #: its cpus, whole frames to whichever is free (``asymo.pipeline.stages.open_plan``)
+    mode: str = "pipeline"
 
     def describe(self):
-        return " | ".join(f"{s.executor}@{s.config}[{s.segments[0]}-{s.segments[1]}]"
-                          for s in self.stages)
+        return _describe(self.stages, self.mode)
 
     def stage_specs(self):
         """``(executor, cpus, (first, last))`` per stage, for ``graph_pipeline``."""
+        if self.mode != "pipeline":
+            raise ValueError(f"a {self.mode} plan has no pipeline stages; run it with "
+                             "asymo.pipeline.stages.open_plan")
         return [(s.executor, s.cpus, s.segments) for s in self.stages]
 
     def to_dict(self):
         return {"model": self.model, "topology": self.topology.to_spec(),
-                "objective": self.objective, "pipeline": self.describe(),
+                "objective": self.objective, "mode": self.mode, "pipeline": self.describe(),
                 "stages": [s.to_dict() for s in self.stages],
                 "predicted_throughput": self.predicted_throughput,
                 "model_throughput": self.model_throughput,
@@ -332,7 +344,8 @@ class _BestExecutorCost:
 
 def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="throughput",
                         segment_times=None, transfer_k=None, alpha=3, max_trials=8,
-                        frames=8, search=True, power=None, progress=None, timeout=120.0):
+                        frames=8, search=True, power=None, progress=None, timeout=120.0,
+                        parallel=True):
     """Plan (and, for throughput, search online) a pipeline of ``graph`` on ``topology``.
 
     Parameters
@@ -357,6 +370,9 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
         Run the online search (throughput only); otherwise keep the predicted optimum.
     power : mapping, optional
         Active power per core configuration and ``"all"`` (default ``default_power``).
+    parallel : bool
+        Let the parallel design (whole frames per cluster or per core) compete for the
+        throughput objective; False keeps to pipelines of stages and single-stage runs.
 
     Returns
     -------
@@ -403,9 +419,15 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
                                   t + cost.transfer(a, b)))
         return out
 
-    def metrics(stages):
+    def metrics(stages, mode="pipeline"):
+        """(throughput, latency, energy per frame) predicted for a plan."""
         times = [s.predicted_time for s in stages]
-        en = sum(sum(cpu_power[c] for c in s.cpus) * s.predicted_time for s in stages)
+        power_of = [sum(cpu_power[c] for c in s.cpus) for s in stages]
+        if mode == "parallel":
+            # group i runs a share 1/t_i / R of the frames, each taking t_i at its power
+            rate = sum(1.0 / t for t in times)
+            return rate, len(times) / rate, float(sum(power_of)) / rate
+        en = sum(p * t for p, t in zip(power_of, times))
         return 1.0 / max(times), float(sum(times)), float(en)
 
     combine = "max" if objective == "throughput" else "sum"
@@ -419,18 +441,20 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
     # single-stage runs of each executor (every core; the fastest core alone)
     singles = {}
     for (kind, cpus), t in st.whole.items():
-        label = "all" if len(cpus) == len(cpus_all) else f"cpu{cpus[0]}"
+        label = "all" if len(cpus) == len(cpus_all) else "cpu" + ",".join(map(str, cpus))
         singles[f"{kind}@{label}"] = [GraphStage(kind, cpus, (0, W - 1), label, t)]
 
+    parallel = (_parallel_candidates(topology, W, st)
+                if parallel and objective == "throughput" else [])
     trials = []
-    chosen, chosen_thr = seed, float("nan")
+    chosen, chosen_thr, chosen_mode = seed, float("nan"), "pipeline"
     if objective == "throughput" and search:
-        best, best_thr = seed, -1.0
+        best, best_thr, best_mode = seed, -1.0, "pipeline"
 
-        def trial(stages):
-            thr, stage_t = _try(graph, stages, topology, frames, timeout)
-            trials.append({"pipeline": _describe(stages),
-                           "predicted_throughput": metrics(stages)[0],
+        def trial(stages, mode="pipeline"):
+            thr, stage_t = _try(graph, stages, topology, frames, timeout, mode)
+            trials.append({"pipeline": _describe(stages, mode),
+                           "predicted_throughput": metrics(stages, mode)[0],
                            "measured_throughput": thr, "stage_time_s": stage_t})
             for s_, m in zip(stages, stage_t):
                 s_.measured_time = m
@@ -474,18 +498,24 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
         for stg in singles_ranked:
             thr = trial(stg)
             if thr > best_thr:
-                best, best_thr = stg, thr
+                best, best_thr, best_mode = stg, thr, "pipeline"
+        for stg in parallel:
+            thr = trial(stg, "parallel")
+            if thr > best_thr:
+                best, best_thr, best_mode = stg, thr, "parallel"
         # the winner's own trial is the best of several noisy ones (biased upwards): the
         # prediction is a fresh run of it
-        chosen, chosen_thr = best, trial(best)
+        chosen, chosen_mode = best, best_mode
+        chosen_thr = trial(best, best_mode)
         trials[-1]["pipeline"] += " (chosen, re-measured)"
     else:
         key = {"throughput": 0, "latency": 1, "energy": 2}[objective]
         sign = -1.0 if key == 0 else 1.0
-        for stg in singles.values():
-            if sign * metrics(stg)[key] < sign * metrics(chosen)[key]:
-                chosen = stg
-    mthr, lat, en = metrics(chosen)
+        for stg, mode in ([(s_, "pipeline") for s_ in singles.values()]
+                          + [(s_, "parallel") for s_ in parallel]):
+            if sign * metrics(stg, mode)[key] < sign * metrics(chosen, chosen_mode)[key]:
+                chosen, chosen_mode = stg, mode
+    mthr, lat, en = metrics(chosen, chosen_mode)
     pred = chosen_thr if chosen_thr == chosen_thr and chosen_thr > 0 else mthr
     baselines = {name: {"throughput": 1.0 / s[0].predicted_time,
                         "latency_s": s[0].predicted_time} for name, s in singles.items()}
@@ -494,12 +524,40 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
     return GraphPlan(model=graph.name, topology=topology, objective=objective, stages=chosen,
                      predicted_throughput=float(pred), model_throughput=float(mthr),
                      predicted_latency=lat, predicted_energy=en, transfer_k=float(transfer_k),
-                     source=src, trials=trials, baselines=baselines, segment_times=st)
+                     source=src, trials=trials, baselines=baselines, segment_times=st,
+                     mode=chosen_mode)
 
 
-def _describe(stages):
+def _describe(stages, mode="pipeline"):
+    if mode == "parallel":
+        return "frames: " + " || ".join(f"{s.executor}@{s.config}" for s in stages)
     return " | ".join(f"{s.executor}@{s.config}[{s.segments[0]}-{s.segments[1]}]"
                       for s in stages)
+
+
+def _parallel_candidates(topology, W, st):
+    """Paper 001's parallel design as plans: whole frames per cluster, and per core; each
+    group on the executor that ran the whole graph fastest on that configuration (whole-graph
+    times: a sum of segment times carries each segment's call overhead, which differs by
+    executor). None on a single core."""
+    layouts = [[CoreConfig(ci, cl.ncpus) for ci, cl in enumerate(topology.clusters)],
+               [CoreConfig(ci, 1) for ci, cl in enumerate(topology.clusters)
+                for _ in range(cl.ncpus)]]
+    out, seen = [], set()
+    for P in layouts:
+        if len(P) < 2 or tuple(P) in seen:
+            continue
+        seen.add(tuple(P))
+        stages = []
+        for cfg, cpus in zip(P, stage_cpus(P, topology)):
+            timed = _config_cpus(cfg, topology)  # the cluster's cores are alike
+            options = [(t, kind) for (kind, c), t in st.whole.items() if c == timed]
+            if not options:
+                options = [(float(np.sum(tab.T(cfg))), kind) for kind, tab in st.tables.items()]
+            t, kind = min(options)
+            stages.append(GraphStage(kind, tuple(cpus), (0, W - 1), cfg.label(topology), t))
+        out.append(stages)
+    return out
 
 
 def _neighbours(P, L, seed, cost, stages_of, W):
@@ -530,14 +588,24 @@ def _neighbours(P, L, seed, cost, stages_of, W):
     return cands
 
 
-def _try(graph, stages, topology, frames, timeout):
-    """One online trial: run ``frames`` through the candidate pipeline (after a warm-up)."""
-    from asymo.pipeline.stages import graph_pipeline
+def _try(graph, stages, topology, frames, timeout, mode="pipeline"):
+    """One online trial: run ``frames`` through the candidate plan (after a warm-up)."""
+    from asymo.pipeline.stages import graph_parallel_frames, graph_pipeline
 
+    if mode == "parallel":
+        # its rate is frames over wall time, tail included (a pipeline's is its steady
+        # state): a longer run, so the tail weighs no more than a pipeline's fill
+        frames *= 2
     rng = np.random.default_rng(1)
     x = rng.standard_normal((frames + 2,) + tuple(graph.input_shape), dtype=np.float32)
-    with graph_pipeline(graph, [(s.executor, s.cpus, s.segments) for s in stages],
-                        topology=topology, timeout=timeout) as p:
+    if mode == "parallel":
+        runtime = graph_parallel_frames(graph, [(s.executor, s.cpus) for s in stages],
+                                        topology=topology, timeout=timeout,
+                                        frame_times=[s.predicted_time for s in stages])
+    else:
+        runtime = graph_pipeline(graph, [(s.executor, s.cpus, s.segments) for s in stages],
+                                 topology=topology, timeout=timeout)
+    with runtime as p:
         p.run(x[:2])
         _, rs = p.run(x[2:])
     return float(rs.throughput), [float(t) for t in rs.stage_time]

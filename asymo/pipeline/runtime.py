@@ -26,6 +26,7 @@ Baselines with the same interface (``run(frames) -> (outputs, RunStats)``):
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import queue
 import threading
@@ -73,10 +74,12 @@ class RunStats:
                 "stage_time_s": list(self.stage_time)}
 
 
-def _stats(n, t_first_start, t_out, t_start, busy, nstages):
+def _stats(n, t_first_start, t_out, t_start, busy, nstages, *, steady=True, counts=None):
+    """``steady``: throughput from the spacing of the outputs (a pipeline's fill excluded);
+    otherwise frames over the wall time. ``counts``: frames each stage ran (default: all)."""
     t_out = np.asarray(t_out)
     wall = float(t_out.max() - t_first_start) if n else 0.0
-    if n >= 2 and t_out.max() > t_out.min():
+    if steady and n >= 2 and t_out.max() > t_out.min():
         thr = (n - 1) / float(t_out.max() - t_out.min())
     else:
         thr = n / wall if wall > 0 else float("nan")
@@ -88,7 +91,8 @@ def _stats(n, t_first_start, t_out, t_start, busy, nstages):
                     latency=float(np.median(lat)) if n else float("nan"),
                     latency_p90=float(np.percentile(lat, 90)) if n else float("nan"),
                     stage_busy=busy, stage_utilisation=util,
-                    stage_time=[b / n if n else float("nan") for b in busy])
+                    stage_time=[b / c if c else float("nan")
+                                for b, c in zip(busy, counts or [n] * len(busy))])
 
 
 def sub_topology(topology, cpus, name=None):
@@ -566,15 +570,25 @@ class ParallelFrames(_Base):
     One pool and one pinned thread per cluster (or per ``groups`` of cpus); each thread takes
     the next frame from a shared queue and runs the whole model on its cores. Outputs are
     returned in input order. Latency is that of the cluster a frame ran on.
+
+    ``frame_times`` (expected seconds per frame of each group, optional) keeps a slow group
+    from taking one of the last frames of a run: a group takes a frame only while the others
+    would need longer than it does to clear the frames still queued (with ``n`` queued and the
+    others' combined rate ``R``, it takes one when ``n / R`` exceeds its own frame time; the
+    fastest group always takes one).
+    Without it every free group takes the next frame.
     """
 
     def __init__(self, model, *, topology=None, groups=None, spin_us=STAGE_SPIN_US,
-                 timeout=None, pin_threads=True, pool_factory=None):
+                 timeout=None, pin_threads=True, pool_factory=None, frame_times=None):
         super().__init__(model, topology, pool_factory, spin_us, timeout)
         self.groups = [tuple(g) for g in (groups or [c.cpus for c in self.topology.clusters])]
+        self._patience = self._patience_for(frame_times)
+        self._fed = threading.Condition()
         self._in = queue.Queue()
         self._out = queue.Queue()
         self._busy = [0.0] * len(self.groups)
+        self._count = [0] * len(self.groups)
         self._t_start = {}
         try:
             self.pools = [self._make_pool(g, f"asymo-parallel-{i}")
@@ -588,6 +602,39 @@ class ParallelFrames(_Base):
             self._threads.append(t)
             t.start()
 
+    def _patience_for(self, frame_times):
+        """Per group: how many frames must be queued before it takes one (see the class
+        docstring); 0 when no ``frame_times`` are given."""
+        if frame_times is None:
+            return [0.0] * len(self.groups)
+        t = [float(x) for x in frame_times]
+        if len(t) != len(self.groups) or not all(math.isfinite(x) and x > 0 for x in t):
+            raise ValueError(f"frame_times must be {len(self.groups)} positive finite seconds "
+                             f"(one per group), got {frame_times!r}")
+        rate = sum(1.0 / x for x in t)
+        need = [t[i] * (rate - 1.0 / t[i]) for i in range(len(t))]
+        need[t.index(min(t))] = 0.0  # the fastest group always takes one: no deadlock
+        return need
+
+    def _next_frame(self, i):
+        """The next (seq, frame) for worker ``i``, ``_STOP`` or None (stopped / failed)."""
+        need = self._patience[i]
+        if need <= 0:
+            return self._get(self._in)
+        while not (self._stop.is_set() or self._failed.is_set()):
+            with self._fed:  # run() queues a whole run's frames under this lock
+                n = self._in.qsize()
+                if n == 0:
+                    self._fed.wait(_POLL)
+                    continue
+            if n > need:
+                try:
+                    return self._in.get_nowait()
+                except queue.Empty:
+                    continue
+            time.sleep(0.0005)  # the faster groups clear the tail; look again
+        return None
+
     def _worker(self, i, pin):
         try:
             self._worker_body(i, pin)
@@ -599,7 +646,7 @@ class ParallelFrames(_Base):
             _pin_current_thread(self.groups[i])
         W = len(self.model.layers)
         while True:
-            item = self._get(self._in)
+            item = self._next_frame(i)
             if item is None or item is _STOP:
                 if item is _STOP:
                     self._in.put(_STOP)  # let the other workers see it too
@@ -612,6 +659,7 @@ class ParallelFrames(_Base):
                 self._t_start[seq] = t0
                 y = self.model.run_layers(x, 0, W - 1, pool=self.pools[i])
                 self._busy[i] += time.perf_counter() - t0
+                self._count[i] += 1
             except BaseException as exc:  # noqa: BLE001
                 self._fail(exc, f"parallel worker {i} (cpus {list(self.groups[i])}) on "
                                 f"frame {seq}")
@@ -626,12 +674,15 @@ class ParallelFrames(_Base):
             raise ValueError("no frames to process")
         timeout = self.timeout if timeout is None else timeout
         self._busy = [0.0] * len(self.groups)
+        self._count = [0] * len(self.groups)
         self._t_start = {}
         pending, outs, t_out, t_start = {}, [], [], []
         nxt = 0
         with _single_threaded_blas(), self._close_on_error():
-            for seq, f in enumerate(frames):
-                self._in.put((seq, f))
+            with self._fed:
+                for seq, f in enumerate(frames):
+                    self._in.put((seq, f))
+                self._fed.notify_all()
             while nxt < len(frames):
                 seq, y = self._await(self._out, timeout)
                 pending[seq] = (y, time.perf_counter())
@@ -641,8 +692,11 @@ class ParallelFrames(_Base):
                     t_out.append(t)
                     t_start.append(self._t_start[nxt])
                     nxt += 1
+        # frames over wall time: reordering releases outputs in bursts, so their spacing is
+        # not the rate
         return np.concatenate(outs, axis=0), _stats(len(outs), min(t_start), t_out, t_start,
-                                                    self._busy, len(self.groups))
+                                                    self._busy, len(self.groups), steady=False,
+                                                    counts=self._count)
 
     def close(self, timeout=10.0, *, warn=True):
         if not self._closed:

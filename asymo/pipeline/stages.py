@@ -22,9 +22,10 @@ import threading
 import numpy as np
 
 from asymo.pipeline.executors import make_executor
-from asymo.pipeline.runtime import Pipeline
+from asymo.pipeline.runtime import ParallelFrames, Pipeline
 
-__all__ = ["StagedGraph", "StageRunner", "graph_pipeline"]
+__all__ = ["StagedGraph", "StageRunner", "graph_pipeline", "graph_parallel_frames",
+           "open_plan"]
 
 
 class StagedGraph:
@@ -140,11 +141,70 @@ def graph_pipeline(graph, stages, *, topology=None, queue_depth=1, timeout=None,
         by_cpus[frozenset(cpus)] = (k, cpus, rng)
     # a buffer is reused after ring frames: enough for the queue plus one frame in every stage
     ring = (int(queue_depth) + 2) * len(stages) + 1
+    return Pipeline(StagedGraph(graph), [(cpus, rng) for _, cpus, rng in stages],
+                    topology=topology, queue_depth=queue_depth, timeout=timeout,
+                    pin_threads=pin_threads, pool_factory=_runner_factory(graph, by_cpus, ring,
+                                                                          topology))
 
+
+def _runner_factory(graph, by_cpus, ring, topology):
+    """``pool_factory`` for the runtime: the ``StageRunner`` of the stage on those cpus."""
     def factory(sub, _spin_us):
         k, cpus, rng = by_cpus[frozenset(sub.cpus)]
         return StageRunner(graph, k, cpus, rng, ring=ring, topology=topology)
+    return factory
 
-    return Pipeline(StagedGraph(graph), [(cpus, rng) for _, cpus, rng in stages],
-                    topology=topology, queue_depth=queue_depth, timeout=timeout,
-                    pin_threads=pin_threads, pool_factory=factory)
+
+def graph_parallel_frames(graph, groups, *, topology=None, timeout=None, pin_threads=True,
+                          frame_times=None):
+    """A running ``ParallelFrames`` over ``graph``: whole frames per group of cpus, each group
+    running the whole graph on its own executor (paper 001's parallel design, over any
+    executor).
+
+    Parameters
+    ----------
+    graph : CutGraph
+    groups : sequence of ``(kind, cpus)``
+        Executor and cpus of each group (cpus disjoint).
+    topology : Topology, optional
+    timeout, pin_threads, frame_times
+        As for ``ParallelFrames`` (``frame_times``: expected seconds per frame of each group,
+        so a slow group leaves the last frames of a run to the faster ones).
+
+    Returns
+    -------
+    ParallelFrames
+        Use it as a context manager; ``run(frames)`` gives ``(outputs, RunStats)``, outputs
+        in input order.
+    """
+    if topology is None:
+        from asymo.hw.topology import detect
+        topology = detect()
+    last = len(graph) - 1
+    groups = [(str(k), tuple(int(c) for c in cpus)) for k, cpus in groups]
+    by_cpus = {frozenset(cpus): (k, cpus, (0, last)) for k, cpus in groups}
+    if len(by_cpus) != len(groups):
+        raise ValueError(f"groups must have disjoint cpus, got {groups}")
+    return ParallelFrames(StagedGraph(graph), topology=topology,
+                          groups=[cpus for _, cpus in groups], timeout=timeout,
+                          pin_threads=pin_threads, frame_times=frame_times,
+                          pool_factory=_runner_factory(graph, by_cpus, 0, topology))
+
+
+def open_plan(graph, plan, *, topology=None, timeout=None):
+    """The runtime a ``GraphPlan`` describes: its pipeline of stages, or (``plan.mode ==
+    "parallel"``) whole frames per group. A context manager; ``run(frames)`` gives
+    ``(outputs, RunStats)``."""
+    topology = plan.topology if topology is None else topology
+    if plan.mode == "parallel":
+        return graph_parallel_frames(graph, [(s.executor, s.cpus) for s in plan.stages],
+                                     topology=topology, timeout=timeout,
+                                     frame_times=[_frame_time(s) for s in plan.stages])
+    return graph_pipeline(graph, plan.stage_specs(), topology=topology, timeout=timeout)
+
+
+def _frame_time(stage):
+    """A group's seconds per frame: measured by the planner's trial when it ran, else
+    predicted."""
+    t = stage.measured_time
+    return t if t == t and t > 0 else stage.predicted_time
