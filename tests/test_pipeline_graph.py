@@ -120,7 +120,7 @@ def test_cut_graph_rejects_bad_input(tmp_path):
 @needs_ort
 @pytest.mark.parametrize("kind", ["ort", "asymo", "torch"])
 def test_executor_matches_whole_model_ort(graph, kind):
-    from asymo.pipeline.anyplan import run_in_thread
+    from asymo.pipeline.runtime import run_in_thread
 
     if kind not in available_executors():
         pytest.skip(f"{kind} not installed")
@@ -163,7 +163,7 @@ def test_operator_asymo_lacks_leaves_ort_only():
         with pytest.raises(ValueError, match="Selu.*relu0.*opset 17"):
             make_executor(kind, g, 0, len(g) - 1, CPUS[:1])
     if HAVE_ORT:
-        from asymo.pipeline.anyplan import run_in_thread
+        from asymo.pipeline.runtime import run_in_thread
 
         x = _frames(1)
         ref = _reference(m, x)
@@ -201,7 +201,7 @@ def _parse_list(text):
 @needs_ort
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs two cpus")
 def test_ort_threads_pinned_within_stage_cpus(graph):
-    from asymo.pipeline.anyplan import run_in_thread
+    from asymo.pipeline.runtime import run_in_thread
 
     for cpus in [(CPUS[0],), (CPUS[1],), tuple(CPUS[:2])]:
         before = _task_affinities()
@@ -436,3 +436,29 @@ def test_cli_pipeline_onnx(tmp_path):
     r = subprocess.run([sys.executable, "-m", "asymo", "pipeline", str(path),
                         "--executors", "nope"], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "unknown executor" in r.stderr
+
+
+@needs_ort
+def test_single_stage_plan_runs_frames_in_one_pinned_thread(graph):
+    """A one-stage plan runs frame after frame in a thread pinned to its cpus (no queues),
+    leaving the caller's affinity alone; a single stage must cover the whole graph."""
+    from asymo.pipeline.anyplan import GraphStage
+    from asymo.pipeline.runtime import KernelLevel
+    from asymo.pipeline.stages import plan_runtime
+    from asymo.hw.topology import parse_spec
+
+    top = parse_spec(f"big:{CPUS[0]}@1.0")
+    W = len(graph)
+    before = os.sched_getaffinity(0)
+    x = _frames(5)
+    with plan_runtime(graph, [GraphStage("ort", (CPUS[0],), (0, W - 1), "bigx1", 1e-3)],
+                      topology=top) as p:
+        assert isinstance(p, KernelLevel)
+        y, st = p.run(x)
+    np.testing.assert_allclose(y, _reference(_small_cnn(), x), rtol=1e-4, atol=1e-4)
+    assert st.frames == 5 and os.sched_getaffinity(0) == before
+    with pytest.raises(ValueError, match="cover segments"):
+        plan_runtime(graph, [GraphStage("ort", (CPUS[0],), (1, W - 1), "bigx1", 1e-3)],
+                     topology=top)
+    with pytest.raises(ValueError, match="mode"):
+        plan_runtime(graph, [], "zigzag", topology=top)

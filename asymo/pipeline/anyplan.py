@@ -39,45 +39,13 @@ import numpy as np
 from asymo.pipeline.configs import CoreConfig, core_configs, stage_cpus
 from asymo.pipeline.executors import available_executors, make_executor
 from asymo.pipeline.optimal import optimal_pipeline
+from asymo.pipeline.runtime import run_in_thread
 from asymo.pipeline.table import LayerTimes
 
 __all__ = ["GraphPlan", "GraphStage", "SegmentTimes", "measure_segment_times",
            "measure_transfer_k", "plan_graph_pipeline", "run_in_thread"]
 
 _OBJECTIVES = ("throughput", "latency", "energy")
-
-
-def run_in_thread(fn, cpus, *, name="asymo-measure", cancel=None):
-    """``fn()`` in a new thread pinned to ``cpus`` (executors pin their calling thread; the
-    caller's own affinity is left alone). Returns its result or raises its exception.
-
-    If the caller is interrupted (Ctrl-C) while waiting, ``cancel`` (a ``threading.Event``
-    that ``fn`` polls) is set and the thread is given a few seconds to stop."""
-    box = {}
-
-    def body():
-        try:
-            import os
-            os.sched_setaffinity(0, set(cpus))
-        except (AttributeError, OSError):  # pragma: no cover - non-Linux
-            pass
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            box["error"] = exc
-
-    t = threading.Thread(target=body, name=name, daemon=True)
-    t.start()
-    try:
-        t.join()
-    except BaseException:
-        if cancel is not None:
-            cancel.set()
-        t.join(5.0)
-        raise
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def _time(fn, *, window=0.01, windows=3):
@@ -590,7 +558,7 @@ def _neighbours(P, L, seed, cost, stages_of, W):
 
 def _try(graph, stages, topology, frames, timeout, mode="pipeline"):
     """One online trial: run ``frames`` through the candidate plan (after a warm-up)."""
-    from asymo.pipeline.stages import graph_parallel_frames, graph_pipeline
+    from asymo.pipeline.stages import plan_runtime
 
     if mode == "parallel":
         # its rate is frames over wall time, tail included (a pipeline's is its steady
@@ -598,14 +566,8 @@ def _try(graph, stages, topology, frames, timeout, mode="pipeline"):
         frames *= 2
     rng = np.random.default_rng(1)
     x = rng.standard_normal((frames + 2,) + tuple(graph.input_shape), dtype=np.float32)
-    if mode == "parallel":
-        runtime = graph_parallel_frames(graph, [(s.executor, s.cpus) for s in stages],
-                                        topology=topology, timeout=timeout,
-                                        frame_times=[s.predicted_time for s in stages])
-    else:
-        runtime = graph_pipeline(graph, [(s.executor, s.cpus, s.segments) for s in stages],
-                                 topology=topology, timeout=timeout)
-    with runtime as p:
+    with plan_runtime(graph, stages, mode, topology=topology, timeout=timeout,
+                      frame_times=[s.predicted_time for s in stages]) as p:
         p.run(x[:2])
         _, rs = p.run(x[2:])
     return float(rs.throughput), [float(t) for t in rs.stage_time]

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from asymo.pipeline.anyplan import run_in_thread
+from asymo.pipeline.runtime import run_in_thread
 from asymo.pipeline.executors import TorchExecutor, available_executors
 
 __all__ = ["runtime_baselines", "BASELINE_RUNTIMES"]

@@ -4,7 +4,7 @@ One small interface (``StageExecutor``): built for ``(graph, first, last, cpus)`
 ``executor.run(x, out=None)`` from the stage's thread, closed with ``close()``. The first
 ``run`` from a thread pins that thread to the stage's cpus (for ONNX Runtime, to the first of
 them): call it from a thread of its own (the pipeline's stage thread,
-``asymo.pipeline.anyplan.run_in_thread``), not from a thread that must keep running anywhere.
+``asymo.pipeline.runtime.run_in_thread``), not from a thread that must keep running anywhere.
 Every thread an executor creates runs on its stage's cpus only, so stages on different
 clusters never steal each other's cores:
 
@@ -37,6 +37,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import weakref
 import warnings
 
 import numpy as np
@@ -111,7 +112,9 @@ class StageExecutor:
         if not self.cpus:
             raise ValueError("an executor needs at least one cpu")
         self._closed = False
-        self._bound = set()   # thread idents already pinned for this executor
+        # threads already pinned for this executor (thread objects, not idents: an ident is
+        # reused by a later thread, which would then run unpinned)
+        self._bound = weakref.WeakSet()
 
     def _bind(self):
         """Pin the calling thread once (the cpu ONNX Runtime's caller thread owns)."""
@@ -132,10 +135,10 @@ class StageExecutor:
                 not out.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous float32 array of shape "
                              f"{self.output_shape}")
-        tid = threading.get_ident()
-        if tid not in self._bound:
+        me = threading.current_thread()
+        if me not in self._bound:
             self._bind()
-            self._bound.add(tid)
+            self._bound.add(me)
         self._run(x, out)
         return out
 

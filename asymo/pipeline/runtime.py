@@ -39,7 +39,7 @@ import numpy as np
 from asymo.hw.topology import Cluster, Topology
 
 __all__ = ["Pipeline", "KernelLevel", "ParallelFrames", "RunStats", "PipelineError",
-           "sub_topology", "as_frames"]
+           "sub_topology", "as_frames", "run_in_thread"]
 
 _POLL = 0.05  # s: how often blocked threads look at the stop / failure flags
 # Idle pool workers of a stage do not spin: the stage thread shares their cores, and a spinning
@@ -149,6 +149,38 @@ def _pin_current_thread(cpus):
             os.sched_setaffinity(0, want)
     except (AttributeError, OSError):  # pragma: no cover - non-Linux
         pass
+
+
+def run_in_thread(fn, cpus, *, name="asymo-measure", cancel=None):
+    """``fn()`` in a new thread pinned to ``cpus`` (executors pin their calling thread; the
+    caller's own affinity is left alone). Returns its result or raises its exception.
+
+    If the caller is interrupted (Ctrl-C) while waiting, ``cancel`` (a ``threading.Event``
+    that ``fn`` polls) is set and the thread is given a few seconds to stop."""
+    box = {}
+
+    def body():
+        try:
+            os.sched_setaffinity(0, set(cpus))
+        except (AttributeError, OSError):  # pragma: no cover - non-Linux
+            pass
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            box["error"] = exc
+
+    t = threading.Thread(target=body, name=name, daemon=True)
+    t.start()
+    try:
+        t.join()
+    except BaseException:
+        if cancel is not None:
+            cancel.set()
+        t.join(5.0)
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _single_threaded_blas():
@@ -537,7 +569,10 @@ class Pipeline(_Base):
 
 
 class KernelLevel(_Base):
-    """Baseline: every layer on all cores of ``topology`` (one pool), one frame at a time."""
+    """Baseline: every layer on all cores of ``topology`` (one pool), one frame at a time.
+
+    ``run`` goes through the frames in one thread pinned to ``cpus`` (the caller's own
+    affinity is left alone): no hand-over between threads per frame."""
 
     def __init__(self, model, *, topology=None, cpus=None, spin_us=STAGE_SPIN_US,
                  timeout=None, pool_factory=None):
@@ -550,6 +585,9 @@ class KernelLevel(_Base):
         frames = as_frames(frames, getattr(self.model, "input_shape", None))
         if not frames:
             raise ValueError("no frames to process")
+        return run_in_thread(lambda: self._loop(frames), self.cpus, name="asymo-kernel-level")
+
+    def _loop(self, frames):
         W = len(self.model.layers)
         outs, t_start, t_out = [], [], []
         busy = 0.0

@@ -22,10 +22,10 @@ import threading
 import numpy as np
 
 from asymo.pipeline.executors import make_executor
-from asymo.pipeline.runtime import ParallelFrames, Pipeline
+from asymo.pipeline.runtime import KernelLevel, ParallelFrames, Pipeline
 
 __all__ = ["StagedGraph", "StageRunner", "graph_pipeline", "graph_parallel_frames",
-           "open_plan"]
+           "plan_runtime", "open_plan"]
 
 
 class StagedGraph:
@@ -191,16 +191,39 @@ def graph_parallel_frames(graph, groups, *, topology=None, timeout=None, pin_thr
                           pool_factory=_runner_factory(graph, by_cpus, 0, topology))
 
 
-def open_plan(graph, plan, *, topology=None, timeout=None):
-    """The runtime a ``GraphPlan`` describes: its pipeline of stages, or (``plan.mode ==
-    "parallel"``) whole frames per group. A context manager; ``run(frames)`` gives
-    ``(outputs, RunStats)``."""
-    topology = plan.topology if topology is None else topology
-    if plan.mode == "parallel":
-        return graph_parallel_frames(graph, [(s.executor, s.cpus) for s in plan.stages],
+def plan_runtime(graph, stages, mode="pipeline", *, topology=None, timeout=None,
+                 frame_times=None):
+    """The runtime for a plan's stages (anything with ``executor``, ``cpus``, ``segments``):
+    whole frames per group (``mode == "parallel"``), one stage run frame after frame in one
+    pinned thread (``KernelLevel``: no queues to hand frames through), or a pipeline."""
+    if topology is None:
+        from asymo.hw.topology import detect
+        topology = detect()
+    if mode == "parallel":
+        return graph_parallel_frames(graph, [(s.executor, s.cpus) for s in stages],
                                      topology=topology, timeout=timeout,
-                                     frame_times=[_frame_time(s) for s in plan.stages])
-    return graph_pipeline(graph, plan.stage_specs(), topology=topology, timeout=timeout)
+                                     frame_times=frame_times)
+    if mode != "pipeline":
+        raise ValueError(f"mode must be 'pipeline' or 'parallel', got {mode!r}")
+    if len(stages) == 1:
+        s = stages[0]
+        if tuple(s.segments) != (0, len(graph) - 1):
+            raise ValueError(f"a single stage must cover segments [0, {len(graph) - 1}], got "
+                             f"{list(s.segments)}")
+        cpus = tuple(int(c) for c in s.cpus)
+        by_cpus = {frozenset(cpus): (str(s.executor), cpus, (0, len(graph) - 1))}
+        return KernelLevel(StagedGraph(graph), topology=topology, cpus=cpus, timeout=timeout,
+                           pool_factory=_runner_factory(graph, by_cpus, 0, topology))
+    return graph_pipeline(graph, [(s.executor, s.cpus, s.segments) for s in stages],
+                          topology=topology, timeout=timeout)
+
+
+def open_plan(graph, plan, *, topology=None, timeout=None):
+    """The runtime a ``GraphPlan`` describes (see ``plan_runtime``). A context manager;
+    ``run(frames)`` gives ``(outputs, RunStats)``."""
+    return plan_runtime(graph, plan.stages, plan.mode,
+                        topology=plan.topology if topology is None else topology,
+                        timeout=timeout, frame_times=[_frame_time(s) for s in plan.stages])
 
 
 def _frame_time(stage):
