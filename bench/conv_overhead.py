@@ -71,8 +71,11 @@ def main(argv=None):
             with hold(pool):
                 bc()
 
+        pw = asymo.prepack_conv(w)
         variants = {
             "conv2d": lambda: asymo.conv2d(x, w, b, stride, pad, groups=groups, pool=pool),
+            "conv2d prepacked": lambda: asymo.conv2d(x, pw, b, stride, pad, groups=groups,
+                                                     pool=pool),
             "conv2d out=": lambda: asymo.conv2d(x, w, b, stride, pad, groups=groups,
                                                 pool=pool, out=out),
             "bound": bound,
@@ -98,8 +101,9 @@ def main(argv=None):
                 time.sleep(args.pause)
                 times[k].append(_per_call(fn, calls[k]))
         med = {k: statistics.median(v) for k, v in times.items()}
-        print(f"{name:22s} " + "  ".join(f"{k} {v:8.1f} us" for k, v in med.items())
-              + f"  | conv2d - bound {med['conv2d'] - med['bound']:6.1f} us")
+        print(f"{name}: " + ", ".join(f"{k} {v:.1f}" for k, v in med.items())
+              + f" us | conv2d - bound {med['conv2d'] - med['bound']:.1f} us, prepacked - bound "
+              f"{med['conv2d prepacked'] - med['bound']:.1f} us")
     pool.close()
 
 

@@ -767,11 +767,12 @@ class _NativeCalls:
     the structs are rewritten by every fill.
     """
 
-    __slots__ = ("calls", "_slots", "_sources", "_apacked", "_keep", "_col_elems", "_col",
-                 "_dtype", "_tile", "_groups")
+    __slots__ = ("calls", "_slots", "_sources", "_apacked", "_packed", "_keep", "_col_elems",
+                 "_col", "_dtype", "_tile", "_groups")
 
     def __init__(self, plan, x, b, y, residual, pool, *, bound=False):
         self.calls, self._slots, self._apacked, self._keep = [], [], [], []
+        self._packed = None
         self._col_elems, self._col, self._dtype = 0, None, x.dtype
         self._tile, self._groups = 0, 1
         has_bias = b is not None
@@ -800,15 +801,21 @@ class _NativeCalls:
             arrays[_U] = _winograd.weights_for(w if packed is None else packed, self._tile)
         bases = arrays[:]  # (the arrays stay alive with their pointers)
         for src in self._sources:
-            bases[src] = _base(arrays[src])
+            try:  # (_base, inline: this runs on every cached call)
+                bases[src] = ffi.from_buffer("char[]", arrays[src])
+            except ValueError:
+                bases[src] = _base(arrays[src])
         for struct, field, src, offset in self._slots:
             setattr(struct, field, bases[src] + offset if offset else bases[src])
-        if packed is not None and self._apacked and self._groups == 1:
-            # the weights' packed A panels (asymo.prepack), made once per PackedConvWeight;
-            # otherwise the GEMM packs them per call
+        if (packed is not None and self._apacked and self._groups == 1
+                and (self._packed is None or self._packed() is not packed)):
+            # the weights' packed A panels (asymo.prepack), made once per PackedConvWeight
+            # (which never changes: set again only for another one); otherwise the GEMM packs
+            # them per call
             pa = packed.gemm_a()
             for args, gp in self._apacked:
                 args.a_packed = pa.cdata_for(gp)
+            self._packed = weakref.ref(packed)
         return arrays, bases
 
     def _depthwise(self, plan, has_bias, y, residual, pool):
