@@ -1105,7 +1105,7 @@ def _cached_conv2d(sig, x, weight, bias, residual, out, pool):
         pool = _acquire_pool(pool)  # the default pool (or the type error)
     try:
         # valid while its plan is: the same pool, limit and settings, and the plan still in
-        # the plan cache (which a new calibration or a test may empty)
+        # the plan cache (which may have been emptied since)
         if (e.pool() is not pool or lib.asymo_pool_get_limit(pool._handle) != e.limit
                 or _plan_settings() != e.settings
                 or _cached_plan(pool, e.plan_key) is not e.plan):
@@ -1127,6 +1127,7 @@ def _cache_call(sig, calls, plan, plan_key, pool, limit, settings, y):
     entries = getattr(_call_local, "entries", None)
     if entries is None:
         entries = _call_local.entries = {}
+    entries.pop(sig, None)
     while len(entries) >= CALL_CACHE_SIZE:
         del entries[next(iter(entries))]
     e = _CachedCall()
