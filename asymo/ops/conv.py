@@ -763,18 +763,18 @@ class _NativeCalls:
     dtype, the output's and residual's strides), as ``(function, args)`` pairs returning a
     status code. Everything but the arrays' addresses is set once; `fill` points the structs
     at a call's arrays. Used once by a conv2d call that misses the call cache, kept by a
-    `BoundConv2d` and by the call cache (`_CallCache`), which keeps each thread's apart:
+    `BoundConv2d` and by the call cache (`_cached_conv2d`), which keeps each thread's apart:
     the structs are rewritten by every fill.
     """
 
     __slots__ = ("calls", "_slots", "_sources", "_apacked", "_packed", "_keep", "_col_elems",
-                 "_col", "_dtype", "_tile", "_groups")
+                 "_col", "_dtype", "_tile")
 
     def __init__(self, plan, x, b, y, residual, pool, *, bound=False):
         self.calls, self._slots, self._apacked, self._keep = [], [], [], []
         self._packed = None
         self._col_elems, self._col, self._dtype = 0, None, x.dtype
-        self._tile, self._groups = 0, 1
+        self._tile = 0
         has_bias = b is not None
         if isinstance(plan, _DepthwisePlan):
             self._depthwise(plan, has_bias, y, residual, pool)
@@ -807,7 +807,7 @@ class _NativeCalls:
                 bases[src] = _base(arrays[src])
         for struct, field, src, offset in self._slots:
             setattr(struct, field, bases[src] + offset if offset else bases[src])
-        if (packed is not None and self._apacked and self._groups == 1
+        if (packed is not None and self._apacked
                 and (self._packed is None or self._packed() is not packed)):
             # the weights' packed A panels (asymo.prepack), made once per PackedConvWeight
             # (which never changes: set again only for another one); otherwise the GEMM packs
@@ -869,8 +869,8 @@ class _NativeCalls:
         n, c, h, w = x.shape
         es = x.itemsize
         cin_g, cout_g, groups, ncols, k = plan.cin_g, plan.cout_g, plan.groups, plan.ncols, plan.k
-        self._groups = groups
         fused, act = plan.fused_epilogue, plan.fused_activation
+        # a PackedConvWeight's packed A panels serve one-group products of the packed MM kind
         packs_a = groups == 1
 
         def operands(args, gp, i, g, n0, bsrc, boff):
@@ -1064,7 +1064,9 @@ def _call_signature(x, weight, bias, stride, padding, dilation, groups, activati
     if type(x) is not np.ndarray or (wt is not np.ndarray and wt is not PackedConvWeight):
         return None
     w = weight if wt is np.ndarray else weight.array
-    bs, rs, os_ = _array_signature(bias), _array_signature(residual), _array_signature(out)
+    bs = None if bias is None else _array_signature(bias)
+    rs = None if residual is None else _array_signature(residual)
+    os_ = None if out is None else _array_signature(out)
     if (bs is False or rs is False or os_ is False or type(groups) is not int
             or (type(stride) is not int and not _int_pair(stride))
             or (type(dilation) is not int and not _int_pair(dilation))
