@@ -19,7 +19,13 @@ How it runs (NCHW, per image and group):
   its GEMM.
 
 Everything that depends only on the shapes and the pool (GEMM plans, task splits, job
-geometry) is computed once and cached per pool; a call only fills in pointers.
+geometry) is computed once and cached per pool. On top of that each thread keeps the native
+calls of the last `CALL_CACHE_SIZE` call signatures it ran on plain NumPy arrays (shapes,
+strides, dtypes, the arguments, the pool: `_call_signature`): a call with a known signature
+skips the argument checks and planning, checks only what its signature does not fix (the
+output's flags, overlaps, the pool's limit, the plan still cached) and points the calls'
+structs at its arrays. Nothing is cached by the arrays' identity or contents: weights changed
+in place between calls are read (and packed) again.
 """
 from __future__ import annotations
 
@@ -33,6 +39,8 @@ from asymo.ops import winograd as _winograd
 from asymo.ops.winograd import PackedConvWeight, prepack_conv
 from asymo.plan import split_cost as _split_cost
 from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.pool import Pool as _Pool
+from asymo.runtime.pool import acquire as _acquire_pool
 from asymo.runtime.pool import hold as _hold
 from asymo.runtime.tasks import (ACTIVATION_CODES, DTYPE_CODES, INLINE_BYTES,
                                  task_fn, workspace)
@@ -271,10 +279,17 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         Wrong ranks, channel / group mismatches, kernel larger than the padded input, bad
         stride / padding / dilation, wrong ``out``.
     """
-    torch = _torch_of(x, weight, bias, residual, out)
-    if torch is not None:
-        return _conv2d_torch(torch, x, weight, bias, stride, padding, dilation, groups,
-                             activation, residual, out, pool)
+    sig = _call_signature(x, weight, bias, stride, padding, dilation, groups, activation,
+                          residual, out, pool)
+    if sig is not None:
+        y = _cached_conv2d(sig, x, weight, bias, residual, out, pool)
+        if y is not None:
+            return y
+    else:
+        torch = _torch_of(x, weight, bias, residual, out)
+        if torch is not None:
+            return _conv2d_torch(torch, x, weight, bias, stride, padding, dilation, groups,
+                                 activation, residual, out, pool)
     c = _prepare(x, weight, bias, stride, padding, dilation, groups, activation, residual,
                  out)
     if c.empty:
@@ -282,9 +297,16 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
     # held for the whole convolution (several pool jobs): closing or replacing the pool in
     # another thread waits for it, or lets it finish on the old pool
     with _hold(pool) as pool:
-        keep = []
-        _run_calls(_plan_calls(c.plan_for(pool), c.xb, c.w, c.packed, c.b, c.target,
-                               c.residual, pool, keep))
+        settings = _plan_settings()
+        limit = lib.asymo_pool_get_limit(pool._handle)
+        plan, plan_key = c.plan_for(pool, settings, limit)
+        calls = _NativeCalls(plan, c.xb, c.b, c.target, c.residual, pool)
+        keep = calls.fill(c.xb, c.w, c.packed, c.b, c.target, c.residual)
+        _run_calls(calls.calls)
+        del keep
+        if sig is not None and _in_place(c, x, c.packed.array if c.packed is not None
+                                         else weight, bias, residual, out):
+            _cache_call(sig, calls, plan, plan_key, pool, limit, settings, c.y)
     if not c.direct:
         c.yb[...] = c.target
     return c.y
@@ -296,10 +318,11 @@ class _Checked:
     __slots__ = ("xb", "w", "b", "packed", "residual", "y", "yb", "target", "direct",
                  "empty", "stride", "pads", "dilation", "groups", "activation")
 
-    def plan_for(self, pool):
+    def plan_for(self, pool, settings=None, limit=None):
+        """``(plan, its key in the plan cache)`` for this call on ``pool``."""
         return _conv_plan(pool, self.xb.shape, self.w.shape, self.xb.dtype, self.stride,
                           self.pads, self.dilation, self.groups, self.activation,
-                          self.b is not None, self.residual is not None)
+                          self.b is not None, self.residual is not None, settings, limit)
 
 
 def _prepare(x, weight, bias, stride, padding, dilation, groups, activation, residual, out):
@@ -419,18 +442,15 @@ _plan_lock = threading.Lock()
 
 
 def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, activation,
-               has_bias, has_residual):
+               has_bias, has_residual, settings=None, limit=None):
+    # (settings, limit: `_plan_settings()` and the pool's limit when the caller has them)
+    # Returns (plan, its key in the plan cache).
     key = (xshape, wshape, dtype.num, stride, pads, dilation, groups, activation, has_bias,
-           has_residual, DEPTHWISE_METHOD, WINOGRAD, WINOGRAD_METHOD, WINOGRAD_F4_MIN_SIZE,
-           WINOGRAD_MIN_CHANNELS, WINOGRAD_F4_MAX_WEIGHT_BYTES, COL_CHUNK_BYTES, COL_CHUNK_COLUMNS, IM2COL_METHOD,
-           IMPLICIT_CHUNK_BYTES, IM2COL_EXPLICIT_MAX_K, _split_cost.emulated_period(), pool.limit)
-    try:
-        per_pool = _plan_cache.get(pool)
-    except TypeError:  # a pool object that cannot be weakly referenced: no caching
-        per_pool = None
-    plan = None if per_pool is None else per_pool.get(key)
+           has_residual, _plan_settings() if settings is None else settings,
+           pool.limit if limit is None else limit)
+    plan = _cached_plan(pool, key)
     if plan is not None:
-        return plan
+        return plan, key
     n, c, h, w = xshape
     cout, cin_g = wshape[:2]
     tile = _winograd_tile(xshape, wshape, dtype, stride, pads, dilation, groups)
@@ -446,11 +466,20 @@ def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, acti
         try:
             per_pool = _plan_cache.setdefault(pool, {})
         except TypeError:
-            return plan
+            return plan, key
         if len(per_pool) >= _PLAN_CACHE_MAX:
             per_pool.clear()
         per_pool[key] = plan
-    return plan
+    return plan, key
+
+
+def _cached_plan(pool, key):
+    """The plan cached for ``key`` on ``pool``, or None."""
+    try:
+        per_pool = _plan_cache.get(pool)
+    except TypeError:  # a pool object that cannot be weakly referenced: no caching
+        return None
+    return None if per_pool is None else per_pool.get(key)
 
 
 def _bias_act_plan(pool, channels, plane, dtype, activation):
@@ -699,7 +728,20 @@ def _im2col_split(pool, gemm_plan, k, n0, n1, dtype):
 
 
 
-# ---- bound convolutions: a model's hot path ------------------------------------------------
+# ---- native calls: built once per plan and array layout, pointed at arrays per call ------
+
+# where a pointer field of a native struct points: an operand of the call, plus a byte offset
+_X, _W, _B, _Y, _R, _COL, _U = range(7)
+
+
+def _base(a):
+    """``char *`` to the first element of ``a``: contiguous arrays through the buffer
+    protocol (~5x faster than ``a.ctypes``). Keep it while the pointer is used."""
+    try:
+        return ffi.from_buffer("char[]", a)
+    except ValueError:  # not C-contiguous (an output that is a channel slice)
+        return ffi.cast("char *", a.ctypes.data)
+
 
 def _tasks_call(pool, fn, job, ntasks, counts, inline):
     """One pool job as a ``(function, args)`` call returning a status code (``inline``: run
@@ -716,161 +758,200 @@ def _gemm_call(handle, args, plan):
     return lib.asymo_gemm(ffi.NULL if plan.in_caller() else handle, args, plan.cdata())
 
 
-def _gemm_args(dtype, m, k, n, a, rsa, b, rsb, c, rsc, a_packed):
-    g = ffi.new("asymo_gemm_args *")
-    g.dtype = DTYPE_CODES[dtype]
-    g.m, g.k, g.n = m, k, n
-    g.a, g.rsa, g.csa = a, rsa, 1
-    g.b, g.rsb, g.csb = b, rsb, 1
-    g.c, g.rsc, g.csc = c, rsc, 1
-    g.nbatch = 1
-    if a_packed is not None:
-        g.a_packed = a_packed
-    return g
+class _NativeCalls:
+    """The native calls that run one plan on one pool for one layout of the arrays (shapes,
+    dtype, the output's and residual's strides), as ``(function, args)`` pairs returning a
+    status code. Everything but the arrays' addresses is set once; `fill` points the structs
+    at a call's arrays. Used once by a conv2d call that misses the call cache, kept by a
+    `BoundConv2d` and by the call cache (`_cached_conv2d`), which keeps each thread's apart:
+    the structs are rewritten by every fill.
+    """
 
+    __slots__ = ("calls", "_slots", "_sources", "_apacked", "_packed", "_keep", "_col_elems",
+                 "_col", "_dtype", "_tile")
 
-def _epilogue_calls(plan_epilogue, pool, y, bias, residual, keep):
-    """The epilogue pass over every image of ``y`` as one pool job (a task is a block of one
-    image's channels; the per-image task split scaled by the batch)."""
-    if plan_epilogue is None:
-        return []
-    template, ntasks, (inline, counts) = plan_epilogue
-    n = y.shape[0]
-    job = ffi.new("asymo_bias_act_job *", template[0])
-    job.batch = n
-    job.y = _ptr(y)
-    job.image_stride = y.strides[0] // y.itemsize
-    job.bias = ffi.NULL if bias is None else _ptr(bias)
-    if residual is not None:
-        job.residual = _ptr(residual)
-        job.residual_image_stride = residual.strides[0] // residual.itemsize
-    if counts is not None and n > 1:
-        counts = ffi.new("int64_t[]", [int(c) * n for c in counts])
-    keep += [job, counts]
-    return [_tasks_call(pool, _BIAS_ACT_TASK, job, ntasks * n, counts, inline and n == 1)]
+    def __init__(self, plan, x, b, y, residual, pool, *, bound=False):
+        self.calls, self._slots, self._apacked, self._keep = [], [], [], []
+        self._packed = None
+        self._col_elems, self._col, self._dtype = 0, None, x.dtype
+        self._tile = 0
+        has_bias = b is not None
+        if isinstance(plan, _DepthwisePlan):
+            self._depthwise(plan, has_bias, y, residual, pool)
+        elif isinstance(plan, _WinogradConvPlan):
+            self._winograd(plan, has_bias, y, residual, pool)
+        else:
+            self._gemm(plan, x, has_bias, y, residual, pool)
+            if self._col_elems and bound:
+                self._col = np.empty(self._col_elems, x.dtype)  # a bound call owns its own
+        self._sources = sorted({src for _s, _f, src, _o in self._slots})
 
+    def _at(self, struct, field, src, offset=0):
+        self._slots.append((struct, field, src, offset))
 
-def _bind_depthwise(plan, x, w, packed, b, y, residual, pool, keep):
-    job = ffi.new("asymo_dwconv_job *", plan.job[0])
-    job.x, job.weight = _ptr(x), _ptr(w)
-    job.bias = ffi.NULL if b is None else _ptr(b)
-    job.y = _ptr(y)
-    job.y_image_stride = y.strides[0] // y.itemsize if y.shape[0] > 1 else plan.plane
-    if residual is not None:  # C-contiguous (_prepare made it so); added inside the tasks
-        job.residual = _ptr(residual)
-        job.residual_image_stride = plan.plane
-    keep.append(job)
-    return [_tasks_call(pool, _DWCONV_TASK, job, plan.ntasks, plan.counts, plan.inline)]
+    def fill(self, x, w, packed, b, y, residual):
+        """Point the calls at these arrays (of the layout they were built for); returns what
+        must stay alive while they run."""
+        arrays = [x, w, b, y, residual, None, None]
+        if self._col_elems:
+            arrays[_COL] = (self._col if self._col is not None
+                            else workspace(self._col_elems, self._dtype))
+        if self._tile:
+            # the transform: kept by a PackedConvWeight, else from the fingerprinted cache
+            arrays[_U] = _winograd.weights_for(w if packed is None else packed, self._tile)
+        bases = arrays[:]  # (the arrays stay alive with their pointers)
+        for src in self._sources:
+            try:  # (_base, inline: this runs on every cached call)
+                bases[src] = ffi.from_buffer("char[]", arrays[src])
+            except ValueError:
+                bases[src] = _base(arrays[src])
+        for struct, field, src, offset in self._slots:
+            setattr(struct, field, bases[src] + offset if offset else bases[src])
+        if (packed is not None and self._apacked
+                and (self._packed is None or self._packed() is not packed)):
+            # the weights' packed A panels (asymo.prepack), made once per PackedConvWeight
+            # (which never changes: set again only for another one); otherwise the GEMM packs
+            # them per call
+            pa = packed.gemm_a()
+            for args, gp in self._apacked:
+                args.a_packed = pa.cdata_for(gp)
+            self._packed = weakref.ref(packed)
+        return arrays, bases
 
+    def _depthwise(self, plan, has_bias, y, residual, pool):
+        job = ffi.new("asymo_dwconv_job *", plan.job[0])
+        self._keep.append(job)
+        self._at(job, "x", _X)
+        self._at(job, "weight", _W)
+        if has_bias:
+            self._at(job, "bias", _B)
+        self._at(job, "y", _Y)
+        job.y_image_stride = y.strides[0] // y.itemsize if y.shape[0] > 1 else plan.plane
+        if residual is not None:  # C-contiguous (_prepare made it so); added inside the tasks
+            self._at(job, "residual", _R)
+            job.residual_image_stride = plan.plane
+        self.calls.append(_tasks_call(pool, _DWCONV_TASK, job, plan.ntasks, plan.counts,
+                                      plan.inline))
 
-def _bind_winograd(plan, x, w, packed, b, y, residual, pool, keep):
-    wp = plan.plan
-    # the transform: kept by a PackedConvWeight, else from the fingerprinted cache
-    u = _winograd.weights_for(w if packed is None else packed, plan.tile)
-    job = ffi.new("asymo_winograd_job *", wp.job[0])
-    job.x, job.u, job.weight = _ptr(x), _ptr(u), _ptr(w)
-    job.bias = ffi.NULL if b is None else _ptr(b)
-    job.residual = ffi.NULL if residual is None else _ptr(residual)
-    job.y = _ptr(y)
-    if y.shape[0] > 1:
-        job.y_image_stride = y.strides[0] // y.itemsize
-    keep += [job, u]
-    return [_tasks_call(pool, _winograd.WINOGRAD_TASK, job, wp.ntasks, wp.counts, wp.inline)]
+    def _winograd(self, plan, has_bias, y, residual, pool):
+        wp = plan.plan
+        self._tile = plan.tile
+        job = ffi.new("asymo_winograd_job *", wp.job[0])
+        self._keep.append(job)
+        for field, src in (("x", _X), ("u", _U), ("weight", _W), ("y", _Y)):
+            self._at(job, field, src)
+        if has_bias:
+            self._at(job, "bias", _B)
+        if residual is not None:
+            self._at(job, "residual", _R)
+        if y.shape[0] > 1:
+            job.y_image_stride = y.strides[0] // y.itemsize
+        self.calls.append(_tasks_call(pool, _winograd.WINOGRAD_TASK, job, wp.ntasks,
+                                      wp.counts, wp.inline))
 
+    def _gemm_args(self, template, m, k, n, rsb, rsc):
+        if template is None:
+            g = ffi.new("asymo_gemm_args *")
+            g.dtype = DTYPE_CODES[self._dtype]
+            g.m, g.k, g.n = m, k, n
+            g.rsa, g.csa = k, 1
+            g.rsb, g.csb = rsb, 1
+            g.rsc, g.csc = rsc, 1
+            g.nbatch = 1
+        else:
+            g = ffi.new("asymo_gemm_args *", template[0])
+            g.n = n
+        self._keep.append(g)
+        return g
 
-def _bind_gemm(plan, x, w, packed, b, y, residual, pool, keep, bound=False):
-    dtype = x.dtype
-    handle = pool._handle
-    n = x.shape[0]
-    cin_g, cout_g, groups, ncols, k = plan.cin_g, plan.cout_g, plan.groups, plan.ncols, plan.k
-    w2 = w.reshape(groups, cout_g, k)
-    # one group: the weights' packed A panels (asymo.prepack), made once per
-    # PackedConvWeight; otherwise the GEMM packs them per call
-    pa = packed.gemm_a() if packed is not None and groups == 1 else None
+    def _gemm(self, plan, x, has_bias, y, residual, pool):
+        handle = pool._handle
+        n, c, h, w = x.shape
+        es = x.itemsize
+        cin_g, cout_g, groups, ncols, k = plan.cin_g, plan.cout_g, plan.groups, plan.ncols, plan.k
+        fused, act = plan.fused_epilogue, plan.fused_activation
+        # a PackedConvWeight's packed A panels serve one-group products of the packed MM kind
+        packs_a = groups == 1
 
-    def a_packed(gp):
-        if pa is None or gp.kind != "mm" or gp.split_dim == "batch":
-            return None
-        return pa.cdata_for(gp)
+        def operands(args, gp, i, g, n0, bsrc, boff):
+            # A: the weights of group g (or their packed panels); B: the image or the column
+            # matrix (None: packed straight from the image); C: output rows of group g,
+            # columns n0.. of image i
+            self._at(args, "a", _W, g * cout_g * k * es)
+            if bsrc is not None:
+                self._at(args, "b", bsrc, boff)
+            self._at(args, "c", _Y, i * y.strides[0] + (g * cout_g * ncols + n0) * es)
+            if packs_a and gp.kind == "mm" and gp.split_dim != "batch":
+                self._apacked.append((args, gp))
+            if fused:
+                if has_bias:
+                    self._at(args, "row_bias", _B, g * cout_g * es)
+                if residual is not None:
+                    self._at(args, "residual", _R, i * residual.strides[0]
+                             + (g * cout_g * ncols + n0) * es)
+                    args.rs_residual = ncols
+                args.activation = act
 
-    fused, act = plan.fused_epilogue, plan.fused_activation
-    es = x.itemsize
+        for i in range(n):
+            for g in range(groups):
+                xoff = (i * c + g * cin_g) * h * w * es
+                if plan.pointwise:
+                    gp = plan.gemm_plan
+                    args = self._gemm_args(None, cout_g, k, ncols, ncols, ncols)
+                    operands(args, gp, i, g, 0, _X, xoff)
+                    self.calls.append((_gemm_call, (handle, args, gp)))
+                elif plan.implicit is not None:
+                    for n0, n1, gp, serial in plan.implicit:
+                        job = ffi.new("asymo_im2col_job *", plan.job[0])
+                        self._keep.append(job)
+                        self._at(job, "x", _X, xoff)
+                        job.col_offset = n0
+                        args = self._gemm_args(plan.gemm_args, cout_g, k, n1 - n0, 0, ncols)
+                        args.pack_b_ctx = job
+                        operands(args, gp, i, g, n0, None, 0)
+                        self.calls.append((_gemm_call, (ffi.NULL if serial else handle, args,
+                                                        gp)))
+                else:
+                    # the column matrix: a bound call's own, else the thread's workspace
+                    self._col_elems = plan.col_elems
+                    for n0, n1, gp, bounds, ncol, nrow, counts, ntasks, inline in plan.chunks:
+                        job = ffi.new("asymo_im2col_job *", plan.job[0])
+                        self._keep.append(job)
+                        self._at(job, "x", _X, xoff)
+                        self._at(job, "col", _COL)
+                        job.ldcol = n1 - n0
+                        job.col_offset = n0
+                        job.col_bounds = bounds
+                        job.ncolblocks = ncol
+                        job.nrowblocks = nrow
+                        args = self._gemm_args(None, cout_g, k, n1 - n0, n1 - n0, ncols)
+                        operands(args, gp, i, g, n0, _COL, 0)
+                        self.calls.append(_tasks_call(pool, _IM2COL_TASK, job, ntasks, counts,
+                                                      inline))
+                        self.calls.append((_gemm_call, (handle, args, gp)))
+        if not fused and plan.epilogue is not None:
+            self._epilogue(plan.epilogue, pool, y, has_bias, residual)
 
-    def epilogue(args, i, g, n0):
-        if fused:
-            args.row_bias = ffi.NULL if b is None else _ptr(b[g * cout_g:])
-            if residual is not None:
-                args.residual = ffi.cast("char *", _ptr(residual[i])) + (
-                    g * cout_g * ncols + n0) * es
-                args.rs_residual = ncols
-            args.activation = act
-
-    calls = []
-    for i in range(n):
-        yi = y[i].reshape(groups * cout_g, ncols)
-        for g in range(groups):
-            yg = yi[g * cout_g:(g + 1) * cout_g]
-            xg = x[i, g * cin_g:(g + 1) * cin_g]
-            if plan.pointwise:
-                gp = plan.gemm_plan
-                args = _gemm_args(dtype, cout_g, k, ncols, _ptr(w2[g]), k,
-                                  _ptr(xg), ncols, _ptr(yg), ncols, a_packed(gp))
-                epilogue(args, i, g, 0)
-                keep.append(args)
-                calls.append((_gemm_call, (handle, args, gp)))
-            elif plan.implicit is not None:
-                for n0, n1, gp, serial in plan.implicit:
-                    job = ffi.new("asymo_im2col_job *", plan.job[0])
-                    job.x = _ptr(xg)
-                    job.col_offset = n0
-                    args = ffi.new("asymo_gemm_args *", plan.gemm_args[0])
-                    args.pack_b_ctx = job
-                    args.a = _ptr(w2[g])
-                    args.n = n1 - n0
-                    args.c = _ptr(yg[:, n0:n1])
-                    ap = a_packed(gp)
-                    if ap is not None:
-                        args.a_packed = ap
-                    epilogue(args, i, g, n0)
-                    keep += [job, args]
-                    calls.append((_gemm_call, (ffi.NULL if serial else handle, args, gp)))
-            else:
-                # a bound call owns its column matrix; a single call uses the thread's
-                col = np.empty(plan.col_elems, dtype) if bound else workspace(plan.col_elems,
-                                                                              dtype)
-                keep.append(col)
-                for n0, n1, gp, bounds, ncol, nrow, counts, ntasks, inline in plan.chunks:
-                    colv = col[:k * (n1 - n0)].reshape(k, n1 - n0)
-                    job = ffi.new("asymo_im2col_job *", plan.job[0])
-                    job.x = _ptr(xg)
-                    job.col = _ptr(colv)
-                    job.ldcol = n1 - n0
-                    job.col_offset = n0
-                    job.col_bounds = bounds
-                    job.ncolblocks = ncol
-                    job.nrowblocks = nrow
-                    args = _gemm_args(dtype, cout_g, k, n1 - n0, _ptr(w2[g]), k,
-                                      _ptr(colv), n1 - n0, _ptr(yg[:, n0:n1]), ncols,
-                                      a_packed(gp))
-                    epilogue(args, i, g, n0)
-                    keep += [job, args]
-                    calls.append(_tasks_call(pool, _IM2COL_TASK, job, ntasks, counts, inline))
-                    calls.append((_gemm_call, (handle, args, gp)))
-    if fused:
-        return calls
-    return calls + _epilogue_calls(plan.epilogue, pool, y, b, residual, keep)
-
-
-def _plan_calls(plan, x, w, packed, b, y, residual, pool, keep, *, bound=False):
-    """The native calls that run ``plan`` on these arrays, as ``(function, args)`` pairs
-    returning a status code; ``keep`` collects what they point to (keep it alive while
-    they run). ``bound``: the calls are kept and repeated (`bind_conv2d`)."""
-    if isinstance(plan, _DepthwisePlan):
-        return _bind_depthwise(plan, x, w, packed, b, y, residual, pool, keep)
-    if isinstance(plan, _WinogradConvPlan):
-        return _bind_winograd(plan, x, w, packed, b, y, residual, pool, keep)
-    return _bind_gemm(plan, x, w, packed, b, y, residual, pool, keep, bound)
-
+    def _epilogue(self, plan_epilogue, pool, y, has_bias, residual):
+        """The epilogue pass over every image of ``y`` as one pool job (a task is a block of
+        one image's channels; the per-image task split scaled by the batch)."""
+        template, ntasks, (inline, counts) = plan_epilogue
+        n = y.shape[0]
+        job = ffi.new("asymo_bias_act_job *", template[0])
+        self._keep.append(job)
+        job.batch = n
+        self._at(job, "y", _Y)
+        job.image_stride = y.strides[0] // y.itemsize
+        if has_bias:
+            self._at(job, "bias", _B)
+        if residual is not None:
+            self._at(job, "residual", _R)
+            job.residual_image_stride = residual.strides[0] // residual.itemsize
+        if counts is not None and n > 1:
+            counts = ffi.new("int64_t[]", [int(c) * n for c in counts])
+            self._keep.append(counts)
+        self.calls.append(_tasks_call(pool, _BIAS_ACT_TASK, job, ntasks * n, counts,
+                                      inline and n == 1))
 
 def _run_calls(calls):
     for fn, args in calls:
@@ -921,17 +1002,147 @@ def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
 
     if c.empty:
         return BoundConv2d([], [], fallback=lambda: None)
-    plain = (c.direct and np.shares_memory(c.xb, x) and c.xb.flags.c_contiguous
-             and (residual is None or (np.shares_memory(c.residual, residual)
-                                       and not np.may_share_memory(residual, out)))
-             and (bias is None or np.shares_memory(c.b, bias)) and pool is not None
-             and c.w is packed.array)
-    if not plain:
+    if pool is None or not _in_place(c, x, packed.array, bias, residual, out):
         return BoundConv2d([], [c], fallback=fallback)
-    keep = [x, packed, bias, residual, out, c]
-    calls = _plan_calls(c.plan_for(pool), c.xb, c.w, packed, c.b, c.target, c.residual, pool,
-                        keep, bound=True)
-    return BoundConv2d(calls, keep)
+    calls = _NativeCalls(c.plan_for(pool)[0], c.xb, c.b, c.target, c.residual, pool, bound=True)
+    keep = [x, packed, bias, residual, out, c, calls,
+            calls.fill(c.xb, c.w, packed, c.b, c.target, c.residual)]
+    return BoundConv2d(calls.calls, keep)
+
+
+def _in_place(c, x, weight_array, bias, residual, out):
+    """Whether the checked call ``c`` runs its kernels on the caller's own arrays (``x``,
+    ``weight_array``, ``bias``, ``residual``, ``out`` or a new output): no copy of an operand,
+    no temporary output. A bound call, and a conv2d call from the call cache, then need only
+    the arrays' addresses."""
+    return (c.direct and c.xb.flags.c_contiguous and np.shares_memory(c.xb, x)
+            and c.w is weight_array
+            and (bias is None or np.shares_memory(c.b, bias))
+            and (residual is None or (np.shares_memory(c.residual, residual)
+                                      and not np.may_share_memory(residual, c.y))))
+
+
+# ---- the call cache: conv2d's path for a call signature it has seen ------------------------
+
+#: signatures each thread keeps (the oldest dropped first)
+CALL_CACHE_SIZE = 32
+_call_local = threading.local()  # .entries: {signature: _CachedCall}
+
+
+def _plan_settings():
+    """The module settings (and the emulator's period) a plan depends on: part of the plan
+    cache's key and checked by the call cache."""
+    return (DEPTHWISE_METHOD, WINOGRAD, WINOGRAD_METHOD, WINOGRAD_F4_MIN_SIZE,
+            WINOGRAD_MIN_CHANNELS, WINOGRAD_F4_MAX_WEIGHT_BYTES, COL_CHUNK_BYTES,
+            COL_CHUNK_COLUMNS, IM2COL_METHOD, IMPLICIT_CHUNK_BYTES, IM2COL_EXPLICIT_MAX_K,
+            _split_cost.emulated_period())
+
+
+def _int_pair(v):
+    # a pair of ints as given (exact types: (True, 1) or (np.int64(1), 1) would compare equal
+    # to (1, 1) in a key but are checked differently)
+    return type(v) is tuple and len(v) == 2 and type(v[0]) is int and type(v[1]) is int
+
+
+def _array_signature(a):
+    """(shape, strides, dtype) of an ndarray (exact type), None for None, False otherwise."""
+    if a is None:
+        return None
+    if type(a) is np.ndarray:
+        return (a.shape, a.strides, a.dtype)
+    return False
+
+
+def _call_signature(x, weight, bias, stride, padding, dilation, groups, activation, residual,
+                    out, pool):
+    """The call cache's key for a conv2d call on plain NumPy arrays, or None (the call is
+    checked and planned in full). Everything conv2d's checks depend on but the arrays'
+    addresses and the output's flags: shapes, strides, dtypes, the arguments (of exact
+    types; an int stands for itself, not for True or 1.0), which optional operands are
+    given, the pool."""
+    wt = type(weight)
+    if type(x) is not np.ndarray or (wt is not np.ndarray and wt is not PackedConvWeight):
+        return None
+    w = weight if wt is np.ndarray else weight.array
+    bs = None if bias is None else _array_signature(bias)
+    rs = None if residual is None else _array_signature(residual)
+    os_ = None if out is None else _array_signature(out)
+    if (bs is False or rs is False or os_ is False or type(groups) is not int
+            or (type(stride) is not int and not _int_pair(stride))
+            or (type(dilation) is not int and not _int_pair(dilation))
+            or (type(padding) is not int and type(padding) is not str
+                and not _int_pair(padding))
+            or (activation is not None and type(activation) is not str)):
+        return None
+    return (x.shape, x.strides, x.dtype, wt, w.shape, w.strides, w.dtype, bs, rs, os_,
+            stride, padding, dilation, groups, activation, None if pool is None else id(pool))
+
+
+class _CachedCall:
+    """A call signature's native calls and plan on one pool (with the pool's limit and the
+    plan settings they were made under) and the shape of its result."""
+
+    __slots__ = ("calls", "plan", "plan_key", "pool", "limit", "settings", "shape", "dtype",
+                 "busy")
+
+
+def _cached_conv2d(sig, x, weight, bias, residual, out, pool):
+    """conv2d's result from the call cache, or None when the cache cannot serve this call
+    (then the full path runs, checks everything and may add the signature)."""
+    entries = getattr(_call_local, "entries", None)
+    e = None if entries is None else entries.get(sig)
+    if e is None or e.busy:  # busy: a re-entrant call (a signal handler) on this thread
+        return None
+    w = weight.array if type(weight) is PackedConvWeight else weight
+    if out is not None:
+        # (what the full path copies, or computes through a temporary, for this call)
+        if (not out.flags.writeable or np.may_share_memory(out, x)
+                or np.may_share_memory(out, w)
+                or (bias is not None and np.may_share_memory(out, bias))
+                or (residual is not None and np.may_share_memory(out, residual))):
+            return None
+    if type(pool) is _Pool:
+        pool._acquire()
+    else:
+        pool = _acquire_pool(pool)  # the default pool (or the type error)
+    try:
+        # valid while its plan is: the same pool, limit and settings, and the plan still in
+        # the plan cache (which may have been emptied since)
+        if (e.pool() is not pool or lib.asymo_pool_get_limit(pool._handle) != e.limit
+                or _plan_settings() != e.settings
+                or _cached_plan(pool, e.plan_key) is not e.plan):
+            return None
+        y = np.empty(e.shape, e.dtype) if out is None else out
+        e.busy = True
+        try:
+            keep = e.calls.fill(x, w, None if w is weight else weight, bias, y, residual)
+            _run_calls(e.calls.calls)
+        finally:
+            e.busy = False
+        del keep
+    finally:
+        pool._release()
+    return y
+
+
+def _cache_call(sig, calls, plan, plan_key, pool, limit, settings, y):
+    entries = getattr(_call_local, "entries", None)
+    if entries is None:
+        entries = _call_local.entries = {}
+    entries.pop(sig, None)
+    while len(entries) >= CALL_CACHE_SIZE:
+        del entries[next(iter(entries))]
+    e = _CachedCall()
+    e.calls, e.plan, e.plan_key = calls, plan, plan_key
+    e.pool, e.limit, e.settings = weakref.ref(pool), limit, settings
+    e.shape, e.dtype, e.busy = y.shape, y.dtype, False
+    entries[sig] = e
+
+
+def clear_call_cache():
+    """Forget the calling thread's cached conv2d call signatures (tests, benchmarks)."""
+    _call_local.entries = {}
+
 
 _IM2COL_TASK = task_fn("asymo_im2col_task")
 _IM2COL_PACK_B = task_fn("asymo_im2col_pack_b")
