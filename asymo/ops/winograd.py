@@ -194,8 +194,11 @@ def _drop(key, ref):
 
 # ---- plans ------------------------------------------------------------------------------------
 
-# Tasks per worker to aim for (load balance, and stealing room on an asymmetric pool).
+# Tasks per worker to aim for: tile blocks (load balance, and stealing room on an asymmetric
+# pool), and channel blocks, which cost more: each transforms its tiles' input again
+# (docs/winograd.md has the measurements).
 TASKS_PER_WORKER = 4
+CHANNEL_TASKS_PER_WORKER = 1
 
 
 class WinogradPlan:
@@ -249,10 +252,11 @@ class WinogradPlan:
         job.tiles_per_task = tb
         job.tile_blocks = -(-ntiles // tb)
         # Channel blocks: only as many as the workers need (each block transforms its tiles'
-        # input again), at least 4 panels each.
+        # input again; one worker needs none), at least 4 panels each.
         kpanels = -(-k // MR)
         blocks = n * int(job.tile_blocks)
-        kb = max(1, min(-(-want // blocks), kpanels // 4 if kpanels >= 8 else 1))
+        want_k = CHANNEL_TASKS_PER_WORKER * workers if workers > 1 else 1
+        kb = max(1, min(-(-want_k // blocks), kpanels // 4 if kpanels >= 8 else 1))
         per = -(-kpanels // kb) * MR
         job.k_per_block = per
         job.k_blocks = -(-k // per)
