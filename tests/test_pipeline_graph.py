@@ -426,12 +426,14 @@ def test_cli_pipeline_onnx(tmp_path):
     onnx.save(_small_cnn(), str(path))
     env = dict(os.environ)
     r = subprocess.run([sys.executable, "-m", "asymo", "pipeline", str(path), "--frames", "4",
-                        "--executors", "ort", "--json"], capture_output=True, text=True,
-                       timeout=300, env=env)
+                        "--executors", "ort", "--json", "--stages-only"], capture_output=True,
+                       text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["segments"] > 3 and out["throughput"] > 0
     assert {s["executor"] for s in out["plan"]["stages"]} == {"ort"}
+    assert out["plan"]["mode"] == "pipeline"
+    assert not any(t["pipeline"].startswith("frames:") for t in out["plan"]["trials"])
     assert isinstance(out["prediction_ok"], bool)
     r = subprocess.run([sys.executable, "-m", "asymo", "pipeline", str(path),
                         "--executors", "nope"], capture_output=True, text=True, timeout=120)
