@@ -566,8 +566,7 @@ def _try(graph, stages, topology, frames, timeout, mode="pipeline"):
         frames *= 2
     rng = np.random.default_rng(1)
     x = rng.standard_normal((frames + 2,) + tuple(graph.input_shape), dtype=np.float32)
-    with plan_runtime(graph, stages, mode, topology=topology, timeout=timeout,
-                      frame_times=[s.predicted_time for s in stages]) as p:
+    with plan_runtime(graph, stages, mode, topology=topology, timeout=timeout) as p:
         p.run(x[:2])
         _, rs = p.run(x[2:])
     return float(rs.throughput), [float(t) for t in rs.stage_time]

@@ -191,18 +191,18 @@ def graph_parallel_frames(graph, groups, *, topology=None, timeout=None, pin_thr
                           pool_factory=_runner_factory(graph, by_cpus, 0, topology))
 
 
-def plan_runtime(graph, stages, mode="pipeline", *, topology=None, timeout=None,
-                 frame_times=None):
-    """The runtime for a plan's stages (anything with ``executor``, ``cpus``, ``segments``):
-    whole frames per group (``mode == "parallel"``), one stage run frame after frame in one
-    pinned thread (``KernelLevel``: no queues to hand frames through), or a pipeline."""
+def plan_runtime(graph, stages, mode="pipeline", *, topology=None, timeout=None):
+    """The runtime for a plan's stages (``GraphStage``: executor, cpus, segments, times):
+    whole frames per group (``mode == "parallel"``, each group's frame time its measured one
+    where a trial ran it, else the predicted), one stage run frame after frame in one pinned
+    thread (``KernelLevel``: no queues to hand frames through), or a pipeline."""
     if topology is None:
         from asymo.hw.topology import detect
         topology = detect()
     if mode == "parallel":
         return graph_parallel_frames(graph, [(s.executor, s.cpus) for s in stages],
                                      topology=topology, timeout=timeout,
-                                     frame_times=frame_times)
+                                     frame_times=[_frame_time(s) for s in stages])
     if mode != "pipeline":
         raise ValueError(f"mode must be 'pipeline' or 'parallel', got {mode!r}")
     if len(stages) == 1:
@@ -223,7 +223,7 @@ def open_plan(graph, plan, *, topology=None, timeout=None):
     ``run(frames)`` gives ``(outputs, RunStats)``."""
     return plan_runtime(graph, plan.stages, plan.mode,
                         topology=plan.topology if topology is None else topology,
-                        timeout=timeout, frame_times=[_frame_time(s) for s in plan.stages])
+                        timeout=timeout)
 
 
 def _frame_time(stage):

@@ -192,6 +192,16 @@ ATTR static void plane_masked(const asymo_dwconv_job *job, int64_t n, int64_t oc
 /* Rows up to this wide are staged (below); wider ones read the planes with masked loads. */
 enum { STAGE_MAX_W = 256, STAGE_LEFT = 8, STAGE_FLOATS = 2048 };
 
+/* The accumulator's start for outputs [ox, ox + 8): bias, plus the residual row when there is
+ * one (a masked load past the row's end). */
+INLINE __m256 bias_residual(__m256 bias, const float *rr, int64_t ox, int full, __m256i tail)
+{
+    if (!rr)
+        return bias;
+    return _mm256_add_ps(bias, full ? _mm256_loadu_ps(rr + ox)
+                                    : _mm256_maskload_ps(rr + ox, tail));
+}
+
 /* One output row from zero-padded input rows (column ix at r[k][ix], r[k][-STAGE_LEFT .. -1]
  * and everything past the row zero): plain loads only; the last vector's store is masked. */
 INLINE void out_row_staged(float *yr, const float *rr, const float *const *r, const __m256 *wk,
@@ -202,12 +212,8 @@ INLINE void out_row_staged(float *yr, const float *rr, const float *const *r, co
     for (int64_t ox = 0; ox < ow; ox += 8) {
         const int64_t ix = ox * stride - pw;
         const int full = ox + 8 <= ow;
-        __m256 acc = bias;
-        if (rr)
-            acc = _mm256_add_ps(acc, full ? _mm256_loadu_ps(rr + ox)
-                                          : _mm256_maskload_ps(rr + ox, tail));
         /* one chain per input row: a 9-FMA chain's latency bounded the small planes */
-        __m256 part[3] = {acc, zero, zero};
+        __m256 part[3] = {bias_residual(bias, rr, ox, full, tail), zero, zero};
         for (int k = 0; k < 3; k++)
             if (r[k])
                 part[k] = row_taps(part[k], r[k], ix, 0, wk + 3 * k, stride, 0);
@@ -225,11 +231,7 @@ INLINE void out_row_staged_s2(float *yr, const float *rr, const float *const *r,
     const __m256 zero = _mm256_setzero_ps();
     for (int64_t ox = 0; ox < ow; ox += 8) {
         const int full = ox + 8 <= ow;
-        __m256 acc = bias;
-        if (rr)
-            acc = _mm256_add_ps(acc, full ? _mm256_loadu_ps(rr + ox)
-                                          : _mm256_maskload_ps(rr + ox, tail));
-        __m256 part[3] = {acc, zero, zero};
+        __m256 part[3] = {bias_residual(bias, rr, ox, full, tail), zero, zero};
         for (int k = 0; k < 3; k++) {
             if (!r[k])
                 continue;
