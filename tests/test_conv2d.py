@@ -561,6 +561,32 @@ def test_shallow_strided_layers_take_explicit_im2col(monkeypatch):
         assert plans and all((p.implicit is not None) == deep for p in plans)
 
 
+@pytest.mark.parametrize("method", ["explicit", "implicit"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_im2col_row_gathers_every_width_stride_and_padding(method, dtype):
+    """The vector row gathers of both im2col forms (unit and stride 2; a stride-2 vector reads
+    one element past its last): widths around one and two slivers, every padding, kernels
+    whose last tap reaches the row's end, against the float64 reference."""
+    import asymo.ops.conv as conv_mod
+
+    rng = np.random.default_rng(41)
+    with _forced_implicit() as mod:
+        if method == "explicit":
+            mod.IM2COL_METHOD = "explicit"
+        for k in (3, 7):
+            for stride in (1, 2, 3):
+                for width in (13, 16, 17, 31, 33, 40):
+                    for pad in range(k // 2 + 1):
+                        x = rng.standard_normal((1, 2, k + 1, width)).astype(dtype)
+                        w = rng.standard_normal((5, 2, k, k)).astype(dtype)
+                        y = conv2d(x, w, None, stride, pad)
+                        _close(y, reference.conv2d(x, w, None, stride, pad, 1, 1, None),
+                               dtype)
+        used = _implicit_plans(mod)
+    assert bool(used) == (method == "implicit")
+    assert conv_mod.IM2COL_METHOD == "implicit"
+
+
 # ---- the direct 3x3 depthwise kernels (3x3, stride 1 / 2, padding <= 1, multiplier 1) ----
 
 def _dw_torch_ref(x, w, b, stride, padding, activation, residual=None, dilation=1):

@@ -33,6 +33,41 @@ ALWAYS_INLINE void valid_range(int64_t offset, int64_t stride, int64_t width, in
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* Strided row gather, the inner loop of both im2col forms: d[o] = src[o * sw] for o < n.
+ * Unit and stride-2 rows (every CNN layer but a few stems) run on 32-byte vectors: a stride-2
+ * vector is the even lanes of two consecutive loads, so it reads one element past the last
+ * one used; `avail` (elements readable from src) bounds the vector loop, the rest is scalar.
+ * GCC vector extensions: AVX registers in the AVX2 / AVX-512 variants, pairs elsewhere. */
+#pragma GCC diagnostic ignored "-Wpsabi" /* static inline vector helpers: no ABI crosses */
+
+#define DEFINE_GATHER(T, IT, SFX)                                                             \
+typedef T vec_##SFX __attribute__((vector_size(32), aligned(sizeof(T))));                     \
+typedef IT ivec_##SFX __attribute__((vector_size(32)));                                       \
+ALWAYS_INLINE void gather_run_##SFX(T *restrict d, const T *restrict src, int64_t n,          \
+                                    int64_t sw, int64_t avail)                               \
+{                                                                                             \
+    enum { L = 32 / sizeof(T) };                                                              \
+    int64_t o = 0;                                                                            \
+    if (sw == 1) {                                                                            \
+        for (; o + L <= n; o += L)                                                            \
+            *(vec_##SFX *)(d + o) = *(const vec_##SFX *)(src + o);                            \
+    } else if (sw == 2) {                                                                     \
+        ivec_##SFX even;                                                                      \
+        for (int i = 0; i < L; i++)                                                           \
+            even[i] = 2 * i;                                                                  \
+        for (; o + L <= n && 2 * (o + L) <= avail; o += L)                                    \
+            *(vec_##SFX *)(d + o) = __builtin_shuffle(*(const vec_##SFX *)(src + 2 * o),     \
+                                                      *(const vec_##SFX *)(src + 2 * o + L),  \
+                                                      even);                                  \
+    }                                                                                         \
+    for (; o < n; o++)                                                                        \
+        d[o] = src[o * sw];                                                                   \
+}
+
+DEFINE_GATHER(float, int32_t, f32)
+DEFINE_GATHER(double, int64_t, f64)
+
+/* ---------------------------------------------------------------------------------------- */
 /* Kernel bodies, instantiated per element type. */
 
 #define DEFINE_BODIES(T, SFX)                                                                 \
@@ -99,9 +134,7 @@ ALWAYS_INLINE void im2col_body_##SFX(const asymo_im2col_job *job, int64_t k0, in
                 } else if (sw == 1) {                                                         \
                     memcpy(d + a, src, (size_t)(b - a) * sizeof(T));                          \
                 } else {                                                                      \
-                    T *restrict dd = d + a;                                                   \
-                    for (int64_t o = 0; o < b - a; o++)                                       \
-                        dd[o] = src[o * sw];                                                  \
+                    gather_run_##SFX(d + a, src, b - a, sw, W - dx - a * sw);                 \
                 }                                                                             \
                 if (ox1 > b)                                                                  \
                     memset(d + b, 0, (size_t)(ox1 - b) * sizeof(T));                          \
@@ -115,11 +148,102 @@ DEFINE_BODIES(float, f32)
 DEFINE_BODIES(double, f64)
 
 /* ---------------------------------------------------------------------------------------- */
+/* Implicit im2col: the GEMM's B packer (asymo_gemm_args.pack_b) reading the image itself.
+ *
+ * Packs rows [p0, p0 + kb) x columns [j0, j0 + cols) of the column matrix as one nr-wide
+ * sliver (dst[p * nr + j]) without ever writing the column matrix: the GEMM's tasks pack their
+ * panels on the cluster that consumes them, and a convolution is one GEMM job, no separate
+ * im2col pass and no synchronisation between the two. Per row p = (c, ky, kx) the valid
+ * output-column range depends only on kx, so it is computed once per call. */
+#define PACK_MAX_KW 32
+
+#define DEFINE_PACK_B(T, SFX)                                                                 \
+ALWAYS_INLINE void im2col_pack_b_body_##SFX(const asymo_im2col_job *job, T *restrict dst,     \
+                                             int64_t j0, int64_t cols, int64_t p0, int64_t kb, \
+                                             int64_t nr, const int64_t sw)                    \
+{                                                                                             \
+    const asymo_conv_geometry *g = &job->geom;                                               \
+    const T *x = (const T *)job->x;                                                           \
+    const int64_t kh = g->kernel_h, kw = g->kernel_w, H = g->height, W = g->width;            \
+    const int64_t ow = g->out_w, sh = g->stride_h;                                            \
+    int64_t los[PACK_MAX_KW], his[PACK_MAX_KW];                                               \
+    for (int64_t q = 0; q < kw && q < PACK_MAX_KW; q++)                                       \
+        valid_range(q * g->dilation_w - g->pad_w, sw, W, ow, &los[q], &his[q]);               \
+    j0 += job->col_offset;                                                                    \
+    const int64_t oy0 = j0 / ow, ox0 = j0 - oy0 * ow;                                         \
+    const int64_t khw = kh * kw;                                                              \
+    int64_t c = p0 / khw, rem = p0 - c * khw, ky = rem / kw, kx = rem - ky * kw;              \
+    /* a full sliver inside one output row, 64 bytes wide (the AVX2 kernels' nr): the     \
+       vector loop unrolls to two vectors */                                                  \
+    enum { ROW_SLIVER = 64 / sizeof(T) };                                                     \
+    const int row_sliver = nr == ROW_SLIVER && cols == nr && ox0 + cols <= ow;                \
+    for (int64_t p = 0; p < kb; p++) {                                                        \
+        T *restrict d = dst + p * nr;                                                         \
+        const T *xc = x + c * H * W;                                                          \
+        const int64_t dy = ky * g->dilation_h - g->pad_h, dx = kx * g->dilation_w - g->pad_w; \
+        int64_t lo, hi;                                                                       \
+        if (kx < PACK_MAX_KW) {                                                               \
+            lo = los[kx];                                                                     \
+            hi = his[kx];                                                                     \
+        } else {                                                                              \
+            valid_range(dx, sw, W, ow, &lo, &hi);                                             \
+        }                                                                                     \
+        if (row_sliver) {                                                                     \
+            /* the common case: the whole sliver reads one input row, inside the plane */     \
+            const int64_t iy = oy0 * sh + dy, sx = ox0 * sw + dx;                             \
+            if (iy >= 0 && iy < H && sx >= 0 && sx + nr * sw <= W) {                          \
+                gather_run_##SFX(d, xc + iy * W + sx, ROW_SLIVER, sw, W - sx);                \
+                goto next_row;                                                                \
+            }                                                                                 \
+        }                                                                                     \
+        int64_t j = 0, oy = oy0, ox = ox0;                                                    \
+        while (j < cols) {                                                                    \
+            const int64_t run = min64(cols - j, ow - ox);                                     \
+            const int64_t iy = oy * sh + dy;                                                  \
+            T *restrict dd = d + j - ox; /* dd[o]: output column o of this output row */      \
+            if (iy < 0 || iy >= H) {                                                          \
+                for (int64_t o = ox; o < ox + run; o++)                                       \
+                    dd[o] = (T)0;                                                             \
+            } else {                                                                          \
+                const int64_t a = min64(max64(ox, lo), ox + run);                             \
+                const int64_t b = max64(a, min64(ox + run, hi));                              \
+                const T *src = xc + iy * W + dx; /* src[o * sw]: output column o */          \
+                for (int64_t o = ox; o < a; o++)                                              \
+                    dd[o] = (T)0;                                                             \
+                gather_run_##SFX(dd + a, src + a * sw, b - a, sw, W - dx - a * sw);           \
+                for (int64_t o = b; o < ox + run; o++)                                        \
+                    dd[o] = (T)0;                                                             \
+            }                                                                                 \
+            j += run;                                                                         \
+            ox = 0;                                                                           \
+            oy++;                                                                             \
+        }                                                                                     \
+        for (; j < nr; j++)                                                                   \
+            d[j] = (T)0;                                                                      \
+    next_row:                                                                                 \
+        if (++kx == kw) {                                                                     \
+            kx = 0;                                                                           \
+            if (++ky == kh) {                                                                 \
+                ky = 0;                                                                       \
+                c++;                                                                          \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+}
+
+DEFINE_PACK_B(float, f32)
+DEFINE_PACK_B(double, f64)
+
+/* ---------------------------------------------------------------------------------------- */
 /* ISA variants and run-time dispatch. */
 
 typedef struct {
     void (*im2col_f32)(const asymo_im2col_job *, int64_t, int64_t, int64_t, int64_t);
     void (*im2col_f64)(const asymo_im2col_job *, int64_t, int64_t, int64_t, int64_t);
+    void (*pack_b_f32)(const asymo_im2col_job *, void *, int64_t, int64_t, int64_t, int64_t,
+                       int64_t);
+    void (*pack_b_f64)(const asymo_im2col_job *, void *, int64_t, int64_t, int64_t, int64_t,
+                       int64_t);
     const char *name;
 } conv_kernels;
 
@@ -128,8 +252,24 @@ ATTR static void im2col_f32_##ISA(const asymo_im2col_job *j, int64_t a, int64_t 
                                   int64_t c, int64_t d) { im2col_body_f32(j, a, b, c, d); }   \
 ATTR static void im2col_f64_##ISA(const asymo_im2col_job *j, int64_t a, int64_t b,            \
                                   int64_t c, int64_t d) { im2col_body_f64(j, a, b, c, d); }   \
+ATTR static void pack_b_f32_##ISA(const asymo_im2col_job *j, void *d, int64_t j0,            \
+                                  int64_t cols, int64_t p0, int64_t kb, int64_t nr)           \
+{                                                                                             \
+    const int64_t sw = j->geom.stride_w; /* constant strides: the gathers unroll */           \
+    if (sw == 1) im2col_pack_b_body_f32(j, (float *)d, j0, cols, p0, kb, nr, 1);              \
+    else if (sw == 2) im2col_pack_b_body_f32(j, (float *)d, j0, cols, p0, kb, nr, 2);         \
+    else im2col_pack_b_body_f32(j, (float *)d, j0, cols, p0, kb, nr, sw);                     \
+}                                                                                             \
+ATTR static void pack_b_f64_##ISA(const asymo_im2col_job *j, void *d, int64_t j0,            \
+                                  int64_t cols, int64_t p0, int64_t kb, int64_t nr)           \
+{                                                                                             \
+    const int64_t sw = j->geom.stride_w;                                                      \
+    if (sw == 1) im2col_pack_b_body_f64(j, (double *)d, j0, cols, p0, kb, nr, 1);             \
+    else if (sw == 2) im2col_pack_b_body_f64(j, (double *)d, j0, cols, p0, kb, nr, 2);        \
+    else im2col_pack_b_body_f64(j, (double *)d, j0, cols, p0, kb, nr, sw);                    \
+}                                                                                             \
 static const conv_kernels kernels_##ISA = {                                                   \
-    im2col_f32_##ISA, im2col_f64_##ISA, #ISA};
+    im2col_f32_##ISA, im2col_f64_##ISA, pack_b_f32_##ISA, pack_b_f64_##ISA, #ISA};
 
 DEFINE_VARIANT(, portable)
 #if defined(__x86_64__)
@@ -188,91 +328,14 @@ void asymo_bias_act_task(int64_t task, void *ctx)
       plane, job->activation);
 }
 
-/* ---------------------------------------------------------------------------------------- */
-/* Implicit im2col: the GEMM's B packer (asymo_gemm_args.pack_b) reading the image itself.
- *
- * Packs rows [p0, p0 + kb) x columns [j0, j0 + cols) of the column matrix as one nr-wide
- * sliver (dst[p * nr + j]) without ever writing the column matrix: the GEMM's tasks pack their
- * panels on the cluster that consumes them, and a convolution is one GEMM job, no separate
- * im2col pass and no synchronisation between the two. Per row p = (c, ky, kx) the valid
- * output-column range depends only on kx, so it is computed once per call. */
-#define PACK_MAX_KW 32
-
-#define DEFINE_PACK_B(T, SFX)                                                                 \
-static void im2col_pack_b_##SFX(const asymo_im2col_job *job, T *restrict dst, int64_t j0,     \
-                                int64_t cols, int64_t p0, int64_t kb, int64_t nr)             \
-{                                                                                             \
-    const asymo_conv_geometry *g = &job->geom;                                               \
-    const T *x = (const T *)job->x;                                                           \
-    const int64_t kh = g->kernel_h, kw = g->kernel_w, H = g->height, W = g->width;            \
-    const int64_t ow = g->out_w, sh = g->stride_h, sw = g->stride_w;                          \
-    int64_t los[PACK_MAX_KW], his[PACK_MAX_KW];                                               \
-    for (int64_t q = 0; q < kw && q < PACK_MAX_KW; q++)                                       \
-        valid_range(q * g->dilation_w - g->pad_w, sw, W, ow, &los[q], &his[q]);               \
-    j0 += job->col_offset;                                                                    \
-    const int64_t oy0 = j0 / ow, ox0 = j0 - oy0 * ow;                                         \
-    const int64_t khw = kh * kw;                                                              \
-    int64_t c = p0 / khw, rem = p0 - c * khw, ky = rem / kw, kx = rem - ky * kw;              \
-    for (int64_t p = 0; p < kb; p++) {                                                        \
-        T *restrict d = dst + p * nr;                                                         \
-        const T *xc = x + c * H * W;                                                          \
-        const int64_t dy = ky * g->dilation_h - g->pad_h, dx = kx * g->dilation_w - g->pad_w; \
-        int64_t lo, hi;                                                                       \
-        if (kx < PACK_MAX_KW) {                                                               \
-            lo = los[kx];                                                                     \
-            hi = his[kx];                                                                     \
-        } else {                                                                              \
-            valid_range(dx, sw, W, ow, &lo, &hi);                                             \
-        }                                                                                     \
-        int64_t j = 0, oy = oy0, ox = ox0;                                                    \
-        while (j < cols) {                                                                    \
-            const int64_t run = min64(cols - j, ow - ox);                                     \
-            const int64_t iy = oy * sh + dy;                                                  \
-            T *restrict dd = d + j - ox; /* dd[o]: output column o of this output row */      \
-            if (iy < 0 || iy >= H) {                                                          \
-                for (int64_t o = ox; o < ox + run; o++)                                       \
-                    dd[o] = (T)0;                                                             \
-            } else {                                                                          \
-                const int64_t a = min64(max64(ox, lo), ox + run);                             \
-                const int64_t b = max64(a, min64(ox + run, hi));                              \
-                const T *src = xc + iy * W + dx; /* src[o * sw]: output column o */          \
-                for (int64_t o = ox; o < a; o++)                                              \
-                    dd[o] = (T)0;                                                             \
-                if (sw == 1) {                                                                \
-                    for (int64_t o = a; o < b; o++)                                           \
-                        dd[o] = src[o];                                                       \
-                } else {                                                                      \
-                    for (int64_t o = a; o < b; o++)                                           \
-                        dd[o] = src[o * sw];                                                  \
-                }                                                                             \
-                for (int64_t o = b; o < ox + run; o++)                                        \
-                    dd[o] = (T)0;                                                             \
-            }                                                                                 \
-            j += run;                                                                         \
-            ox = 0;                                                                           \
-            oy++;                                                                             \
-        }                                                                                     \
-        for (; j < nr; j++)                                                                   \
-            d[j] = (T)0;                                                                      \
-        if (++kx == kw) {                                                                     \
-            kx = 0;                                                                           \
-            if (++ky == kh) {                                                                 \
-                ky = 0;                                                                       \
-                c++;                                                                          \
-            }                                                                                 \
-        }                                                                                     \
-    }                                                                                         \
-}
-
-DEFINE_PACK_B(float, f32)
-DEFINE_PACK_B(double, f64)
 
 void asymo_im2col_pack_b(const void *ctx, void *dst, int64_t j0, int64_t cols, int64_t p0,
                          int64_t kb, int64_t nr)
 {
     const asymo_im2col_job *job = (const asymo_im2col_job *)ctx;
+    const conv_kernels *k = select_kernels();
     if (job->dtype == CONV_DTYPE_F64)
-        im2col_pack_b_f64(job, (double *)dst, j0, cols, p0, kb, nr);
+        k->pack_b_f64(job, dst, j0, cols, p0, kb, nr);
     else
-        im2col_pack_b_f32(job, (float *)dst, j0, cols, p0, kb, nr);
+        k->pack_b_f32(job, dst, j0, cols, p0, kb, nr);
 }
