@@ -246,6 +246,7 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
 
     const int64_t total = geometry(&J, g, p);
     const int es = J.es, mr = J.mr, nr = J.nr;
+    int any_direct = 0;
     J.mpad = cdiv(g->m, mr) * mr;
     J.npad = cdiv(g->n, nr) * nr;
     if (p->kind == ASYMO_GEMM_MM && p->split_dim != ASYMO_SPLIT_BATCH && g->k > 0) {
@@ -259,6 +260,9 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
                 C->bpre = packed_layout(g->b_packed, p->isa, C->kc, g->k);
             if ((!C->apre && !g->a) || (!C->bpre && !g->b && !g->pack_b))
                 return ASYMO_EINVAL;
+            C->direct_b = !C->bpre && !g->pack_b && g->b && g->csb == 1
+                          && J.kern->ukr_strided_b && C->r1 - C->r0 <= DIRECT_B_MAX_ROWS;
+            any_direct |= C->direct_b;
         }
     }
 
@@ -277,7 +281,7 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
         J.apack_bytes = round_up((size_t)(cdiv(min64(max_mc, g->m), mr) * mr * kcap) * es,
                                  ASYMO_ALIGN);
         J.tile_bytes = round_up((size_t)(mr * nr) * es, ASYMO_ALIGN);
-        if (batch_split || (pool && p->nclusters > 1))
+        if (batch_split || (pool && p->nclusters > 1) || any_direct)
             J.bslot_bytes = round_up(
                 (size_t)(cdiv(min64(max_nc, g->n), nr) * nr * kcap) * es, ASYMO_ALIGN);
     }
@@ -323,7 +327,7 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
         if (need_mm && !batch_split) {
             for (int c = 0; c < p->nclusters; c++) {
                 cluster_part *C = &J.cl[c];
-                if (!C->ntasks || C->bpre)
+                if (!C->ntasks || C->bpre || C->direct_b)
                     continue;
                 C->nsl = cdiv(min64(C->nc, C->q1 - C->q0), nr);
                 C->panel_elems = C->nsl * nr * min64(C->kc, g->k);
@@ -350,7 +354,7 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
         } else if (p->kind == ASYMO_GEMM_MM) {
             for (int c = 0; c < p->nclusters; c++) {
                 cluster_part *C = &J.cl[c];
-                if (!C->ntasks || C->bpre)
+                if (!C->ntasks || C->bpre || C->direct_b)
                     continue;
                 const int64_t npanels = C->ntn * C->npc;
                 for (int64_t i = 0; i < npanels; i++)

@@ -21,6 +21,13 @@
 
 #define MAXC ASYMO_GEMM_MAX_CLUSTERS
 
+/* A cluster computing at most this many rows of C has its kernel read B in place (when the
+ * kernel family can): a packed B sliver would serve only a few micro-panels of mr rows, too
+ * few to repay the copy. */
+#ifndef DIRECT_B_MAX_ROWS
+#define DIRECT_B_MAX_ROWS 48
+#endif
+
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -78,6 +85,7 @@ typedef struct {
     int64_t panel_elems;    /* elements of a full panel */
     char *bpack;
     const char *apre, *bpre; /* pre-packed A / B layout this cluster uses, or NULL */
+    int direct_b;           /* B read in place by the kernel (no shared panels, see mm.c) */
     _Atomic int64_t *claim; /* per panel: next sliver to pack */
     _Atomic unsigned char *ready; /* per panel and sliver: packed */
 } cluster_part;

@@ -45,11 +45,14 @@ static inline void pack_b_sliver(const job *J, const operands *o, void *dst, int
         J->ops->pack_b(dst, o->b, o->rsb, o->csb, jj, cols, p0, kb, J->nr);
 }
 
-/* Compute C[i0:i1, j0:j1] += / = Apack @ Bsliver... for one kc step; `bsl(s)` gives sliver s.
+/* Compute C[i0:i1, j0:j1] += / = Apack @ Bsliver... for one kc step; sliver s is packed at
+ * bpanel + s * kb * nr, or, when `bdirect` is set (B read in place, rows p0.. of B), full
+ * slivers are read there and only a partial one is packed (into bpanel, by this thread).
  * `last`: the last K step, after which the block gets the epilogue while it is in cache. */
 static void mm_macro(const job *J, const operands *o, const char *apack, char *tile,
                      int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t kb, int accumulate,
-                     const cluster_part *C, int64_t panel, const char *bpanel, int last)
+                     const cluster_part *C, int64_t panel, const char *bpanel, int last,
+                     const char *bdirect, int64_t p0)
 {
     const int epi = last && (o->bias || o->res || o->act);
     const int mr = J->mr, nr = J->nr, es = J->es;
@@ -60,11 +63,23 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
         if (C)
             spin_until_ready(&C->ready[panel * C->nsl + s]);
         const char *bs = bpanel + (size_t)(s * kb * nr) * es;
+        const int in_place = bdirect && cols == nr;
+        if (in_place)
+            bs = bdirect + jj * es;
+        else if (bdirect)
+            pack_b_sliver(J, o, (char *)bs, jj, cols, p0, kb);
         const char *ap = apack;
         for (int64_t ii = i0; ii < i1; ii += mr) {
             const int64_t rows = min64(mr, i1 - ii);
             char *cp = o->c + (ii * o->rsc + jj * o->csc) * es;
-            if (rows == mr && cols == nr && o->csc == 1) {
+            if (in_place) {
+                if (rows == mr && o->csc == 1) {
+                    J->kern->ukr_strided_b(kb, ap, bs, o->rsb, cp, o->rsc, accumulate);
+                } else {
+                    J->kern->ukr_strided_b(kb, ap, bs, o->rsb, tile, nr, 0);
+                    J->ops->merge(cp, o->rsc, o->csc, tile, nr, rows, cols, accumulate);
+                }
+            } else if (rows == mr && cols == nr && o->csc == 1) {
                 J->kern->ukr(kb, ap, bs, cp, o->rsc, accumulate);
             } else {
                 /* an edge: into the tile, then the valid part into C */
@@ -113,7 +128,14 @@ void mm_task(int64_t t, void *ctx)
                            J->kern->pack_a_rows);
         if (C->bpre) {
             mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0,
-                     C->bpre + (size_t)(p0 * J->npad + j0 * kb) * es, pc == C->npc - 1);
+                     C->bpre + (size_t)(p0 * J->npad + j0 * kb) * es, pc == C->npc - 1,
+                     NULL, 0);
+            continue;
+        }
+        if (C->direct_b) { /* few rows of A: the kernel reads B where it is */
+            mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0,
+                     J->bslot + J->bslot_bytes * slot, pc == C->npc - 1,
+                     o->b + p0 * o->rsb * es, p0);
             continue;
         }
         if (stolen) {
@@ -124,7 +146,7 @@ void mm_task(int64_t t, void *ctx)
                               min64(nr, j1 - jj), p0, kb);
             }
             mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0, own,
-                     pc == C->npc - 1);
+                     pc == C->npc - 1, NULL, 0);
             continue;
         }
         char *bpanel = C->bpack + (size_t)(panel * C->panel_elems) * es;
@@ -142,7 +164,7 @@ void mm_task(int64_t t, void *ctx)
             }
         }
         mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, C, panel, bpanel,
-                 pc == C->npc - 1);
+                 pc == C->npc - 1, NULL, 0);
     }
 }
 
@@ -165,7 +187,7 @@ void mm_serial(const job *J, const operands *o, const cluster_part *C, int slot)
                 J->ops->pack_a(apack, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr,
                                J->kern->pack_a_rows);
                 mm_macro(J, o, apack, tile, i0, i1, j0, j1, kb, p0 > 0, NULL, 0, bpanel,
-                         p0 + kb == o->k);
+                         p0 + kb == o->k, NULL, 0);
             }
         }
     }

@@ -14,6 +14,10 @@
 typedef void (*asymo_ukr_fn)(int64_t k, const void *a, const void *b, void *c, int64_t rsc,
                              int accumulate);
 
+/* The same product with B read in place: b[p * ldb + j], j < nr (unit column stride). */
+typedef void (*asymo_ukr_strided_b_fn)(int64_t k, const void *a, const void *b, int64_t ldb,
+                                       void *c, int64_t rsc, int accumulate);
+
 /* Optional fast packing of an mr-row group of row-major A (unit column stride) into a
  * micro-panel: dst[p * mr + i] = src[i * rsa + p] for i < mr, p < kb. NULL: the driver's
  * generic loops. */
@@ -42,6 +46,9 @@ typedef struct {
      * nr / 2 columns only, at half the cost: a plane of 7 x 7 or 14 x 14 pixels leaves such an
      * edge on every row of micro-panels. */
     asymo_ukr_fn ukr_half;
+    /* Optional (NULL: none): ukr with B unpacked (see asymo_ukr_strided_b_fn), for products
+     * whose blocks have so few rows of A that packing B costs more than it saves. */
+    asymo_ukr_strided_b_fn ukr_strided_b;
 } asymo_gemm_kernel;
 
 /* Kernel tables, NULL entries where an ISA is not compiled in for this architecture. */

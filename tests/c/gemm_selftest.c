@@ -24,8 +24,10 @@ typedef struct {
     int kind, split;
 } shape_t;
 
+/* B with a column stride of 2, or (unit_b) unit column stride and padded rows: the layout
+ * whose full slivers small-M blocks read in place (DIRECT_B_MAX_ROWS) */
 static int check_one(asymo_pool *pool, int isa, int dtype, const shape_t *s, int transpose_a,
-                     int mc, int nc, int kc)
+                     int mc, int nc, int kc, int unit_b)
 {
     const int es = dtype == ASYMO_DTYPE_F32 ? 4 : 8;
     const int64_t m = s->m, k = s->k, n = s->n;
@@ -33,7 +35,7 @@ static int check_one(asymo_pool *pool, int isa, int dtype, const shape_t *s, int
     double *bd = malloc(sizeof(double) * (size_t)(k * n + 1));
     double *ref = calloc((size_t)(m * n + 1), sizeof(double));
     double *mag = calloc((size_t)(m * n + 1), sizeof(double));
-    char *a = malloc((size_t)(m * k + 1) * es), *b = malloc((size_t)(2 * k * n + 1) * es);
+    char *a = malloc((size_t)(m * k + 1) * es), *b = malloc((size_t)(2 * k * n + 3 * k + 1) * es);
     char *c = malloc((size_t)(m * n + 1) * es);
     int bad = 0;
     for (int64_t i = 0; i < m * k; i++)
@@ -46,7 +48,8 @@ static int check_one(asymo_pool *pool, int isa, int dtype, const shape_t *s, int
                 ref[i * n + j] += ad[i * k + p] * bd[p * n + j];
                 mag[i * n + j] += fabs(ad[i * k + p] * bd[p * n + j]);
             }
-    /* A row-major or column-major; B with a column stride of 2 */
+    /* A row-major or column-major */
+    const int64_t rsb = unit_b ? n + 3 : 2 * n, csb = unit_b ? 1 : 2;
     for (int64_t i = 0; i < m; i++)
         for (int64_t p = 0; p < k; p++) {
             int64_t at = transpose_a ? p * m + i : i * k + p;
@@ -58,9 +61,9 @@ static int check_one(asymo_pool *pool, int isa, int dtype, const shape_t *s, int
     for (int64_t p = 0; p < k; p++)
         for (int64_t j = 0; j < n; j++) {
             if (es == 4)
-                ((float *)b)[p * 2 * n + 2 * j] = (float)bd[p * n + j];
+                ((float *)b)[p * rsb + csb * j] = (float)bd[p * n + j];
             else
-                ((double *)b)[p * 2 * n + 2 * j] = bd[p * n + j];
+                ((double *)b)[p * rsb + csb * j] = bd[p * n + j];
         }
     for (int64_t i = 0; i < m * n; i++) {
         if (es == 4)
@@ -78,8 +81,8 @@ static int check_one(asymo_pool *pool, int isa, int dtype, const shape_t *s, int
     g.rsa = transpose_a ? 1 : k;
     g.csa = transpose_a ? m : 1;
     g.b = b;
-    g.rsb = 2 * n;
-    g.csb = 2;
+    g.rsb = rsb;
+    g.csb = csb;
     g.c = c;
     g.rsc = n;
     g.csc = 1;
@@ -242,6 +245,9 @@ int main(void)
         {37, 29, 41, ASYMO_GEMM_MM, ASYMO_SPLIT_M}, {64, 300, 70, ASYMO_GEMM_MM, ASYMO_SPLIT_N},
         {1, 7, 1, ASYMO_GEMM_MM, ASYMO_SPLIT_M},    {61, 43, 3, ASYMO_GEMM_MV, ASYMO_SPLIT_M},
         {3, 43, 61, ASYMO_GEMM_MV, ASYMO_SPLIT_N},  {29, 1, 33, ASYMO_GEMM_OUTER, ASYMO_SPLIT_M},
+        /* few rows: B read in place by both clusters (M split 4 + 9, N split), by one */
+        {13, 45, 53, ASYMO_GEMM_MM, ASYMO_SPLIT_M}, {40, 37, 70, ASYMO_GEMM_MM, ASYMO_SPLIT_N},
+        {120, 20, 35, ASYMO_GEMM_MM, ASYMO_SPLIT_M},
     };
     const int cpus[2] = {-1, -1}, clusters[2] = {0, 1};
     int err = 0;
@@ -260,11 +266,13 @@ int main(void)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
                 for (int ta = 0; ta < 2; ta++)
                     for (int use_pool = 0; use_pool < 2; use_pool++) {
-                        failures += check_one(use_pool ? pool : NULL, isa, dtype, &shapes[si],
-                                              ta, mr + 1, nr - 1, 13);
-                        failures += check_one(use_pool ? pool : NULL, isa, dtype, &shapes[si],
-                                              ta, 4 * mr, 2 * nr, 1000);
-                        cases += 2;
+                        for (int ub = 0; ub < 2; ub++) {
+                            failures += check_one(use_pool ? pool : NULL, isa, dtype,
+                                                  &shapes[si], ta, mr + 1, nr - 1, 13, ub);
+                            failures += check_one(use_pool ? pool : NULL, isa, dtype,
+                                                  &shapes[si], ta, 4 * mr, 2 * nr, 1000, ub);
+                            cases += 2;
+                        }
                     }
         for (int dtype = 0; dtype < 2; dtype++)
             for (int pk = 0; pk < 5; pk++)

@@ -15,15 +15,15 @@
  * unrolled group. */
 #define STEP(q)                                                                               \
     {                                                                                         \
-        const VT b0 = LOADV(b + (q) * 2 * W);                                          \
-        const VT b1 = LOADV(b + (q) * 2 * W + W);                                      \
+        const VT b0 = LOADV(b + (q) * 2 * W);                                                 \
+        const VT b1 = LOADV(b + (q) * 2 * W + W);                                             \
         REP6(FMA_ROW_Q(q))                                                                    \
     }
 
 /* Shared body. The k loop is unrolled by 4; A, read from L2 as one stream, is prefetched
  * AHEAD bytes ahead (the B sliver stays in L1 across the micro-panels of the block). C rows
  * are prefetched before the loop so the final loads and stores do not stall. */
-#define UKR_BODY_1STEP(T, MR)                                                                 \
+#define UKR_BODY_1STEP(T, MR, BSTEP)                                                          \
     const T *a = (const T *)a_;                                                               \
     const T *b = (const T *)b_;                                                               \
     T *c = (T *)c_;                                                                           \
@@ -36,7 +36,7 @@
         _mm_prefetch((const char *)a + AHEAD, _MM_HINT_T0);                                   \
         STEP(0)                                                                               \
         a += (MR);                                                                            \
-        b += 2 * W;                                                                           \
+        b += (BSTEP);                                                                         \
     }                                                                                         \
     if (accumulate) {                                                                         \
         REP6(STORE_ACC)                                                                       \
@@ -69,7 +69,17 @@
 ATTR_AVX2 static void ukr_avx2_f32(int64_t k, const void *a_, const void *b_, void *c_,
                                    int64_t rsc, int accumulate)
 {
-    UKR_BODY_1STEP(float, 6)
+    UKR_BODY_1STEP(float, 6, 2 * W)
+}
+/* B read in place (row stride ldb, unit column stride): a product with few rows of A reuses
+ * each B sliver only a few times, too few to pay for packing it; the sliver's rows stay in
+ * L1 across the micro-panels of the block */
+#undef LOADV
+#define LOADV _mm256_loadu_ps
+ATTR_AVX2 static void ukr_strided_b_avx2_f32(int64_t k, const void *a_, const void *b_,
+                                             int64_t ldb, void *c_, int64_t rsc, int accumulate)
+{
+    UKR_BODY_1STEP(float, 6, ldb)
 }
 #undef VT
 #undef LOADV
@@ -127,7 +137,14 @@ ATTR_AVX2 static void ukr_half_avx2_f32(int64_t k, const void *a_, const void *b
 ATTR_AVX2 static void ukr_avx2_f64(int64_t k, const void *a_, const void *b_, void *c_,
                                    int64_t rsc, int accumulate)
 {
-    UKR_BODY_1STEP(double, 6)
+    UKR_BODY_1STEP(double, 6, 2 * W)
+}
+#undef LOADV
+#define LOADV _mm256_loadu_pd
+ATTR_AVX2 static void ukr_strided_b_avx2_f64(int64_t k, const void *a_, const void *b_,
+                                             int64_t ldb, void *c_, int64_t rsc, int accumulate)
+{
+    UKR_BODY_1STEP(double, 6, ldb)
 }
 #undef VT
 #undef LOADV
@@ -220,8 +237,9 @@ ATTR_AVX2 static void dot_avx2_f64(DOT_ARGS)
 
 const asymo_gemm_kernel asymo_gemm_avx2_f32 = {6, 16, ukr_avx2_f32, dot_avx2_f32,
                                                skinny_axpy_avx2_f32, pack_rows_avx2_f32,
-                                               ukr_half_avx2_f32};
+                                               ukr_half_avx2_f32, ukr_strided_b_avx2_f32};
 const asymo_gemm_kernel asymo_gemm_avx2_f64 = {6, 8, ukr_avx2_f64, dot_avx2_f64,
-                                               skinny_axpy_avx2_f64, NULL, NULL};
+                                               skinny_axpy_avx2_f64, NULL, NULL,
+                                               ukr_strided_b_avx2_f64};
 
 #endif /* __x86_64__ */
