@@ -545,13 +545,14 @@ def test_small_jobs_run_on_the_fastest_cluster_alone(two_cluster_pool, monkeypat
 
 
 def test_shallow_strided_layers_take_explicit_im2col(monkeypatch):
-    """A stem (3 channels, 7x7, stride 2: K = 147) writes its column matrix; a deeper strided
-    layer packs B from the image; both match the reference."""
+    """A stem (3 channels, 7x7, stride 2: K = 147) and a strided 1x1 layer (a downsampling
+    shortcut) write their column matrix; a deeper strided 3x3 layer packs B from the image;
+    all match the reference."""
     import asymo.ops.conv as conv_mod
 
     monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
     rng = np.random.default_rng(31)
-    for c, k, ks, deep in ((3, 16, 7, False), (24, 16, 3, True)):
+    for c, k, ks, deep in ((3, 16, 7, False), (24, 16, 3, True), (200, 16, 1, False)):
         x = rng.standard_normal((1, c, 40, 40)).astype(np.float32)
         w = rng.standard_normal((k, c, ks, ks)).astype(np.float32)
         y = conv2d(x, w, None, 2, ks // 2, activation="relu")

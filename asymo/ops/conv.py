@@ -627,9 +627,13 @@ class _GemmConvPlan:
         job.dtype = DTYPE_CODES[dtype]
         # Strided layers with a short K (stems: 3 channels x 7x7 or 3x3) pack their B slivers
         # slower from the image than from a column matrix written row by row (the per-sliver
-        # bookkeeping of a strided gather dominates a 16-column sliver): explicit im2col.
+        # bookkeeping of a strided gather dominates a 16-column sliver): explicit im2col. So
+        # do strided 1x1 layers (ResNet's downsampling shortcuts): each row of a B sliver is
+        # another channel's plane, a cache miss per row once the image outgrows L2, where
+        # the column matrix is one subsampling pass in memory order, then a plain GEMM.
         shallow = k <= IM2COL_EXPLICIT_MAX_K and stride != (1, 1)
-        if IM2COL_METHOD == "implicit" and not shallow:
+        strided_1x1 = (kh, kw) == (1, 1) and stride != (1, 1)
+        if IM2COL_METHOD == "implicit" and not shallow and not strided_1x1:
             self.implicit = _implicit_chunks(pool, self.cout_g, k, oh, ow, dtype)
             if self.implicit is not None:
                 # everything about the GEMM but the pointers and the chunk width
