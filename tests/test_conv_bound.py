@@ -120,3 +120,36 @@ def test_gemm_epilogue_in_the_store(m, k, n, act):
     g.activation = 3                       # not an activation: refused
     with hold(pool):
         assert lib.asymo_gemm(pool._handle, g, plan.cdata()) == lib.ASYMO_EINVAL
+
+
+@pytest.mark.parametrize("shape", [((1, 3, 30, 30), (8, 3, 7, 7), 2, 3),     # explicit im2col
+                                   ((1, 16, 20, 20), (8, 16, 1, 1), 2, 0),   # strided 1x1
+                                   ((1, 8, 20, 20), (8, 8, 5, 5), 1, 2)])    # implicit
+def test_bound_calls_keep_their_plan_when_the_plan_cache_evicts(shape, monkeypatch):
+    """The plan owns C data a bound call points at (column bounds, task counts): evicting it
+    from the plan cache (it is cleared when full) must not free that under the bound call."""
+    import gc
+    import weakref
+
+    import asymo.ops.conv as conv_mod
+
+    monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
+    xs, ws, stride, pad = shape
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    pool = asymo.Pool(topology="c0:0@1")
+    try:
+        ref = conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, pad)
+        out = np.empty(ref.shape, np.float32)
+        bound = bind_conv2d(x, w, None, stride, pad, out=out, pool=pool)
+        (plan,) = conv_mod._plan_cache[pool].values()
+        alive = weakref.ref(plan)
+        del plan
+        conv_mod._plan_cache[pool].clear()
+        gc.collect()
+        assert alive() is not None
+        bound()
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    finally:
+        pool.close()

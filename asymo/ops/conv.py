@@ -772,9 +772,12 @@ class _NativeCalls:
     """
 
     __slots__ = ("calls", "_slots", "_sources", "_apacked", "_packed", "_keep", "_col_elems",
-                 "_col", "_dtype", "_tile")
+                 "_col", "_dtype", "_tile", "_plan")
 
     def __init__(self, plan, x, b, y, residual, pool, *, bound=False):
+        # the plan owns C data the calls point at (column bounds, task counts, GEMM plans):
+        # it lives as long as they do, whatever the plan cache evicts
+        self._plan = plan
         self.calls, self._slots, self._apacked, self._keep = [], [], [], []
         self._packed = None
         self._col_elems, self._col, self._dtype = 0, None, x.dtype
