@@ -2,10 +2,14 @@
  * (element type), IT (integer type of the same size) and FN(name) (a unique name per
  * instantiation) to be defined; no include guard on purpose.
  *
- * One plane, one output row at a time: the window's input rows are reduced column by column
- * into a buffer (contiguous), then each output reduces its kw buffered values; outputs whose
- * window lies inside the row do that as kw passes over the buffer, contiguous for stride 1 and
- * de-interleaved for stride 2 (every CNN pool), so both passes run on vectors. GCC vector
+ * Three shapes of work: a window covering the whole plane is one contiguous reduction; small
+ * stride-1 planes are reduced as flat arrays (pool_plane_flat); other planes one output row
+ * at a time: the window's input rows are reduced column by column into a buffer
+ * (contiguous), then each output reduces its kw buffered values; outputs whose window lies
+ * inside the row do that as kw passes over the buffer, contiguous for stride 1 and
+ * de-interleaved for stride 2 (every CNN pool), so both passes run on vectors. Max pooling
+ * checks each plane for NaN first and, when there is none, uses the plain max instruction
+ * instead of the NaN-propagating select. GCC vector
  * extensions give 32-byte vectors: AVX registers under the x86 targets, register pairs on
  * NEON and SSE. */
 
@@ -25,6 +29,58 @@ static inline T FN(smax)(T a, T b)
     return (a > b) | (a != a) ? a : b;
 }
 
+/* a > b ? a : b lane by lane (drops a NaN in a, so only for planes known to hold none:
+ * has_nan): one instruction under AVX, whose maxps / maxpd follow exactly this rule (named
+ * through the builtins: GCC does not always turn the lane-wise form into them), a select
+ * elsewhere */
+static inline FN(vec) FN(vmax_plain)(FN(vec) a, FN(vec) b)
+{
+#if defined(__AVX__)
+    typedef float v8sf __attribute__((vector_size(32)));
+    typedef double v4df __attribute__((vector_size(32)));
+    if (sizeof(T) == sizeof(float))
+        return (FN(vec))__builtin_ia32_maxps256((v8sf)a, (v8sf)b);
+    return (FN(vec))__builtin_ia32_maxpd256((v4df)a, (v4df)b);
+#else
+    const FN(ivec) m = a > b;
+    return (FN(vec))((m & (FN(ivec))a) | (~m & (FN(ivec))b));
+#endif
+}
+
+static inline __attribute__((always_inline)) FN(vec) FN(vop)(FN(vec) a, FN(vec) b, int op)
+{
+    return op == POOL_SUM ? a + b : op == POOL_MAX ? FN(vmax)(a, b) : FN(vmax_plain)(a, b);
+}
+
+static inline __attribute__((always_inline)) T FN(sop)(T a, T b, int op)
+{
+    return op == POOL_SUM ? a + b : op == POOL_MAX ? FN(smax)(a, b) : (a > b ? a : b);
+}
+
+/* Whether x[0..n) may hold a NaN: a running sum is NaN if any input is (and, rarely, when
+ * +inf and -inf meet: a false alarm only costs the NaN-propagating pass) */
+static int FN(has_nan)(const T *x, int64_t n)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T) };
+    FN(vec) a = {0}, b = {0};
+    int64_t i = 0;
+    for (; i + 2 * L <= n; i += 2 * L) {
+        a += *(const FN(uvec) *)(x + i);
+        b += *(const FN(uvec) *)(x + i + L);
+    }
+    if (i + L <= n) {
+        a += *(const FN(uvec) *)(x + i);
+        i += L;
+    }
+    a += b;
+    T s = 0;
+    for (; i < n; i++)
+        s += x[i];
+    for (int l = 0; l < L; l++)
+        s += a[l];
+    return s != s;
+}
+
 /* One vector of src[o * stride], o < L, for stride 1 or 2 (the even lanes of two
  * consecutive vectors; reads one element past the last used: callers leave a vector of
  * slack) */
@@ -40,15 +96,10 @@ static inline __attribute__((always_inline)) FN(vec) FN(load_strided)(const T *s
     return __builtin_shuffle(*(const FN(uvec) *)src, *(const FN(uvec) *)(src + L), even);
 }
 
-static inline __attribute__((always_inline)) FN(vec) FN(vop)(FN(vec) a, FN(vec) b, int is_max)
-{
-    return is_max ? FN(vmax)(a, b) : a + b;
-}
-
 /* dst[c] = op over r < rows of src[r * ld + c], c < n: each vector reduced in registers and
  * stored once (a store followed by a load of an overlapping vector stalls store forwarding) */
 static inline __attribute__((always_inline)) void FN(reduce_rows)(
-    T *restrict dst, const T *restrict src, int64_t ld, int64_t rows, int64_t n, int is_max)
+    T *restrict dst, const T *restrict src, int64_t ld, int64_t rows, int64_t n, int op)
 {
     enum { L = sizeof(FN(vec)) / sizeof(T) };
     int64_t c = 0;
@@ -60,7 +111,7 @@ static inline __attribute__((always_inline)) void FN(reduce_rows)(
         }
         FN(vec) acc = *(const FN(uvec) *)(src + c);
         for (int64_t r = 1; r < rows; r++)
-            acc = FN(vop)(acc, *(const FN(uvec) *)(src + r * ld + c), is_max);
+            acc = FN(vop)(acc, *(const FN(uvec) *)(src + r * ld + c), op);
         *(FN(uvec) *)(dst + c) = acc;
         if (c + L == n)
             return;
@@ -68,14 +119,14 @@ static inline __attribute__((always_inline)) void FN(reduce_rows)(
     for (; c < n; c++) {
         T acc = src[c];
         for (int64_t r = 1; r < rows; r++)
-            acc = is_max ? FN(smax)(acc, src[r * ld + c]) : acc + src[r * ld + c];
+            acc = FN(sop)(acc, src[r * ld + c], op);
         dst[c] = acc;
     }
 }
 
 /* dst[o] = op over j < kw of src[o * stride + j], o < n (stride 1 or 2: vectors) */
 static inline __attribute__((always_inline)) void FN(reduce_windows)(
-    T *restrict dst, const T *restrict src, int64_t n, int64_t kw, int64_t stride, int is_max)
+    T *restrict dst, const T *restrict src, int64_t n, int64_t kw, int64_t stride, int op)
 {
     enum { L = sizeof(FN(vec)) / sizeof(T) };
     int64_t o = 0;
@@ -87,7 +138,7 @@ static inline __attribute__((always_inline)) void FN(reduce_windows)(
         }
         FN(vec) acc = FN(load_strided)(src + o * stride, stride);
         for (int64_t j = 1; j < kw; j++)
-            acc = FN(vop)(acc, FN(load_strided)(src + o * stride + j, stride), is_max);
+            acc = FN(vop)(acc, FN(load_strided)(src + o * stride + j, stride), op);
         *(FN(uvec) *)(dst + o) = acc;
         if (o + L == n)
             return;
@@ -95,14 +146,15 @@ static inline __attribute__((always_inline)) void FN(reduce_windows)(
     for (; o < n; o++) {
         T acc = src[o * stride];
         for (int64_t j = 1; j < kw; j++)
-            acc = is_max ? FN(smax)(acc, src[o * stride + j]) : acc + src[o * stride + j];
+            acc = FN(sop)(acc, src[o * stride + j], op);
         dst[o] = acc;
     }
 }
 
 static inline __attribute__((always_inline)) void FN(pool_plane_body)(
-    const asymo_pool2d_job *job, const T *x, T *y, const int is_max, const int64_t sw)
+    const asymo_pool2d_job *job, const T *x, T *y, const int op, const int64_t sw)
 {
+    const int is_max = op != POOL_SUM;
     const asymo_conv_geometry *g = &job->geom;
     const int64_t H = g->height, W = g->width, oh = g->out_h, ow = g->out_w;
     const int64_t kh = g->kernel_h, kw = g->kernel_w, sh = g->stride_h;
@@ -132,7 +184,7 @@ static inline __attribute__((always_inline)) void FN(pool_plane_body)(
                 for (int64_t ox = ox0; ox < ox1; ox++)
                     yr[ox] = init;
             } else if (nc <= POOL_COLS) {
-                FN(reduce_rows)(buf, x + y_lo * W + c0, W, y_hi - y_lo, nc, is_max);
+                FN(reduce_rows)(buf, x + y_lo * W + c0, W, y_hi - y_lo, nc, op);
                 /* outputs whose window lies inside the row: vectors; the clipped rest (at
                    the edges) one by one */
                 const int64_t end = c1 - kw + pw;
@@ -141,8 +193,7 @@ static inline __attribute__((always_inline)) void FN(pool_plane_body)(
                 if (ob <= oa)
                     oa = ob = ox1;
                 else
-                    FN(reduce_windows)(yr + oa, buf + (oa * sw - pw - c0), ob - oa, kw, sw,
-                                       is_max);
+                    FN(reduce_windows)(yr + oa, buf + (oa * sw - pw - c0), ob - oa, kw, sw, op);
                 for (int64_t ox = ox0; ox < ox1; ox++) {
                     if (ox == oa)
                         ox = ob;
@@ -151,7 +202,7 @@ static inline __attribute__((always_inline)) void FN(pool_plane_body)(
                     const int64_t ix0 = ox * sw - pw;
                     T acc = init;
                     for (int64_t c = pmax(ix0, c0); c < pmin(ix0 + kw, c1); c++)
-                        acc = is_max ? FN(smax)(acc, buf[c - c0]) : acc + buf[c - c0];
+                        acc = FN(sop)(acc, buf[c - c0], op);
                     yr[ox] = acc;
                 }
             } else {
@@ -162,7 +213,7 @@ static inline __attribute__((always_inline)) void FN(pool_plane_body)(
                     T acc = init;
                     for (int64_t iy = y_lo; iy < y_hi; iy++)
                         for (int64_t c = pmax(ix0, 0); c < pmin(ix0 + kw, W); c++)
-                            acc = is_max ? FN(smax)(acc, x[iy * W + c]) : acc + x[iy * W + c];
+                            acc = FN(sop)(acc, x[iy * W + c], op);
                     yr[ox] = acc;
                 }
             }
@@ -192,23 +243,189 @@ static inline __attribute__((always_inline)) void FN(pool_plane_body)(
     }
 }
 
-/* the body specialised for max / average and strides 1, 2 and any */
-static void FN(pool_plane)(const asymo_pool2d_job *job, const T *x, T *y)
+/* The body for planes of any size: specialised for strides 1, 2 and any */
+static inline __attribute__((always_inline)) void FN(pool_plane_rows)(
+    const asymo_pool2d_job *job, const T *x, T *y, const int op)
 {
     const int64_t sw = job->geom.stride_w;
-    if (job->kind == ASYMO_POOL_MAX) {
-        if (sw == 1)
-            FN(pool_plane_body)(job, x, y, 1, 1);
-        else if (sw == 2)
-            FN(pool_plane_body)(job, x, y, 1, 2);
+    if (sw == 1)
+        FN(pool_plane_body)(job, x, y, op, 1);
+    else if (sw == 2)
+        FN(pool_plane_body)(job, x, y, op, 2);
+    else
+        FN(pool_plane_body)(job, x, y, op, sw);
+}
+
+static void FN(rows_sum)(const asymo_pool2d_job *job, const T *x, T *y)
+{
+    FN(pool_plane_rows)(job, x, y, POOL_SUM);
+}
+
+static void FN(rows_max)(const asymo_pool2d_job *job, const T *x, T *y)
+{
+    FN(pool_plane_rows)(job, x, y, POOL_MAX);
+}
+
+static void FN(rows_max_plain)(const asymo_pool2d_job *job, const T *x, T *y)
+{
+    FN(pool_plane_rows)(job, x, y, POOL_MAX_PLAIN);
+}
+
+/* A small plane with stride 1 (both axes), reduced as one flat array rather than row by row:
+ * the vertical windows of all output rows whose window lies inside the plane are one
+ * contiguous pass (input rows r - 1, r, r + 1 are offsets -W, 0, +W of the flat plane), the
+ * clipped top and bottom rows apart; then the horizontal windows of the whole buffer are one
+ * contiguous pass too, wrong only where a window wraps into the neighbouring row: the first
+ * pw and the last kw - 1 - pw columns, redone one by one. Nothing is paid per row but those
+ * few columns, which is what planes of a vector or two wide need. v and t hold out_h x width
+ * elements (POOL_FLAT_SIZE). */
+static inline __attribute__((always_inline)) void FN(pool_plane_flat)(
+    const asymo_pool2d_job *job, const T *x, T *y, const int op, T *restrict v, T *restrict t)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t H = g->height, W = g->width, oh = g->out_h, ow = g->out_w;
+    const int64_t kh = g->kernel_h, kw = g->kernel_w, ph = g->pad_h, pw = g->pad_w;
+    /* output rows [a, b) have their kh input rows inside the plane (padding <= kernel / 2
+       keeps every window non-empty) */
+    const int64_t a = ph, b = H - kh + ph + 1;
+    if (b > a)
+        FN(reduce_rows)(v + a * W, x + (a - ph) * W, W, kh, (b - a) * W, op);
+    for (int64_t oy = 0; oy < oh; oy++) {
+        if (oy == a && b > a)
+            oy = b;
+        if (oy >= oh)
+            break;
+        const int64_t y_lo = pmax(oy - ph, 0), y_hi = pmin(oy - ph + kh, H);
+        FN(reduce_rows)(v + oy * W, x + y_lo * W, W, y_hi - y_lo, W, op);
+    }
+    /* the flat horizontal pass: element i of the result is output (i / W, i % W) when the
+       output rows are W wide (odd kernel, padding kw / 2), else it goes through t */
+    T *dst = ow == W ? y : t;
+    if (oh * W - kw + 1 > 0)
+        FN(reduce_windows)(dst + pw, v, oh * W - kw + 1, kw, 1, op);
+    /* output columns [c_lo, c_hi) have their window inside the row */
+    const int64_t c_lo = pmin(pw, ow), c_hi = pmax(W - kw + pw + 1, c_lo);
+    for (int64_t oy = 0; oy < oh; oy++) {
+        const T *vr = v + oy * W;
+        T *yr = y + oy * ow;
+        if (dst != y && c_hi > c_lo)
+            memcpy(yr + c_lo, t + oy * W + c_lo, (size_t)(c_hi - c_lo) * sizeof(T));
+        for (int64_t ox = 0; ox < ow; ox++) {
+            if (ox == c_lo)
+                ox = c_hi;
+            if (ox >= ow)
+                break;
+            const int64_t c0 = pmax(ox - pw, 0), c1 = pmin(ox - pw + kw, W);
+            T acc = vr[c0];
+            for (int64_t c = c0 + 1; c < c1; c++)
+                acc = FN(sop)(acc, vr[c], op);
+            yr[ox] = acc;
+        }
+    }
+}
+
+static void FN(flat_sum)(const asymo_pool2d_job *job, const T *x, T *y, T *v, T *t)
+{
+    FN(pool_plane_flat)(job, x, y, POOL_SUM, v, t);
+}
+
+static void FN(flat_max)(const asymo_pool2d_job *job, const T *x, T *y, T *v, T *t)
+{
+    FN(pool_plane_flat)(job, x, y, POOL_MAX, v, t);
+}
+
+static void FN(flat_max_plain)(const asymo_pool2d_job *job, const T *x, T *y, T *v, T *t)
+{
+    FN(pool_plane_flat)(job, x, y, POOL_MAX_PLAIN, v, t);
+}
+
+/* y[i] /= d[i], i < n (division, not a reciprocal: the quotient torch computes) */
+static void FN(divide)(T *restrict y, const T *restrict d, int64_t n)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T) };
+    int64_t i = 0;
+    for (; i + L <= n; i += L)
+        *(FN(uvec) *)(y + i) = *(const FN(uvec) *)(y + i) / *(const FN(uvec) *)(d + i);
+    for (; i < n; i++)
+        y[i] /= d[i];
+}
+
+/* A window covering the whole plane without padding: one contiguous reduction (two vector
+ * accumulators to overlap their latencies), the sum divided by the plane's size */
+static void FN(pool_plane_global)(const T *x, int64_t n, T *y, int op)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T) };
+    const T init = op == POOL_SUM ? (T)0 : -(T)INFINITY;
+    FN(vec) a, b;
+    for (int l = 0; l < L; l++)
+        a[l] = b[l] = init;
+    int64_t i = 0;
+    for (; i + 2 * L <= n; i += 2 * L) {
+        a = FN(vop)(a, *(const FN(uvec) *)(x + i), op);
+        b = FN(vop)(b, *(const FN(uvec) *)(x + i + L), op);
+    }
+    if (i + L <= n) {
+        a = FN(vop)(a, *(const FN(uvec) *)(x + i), op);
+        i += L;
+    }
+    a = FN(vop)(a, b, op);
+    T acc = init;
+    for (; i < n; i++)
+        acc = FN(sop)(acc, x[i], op);
+    for (int l = 0; l < L; l++)
+        acc = FN(sop)(acc, a[l], op);
+    *y = op == POOL_SUM ? acc / (T)n : acc;
+}
+
+/* nplanes planes of a job: global windows, small stride-1 planes (flat) or row by row; max
+ * pooling runs the one-instruction max on planes free of NaN */
+static void FN(pool_planes)(const asymo_pool2d_job *job, const T *x, T *y, int64_t nplanes)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T) };
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t H = g->height, W = g->width, oh = g->out_h, ow = g->out_w;
+    const int64_t in_plane = H * W, out_plane = oh * ow;
+    const int avg = job->kind != ASYMO_POOL_MAX;
+    if (g->kernel_h == H && g->kernel_w == W && g->pad_h == 0 && g->pad_w == 0) {
+        for (int64_t p = 0; p < nplanes; p++)
+            FN(pool_plane_global)(x + p * in_plane, in_plane, y + p * out_plane,
+                                  avg ? POOL_SUM : POOL_MAX);
+        return;
+    }
+    if (g->stride_h == 1 && g->stride_w == 1 && W <= POOL_FLAT_WIDTH_VECS * L &&
+        oh * W <= POOL_FLAT_SIZE && out_plane <= POOL_FLAT_SIZE) {
+        T v[POOL_FLAT_SIZE], t[POOL_FLAT_SIZE];
+        if (avg) {
+            /* the divisors of the plane's outputs, the same for every plane */
+            T d[POOL_FLAT_SIZE];
+            for (int64_t oy = 0; oy < oh; oy++) {
+                const int64_t cy = pool_window_count(oy - g->pad_h, g->kernel_h, H, g->pad_h,
+                                                     job->count_include_pad);
+                for (int64_t ox = 0; ox < ow; ox++)
+                    d[oy * ow + ox] = (T)(cy * pool_window_count(ox - g->pad_w, g->kernel_w, W,
+                                                                 g->pad_w,
+                                                                 job->count_include_pad));
+            }
+            for (int64_t p = 0; p < nplanes; p++) {
+                FN(flat_sum)(job, x + p * in_plane, y + p * out_plane, v, t);
+                FN(divide)(y + p * out_plane, d, out_plane);
+            }
+            return;
+        }
+        for (int64_t p = 0; p < nplanes; p++) {
+            if (FN(has_nan)(x + p * in_plane, in_plane))
+                FN(flat_max)(job, x + p * in_plane, y + p * out_plane, v, t);
+            else
+                FN(flat_max_plain)(job, x + p * in_plane, y + p * out_plane, v, t);
+        }
+        return;
+    }
+    for (int64_t p = 0; p < nplanes; p++) {
+        if (avg)
+            FN(rows_sum)(job, x + p * in_plane, y + p * out_plane);
+        else if (FN(has_nan)(x + p * in_plane, in_plane))
+            FN(rows_max)(job, x + p * in_plane, y + p * out_plane);
         else
-            FN(pool_plane_body)(job, x, y, 1, sw);
-    } else {
-        if (sw == 1)
-            FN(pool_plane_body)(job, x, y, 0, 1);
-        else if (sw == 2)
-            FN(pool_plane_body)(job, x, y, 0, 2);
-        else
-            FN(pool_plane_body)(job, x, y, 0, sw);
+            FN(rows_max_plain)(job, x + p * in_plane, y + p * out_plane);
     }
 }
