@@ -351,9 +351,9 @@ static inline __attribute__((always_inline)) void FN(clipped_windows)(
  * contiguous pass (input rows r - 1, r, r + 1 are offsets -W, 0, +W of the flat plane), the
  * clipped top and bottom rows apart; then the horizontal windows of the whole buffer are one
  * contiguous pass too, wrong only where a window wraps into the neighbouring row: the first
- * pw and the last kw - 1 - pw columns, redone one by one. Nothing is paid per row but those
- * few columns, which is what planes of a vector or two wide need. v and t hold out_h x width
- * elements (POOL_FLAT_SIZE). */
+ * pw and the last kw - 1 - pw columns, redone by clipped_windows. Nothing is paid per row but
+ * those few columns, which is what planes of a vector or two wide need. v and t hold out_h x
+ * width elements (POOL_FLAT_SIZE). Returns what pool_plane_body does (the NaN check). */
 static inline __attribute__((always_inline)) int FN(pool_plane_flat)(
     const asymo_pool2d_job *job, const T *x, T *y, const int op, T *restrict v, T *restrict t)
 {
