@@ -92,3 +92,129 @@ def test_max_pooling_propagates_nan_like_torch():
     np.testing.assert_array_equal(y[~expect], max_pool2d(np.nan_to_num(x, nan=-9), 3, 2, 1)[~expect])
     if torch is not None:
         np.testing.assert_array_equal(y, F.max_pool2d(torch.from_numpy(x), 3, 2, 1).numpy())
+
+
+def _torch_pools(x, k, s, p, ceil):
+    t = torch.from_numpy(x)
+    avg = {cip: F.avg_pool2d(t, k, s, p, ceil_mode=ceil, count_include_pad=cip).numpy()
+           for cip in (True, False)}
+    return F.max_pool2d(t, k, s, p, ceil_mode=ceil).numpy(), avg
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_planes_every_geometry_like_torch(dtype):
+    # planes of 1x1 .. 9x9 (and a 3x9 / 9x3 pair) with kernels 1-3, padding up to half the
+    # kernel, strides 1-3 and both ceil modes: the flat path (stride 1), the row path (the
+    # rest) and their clipped edges
+    rng = np.random.default_rng(5)
+    sizes = [(n, n) for n in range(1, 10)] + [(3, 9), (9, 3)]
+    for h, w in sizes:
+        x = rng.standard_normal((2, 3, h, w)).astype(dtype)
+        for k in (1, 2, 3):
+            for p in range(k // 2 + 1):
+                if k > min(h, w) + 2 * p:
+                    continue
+                for s in (1, 2, 3):
+                    for ceil in (False, True):
+                        tmax, tavg = _torch_pools(x, k, s, p, ceil)
+                        np.testing.assert_array_equal(max_pool2d(x, k, s, p, ceil), tmax,
+                                                      err_msg=f"{h}x{w} k{k} s{s} p{p} {ceil}")
+                        for cip in (True, False):
+                            np.testing.assert_allclose(
+                                avg_pool2d(x, k, s, p, ceil, cip), tavg[cip],
+                                rtol=1e-12 if dtype == np.float64 else 1e-5, atol=1e-6,
+                                err_msg=f"avg {h}x{w} k{k} s{s} p{p} {ceil} {cip}")
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 1, 1), (2, 5, 7, 7), (1, 4, 13, 13), (1, 3, 3, 40),
+                                   (1, 2, 2, 3)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_global_pools(shape, dtype):
+    x = np.random.default_rng(6).standard_normal(shape).astype(dtype)
+    hw = shape[2:]
+    np.testing.assert_array_equal(max_pool2d(x, hw, 1), x.max(axis=(2, 3), keepdims=True))
+    for ceil in (False, True):
+        got = avg_pool2d(x, hw, 1, 0, ceil)
+        ref = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+        np.testing.assert_allclose(got, ref, rtol=1e-12 if dtype == np.float64 else 1e-5)
+    x[0, 0, -1, -1] = np.nan
+    y = max_pool2d(x, hw, 1)
+    assert np.isnan(y[0, 0, 0, 0]) and not np.isnan(y.ravel()[1:]).any()
+    assert np.isnan(avg_pool2d(x, hw)[0, 0, 0, 0])
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+@pytest.mark.parametrize("hw", [(7, 7), (14, 14), (5, 40)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_pooling_nan_and_inf_at_every_position_like_torch(hw, dtype):
+    # one NaN (then one +inf, one -inf) at every position class of a plane: corners, edges and
+    # interior rows / columns; 7x7 and 14x14 planes take the flat path, 5x40 the row path
+    h, w = hw
+    rng = np.random.default_rng(7)
+    base = rng.standard_normal((1, 1, h, w)).astype(dtype)
+    rows = sorted({0, 1, h // 2, h - 2, h - 1})
+    cols = sorted({0, 1, w // 2, w - 2, w - 1})
+    configs = [(3, 1, 1, False), (3, 2, 1, True), (2, 1, 1, False), (3, 2, 0, True)]
+    for value in (np.nan, np.inf, -np.inf):
+        xs = []
+        for r in rows:
+            for c in cols:
+                x = base.copy()
+                x[0, 0, r, c] = value
+                xs.append(x)
+        x = np.concatenate(xs, axis=1)  # one plane per position: each checked on its own
+        for k, s, p, ceil in configs:
+            np.testing.assert_array_equal(
+                max_pool2d(x, k, s, p, ceil),
+                F.max_pool2d(torch.from_numpy(x), k, s, p, ceil_mode=ceil).numpy(),
+                err_msg=f"{value} k{k} s{s} p{p} {ceil}")
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+def test_max_pooling_inf_planes_and_mixed_signs():
+    # +inf and -inf in one plane make the NaN check's sum NaN (a false alarm: the plane is
+    # redone with the NaN-propagating max), all -inf planes stay -inf
+    x = np.random.default_rng(8).standard_normal((1, 4, 9, 40)).astype(np.float32)
+    x[0, 0] = -np.inf
+    x[0, 1, 2, 3], x[0, 1, 6, 30] = np.inf, -np.inf
+    x[0, 2, :, :5] = np.inf
+    x[0, 3, 4, 4] = np.nan
+    for shape in ((1, 4, 9, 40), (1, 4, 9, 8)):
+        xs = np.ascontiguousarray(x[..., :shape[-1]])
+        for k, s, p in ((3, 1, 1), (3, 2, 1), (2, 2, 0)):
+            np.testing.assert_array_equal(
+                max_pool2d(xs, k, s, p), F.max_pool2d(torch.from_numpy(xs), k, s, p).numpy())
+
+
+def test_repeated_calls_reuse_checked_signature():
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((1, 3, 7, 7)).astype(np.float32)
+    b = rng.standard_normal((1, 3, 7, 7)).astype(np.float32)
+    ya = max_pool2d(a, 3, 1, 1)
+    yb = max_pool2d(b, 3, 1, 1)  # same signature, other data
+    np.testing.assert_array_equal(ya, reference.max_pool2d(a, 3, 1, 1))
+    np.testing.assert_array_equal(yb, reference.max_pool2d(b, 3, 1, 1))
+    out = np.empty_like(yb)
+    assert max_pool2d(b, 3, 1, 1, out=out) is out
+    np.testing.assert_array_equal(out, yb)
+    # arguments equal to a cached call's but of other types or shapes still get their errors
+    with pytest.raises(TypeError, match="kernel_size"):
+        max_pool2d(b, 3.0, 1, 1)
+    with pytest.raises(TypeError, match="stride"):
+        max_pool2d(b, 3, True, 1)
+    with pytest.raises(ValueError, match="out must have shape"):
+        max_pool2d(b, 3, 1, 1, out=np.empty((1, 3, 7, 6), np.float32))
+    with pytest.raises(ValueError, match="out must have shape"):
+        max_pool2d(b, 3, 1, 1, out=np.empty((1, 3, 7, 7), np.float64))
+    with pytest.raises(TypeError, match="pool"):
+        max_pool2d(b, 3, 1, 1, pool="no pool")
+    # a non-contiguous out is written through a temporary
+    big = np.zeros((1, 3, 7, 14), np.float32)
+    max_pool2d(b, 3, 1, 1, out=big[..., ::2])
+    np.testing.assert_array_equal(big[..., ::2], yb)
+    # avg with the divisor rule switched on the same shapes
+    np.testing.assert_allclose(avg_pool2d(a, 3, 1, 1, False, False),
+                               reference.avg_pool2d(a, 3, 1, 1, False, False), rtol=1e-5)
+    np.testing.assert_allclose(avg_pool2d(a, 3, 1, 1, False, True),
+                               reference.avg_pool2d(a, 3, 1, 1, False, True), rtol=1e-5)

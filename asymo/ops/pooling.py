@@ -2,6 +2,8 @@
 ``avg_pool2d`` semantics), run as pool tasks over image planes by a C kernel."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from asymo.ops.conv import TASKS_PER_WORKER, _geometry, _pair, _ptr
@@ -25,7 +27,72 @@ def pool_output_size(size, kernel, stride, padding, ceil_mode=False):
     return out
 
 
+# A call's job struct, kept per thread for a repeated signature (a model runs the same pools
+# on every inference): a repeat sets only the arrays' addresses and the task split.
+_local = threading.local()
+_CACHE_SIZE = 64
+_TASK = None
+
+
+class _Call:
+    """A validated pooling call of one signature: its job (geometry set) and output shape."""
+
+    __slots__ = ("job", "shape", "planes", "min_planes")
+
+    def __init__(self, job, shape, planes, min_planes):
+        self.job, self.shape, self.planes, self.min_planes = job, shape, planes, min_planes
+
+    def run(self, x, y, pool):
+        job = self.job
+        job.x = _ptr(x)
+        job.y = _ptr(y)
+        per = max(self.min_planes, -(-self.planes // (TASKS_PER_WORKER * pool.nworkers)))
+        job.planes_per_task = per
+        run_tasks(pool, _TASK, job, -(-self.planes // per), inline=x.nbytes < INLINE_BYTES)
+
+
+def _plain(v):
+    """``v`` when it is an int or a tuple of ints (exactly those types: ``2.0`` and ``True``
+    equal ``2`` and ``1`` as keys but are errors), else None."""
+    if type(v) is int:
+        return v
+    if type(v) is tuple and all(type(e) is int for e in v):
+        return v
+    return None
+
+
+def _signature(kind, x, kernel, stride, padding, ceil_mode, count_include_pad):
+    """The key of a call in the per-thread cache, or None for calls that always take the
+    checked path (arguments of other types, an input that is not a C-contiguous array)."""
+    if type(x) is not np.ndarray or not x.flags.c_contiguous:
+        return None
+    key = (kind, x.shape, x.dtype, _plain(kernel), _plain(stride), _plain(padding),
+           ceil_mode, count_include_pad)
+    if (key[3] is None or (key[4] is None and stride is not None) or key[5] is None
+            or type(ceil_mode) is not bool or type(count_include_pad) is not bool):
+        return None
+    return key
+
+
 def _pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_pad, out, pool):
+    key = _signature(kind, x, kernel, stride, padding, ceil_mode, count_include_pad)
+    if key is not None:
+        calls = getattr(_local, "calls", None)
+        call = None if calls is None else calls.get(key)
+        if call is not None and (out is None or (type(out) is np.ndarray
+                                                 and out.shape == call.shape
+                                                 and out.dtype == x.dtype
+                                                 and out.flags.c_contiguous)):
+            y = np.empty(call.shape, x.dtype) if out is None else out
+            with _hold(pool) as pool:
+                call.run(x, y, pool)
+            return y
+    return _checked_pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_pad, out,
+                           pool, key)
+
+
+def _checked_pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_pad, out, pool,
+                    key):
     name = f"{kind}_pool2d"
     if not isinstance(x, np.ndarray):
         x = np.asarray(x)
@@ -54,36 +121,42 @@ def _pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_pad, out,
             raise ValueError(f"{name}: out must have shape {shape} and dtype {x.dtype}, got "
                              f"{out.shape} {out.dtype}")
         y = out if out.flags.c_contiguous else np.empty(shape, x.dtype)
-    planes = int(np.prod(x.shape[:-2]))
+    planes = 1
+    for n in x.shape[:-2]:
+        planes *= int(n)
     if planes == 0:
         return y
     xc = np.ascontiguousarray(x)
+    call = _new_call(kind, x, h, w, kernel, stride, padding, oh, ow, planes,
+                     count_include_pad, shape)
     with _hold(pool) as pool:  # see asymo.runtime.pool.acquire
-        _run_pool2d(kind, x, xc, y, h, w, kernel, stride, padding, oh, ow, planes,
-                    count_include_pad, pool)
+        call.run(xc, y, pool)
+    if key is not None:
+        calls = getattr(_local, "calls", None)
+        if calls is None or len(calls) >= _CACHE_SIZE:
+            calls = _local.calls = {}
+        calls[key] = call
     if out is not None and y is not out:
         out[...] = y
         return out
     return y
 
 
-def _run_pool2d(kind, x, xc, y, h, w, kernel, stride, padding, oh, ow, planes,
-                count_include_pad, pool):
+def _new_call(kind, x, h, w, kernel, stride, padding, oh, ow, planes, count_include_pad,
+              shape):
+    global _TASK
+    if _TASK is None:
+        _TASK = task_fn("asymo_pool2d_task")
     job = ffi.new("asymo_pool2d_job *")
     _geometry(job.geom, 1, h, w, kernel, stride, ((padding[0],) * 2, (padding[1],) * 2),
               (1, 1), oh, ow)
     job.dtype = DTYPE_CODES[x.dtype]
     job.kind = 0 if kind == "max" else 1
     job.count_include_pad = bool(count_include_pad)
-    job.x = _ptr(xc)
-    job.y = _ptr(y)
     job.nplanes = planes
     # whole planes per task, at least ~16 KB of input each, ~4 tasks per worker
     min_planes = max(1, (16384 // x.itemsize) // max(h * w, 1))
-    per = max(min_planes, -(-planes // (TASKS_PER_WORKER * pool.nworkers)))
-    job.planes_per_task = per
-    run_tasks(pool, task_fn("asymo_pool2d_task"), job, -(-planes // per),
-              inline=xc.nbytes < INLINE_BYTES)
+    return _Call(job, shape, planes, min_planes)
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, *, out=None,

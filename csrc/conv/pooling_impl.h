@@ -2,10 +2,14 @@
  * (element type), IT (integer type of the same size) and FN(name) (a unique name per
  * instantiation) to be defined; no include guard on purpose.
  *
- * One plane, one output row at a time: the window's input rows are reduced column by column
- * into a buffer (contiguous), then each output reduces its kw buffered values; outputs whose
- * window lies inside the row do that as kw passes over the buffer, contiguous for stride 1 and
- * de-interleaved for stride 2 (every CNN pool), so both passes run on vectors. GCC vector
+ * Three shapes of work: a window covering the whole plane is one contiguous reduction; small
+ * stride-1 planes are reduced as flat arrays (pool_plane_flat); other planes one output row
+ * at a time: the window's input rows are reduced column by column into a buffer
+ * (contiguous), then each output reduces its kw buffered values; outputs whose window lies
+ * inside the row do that as kw passes over the buffer, contiguous for stride 1 and
+ * de-interleaved for stride 2 (every CNN pool), so both passes run on vectors. Max pooling
+ * checks each plane for NaN first and, when there is none, uses the plain max instruction
+ * instead of the NaN-propagating select. GCC vector
  * extensions give 32-byte vectors: AVX registers under the x86 targets, register pairs on
  * NEON and SSE. */
 
@@ -25,31 +29,86 @@ static inline T FN(smax)(T a, T b)
     return (a > b) | (a != a) ? a : b;
 }
 
-/* One vector of src[o * stride], o < L, for stride 1 or 2 (the even lanes of two
- * consecutive vectors; reads one element past the last used: callers leave a vector of
- * slack) */
-static inline __attribute__((always_inline)) FN(vec) FN(load_strided)(const T *src,
-                                                                      int64_t stride)
+/* a > b ? a : b lane by lane (drops a NaN in a, so only for planes checked to hold none:
+ * any_nan): one instruction under AVX, whose maxps / maxpd follow exactly this rule (named
+ * through the builtins: GCC does not always turn the lane-wise form into them), a select
+ * elsewhere */
+static inline FN(vec) FN(vmax_plain)(FN(vec) a, FN(vec) b)
 {
-    enum { L = sizeof(FN(vec)) / sizeof(T) };
-    if (stride == 1)
-        return *(const FN(uvec) *)src;
-    FN(ivec) even; /* 0, 2, 4, ...: folded to a constant */
-    for (int i = 0; i < L; i++)
-        even[i] = 2 * i;
-    return __builtin_shuffle(*(const FN(uvec) *)src, *(const FN(uvec) *)(src + L), even);
+#if defined(__AVX__)
+    typedef float v8sf __attribute__((vector_size(32)));
+    typedef double v4df __attribute__((vector_size(32)));
+    if (sizeof(T) == sizeof(float))
+        return (FN(vec))__builtin_ia32_maxps256((v8sf)a, (v8sf)b);
+    return (FN(vec))__builtin_ia32_maxpd256((v4df)a, (v4df)b);
+#else
+    const FN(ivec) m = a > b;
+    return (FN(vec))((m & (FN(ivec))a) | (~m & (FN(ivec))b));
+#endif
 }
 
-static inline __attribute__((always_inline)) FN(vec) FN(vop)(FN(vec) a, FN(vec) b, int is_max)
+static inline __attribute__((always_inline)) FN(vec) FN(vop)(FN(vec) a, FN(vec) b, int op)
 {
-    return is_max ? FN(vmax)(a, b) : a + b;
+    return op == POOL_SUM ? a + b : op == POOL_MAX ? FN(vmax)(a, b) : FN(vmax_plain)(a, b);
+}
+
+static inline __attribute__((always_inline)) T FN(sop)(T a, T b, int op)
+{
+    return op == POOL_SUM ? a + b : op == POOL_MAX ? FN(smax)(a, b) : (a > b ? a : b);
+}
+
+/* Whether a sum of inputs (nan in pool_plane_body) may have met a NaN: a sum is NaN if any
+ * term is (and, rarely, when +inf and -inf meet: a false alarm only costs the
+ * NaN-propagating pass) */
+static inline int FN(any_nan)(FN(vec) acc)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T) };
+    T s = 0;
+    for (int l = 0; l < L; l++)
+        s += acc[l];
+    return s != s;
+}
+
+/* The even (odd = 0) or odd elements of the 2L at src, in the order a shuffle within 128-bit
+ * lanes gives them (one shufps / shufpd under AVX, where a shuffle across them costs three
+ * instructions): in each 128-bit half of the result, the first vector's elements of that half,
+ * then the second's. An elementwise reduction of such vectors is put in order once, by
+ * deinterleaved_order. Reads src[0 .. 2L), one element past the last odd = 0 uses. */
+static inline __attribute__((always_inline)) FN(vec) FN(load_deinterleaved)(const T *src,
+                                                                           int odd)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T), Q = 16 / sizeof(T) };
+    FN(ivec) m; /* folded to a constant */
+    for (int h = 0; h < L / Q; h++)
+        for (int i = 0; i < Q / 2; i++) {
+            m[h * Q + i] = h * Q + 2 * i + odd;
+            m[h * Q + Q / 2 + i] = L + h * Q + 2 * i + odd;
+        }
+    return __builtin_shuffle(*(const FN(uvec) *)src, *(const FN(uvec) *)(src + L), m);
+}
+
+/* a[lane of output o], o < L: the outputs of load_deinterleaved vectors in order (their first
+ * half from the first vector's elements, the second from the second's) */
+static inline __attribute__((always_inline)) FN(vec) FN(deinterleaved_order)(FN(vec) a)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T), Q = 16 / sizeof(T) };
+    FN(ivec) m;
+    for (int o = 0; o < L; o++) {
+        const int k = o % (L / 2);
+        m[o] = (k / (Q / 2)) * Q + (o >= L / 2 ? Q / 2 : 0) + k % (Q / 2);
+    }
+    return __builtin_shuffle(a, m);
 }
 
 /* dst[c] = op over r < rows of src[r * ld + c], c < n: each vector reduced in registers and
- * stored once (a store followed by a load of an overlapping vector stalls store forwarding) */
+ * stored once (a store followed by a load of an overlapping vector stalls store forwarding).
+ * With the plain max, *nan (if not NULL) accumulates the inputs too (see any_nan): the NaN
+ * check rides on loads the reduction makes anyway. */
 static inline __attribute__((always_inline)) void FN(reduce_rows)(
-    T *restrict dst, const T *restrict src, int64_t ld, int64_t rows, int64_t n, int is_max)
+    T *restrict dst, const T *restrict src, int64_t ld, int64_t rows, int64_t n, int op,
+    FN(vec) *restrict nan)
 {
+    const int check = op == POOL_MAX_PLAIN && nan;
     enum { L = sizeof(FN(vec)) / sizeof(T) };
     int64_t c = 0;
     for (;; c += L) {
@@ -58,24 +117,35 @@ static inline __attribute__((always_inline)) void FN(reduce_rows)(
                 break;
             c = n - L; /* the tail as a vector overlapping the last one (same values) */
         }
-        FN(vec) acc = *(const FN(uvec) *)(src + c);
-        for (int64_t r = 1; r < rows; r++)
-            acc = FN(vop)(acc, *(const FN(uvec) *)(src + r * ld + c), is_max);
+        FN(vec) acc = *(const FN(uvec) *)(src + c), sum = acc;
+        for (int64_t r = 1; r < rows; r++) {
+            const FN(vec) in = *(const FN(uvec) *)(src + r * ld + c);
+            acc = FN(vop)(acc, in, op);
+            if (check)
+                sum += in;
+        }
+        if (check)
+            *nan += sum;
         *(FN(uvec) *)(dst + c) = acc;
         if (c + L == n)
             return;
     }
     for (; c < n; c++) {
-        T acc = src[c];
-        for (int64_t r = 1; r < rows; r++)
-            acc = is_max ? FN(smax)(acc, src[r * ld + c]) : acc + src[r * ld + c];
+        T acc = src[c], sum = acc;
+        for (int64_t r = 1; r < rows; r++) {
+            acc = FN(sop)(acc, src[r * ld + c], op);
+            sum += src[r * ld + c];
+        }
+        if (check)
+            (*nan)[0] += sum;
         dst[c] = acc;
     }
 }
 
-/* dst[o] = op over j < kw of src[o * stride + j], o < n (stride 1 or 2: vectors) */
+/* dst[o] = op over j < kw of src[o * stride + j], o < n (stride 1 or 2: vectors; stride 2
+ * reads one element past the last used) */
 static inline __attribute__((always_inline)) void FN(reduce_windows)(
-    T *restrict dst, const T *restrict src, int64_t n, int64_t kw, int64_t stride, int is_max)
+    T *restrict dst, const T *restrict src, int64_t n, int64_t kw, int64_t stride, int op)
 {
     enum { L = sizeof(FN(vec)) / sizeof(T) };
     int64_t o = 0;
@@ -85,24 +155,41 @@ static inline __attribute__((always_inline)) void FN(reduce_windows)(
                 break;
             o = n - L;
         }
-        FN(vec) acc = FN(load_strided)(src + o * stride, stride);
-        for (int64_t j = 1; j < kw; j++)
-            acc = FN(vop)(acc, FN(load_strided)(src + o * stride + j, stride), is_max);
-        *(FN(uvec) *)(dst + o) = acc;
+        if (stride == 1) {
+            FN(vec) acc = *(const FN(uvec) *)(src + o);
+            for (int64_t j = 1; j < kw; j++)
+                acc = FN(vop)(acc, *(const FN(uvec) *)(src + o + j), op);
+            *(FN(uvec) *)(dst + o) = acc;
+        } else {
+            /* window element j: the even elements from 2o + j, or the odd ones from
+               2o + j - 1 (j odd), reduced in the shuffled order, then put in order */
+            FN(vec) acc = FN(load_deinterleaved)(src + 2 * o, 0);
+            for (int64_t j = 1; j < kw; j += 2) /* (a constant shuffle each) */
+                acc = FN(vop)(acc, FN(load_deinterleaved)(src + 2 * o + j - 1, 1), op);
+            for (int64_t j = 2; j < kw; j += 2)
+                acc = FN(vop)(acc, FN(load_deinterleaved)(src + 2 * o + j, 0), op);
+            *(FN(uvec) *)(dst + o) = FN(deinterleaved_order)(acc);
+        }
         if (o + L == n)
             return;
     }
     for (; o < n; o++) {
         T acc = src[o * stride];
         for (int64_t j = 1; j < kw; j++)
-            acc = is_max ? FN(smax)(acc, src[o * stride + j]) : acc + src[o * stride + j];
+            acc = FN(sop)(acc, src[o * stride + j], op);
         dst[o] = acc;
     }
 }
 
-static inline __attribute__((always_inline)) void FN(pool_plane_body)(
-    const asymo_pool2d_job *job, const T *x, T *y, const int is_max, const int64_t sw)
+/* One plane row by row. With the plain max, the inputs are checked for NaN as the vertical
+ * reduction loads them: returns whether one may have been seen, the plane's result then being
+ * wrong (the caller redoes it with POOL_MAX); else 0. Inputs no window reaches are not
+ * checked: they change nothing. */
+static inline __attribute__((always_inline)) int FN(pool_plane_body)(
+    const asymo_pool2d_job *job, const T *x, T *y, const int op, const int64_t sw)
 {
+    const int is_max = op != POOL_SUM;
+    FN(vec) nan = {0}; /* with the plain max: the inputs reduced, summed */
     const asymo_conv_geometry *g = &job->geom;
     const int64_t H = g->height, W = g->width, oh = g->out_h, ow = g->out_w;
     const int64_t kh = g->kernel_h, kw = g->kernel_w, sh = g->stride_h;
@@ -132,7 +219,7 @@ static inline __attribute__((always_inline)) void FN(pool_plane_body)(
                 for (int64_t ox = ox0; ox < ox1; ox++)
                     yr[ox] = init;
             } else if (nc <= POOL_COLS) {
-                FN(reduce_rows)(buf, x + y_lo * W + c0, W, y_hi - y_lo, nc, is_max);
+                FN(reduce_rows)(buf, x + y_lo * W + c0, W, y_hi - y_lo, nc, op, &nan);
                 /* outputs whose window lies inside the row: vectors; the clipped rest (at
                    the edges) one by one */
                 const int64_t end = c1 - kw + pw;
@@ -141,8 +228,7 @@ static inline __attribute__((always_inline)) void FN(pool_plane_body)(
                 if (ob <= oa)
                     oa = ob = ox1;
                 else
-                    FN(reduce_windows)(yr + oa, buf + (oa * sw - pw - c0), ob - oa, kw, sw,
-                                       is_max);
+                    FN(reduce_windows)(yr + oa, buf + (oa * sw - pw - c0), ob - oa, kw, sw, op);
                 for (int64_t ox = ox0; ox < ox1; ox++) {
                     if (ox == oa)
                         ox = ob;
@@ -151,7 +237,7 @@ static inline __attribute__((always_inline)) void FN(pool_plane_body)(
                     const int64_t ix0 = ox * sw - pw;
                     T acc = init;
                     for (int64_t c = pmax(ix0, c0); c < pmin(ix0 + kw, c1); c++)
-                        acc = is_max ? FN(smax)(acc, buf[c - c0]) : acc + buf[c - c0];
+                        acc = FN(sop)(acc, buf[c - c0], op);
                     yr[ox] = acc;
                 }
             } else {
@@ -161,8 +247,11 @@ static inline __attribute__((always_inline)) void FN(pool_plane_body)(
                     const int64_t ix0 = ox * sw - pw;
                     T acc = init;
                     for (int64_t iy = y_lo; iy < y_hi; iy++)
-                        for (int64_t c = pmax(ix0, 0); c < pmin(ix0 + kw, W); c++)
-                            acc = is_max ? FN(smax)(acc, x[iy * W + c]) : acc + x[iy * W + c];
+                        for (int64_t c = pmax(ix0, 0); c < pmin(ix0 + kw, W); c++) {
+                            acc = FN(sop)(acc, x[iy * W + c], op);
+                            if (op == POOL_MAX_PLAIN)
+                                nan[0] += x[iy * W + c];
+                        }
                     yr[ox] = acc;
                 }
             }
@@ -190,25 +279,214 @@ static inline __attribute__((always_inline)) void FN(pool_plane_body)(
             }
         }
     }
+    return FN(any_nan)(nan);
 }
 
-/* the body specialised for max / average and strides 1, 2 and any */
-static void FN(pool_plane)(const asymo_pool2d_job *job, const T *x, T *y)
+/* The body for planes of any size: specialised for strides 1, 2 and any */
+static inline __attribute__((always_inline)) int FN(pool_plane_rows)(
+    const asymo_pool2d_job *job, const T *x, T *y, const int op)
 {
     const int64_t sw = job->geom.stride_w;
-    if (job->kind == ASYMO_POOL_MAX) {
-        if (sw == 1)
-            FN(pool_plane_body)(job, x, y, 1, 1);
-        else if (sw == 2)
-            FN(pool_plane_body)(job, x, y, 1, 2);
-        else
-            FN(pool_plane_body)(job, x, y, 1, sw);
-    } else {
-        if (sw == 1)
-            FN(pool_plane_body)(job, x, y, 0, 1);
-        else if (sw == 2)
-            FN(pool_plane_body)(job, x, y, 0, 2);
-        else
-            FN(pool_plane_body)(job, x, y, 0, sw);
+    if (sw == 1)
+        return FN(pool_plane_body)(job, x, y, op, 1);
+    if (sw == 2)
+        return FN(pool_plane_body)(job, x, y, op, 2);
+    return FN(pool_plane_body)(job, x, y, op, sw);
+}
+
+static void FN(rows_sum)(const asymo_pool2d_job *job, const T *x, T *y)
+{
+    FN(pool_plane_rows)(job, x, y, POOL_SUM);
+}
+
+static void FN(rows_max)(const asymo_pool2d_job *job, const T *x, T *y)
+{
+    FN(pool_plane_rows)(job, x, y, POOL_MAX);
+}
+
+static int FN(rows_max_plain)(const asymo_pool2d_job *job, const T *x, T *y)
+{
+    return FN(pool_plane_rows)(job, x, y, POOL_MAX_PLAIN);
+}
+
+/* The outputs of one row (stride 1) whose window is clipped by the row's ends, from the row's
+ * vertical reductions vr: those left of c_lo reduce prefixes of the row, each one element
+ * longer than the last, those from c_hi on suffixes, likewise; a row narrower than the
+ * window clips both ends of some windows, reduced one by one. */
+static inline __attribute__((always_inline)) void FN(clipped_windows)(
+    T *restrict yr, const T *restrict vr, int64_t W, int64_t ow, int64_t kw, int64_t pw,
+    int64_t c_lo, int64_t c_hi, const int op)
+{
+    const T init = op == POOL_SUM ? (T)0 : -(T)INFINITY;
+    if (c_hi == c_lo && W < kw) {
+        for (int64_t ox = 0; ox < ow; ox++) {
+            const int64_t c0 = pmax(ox - pw, 0), c1 = pmin(ox - pw + kw, W);
+            T acc = init;
+            for (int64_t c = c0; c < c1; c++)
+                acc = FN(sop)(acc, vr[c], op);
+            yr[ox] = acc;
+        }
+        return;
+    }
+    /* output ox < c_lo: window [0, ox - pw + kw) */
+    T acc = init;
+    for (int64_t c = 0; c < kw - pw - 1; c++)
+        acc = FN(sop)(acc, vr[c], op);
+    for (int64_t ox = 0; ox < c_lo; ox++) {
+        acc = FN(sop)(acc, vr[ox - pw + kw - 1], op);
+        yr[ox] = acc;
+    }
+    /* output ox >= c_hi: window [ox - pw, W) */
+    acc = init;
+    for (int64_t c = ow - pw; c < W; c++)
+        acc = FN(sop)(acc, vr[c], op);
+    for (int64_t ox = ow - 1; ox >= c_hi; ox--) {
+        acc = FN(sop)(acc, vr[ox - pw], op);
+        yr[ox] = acc;
+    }
+}
+
+/* A small plane with stride 1 (both axes), reduced as one flat array rather than row by row:
+ * the vertical windows of all output rows whose window lies inside the plane are one
+ * contiguous pass (input rows r - 1, r, r + 1 are offsets -W, 0, +W of the flat plane), the
+ * clipped top and bottom rows apart; then the horizontal windows of the whole buffer are one
+ * contiguous pass too, wrong only where a window wraps into the neighbouring row: the first
+ * pw and the last kw - 1 - pw columns, redone by clipped_windows. Nothing is paid per row but
+ * those few columns, which is what planes of a vector or two wide need. v and t hold out_h x
+ * width elements (POOL_FLAT_SIZE). Returns what pool_plane_body does (the NaN check). */
+static inline __attribute__((always_inline)) int FN(pool_plane_flat)(
+    const asymo_pool2d_job *job, const T *x, T *y, const int op, T *restrict v, T *restrict t)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t H = g->height, W = g->width, oh = g->out_h, ow = g->out_w;
+    const int64_t kh = g->kernel_h, kw = g->kernel_w, ph = g->pad_h, pw = g->pad_w;
+    /* output rows [a, b) have their kh input rows inside the plane (padding <= kernel / 2
+       keeps every window non-empty) */
+    const int64_t a = ph, b = H - kh + ph + 1;
+    FN(vec) nan = {0}; /* with the plain max: the inputs reduced, summed (see pool_plane_body) */
+    if (b > a)
+        FN(reduce_rows)(v + a * W, x + (a - ph) * W, W, kh, (b - a) * W, op, &nan);
+    for (int64_t oy = 0; oy < oh; oy++) {
+        if (oy == a && b > a)
+            oy = b;
+        if (oy >= oh)
+            break;
+        const int64_t y_lo = pmax(oy - ph, 0), y_hi = pmin(oy - ph + kh, H);
+        FN(reduce_rows)(v + oy * W, x + y_lo * W, W, y_hi - y_lo, W, op, &nan);
+    }
+    /* the flat horizontal pass: element i of the result is output (i / W, i % W) when the
+       output rows are W wide (odd kernel, padding kw / 2), else it goes through t */
+    T *dst = ow == W ? y : t;
+    if (oh * W - kw + 1 > 0)
+        FN(reduce_windows)(dst + pw, v, oh * W - kw + 1, kw, 1, op);
+    /* output columns [c_lo, c_hi) have their window inside the row */
+    const int64_t c_lo = pmin(pw, ow), c_hi = pmax(W - kw + pw + 1, c_lo);
+    for (int64_t oy = 0; oy < oh; oy++) {
+        if (dst != y && c_hi > c_lo)
+            memcpy(y + oy * ow + c_lo, t + oy * W + c_lo, (size_t)(c_hi - c_lo) * sizeof(T));
+        FN(clipped_windows)(y + oy * ow, v + oy * W, W, ow, kw, pw, c_lo, c_hi, op);
+    }
+    return FN(any_nan)(nan);
+}
+
+static void FN(flat_sum)(const asymo_pool2d_job *job, const T *x, T *y, T *v, T *t)
+{
+    FN(pool_plane_flat)(job, x, y, POOL_SUM, v, t);
+}
+
+static void FN(flat_max)(const asymo_pool2d_job *job, const T *x, T *y, T *v, T *t)
+{
+    FN(pool_plane_flat)(job, x, y, POOL_MAX, v, t);
+}
+
+static int FN(flat_max_plain)(const asymo_pool2d_job *job, const T *x, T *y, T *v, T *t)
+{
+    return FN(pool_plane_flat)(job, x, y, POOL_MAX_PLAIN, v, t);
+}
+
+/* y[i] /= d[i], i < n (division, not a reciprocal: the quotient torch computes) */
+static void FN(divide)(T *restrict y, const T *restrict d, int64_t n)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T) };
+    int64_t i = 0;
+    for (; i + L <= n; i += L)
+        *(FN(uvec) *)(y + i) = *(const FN(uvec) *)(y + i) / *(const FN(uvec) *)(d + i);
+    for (; i < n; i++)
+        y[i] /= d[i];
+}
+
+/* A window covering the whole plane without padding: one contiguous reduction (two vector
+ * accumulators to overlap their latencies), the sum divided by the plane's size */
+static void FN(pool_plane_global)(const T *x, int64_t n, T *y, int op)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T) };
+    const T init = op == POOL_SUM ? (T)0 : -(T)INFINITY;
+    FN(vec) a, b;
+    for (int l = 0; l < L; l++)
+        a[l] = b[l] = init;
+    int64_t i = 0;
+    for (; i + 2 * L <= n; i += 2 * L) {
+        a = FN(vop)(a, *(const FN(uvec) *)(x + i), op);
+        b = FN(vop)(b, *(const FN(uvec) *)(x + i + L), op);
+    }
+    if (i + L <= n) {
+        a = FN(vop)(a, *(const FN(uvec) *)(x + i), op);
+        i += L;
+    }
+    a = FN(vop)(a, b, op);
+    T acc = init;
+    for (; i < n; i++)
+        acc = FN(sop)(acc, x[i], op);
+    for (int l = 0; l < L; l++)
+        acc = FN(sop)(acc, a[l], op);
+    *y = op == POOL_SUM ? acc / (T)n : acc;
+}
+
+/* nplanes planes of a job: global windows, small stride-1 planes (flat) or row by row; max
+ * pooling runs the one-instruction max on planes free of NaN */
+static void FN(pool_planes)(const asymo_pool2d_job *job, const T *x, T *y, int64_t nplanes)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T) };
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t H = g->height, W = g->width, oh = g->out_h, ow = g->out_w;
+    const int64_t in_plane = H * W, out_plane = oh * ow;
+    const int avg = job->kind != ASYMO_POOL_MAX;
+    if (g->kernel_h == H && g->kernel_w == W && g->pad_h == 0 && g->pad_w == 0) {
+        for (int64_t p = 0; p < nplanes; p++)
+            FN(pool_plane_global)(x + p * in_plane, in_plane, y + p * out_plane,
+                                  avg ? POOL_SUM : POOL_MAX);
+        return;
+    }
+    if (g->stride_h == 1 && g->stride_w == 1 && W <= POOL_FLAT_WIDTH_VECS * L &&
+        oh * W <= POOL_FLAT_SIZE && out_plane <= POOL_FLAT_SIZE) {
+        T v[POOL_FLAT_SIZE], t[POOL_FLAT_SIZE];
+        if (avg) {
+            /* the divisors of the plane's outputs, the same for every plane */
+            T d[POOL_FLAT_SIZE];
+            for (int64_t oy = 0; oy < oh; oy++) {
+                const int64_t cy = pool_window_count(oy - g->pad_h, g->kernel_h, H, g->pad_h,
+                                                     job->count_include_pad);
+                for (int64_t ox = 0; ox < ow; ox++)
+                    d[oy * ow + ox] = (T)(cy * pool_window_count(ox - g->pad_w, g->kernel_w, W,
+                                                                 g->pad_w,
+                                                                 job->count_include_pad));
+            }
+            for (int64_t p = 0; p < nplanes; p++) {
+                FN(flat_sum)(job, x + p * in_plane, y + p * out_plane, v, t);
+                FN(divide)(y + p * out_plane, d, out_plane);
+            }
+            return;
+        }
+        for (int64_t p = 0; p < nplanes; p++) {
+            if (FN(flat_max_plain)(job, x + p * in_plane, y + p * out_plane, v, t))
+                FN(flat_max)(job, x + p * in_plane, y + p * out_plane, v, t);
+        }
+        return;
+    }
+    for (int64_t p = 0; p < nplanes; p++) {
+        if (avg)
+            FN(rows_sum)(job, x + p * in_plane, y + p * out_plane);
+        else if (FN(rows_max_plain)(job, x + p * in_plane, y + p * out_plane))
+            FN(rows_max)(job, x + p * in_plane, y + p * out_plane);
     }
 }
