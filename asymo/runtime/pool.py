@@ -785,12 +785,6 @@ class hold:
             pool._release()
 
 
-# caller_on_fastest keeps the caller on one cpu of the fastest cluster (the one it is on),
-# not anywhere in it: a caller the kernel moves between cores mid-job leaves the worker it was
-# helping as unclaimed while both share a core (docs/pool.md)
-CALLER_ONE_CPU = True
-
-
 class caller_on_fastest:
     """Context manager: the calling thread runs on ``pool``'s fastest cluster for the block,
     its affinity restored after (on every exit path).
@@ -810,14 +804,11 @@ class caller_on_fastest:
 
     def __enter__(self):
         pool = self._pool
+        if pool.nclusters < 2:
+            return pool
         try:
             now = os.sched_getaffinity(0)
             fast = now & {int(c) for c in pool.topology.clusters[0].cpus}
-            if CALLER_ONE_CPU and len(fast) > 1:
-                cpu = lib.asymo_gemm_current_cpu()
-                fast = {cpu if cpu in fast else min(fast)}
-            elif pool.nclusters < 2:
-                return pool
             if fast and fast != now:
                 os.sched_setaffinity(0, fast)
                 self._saved = now
