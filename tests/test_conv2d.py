@@ -385,22 +385,19 @@ def _forced_implicit(blocks=None, isa=None, split_dim=None):
     import asymo.ops.conv_gemm as cg
     from asymo.plan.gemm import plan_gemm
 
-    saved = (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache,
-             conv_mod.IM2COL_EXPLICIT_MAX_K)
+    saved = (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache)
 
     def forced(m, k, n, dtype, pool):
         return plan_gemm(m, k, n, np.dtype(dtype).name, pool, kind="mm", blocks=blocks,
                          isa=isa, split_dim=split_dim)
 
     cg.plan_conv_gemm = forced
-    conv_mod.IM2COL_METHOD = "implicit"
-    conv_mod.IM2COL_EXPLICIT_MAX_K = 0      # the packer for shallow strided layers too
+    conv_mod.IM2COL_METHOD = "implicit"     # the packer for every layer, none by choice
     conv_mod._plan_cache = weakref.WeakKeyDictionary()
     try:
         yield conv_mod
     finally:
-        (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache,
-         conv_mod.IM2COL_EXPLICIT_MAX_K) = saved
+        (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache) = saved
 
 
 def _implicit_plans(conv_mod):
@@ -421,8 +418,9 @@ def test_implicit_im2col_matches_reference(cfg, blocks):
     ref = reference.conv2d(x, w, b, cfg["stride"], cfg["padding"], cfg["dilation"],
                            cfg["groups"], cfg["activation"])
     _close(y, ref, cfg["dtype"])
-    # not depthwise, not a 1x1 (the plain GEMM, or explicit subsampling when strided)
-    if cfg["cin_g"] > 1 and (cfg["kh"], cfg["kw"]) != (1, 1):
+    pointwise = ((cfg["kh"], cfg["kw"]) == (1, 1) and cfg["stride"] == (1, 1)
+                 and cfg["padding"] == (0, 0))
+    if cfg["cin_g"] > 1 and not pointwise:  # not depthwise, not the plain 1x1 GEMM
         assert used
 
 
@@ -543,22 +541,26 @@ def test_small_jobs_run_on_the_fastest_cluster_alone(two_cluster_pool, monkeypat
                if hasattr(p, "counts"))
 
 
-def test_shallow_strided_layers_take_explicit_im2col(monkeypatch):
-    """A stem (3 channels, 7x7, stride 2: K = 147) and a strided 1x1 layer (a downsampling
-    shortcut) write their column matrix; a deeper strided 3x3 layer packs B from the image;
-    all match the reference."""
+def test_auto_im2col_method_per_layer(monkeypatch):
+    """"auto": strided 1x1 layers (downsampling shortcuts) and stride-1 5x5 layers write a
+    column matrix; stems and strided 3x3 layers pack B from the image; all match the
+    reference."""
     import asymo.ops.conv as conv_mod
 
     monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
+    assert conv_mod.IM2COL_METHOD == "auto"
     rng = np.random.default_rng(31)
-    for c, k, ks, deep in ((3, 16, 7, False), (24, 16, 3, True), (200, 16, 1, False)):
+    for c, k, ks, stride, packed in ((3, 16, 7, 2, True), (24, 16, 3, 2, True),
+                                     (200, 16, 1, 2, False), (12, 16, 5, 1, False),
+                                     (12, 16, 5, 2, True)):
         x = rng.standard_normal((1, c, 40, 40)).astype(np.float32)
         w = rng.standard_normal((k, c, ks, ks)).astype(np.float32)
-        y = conv2d(x, w, None, 2, ks // 2, activation="relu")
-        _close(y, reference.conv2d(x, w, None, 2, ks // 2, 1, 1, "relu"), np.float32)
+        conv_mod._plan_cache.clear()
+        y = conv2d(x, w, None, stride, ks // 2, activation="relu")
+        _close(y, reference.conv2d(x, w, None, stride, ks // 2, 1, 1, "relu"), np.float32)
         plans = [p for per in conv_mod._plan_cache.values() for p in per.values()
                  if p.__class__.__name__ == "_GemmConvPlan" and p.k == c * ks * ks]
-        assert plans and all((p.implicit is not None) == deep for p in plans)
+        assert plans and all((p.implicit is not None) == packed for p in plans)
 
 
 @pytest.mark.parametrize("method", ["explicit", "implicit"])
@@ -584,7 +586,7 @@ def test_im2col_row_gathers_every_width_stride_and_padding(method, dtype):
                                dtype)
         used = _implicit_plans(mod)
     assert bool(used) == (method == "implicit")
-    assert conv_mod.IM2COL_METHOD == "implicit"
+    assert conv_mod.IM2COL_METHOD == "auto"
 
 
 # ---- the direct 3x3 depthwise kernels (3x3, stride 1 / 2, padding <= 1, multiplier 1) ----

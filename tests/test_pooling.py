@@ -218,3 +218,22 @@ def test_repeated_calls_reuse_checked_signature():
                                reference.avg_pool2d(a, 3, 1, 1, False, False), rtol=1e-5)
     np.testing.assert_allclose(avg_pool2d(a, 3, 1, 1, False, True),
                                reference.avg_pool2d(a, 3, 1, 1, False, True), rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_output_aliasing_the_input_gives_the_right_answer(kind):
+    """out=x (a stride-1 pool keeps the shape) and out overlapping x: the input is read before
+    any of it is overwritten; first call and repeated (cached) call alike."""
+    fn = max_pool2d if kind == "max" else avg_pool2d
+    rng = np.random.default_rng(9)
+    for h in (7, 64, 100):
+        for _ in range(2):
+            x = rng.standard_normal((1, 4, h, h)).astype(np.float32)
+            ref = fn(x.copy(), 3, 1, 1)
+            y = fn(x, 3, 1, 1, out=x)
+            assert y is x
+            np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6)
+    big = rng.standard_normal((1, 3, 64, 66)).astype(np.float32)
+    x, out = big[..., :64], big[..., 2:]  # out overlaps x, shifted by two columns
+    ref = fn(x.copy(), 3, 1, 1)
+    np.testing.assert_allclose(fn(x, 3, 1, 1, out=out), ref, rtol=1e-6, atol=1e-6)

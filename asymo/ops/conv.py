@@ -56,15 +56,13 @@ COL_CHUNK_BYTES = 32 << 20
 # How a convolution that needs im2col feeds its GEMM: "implicit" packs the GEMM's B panels
 # straight from the image (csrc/conv.c asymo_im2col_pack_b: no column matrix, no separate
 # im2col pass, one pool job per convolution); "explicit" writes the column matrix with im2col
-# tasks, chunk by chunk, then multiplies it. Implicit is used whenever the GEMM plan packs B
-# (the "mm" kind split along M or N) and the C backend runs the GEMM.
-IM2COL_METHOD = "implicit"
+# tasks, chunk by chunk, then multiplies it; "auto" decides per layer (`_explicit_im2col`).
+# Implicit needs a GEMM plan that packs B (the "mm" kind split along M or N) and the C
+# backend; otherwise the explicit path runs.
+IM2COL_METHOD = "auto"
 # Implicit im2col: the GEMM packs all of B's panels of one job; cut the job into chunks of
 # output rows only when that packed copy would exceed this.
 IMPLICIT_CHUNK_BYTES = 128 << 20
-# ... except strided layers with K = C/groups * kh * kw at most this (the 7x7 / 3x3 stems):
-# measured 1.1-1.4x faster with explicit im2col on one core and on two (docs/winograd.md).
-IM2COL_EXPLICIT_MAX_K = 160
 # Small jobs run on the fastest cluster alone when the pool has several and the slower
 # clusters' share saves less than their sync and tail cost: asymo.plan.split_cost decides, for
 # matmul and convolutions alike ("depthwise": FLOPs, "epilogue": bytes of output).
@@ -625,15 +623,9 @@ class _GemmConvPlan:
         job = self.job = ffi.new("asymo_im2col_job *")
         _geometry(job.geom, cin_g, h, w, (kh, kw), stride, pads, dilation, oh, ow)
         job.dtype = DTYPE_CODES[dtype]
-        # Strided layers with a short K (stems: 3 channels x 7x7 or 3x3) pack their B slivers
-        # slower from the image than from a column matrix written row by row (the per-sliver
-        # bookkeeping of a strided gather dominates a 16-column sliver): explicit im2col. So
-        # do strided 1x1 layers (ResNet's downsampling shortcuts): each row of a B sliver is
-        # another channel's plane, a cache miss per row once the image outgrows L2, where
-        # the column matrix is one subsampling pass in memory order, then a plain GEMM.
-        shallow = k <= IM2COL_EXPLICIT_MAX_K and stride != (1, 1)
-        strided_1x1 = (kh, kw) == (1, 1) and stride != (1, 1)
-        if IM2COL_METHOD == "implicit" and not shallow and not strided_1x1:
+        explicit = IM2COL_METHOD == "explicit" or (
+            IM2COL_METHOD == "auto" and _explicit_im2col(kh, kw, stride, dilation))
+        if not explicit:
             self.implicit = _implicit_chunks(pool, self.cout_g, k, oh, ow, dtype)
             if self.implicit is not None:
                 # everything about the GEMM but the pointers and the chunk width
@@ -656,6 +648,23 @@ class _GemmConvPlan:
             if gp is None:
                 gp = plans[width] = plan_conv_gemm(self.cout_g, k, width, dtype, pool)
             self.chunks.append((n0, n1, gp) + _im2col_split(pool, gp, k, n0, n1, dtype))
+
+
+def _explicit_im2col(kh, kw, stride, dilation):
+    """Whether the "auto" im2col method writes a column matrix for this layer (measured on
+    the development machine, docs/winograd.md):
+
+    * strided 1x1 layers (ResNet's downsampling shortcuts): each row of a packed B sliver is
+      another channel's plane, a cache miss per row once the image outgrows L2, where the
+      column matrix is one subsampling pass in memory order, then a plain GEMM;
+    * stride-1 kernels of 5x5 and up: a column row is one shifted copy of the image, while
+      packed slivers cross output rows (14- and 28-wide planes) and take the packer's slow
+      path, K = 25 C rows per sliver.
+    Everything else packs its B panels straight from the image.
+    """
+    if (kh, kw) == (1, 1):
+        return stride != (1, 1)
+    return stride == (1, 1) and dilation == (1, 1) and kh * kw >= 25
 
 
 def _implicit_chunks(pool, m, k, oh, ow, dtype):
@@ -1041,7 +1050,7 @@ def _plan_settings():
     cache's key and checked by the call cache."""
     return (DEPTHWISE_METHOD, WINOGRAD, WINOGRAD_METHOD, WINOGRAD_F4_MIN_SIZE,
             WINOGRAD_MIN_CHANNELS, WINOGRAD_F4_MAX_WEIGHT_BYTES, COL_CHUNK_BYTES,
-            COL_CHUNK_COLUMNS, IM2COL_METHOD, IMPLICIT_CHUNK_BYTES, IM2COL_EXPLICIT_MAX_K,
+            COL_CHUNK_COLUMNS, IM2COL_METHOD, IMPLICIT_CHUNK_BYTES,
             _split_cost.emulated_period())
 
 

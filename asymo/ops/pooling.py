@@ -82,7 +82,8 @@ def _pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_pad, out,
         if call is not None and (out is None or (type(out) is np.ndarray
                                                  and out.shape == call.shape
                                                  and out.dtype == x.dtype
-                                                 and out.flags.c_contiguous)):
+                                                 and out.flags.c_contiguous
+                                                 and not np.may_share_memory(out, x))):
             y = np.empty(call.shape, x.dtype) if out is None else out
             with _hold(pool) as pool:
                 call.run(x, y, pool)
@@ -120,7 +121,9 @@ def _checked_pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_p
         if out.shape != shape or out.dtype != x.dtype:
             raise ValueError(f"{name}: out must have shape {shape} and dtype {x.dtype}, got "
                              f"{out.shape} {out.dtype}")
-        y = out if out.flags.c_contiguous else np.empty(shape, x.dtype)
+        # an output overlapping the input (out=x) would be read after it is written
+        y = out if out.flags.c_contiguous and not np.may_share_memory(out, x) \
+            else np.empty(shape, x.dtype)
     planes = 1
     for n in x.shape[:-2]:
         planes *= int(n)
