@@ -94,6 +94,26 @@ def test_random_layers_within_error_bound(force_tile, n, c, k, h, w, pt, pb, pl,
 
 
 @pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("epi", ["none", "relu6", "relu+residual", "residual"])
+def test_wide_planes_every_tile_run(force_tile, tile, epi):
+    """Planes wide enough for runs of 8 whole tiles side by side (the vector scatter), with
+    widths leaving 0..m-1 columns of partial tiles and runs broken by the row's end, with
+    and without a residual, within the error bound."""
+    force_tile(tile)
+    rng = np.random.default_rng(17)
+    for w_ in (8 * tile, 8 * tile + 1, 8 * tile + tile - 1, 17 * tile + 1, 3 * 8 * tile + 2):
+        for h in (tile + 2, 3 * tile + 1):
+            x = rng.standard_normal((1, 5, h, w_)).astype(np.float32)
+            wt = rng.standard_normal((7, 5, 3, 3)).astype(np.float32)
+            b = rng.standard_normal(7).astype(np.float32)
+            res = rng.standard_normal((1, 7, h, w_)).astype(np.float32) \
+                if "residual" in epi else None
+            act = {"relu6": "relu6", "relu+residual": "relu"}.get(epi)
+            y = conv2d(x, wt, b, padding=1, activation=act, residual=res)
+            check_bound(y, x, wt, ((1, 1), (1, 1)), tile, b, res, act)
+
+
+@pytest.mark.parametrize("tile", [2, 4])
 @pytest.mark.parametrize("method", [0, 1])
 def test_both_task_methods_and_isas(force_tile, monkeypatch, tile, method):
     """The Winograd body on every ISA variant this CPU runs, and the task's direct fallback."""

@@ -170,6 +170,48 @@ WINO_ATTR static void WFN(wino_output)(int m, int64_t tb, const float *restrict 
     }
 }
 
+typedef float wv8u __attribute__((vector_size(32), aligned(4)));
+
+/* The outputs of 8 consecutive whole tiles of one tile row: src[(o * m + j) * tb + t] is
+ * position (o, j) of tile t, dst[o * ldd + t * m + j] its place in the plane (m = 4 or 2);
+ * a residual (same layout as dst) is added, then the activation. Each output row is the
+ * 8 tiles' position vectors interleaved. */
+WINO_ATTR static inline __attribute__((always_inline)) void WFN(wino_scatter8)(
+    int m, const float *src, int64_t tb, float *dst, int64_t ldd, const float *res, int act)
+{
+    const wv8i lo = {0, 8, 1, 9, 2, 10, 3, 11}, hi = {4, 12, 5, 13, 6, 14, 7, 15};
+    const wv8i pair_lo = {0, 1, 8, 9, 2, 3, 10, 11}, pair_hi = {4, 5, 12, 13, 6, 7, 14, 15};
+    for (int o = 0; o < m; o++) {
+        const float *s = src + o * m * tb;
+        wv8 out[4];
+        if (m == 4) {
+            const wv8u v0 = *(const wv8u *)s, v1 = *(const wv8u *)(s + tb);
+            const wv8u v2 = *(const wv8u *)(s + 2 * tb), v3 = *(const wv8u *)(s + 3 * tb);
+            const wv8 a = __builtin_shuffle((wv8)v0, (wv8)v1, lo);
+            const wv8 b = __builtin_shuffle((wv8)v0, (wv8)v1, hi);
+            const wv8 c = __builtin_shuffle((wv8)v2, (wv8)v3, lo);
+            const wv8 d = __builtin_shuffle((wv8)v2, (wv8)v3, hi);
+            out[0] = __builtin_shuffle(a, c, pair_lo);
+            out[1] = __builtin_shuffle(a, c, pair_hi);
+            out[2] = __builtin_shuffle(b, d, pair_lo);
+            out[3] = __builtin_shuffle(b, d, pair_hi);
+        } else {
+            const wv8u v0 = *(const wv8u *)s, v1 = *(const wv8u *)(s + tb);
+            out[0] = __builtin_shuffle((wv8)v0, (wv8)v1, lo);
+            out[1] = __builtin_shuffle((wv8)v0, (wv8)v1, hi);
+        }
+        float *d = dst + o * ldd;
+        for (int q = 0; q < m; q++) {
+            wv8 v = out[q];
+            if (res) {
+                v += (wv8)(*(const wv8u *)(res + o * ldd + q * WVW));
+                v = WFN(wino_act)(v, act);
+            }
+            *(wv8u *)(d + q * WVW) = v;
+        }
+    }
+}
+
 WINO_ATTR void WINO_CAT(asymo_wino_block, WINO_SFX)(const asymo_winograd_job *job, int64_t n,
                                                     int64_t tblock, int64_t kb,
                                                     float *scratch)
@@ -258,6 +300,15 @@ WINO_ATTR void WINO_CAT(asymo_wino_block, WINO_SFX)(const asymo_winograd_job *jo
             const float *rk = res ? res + k * OH * OW : NULL;
             for (int64_t i = 0; i < ntiles; i++) {
                 const int64_t oy0 = ys[i] + g->pad_h, ox0 = xs[i] + g->pad_w;
+                if (i + WVW <= ntiles && ys[i + WVW - 1] == ys[i] && oy0 + m <= OH
+                    && ox0 + WVW * m <= OW) {
+                    /* eight whole tiles side by side: their rows are m * 8 contiguous
+                       outputs, interleaved from Yb's per-position vectors */
+                    WFN(wino_scatter8)(m, Yb + i, tb, yk + oy0 * OW + ox0, OW,
+                                       rk ? rk + oy0 * OW + ox0 : NULL, act);
+                    i += WVW - 1;
+                    continue;
+                }
                 const int64_t rows = OH - oy0 < m ? OH - oy0 : m;
                 const int64_t cols = OW - ox0 < m ? OW - ox0 : m;
                 for (int64_t o = 0; o < rows; o++) {
