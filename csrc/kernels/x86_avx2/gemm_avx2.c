@@ -34,6 +34,7 @@
      * when the loop was unrolled by hand) */                                                 \
     for (int64_t p = 0; p < k; p++) {                                                         \
         _mm_prefetch((const char *)a + AHEAD, _MM_HINT_T0);                                   \
+        PREFETCH_B(b);                                                                        \
         STEP(0)                                                                               \
         a += (MR);                                                                            \
         b += (BSTEP);                                                                         \
@@ -45,6 +46,11 @@
     }
 
 #define AHEAD 384
+#ifndef BAHEAD
+#define BAHEAD 4
+#endif
+/* per k step of the packed kernels: nothing (the packed sliver is one forward stream) */
+#define PREFETCH_B(b) ((void)0)
 
 /* ---- float32: 6 x 16 ---- */
 #define VT __m256
@@ -76,11 +82,19 @@ ATTR_AVX2 static void ukr_avx2_f32(int64_t k, const void *a_, const void *b_, vo
  * L1 across the micro-panels of the block */
 #undef LOADV
 #define LOADV _mm256_loadu_ps
+/* B in place: each k step reads another row of B, a stream per row that no hardware
+ * prefetcher follows; the same row's line of the next sliver is fetched into L2 meanwhile
+ * (read a whole sliver of micro-panels later). Further ahead, or into L1, measured slower
+ * once K reached a few hundred rows. */
+#undef PREFETCH_B
+#define PREFETCH_B(b) _mm_prefetch((const char *)((b) + BAHEAD * 2 * W), _MM_HINT_T1)
 ATTR_AVX2 static void ukr_strided_b_avx2_f32(int64_t k, const void *a_, const void *b_,
                                              int64_t ldb, void *c_, int64_t rsc, int accumulate)
 {
     UKR_BODY_1STEP(float, 6, ldb)
 }
+#undef PREFETCH_B
+#define PREFETCH_B(b) ((void)0)
 #undef VT
 #undef LOADV
 #undef W
@@ -141,11 +155,15 @@ ATTR_AVX2 static void ukr_avx2_f64(int64_t k, const void *a_, const void *b_, vo
 }
 #undef LOADV
 #define LOADV _mm256_loadu_pd
+#undef PREFETCH_B
+#define PREFETCH_B(b) _mm_prefetch((const char *)((b) + BAHEAD * 2 * W), _MM_HINT_T1)
 ATTR_AVX2 static void ukr_strided_b_avx2_f64(int64_t k, const void *a_, const void *b_,
                                              int64_t ldb, void *c_, int64_t rsc, int accumulate)
 {
     UKR_BODY_1STEP(double, 6, ldb)
 }
+#undef PREFETCH_B
+#define PREFETCH_B(b) ((void)0)
 #undef VT
 #undef LOADV
 #undef W
