@@ -46,9 +46,8 @@
     }
 
 #define AHEAD 384
-#ifndef BAHEAD
-#define BAHEAD 4
-#endif
+/* strided-B kernels: the line of the same row of B this many slivers on is fetched into L2 */
+#define BAHEAD 1
 /* per k step of the packed kernels: nothing (the packed sliver is one forward stream) */
 #define PREFETCH_B(b) ((void)0)
 
