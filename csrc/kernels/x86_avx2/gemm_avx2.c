@@ -78,13 +78,12 @@ ATTR_AVX2 static void ukr_avx2_f32(int64_t k, const void *a_, const void *b_, vo
 }
 /* B read in place (row stride ldb, unit column stride): a product with few rows of A reuses
  * each B sliver only a few times, too few to pay for packing it; the sliver's rows stay in
- * L1 across the micro-panels of the block */
+ * L1 across the micro-panels of the block. Each k step reads another row of B, a stream per
+ * row that no hardware prefetcher follows: the same row's line of the next sliver is fetched
+ * into L2 meanwhile (read a whole sliver of micro-panels later; further ahead, or into L1,
+ * measured slower once K reached a few hundred rows). The float64 pair below is the same. */
 #undef LOADV
 #define LOADV _mm256_loadu_ps
-/* B in place: each k step reads another row of B, a stream per row that no hardware
- * prefetcher follows; the same row's line of the next sliver is fetched into L2 meanwhile
- * (read a whole sliver of micro-panels later). Further ahead, or into L1, measured slower
- * once K reached a few hundred rows. */
 #undef PREFETCH_B
 #define PREFETCH_B(b) _mm_prefetch((const char *)((b) + BAHEAD * 2 * W), _MM_HINT_T1)
 ATTR_AVX2 static void ukr_strided_b_avx2_f32(int64_t k, const void *a_, const void *b_,
