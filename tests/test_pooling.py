@@ -237,3 +237,18 @@ def test_output_aliasing_the_input_gives_the_right_answer(kind):
     x, out = big[..., :64], big[..., 2:]  # out overlaps x, shifted by two columns
     ref = fn(x.copy(), 3, 1, 1)
     np.testing.assert_allclose(fn(x, 3, 1, 1, out=out), ref, rtol=1e-6, atol=1e-6)
+
+
+def test_read_only_or_non_array_out_is_an_error():
+    """First and repeated (cached) calls alike: a read-only out raises instead of being
+    written, a list is a TypeError."""
+    x = np.random.default_rng(2).standard_normal((1, 2, 8, 8)).astype(np.float32)
+    max_pool2d(x, 2)  # the signature is cached
+    ro = np.zeros((1, 2, 4, 4), np.float32)
+    ro.flags.writeable = False
+    for _ in range(2):
+        with pytest.raises(ValueError, match="read-only"):
+            max_pool2d(x, 2, out=ro)
+        assert not ro.any()
+    with pytest.raises(TypeError, match="out must be a numpy array"):
+        avg_pool2d(x, 2, out=[[0.0]])

@@ -1141,18 +1141,25 @@ def _cached_conv2d(sig, x, weight, bias, residual, out, pool):
     return y
 
 
-def _cache_call(sig, calls, plan, plan_key, pool, limit, settings, y):
-    entries = getattr(_call_local, "entries", None)
+def remember_call(local, sig, entry, size):
+    """Keep ``entry`` for call signature ``sig`` in the calling thread's cache ``local`` (a
+    ``threading.local``; ``local.entries``), dropping the oldest signatures beyond ``size``.
+    The call caches of conv2d and of pooling."""
+    entries = getattr(local, "entries", None)
     if entries is None:
-        entries = _call_local.entries = {}
+        entries = local.entries = {}
     entries.pop(sig, None)
-    while len(entries) >= CALL_CACHE_SIZE:
+    while len(entries) >= size:
         del entries[next(iter(entries))]
+    entries[sig] = entry
+
+
+def _cache_call(sig, calls, plan, plan_key, pool, limit, settings, y):
     e = _CachedCall()
     e.calls, e.plan, e.plan_key = calls, plan, plan_key
     e.pool, e.limit, e.settings = weakref.ref(pool), limit, settings
     e.shape, e.dtype, e.busy = y.shape, y.dtype, False
-    entries[sig] = e
+    remember_call(_call_local, sig, e, CALL_CACHE_SIZE)
 
 
 def clear_call_cache():

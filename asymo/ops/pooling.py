@@ -6,7 +6,8 @@ import threading
 
 import numpy as np
 
-from asymo.ops.conv import TASKS_PER_WORKER, _geometry, _pair, _ptr
+from asymo.ops.conv import (CALL_CACHE_SIZE, TASKS_PER_WORKER, _geometry, _int_pair, _pair,
+                            _ptr, remember_call)
 from asymo.runtime.ffi import ffi
 from asymo.runtime.pool import hold as _hold
 from asymo.runtime.tasks import DTYPE_CODES, INLINE_BYTES, run_tasks, task_fn
@@ -29,18 +30,18 @@ def pool_output_size(size, kernel, stride, padding, ceil_mode=False):
 
 # A call's job struct, kept per thread for a repeated signature (a model runs the same pools
 # on every inference): a repeat sets only the arrays' addresses and the task split.
-_local = threading.local()
-_CACHE_SIZE = 64
+_local = threading.local()  # .entries: {signature: _Call} (conv.remember_call)
 _TASK = None
 
 
 class _Call:
     """A validated pooling call of one signature: its job (geometry set) and output shape."""
 
-    __slots__ = ("job", "shape", "planes", "min_planes")
+    __slots__ = ("job", "shape", "planes", "min_planes", "busy")
 
     def __init__(self, job, shape, planes, min_planes):
         self.job, self.shape, self.planes, self.min_planes = job, shape, planes, min_planes
+        self.busy = False  # running: a re-entrant call (a signal handler) takes its own job
 
     def run(self, x, y, pool):
         job = self.job
@@ -51,42 +52,38 @@ class _Call:
         run_tasks(pool, _TASK, job, -(-self.planes // per), inline=x.nbytes < INLINE_BYTES)
 
 
-def _plain(v):
-    """``v`` when it is an int or a tuple of ints (exactly those types: ``2.0`` and ``True``
-    equal ``2`` and ``1`` as keys but are errors), else None."""
-    if type(v) is int:
-        return v
-    if type(v) is tuple and all(type(e) is int for e in v):
-        return v
-    return None
+def _int_or_pair(v):
+    # exact types: 2.0 and True equal 2 and 1 as keys but are errors
+    return type(v) is int or _int_pair(v)
 
 
 def _signature(kind, x, kernel, stride, padding, ceil_mode, count_include_pad):
     """The key of a call in the per-thread cache, or None for calls that always take the
     checked path (arguments of other types, an input that is not a C-contiguous array)."""
-    if type(x) is not np.ndarray or not x.flags.c_contiguous:
-        return None
-    key = (kind, x.shape, x.dtype, _plain(kernel), _plain(stride), _plain(padding),
-           ceil_mode, count_include_pad)
-    if (key[3] is None or (key[4] is None and stride is not None) or key[5] is None
+    if (type(x) is not np.ndarray or not x.flags.c_contiguous or not _int_or_pair(kernel)
+            or not (stride is None or _int_or_pair(stride)) or not _int_or_pair(padding)
             or type(ceil_mode) is not bool or type(count_include_pad) is not bool):
         return None
-    return key
+    return (kind, x.shape, x.dtype, kernel, stride, padding, ceil_mode, count_include_pad)
 
 
 def _pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_pad, out, pool):
     key = _signature(kind, x, kernel, stride, padding, ceil_mode, count_include_pad)
     if key is not None:
-        calls = getattr(_local, "calls", None)
-        call = None if calls is None else calls.get(key)
-        if call is not None and (out is None or (type(out) is np.ndarray
-                                                 and out.shape == call.shape
-                                                 and out.dtype == x.dtype
-                                                 and out.flags.c_contiguous
-                                                 and not np.may_share_memory(out, x))):
+        entries = getattr(_local, "entries", None)
+        call = None if entries is None else entries.get(key)
+        if call is not None and not call.busy and (
+                out is None or (type(out) is np.ndarray and out.shape == call.shape
+                                and out.dtype == x.dtype and out.flags.c_contiguous
+                                and out.flags.writeable
+                                and not np.may_share_memory(out, x))):
             y = np.empty(call.shape, x.dtype) if out is None else out
-            with _hold(pool) as pool:
-                call.run(x, y, pool)
+            call.busy = True
+            try:
+                with _hold(pool) as pool:
+                    call.run(x, y, pool)
+            finally:
+                call.busy = False
             return y
     return _checked_pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_pad, out,
                            pool, key)
@@ -118,6 +115,10 @@ def _checked_pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_p
     if out is None:
         y = np.empty(shape, x.dtype)
     else:
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"{name}: out must be a numpy array, got {type(out).__name__}")
+        if not out.flags.writeable:
+            raise ValueError(f"{name}: out is read-only")
         if out.shape != shape or out.dtype != x.dtype:
             raise ValueError(f"{name}: out must have shape {shape} and dtype {x.dtype}, got "
                              f"{out.shape} {out.dtype}")
@@ -135,10 +136,7 @@ def _checked_pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_p
     with _hold(pool) as pool:  # see asymo.runtime.pool.acquire
         call.run(xc, y, pool)
     if key is not None:
-        calls = getattr(_local, "calls", None)
-        if calls is None or len(calls) >= _CACHE_SIZE:
-            calls = _local.calls = {}
-        calls[key] = call
+        remember_call(_local, key, call, CALL_CACHE_SIZE)
     if out is not None and y is not out:
         out[...] = y
         return out
