@@ -298,38 +298,45 @@ WINO_ATTR void WINO_CAT(asymo_wino_block, WINO_SFX)(const asymo_winograd_job *jo
                              res ? ASYMO_ACT_NONE : act);
             float *yk = y + k * OH * OW;
             const float *rk = res ? res + k * OH * OW : NULL;
-            for (int64_t i = 0; i < ntiles; i++) {
+            for (int64_t i = 0; i < ntiles;) {
                 const int64_t oy0 = ys[i] + g->pad_h, ox0 = xs[i] + g->pad_w;
-                if (i + WVW <= ntiles && ys[i + WVW - 1] == ys[i] && oy0 + m <= OH
-                    && ox0 + WVW * m <= OW) {
-                    /* eight whole tiles side by side: their rows are m * 8 contiguous
-                       outputs, interleaved from Yb's per-position vectors */
-                    WFN(wino_scatter8)(m, Yb + i, tb, yk + oy0 * OW + ox0, OW,
-                                       rk ? rk + oy0 * OW + ox0 : NULL, act);
-                    i += WVW - 1;
-                    continue;
-                }
+                /* the run of tiles from i in this tile row (at most 8): one interleave
+                   gives all its output rows */
+                int64_t run = 1;
+                while (run < WVW && i + run < ntiles && ys[i + run] == ys[i])
+                    run++;
                 const int64_t rows = OH - oy0 < m ? OH - oy0 : m;
-                const int64_t cols = OW - ox0 < m ? OW - ox0 : m;
-                for (int64_t o = 0; o < rows; o++) {
-                    float *dst = yk + (oy0 + o) * OW + ox0;
-                    const float *src = Yb + o * m * tb + i;
-                    if (rk) {
-                        const float *rr = rk + (oy0 + o) * OW + ox0;
-                        for (int64_t o2 = 0; o2 < cols; o2++) {
-                            float v = src[o2 * tb] + rr[o2];
-                            if (act != ASYMO_ACT_NONE) {
-                                v = v < 0.0f ? 0.0f : v;
-                                if (act == ASYMO_ACT_RELU6)
-                                    v = v > 6.0f ? 6.0f : v;
+                const int64_t cols = OW - ox0 < run * m ? OW - ox0 : run * m;
+                float *dst = yk + oy0 * OW + ox0;
+                const float *rr = rk ? rk + oy0 * OW + ox0 : NULL;
+                if (rows == m && cols == WVW * m) {
+                    WFN(wino_scatter8)(m, Yb + i, tb, dst, OW, rr, act);
+                } else {
+                    /* a short run or a plane's edge: interleave into a row buffer, then
+                       copy the rows' valid parts (Yb's slack makes the 8-tile read safe) */
+                    float rowbuf[4 * 4 * WVW] __attribute__((aligned(32)));
+                    WFN(wino_scatter8)(m, Yb + i, tb, rowbuf, WVW * m, NULL, ASYMO_ACT_NONE);
+                    for (int64_t o = 0; o < rows; o++) {
+                        const float *src = rowbuf + o * WVW * m;
+                        float *d = dst + o * OW;
+                        if (rr) {
+                            const float *ro = rr + o * OW;
+                            for (int64_t c = 0; c < cols; c++) {
+                                float v = src[c] + ro[c];
+                                if (act != ASYMO_ACT_NONE) {
+                                    v = v < 0.0f ? 0.0f : v;
+                                    if (act == ASYMO_ACT_RELU6)
+                                        v = v > 6.0f ? 6.0f : v;
+                                }
+                                d[c] = v;
                             }
-                            dst[o2] = v;
+                        } else {
+                            for (int64_t c = 0; c < cols; c++)
+                                d[c] = src[c];
                         }
-                    } else {
-                        for (int64_t o2 = 0; o2 < cols; o2++)
-                            dst[o2] = src[o2 * tb];
                     }
                 }
+                i += run;
             }
         }
     }

@@ -21,12 +21,13 @@ static inline int64_t wino_kc(int64_t tb)
 }
 
 /* Scratch floats one task needs: V (alpha^2 x C x TB), M (alpha^2 x KC x TB), the gathered
- * input patches (alpha^2 x TB) and the output tiles (m^2 x TB). */
+ * input patches (alpha^2 x TB) and the output tiles (m^2 x TB, then 8 floats of slack: the
+ * output scatter reads 8 tiles from any tile of the block). */
 static inline size_t wino_scratch_floats(const asymo_winograd_job *job)
 {
     const int64_t a = job->tile + 2, a2 = a * a, tb = job->tiles_per_task;
     return (size_t)(a2 * job->geom.channels * tb + a2 * wino_kc(tb) * tb + a2 * tb
-                    + (int64_t)job->tile * job->tile * tb);
+                    + (int64_t)job->tile * job->tile * tb + 8);
 }
 
 /* One task's work (image n, tile block tb, channel block kb), with the scratch above
