@@ -212,6 +212,30 @@ WINO_ATTR static inline __attribute__((always_inline)) void WFN(wino_scatter8)(
     }
 }
 
+/* One input row of 8 side-by-side F(4x4, 3x3) tiles (row[4 t + j] is element j of tile t's
+ * patch row) into the patch rows p[j * tb + t], j < 6: the row deinterleaved by 4, elements
+ * 4 and 5 taken from the next tile's 0 and 1. Reads row[0, 40). */
+WINO_ATTR static inline __attribute__((always_inline)) void WFN(wino_gather8)(
+    const float *row, float *p, int64_t tb)
+{
+    const wv8i even4 = {0, 4, 8, 12, 1, 5, 9, 13}, odd4 = {2, 6, 10, 14, 3, 7, 11, 15};
+    const wv8i lo = {0, 1, 2, 3, 8, 9, 10, 11}, hi = {4, 5, 6, 7, 12, 13, 14, 15};
+    const wv8i next0 = {1, 2, 3, 4, 5, 6, 7, 8}, next1 = {1, 2, 3, 4, 5, 6, 7, 9};
+    const wv8 v0 = (wv8)(*(const wv8u *)row), v1 = (wv8)(*(const wv8u *)(row + 8));
+    const wv8 v2 = (wv8)(*(const wv8u *)(row + 16)), v3 = (wv8)(*(const wv8u *)(row + 24));
+    const wv8 e = (wv8)(*(const wv8u *)(row + 32));
+    const wv8 a = __builtin_shuffle(v0, v1, even4), b = __builtin_shuffle(v0, v1, odd4);
+    const wv8 c = __builtin_shuffle(v2, v3, even4), d = __builtin_shuffle(v2, v3, odd4);
+    const wv8 ph0 = __builtin_shuffle(a, c, lo), ph1 = __builtin_shuffle(a, c, hi);
+    const wv8 ph2 = __builtin_shuffle(b, d, lo), ph3 = __builtin_shuffle(b, d, hi);
+    *(wv8u *)p = ph0;
+    *(wv8u *)(p + tb) = ph1;
+    *(wv8u *)(p + 2 * tb) = ph2;
+    *(wv8u *)(p + 3 * tb) = ph3;
+    *(wv8u *)(p + 4 * tb) = __builtin_shuffle(ph0, e, next0);
+    *(wv8u *)(p + 5 * tb) = __builtin_shuffle(ph1, e, next1);
+}
+
 WINO_ATTR void WINO_CAT(asymo_wino_block, WINO_SFX)(const asymo_winograd_job *job, int64_t n,
                                                     int64_t tblock, int64_t kb,
                                                     float *scratch)
@@ -240,39 +264,60 @@ WINO_ATTR void WINO_CAT(asymo_wino_block, WINO_SFX)(const asymo_winograd_job *jo
         ? (const float *)job->residual + n * job->residual_image_stride : NULL;
     float *y = (float *)job->y + n * job->y_image_stride;
 
+    if (ntiles <= 0)
+        return;
     /* tile origins (input row / column of the patch's top-left element) */
     int64_t ys[WINO_MAX_TB], xs[WINO_MAX_TB];
-    int inner[WINO_MAX_TB];
     for (int64_t i = 0; i < ntiles; i++) {
         const int64_t t = t0 + i, ty = t / job->tiles_w, tx = t - ty * job->tiles_w;
         ys[i] = ty * m - g->pad_h;
         xs[i] = tx * m - g->pad_w;
-        inner[i] = ys[i] >= 0 && ys[i] + alpha <= H && xs[i] >= 0 && xs[i] + alpha <= W;
     }
     if (ntiles < tb)
         memset(P, 0, sizeof(float) * (size_t)(a2 * tb));
 
+    /* The block's tiles gather from a window of the input around them, zero-padded where
+     * they cross the plane's edge (no bounds checks per element), read WINO_WIN_SLACK floats
+     * past its end at most (zeros). */
+    int64_t wy0 = ys[0], wy1 = ys[0], wx0 = xs[0], wx1 = xs[0];
+    for (int64_t i = 0; i < ntiles; i++) {
+        wy1 = ys[i] > wy1 ? ys[i] : wy1;
+        wx0 = xs[i] < wx0 ? xs[i] : wx0;
+        wx1 = xs[i] > wx1 ? xs[i] : wx1;
+    }
+    wy1 += alpha;
+    wx1 += alpha;
+    const int64_t wc = wx1 - wx0, wn = (wy1 - wy0) * wc;
+    const int64_t vy0 = wy0 > 0 ? wy0 : 0, vy1 = wy1 < H ? wy1 : H;
+    const int64_t vx0 = wx0 > 0 ? wx0 : 0, vx1 = wx1 < W ? wx1 : W;
+    float *win = Yb + m * m * tb + WVW;
+    const int edges = vy0 != wy0 || vy1 != wy1 || vx0 != wx0 || vx1 != wx1;
+    memset(win + (edges ? 0 : wn), 0, sizeof(float) * (size_t)((edges ? wn : 0) + WINO_WIN_SLACK));
+
     /* input transform, channel by channel: gather the patches, then B^T d B */
     for (int64_t c = 0; c < C; c++) {
         const float *xc = x + c * H * W;
-        for (int64_t i = 0; i < ntiles; i++) {
-            float *p = P + i;
-            const int64_t y0 = ys[i], x0 = xs[i];
-            if (inner[i]) {
-                const float *src = xc + y0 * W + x0;
+        if (vx1 > vx0)
+            for (int64_t iy = vy0; iy < vy1; iy++)
+                memcpy(win + (iy - wy0) * wc + (vx0 - wx0), xc + iy * W + vx0,
+                       sizeof(float) * (size_t)(vx1 - vx0));
+        for (int64_t i = 0; i < ntiles;) {
+            int64_t run = 1;
+            while (run < WVW && i + run < ntiles && ys[i + run] == ys[i])
+                run++;
+            const float *src = win + (ys[i] - wy0) * wc + (xs[i] - wx0);
+            if (m == 4 && i + WVW <= tb) {
+                /* lanes past the run get the window's next values: overwritten by the next
+                   run, or tiles past the block's end (never stored) */
                 for (int r = 0; r < alpha; r++)
-                    for (int j = 0; j < alpha; j++)
-                        p[(r * alpha + j) * tb] = src[r * W + j];
+                    WFN(wino_gather8)(src + r * wc, P + r * alpha * tb + i, tb);
             } else {
-                for (int r = 0; r < alpha; r++) {
-                    const int64_t iy = y0 + r;
-                    for (int j = 0; j < alpha; j++) {
-                        const int64_t ix = x0 + j;
-                        p[(r * alpha + j) * tb] = (iy >= 0 && iy < H && ix >= 0 && ix < W)
-                            ? xc[iy * W + ix] : 0.0f;
-                    }
-                }
+                for (int64_t t = 0; t < run; t++)
+                    for (int r = 0; r < alpha; r++)
+                        for (int j = 0; j < alpha; j++)
+                            P[(r * alpha + j) * tb + i + t] = src[r * wc + t * m + j];
             }
+            i += run;
         }
         WFN(wino_input)(m, tb, P, V + c * WNR, nb * C * WNR, C * WNR);
     }

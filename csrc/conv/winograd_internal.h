@@ -20,14 +20,21 @@ static inline int64_t wino_kc(int64_t tb)
     return ASYMO_WINO_MR * (panels < 1 ? 1 : panels);
 }
 
+/* Floats the input gather may read past the end of the input window (wino_gather8). */
+#define WINO_WIN_SLACK 40
+
 /* Scratch floats one task needs: V (alpha^2 x C x TB), M (alpha^2 x KC x TB), the gathered
- * input patches (alpha^2 x TB) and the output tiles (m^2 x TB, then 8 floats of slack: the
- * output scatter reads 8 tiles from any tile of the block). */
+ * input patches (alpha^2 x TB), the output tiles (m^2 x TB, then 8 floats of slack: the
+ * output scatter reads 8 tiles from any tile of the block) and the padded input window of
+ * the block's tiles (they span at most (TB - 1) / tiles_w + 2 tile rows, and all columns) with
+ * its slack. */
 static inline size_t wino_scratch_floats(const asymo_winograd_job *job)
 {
-    const int64_t a = job->tile + 2, a2 = a * a, tb = job->tiles_per_task;
+    const int64_t m = job->tile, a = m + 2, a2 = a * a, tb = job->tiles_per_task;
+    const int64_t tw = job->tiles_w > 0 ? job->tiles_w : 1;
+    const int64_t window = (((tb - 1) / tw + 1) * m + a) * ((tw - 1) * m + a);
     return (size_t)(a2 * job->geom.channels * tb + a2 * wino_kc(tb) * tb + a2 * tb
-                    + (int64_t)job->tile * job->tile * tb + 8);
+                    + m * m * tb + 8 + window + WINO_WIN_SLACK);
 }
 
 /* One task's work (image n, tile block tb, channel block kb), with the scratch above
