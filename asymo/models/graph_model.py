@@ -10,6 +10,12 @@ element-wise operators write over an input that dies with them. An *instance* of
 arena plus every node bound to its input and output views) is made once and reused: inference
 allocates no activation memory. Concurrent calls (several threads) take separate instances.
 
+On a pool of several clusters a model runs where it runs faster, all clusters or the fastest
+alone (:attr:`GraphModel.cluster_choice`): with small layers a slower cluster's share can
+cost more than it brings (a job waits for its last task), and what pays depends on the
+network. Its first calls alternate between the two and the faster is kept, per pool and batch
+size (:meth:`GraphModel.chosen_clusters` says which, with the times).
+
 ``model(x)`` takes NCHW float32 NumPy arrays (or torch tensors, giving torch tensors back) of
 any batch size. ``model.layers`` are the graph's segments between single-tensor cut points, as
 :class:`asymo.models.Layer` descriptors, and ``model.run_layers(x, first, last)`` runs a
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from functools import partial
@@ -43,6 +50,14 @@ ALIGN = 64  # bytes: every arena tensor starts on a cache line
 #: The largest activation arena planned (bytes), so a bad shape fails clearly, not in malloc.
 MAX_ARENA_BYTES = 16 << 30
 # operators that write a strided output (a channel slice of a concat) correctly
+#: ``GraphModel.cluster_choice`` values: "auto" (measure both, keep the faster), "all" (every
+#: cluster of the pool), "fastest" (the pool's fastest cluster alone).
+CLUSTER_CHOICES = ("auto", "all", "fastest")
+#: Timed calls per candidate before "auto" decides (each candidate's first call, which makes
+#: its plans, is not counted).
+CHOICE_SAMPLES = 3
+#: "auto" keeps the fastest cluster alone only when its best call is this much faster.
+CHOICE_MARGIN = 0.03
 SLICE_WRITERS = frozenset({"asymo.Conv", "MaxPool", "AveragePool", "Relu", "Clip", "Sigmoid",
                            "HardSigmoid", "HardSwish", "asymo.SiLU", "Tanh"})
 
@@ -523,6 +538,38 @@ _SHAPED_RUNNERS = {"ReduceMean": _reduce_mean_runner, "Split": _split_runner,
                    "Slice": _slice_runner, "Pad": _pad_runner}
 
 
+class _Choice:
+    """"auto" cluster choice for one pool and batch size: candidates alternate until each has
+    CHOICE_SAMPLES timed calls (its first call makes plans and is not counted), then the
+    faster is kept. Used under the model's lock."""
+
+    def __init__(self):
+        self.calls = {"all": 0, "fastest": 0}
+        self.samples = {"all": [], "fastest": []}
+        self.decided = None
+
+    def next_candidate(self):
+        if self.decided:
+            return self.decided
+        cand = "all" if self.calls["all"] <= self.calls["fastest"] else "fastest"
+        self.calls[cand] += 1
+        return cand
+
+    def record(self, cand, seconds):
+        if self.decided:
+            return
+        if self.calls[cand] > 1 + len(self.samples[cand]):  # its first call is not counted
+            self.samples[cand].append(seconds)
+        if min(len(v) for v in self.samples.values()) >= CHOICE_SAMPLES:
+            best_all, best_fast = min(self.samples["all"]), min(self.samples["fastest"])
+            self.decided = "fastest" if best_fast < (1 - CHOICE_MARGIN) * best_all else "all"
+
+    def report(self):
+        best = {k: (min(v) if v else None) for k, v in self.samples.items()}
+        return {"choice": self.decided or "measuring", "all_s": best["all"],
+                "fastest_s": best["fastest"]}
+
+
 class _Instance:
     """An arena and the graph's nodes bound to views of it (used by one call at a time)."""
 
@@ -540,7 +587,7 @@ class _Instance:
         self.views = V
         C = graph.initializers
         self.steps = []
-        self._bound_pool = self._bound_key = self._bound = None
+        self._bindings = {}  # (id(pool), limit, emulator period) -> (weakref(pool), steps)
         for n in graph.nodes:
             if n.op in ALIAS_OPS or plan.kernels[n.name].startswith("view"):
                 self.steps.append(None)
@@ -558,14 +605,16 @@ class _Instance:
         # held for the whole run: the bound steps call the pool's C handle directly; the
         # caller (the glue between jobs, and a helper in each) on the fastest cluster
         with hold(pool) as pool, caller_on_fastest(pool):
-            key = (pool.limit, emulated_period())
-            if self._bound_pool is None or self._bound_pool() is not pool or \
-                    self._bound_key != key:
-                self._bound = [None if fn is None else
-                               fn.bind(pool) if hasattr(fn, "bind") else partial(fn, pool)
-                               for fn in self.steps]
-                self._bound_pool, self._bound_key = weakref.ref(pool), key
-            for fn in self._bound[first:last + 1]:
+            key = (id(pool), pool.limit, emulated_period())
+            entry = self._bindings.get(key)
+            if entry is None or entry[0]() is not pool:
+                if len(self._bindings) >= 4:  # (all clusters, the fastest alone, limits)
+                    self._bindings.clear()
+                entry = self._bindings[key] = (weakref.ref(pool), [
+                    None if fn is None else
+                    fn.bind(pool) if hasattr(fn, "bind") else partial(fn, pool)
+                    for fn in self.steps])
+            for fn in entry[1][first:last + 1]:
                 if fn is not None:
                     fn()
 
@@ -620,9 +669,13 @@ class GraphModel(spec.LayerChain):
     pool : asymo.Pool, optional
         Default pool for calls (``asymo.get_pool()`` when None).
     name : str, optional
+    cluster_choice : {"auto", "all", "fastest"}
+        Where calls run on a pool of several clusters: "auto" (default) measures the model on
+        all clusters and on the fastest alone during its first calls and keeps the faster;
+        "all" / "fastest" fix it. Also an attribute.
     """
 
-    def __init__(self, graph, *, pool=None, name=None):
+    def __init__(self, graph, *, pool=None, name=None, cluster_choice="auto"):
         self.source_graph = graph
         self.graph, self.rewrites = optimize(graph)
         self.name = name or graph.name
@@ -634,6 +687,8 @@ class GraphModel(spec.LayerChain):
         self._lock = threading.Lock()
         self._plans = {}
         self._free = {}
+        self.cluster_choice = cluster_choice
+        self._choices = weakref.WeakKeyDictionary()  # pool -> {(batch, limit, period): _Choice}
         # every convolution's weights prepared once (packed GEMM panels, Winograd transforms)
         # and shared by the instances; the graph's arrays are made read-only so none is copied
         self._conv_weights = {}
@@ -704,6 +759,52 @@ class GraphModel(spec.LayerChain):
         with self._lock:
             self._free.setdefault(batch, []).append(inst)
 
+    # ---- where calls run: all clusters or the fastest alone --------------------------------
+    @property
+    def cluster_choice(self):
+        """"auto", "all" or "fastest" (see the class parameters)."""
+        return self._cluster_choice
+
+    @cluster_choice.setter
+    def cluster_choice(self, value):
+        if not isinstance(value, str) or value not in CLUSTER_CHOICES:
+            raise ValueError(f"cluster_choice must be one of {CLUSTER_CHOICES}, not {value!r}")
+        self._cluster_choice = value
+
+    def _target(self, pool, batch):
+        """(pool to run this call on, (choice, candidate) to time it for, or None)."""
+        mode = self._cluster_choice
+        # a capped pool (threadpoolctl) is run as capped
+        if pool.nclusters == 1 or mode == "all" or pool.limit < pool.nworkers:
+            return pool, None
+        if mode == "fastest":
+            return pool.fastest_cluster_pool(), None
+        key = (batch, pool.limit, emulated_period())
+        with self._lock:
+            choice = self._choices.setdefault(pool, {}).setdefault(key, _Choice())
+            cand = choice.next_candidate()
+        target = pool if cand == "all" else pool.fastest_cluster_pool()
+        return target, (None if choice.decided else (choice, cand))
+
+    def chosen_clusters(self, pool=None, batch=1):
+        """Where calls of ``batch`` images on ``pool`` (None: the model's pool, else the
+        default pool) run: a dict with ``choice`` ("all", "fastest", or "measuring" while
+        "auto" has too few calls) and ``all_s`` / ``fastest_s``, the best call time measured on
+        each (seconds; None when not measured)."""
+        from asymo.runtime.pool import get_pool
+
+        pool = pool if pool is not None else self.pool if self.pool is not None else get_pool()
+        mode = self._cluster_choice
+        if pool.nclusters == 1 or mode == "all" or pool.limit < pool.nworkers:
+            return {"choice": "all", "all_s": None, "fastest_s": None}
+        if mode == "fastest":
+            return {"choice": "fastest", "all_s": None, "fastest_s": None}
+        with self._lock:
+            choice = self._choices.get(pool, {}).get((batch, pool.limit, emulated_period()))
+            if choice is None:
+                return {"choice": "measuring", "all_s": None, "fastest_s": None}
+            return choice.report()
+
     # ---- running ------------------------------------------------------------------------
     def _as_input(self, x, info):
         torch_in = False
@@ -751,7 +852,13 @@ class GraphModel(spec.LayerChain):
         try:
             for x, info in zip(xs, g.inputs):
                 np.copyto(inst.views[info.name], x)
-            inst.run(0, len(g.nodes) - 1, pool if pool is not None else self.pool)
+            with hold(pool if pool is not None else self.pool) as held:
+                target, timing = self._target(held, batch)
+                t0 = time.perf_counter()
+                inst.run(0, len(g.nodes) - 1, target)
+                if timing is not None:
+                    with self._lock:
+                        timing[0].record(timing[1], time.perf_counter() - t0)
             outs = [inst.views[t].copy() for t in g.outputs]
         finally:
             self._release(batch, inst)

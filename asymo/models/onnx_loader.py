@@ -310,7 +310,8 @@ def graph_from_onnx(model, *, name=None, where="the model"):
     return graph
 
 
-def from_onnx(source, *, name=None, max_bytes=MAX_ONNX_BYTES, pool=None):
+def from_onnx(source, *, name=None, max_bytes=MAX_ONNX_BYTES, pool=None,
+              cluster_choice="auto"):
     """Load an ONNX model and plan it for asymo.
 
     Parameters
@@ -324,6 +325,9 @@ def from_onnx(source, *, name=None, max_bytes=MAX_ONNX_BYTES, pool=None):
         Largest file accepted.
     pool : asymo.Pool, optional
         The pool the model runs on by default (``asymo.get_pool()``).
+    cluster_choice : {"auto", "all", "fastest"}
+        On a pool of several clusters: measure all clusters against the fastest alone during
+        the first calls and keep the faster ("auto"), or fix one (`GraphModel.cluster_choice`).
 
     Returns
     -------
@@ -361,4 +365,4 @@ def from_onnx(source, *, name=None, max_bytes=MAX_ONNX_BYTES, pool=None):
         raise TypeError("from_onnx: source must be a path, bytes or an onnx.ModelProto, got "
                         f"{type(source).__name__}")
     graph = graph_from_onnx(model, name=name, where=where)
-    return GraphModel(graph, pool=pool)
+    return GraphModel(graph, pool=pool, cluster_choice=cluster_choice)

@@ -53,7 +53,8 @@ def export_onnx_bytes(module, example_inputs, *, opset=DEFAULT_OPSET):
     return buf.getvalue()
 
 
-def from_torch(module, example_inputs, *, name=None, opset=DEFAULT_OPSET, pool=None):
+def from_torch(module, example_inputs, *, name=None, opset=DEFAULT_OPSET, pool=None,
+               cluster_choice="auto"):
     """Convert a torch module to an asymo model (inference only).
 
     Parameters
@@ -68,6 +69,9 @@ def from_torch(module, example_inputs, *, name=None, opset=DEFAULT_OPSET, pool=N
         ONNX opset of the export.
     pool : asymo.Pool, optional
         Default pool for calls.
+    cluster_choice : {"auto", "all", "fastest"}
+        On a pool of several clusters: measure all clusters against the fastest alone during
+        the first calls and keep the faster ("auto"), or fix one (`GraphModel.cluster_choice`).
 
     Returns
     -------
@@ -87,4 +91,4 @@ def from_torch(module, example_inputs, *, name=None, opset=DEFAULT_OPSET, pool=N
     nm = name or type(module).__name__
     graph = graph_from_onnx(_parse(data, f"the export of {nm}"), name=nm,
                             where=f"the export of {nm}")
-    return GraphModel(graph, pool=pool)
+    return GraphModel(graph, pool=pool, cluster_choice=cluster_choice)

@@ -43,6 +43,7 @@ A user kernel written with Numba, run on the process-wide pool::
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import math
 import numbers
 import os
@@ -248,6 +249,7 @@ class Pool:
         self._cond = threading.Condition(self._lock)
         self._inflight = 0  # holds (jobs and reads of the C handle) under way, all threads
         self._split_cache = {}
+        self._fastest = None  # fastest_cluster_pool(), made on first use
         self._closed = False  # no new holds (but the holders of the moment may go on)
         self._retired = False  # destroy the handle when the last holder leaves
         self._dead = False  # the C handle is destroyed
@@ -268,6 +270,30 @@ class Pool:
                 f"asymo.Pool: could not pin workers to cpu(s) {unpinned} (not in this "
                 f"process's affinity mask {sorted(_affinity())}, or not present); they run "
                 "unpinned", RuntimeWarning, stacklevel=2)
+
+    def fastest_cluster_pool(self):
+        """A pool of this pool's fastest cluster alone (same policy and spin time), made on
+        first use and closed with this pool; this pool itself when it has one cluster.
+
+        Its workers are pinned to the same cpus as this pool's fastest-cluster workers (and
+        sleep when idle): a caller runs a job on one pool or the other, as
+        `asymo.from_onnx` models do when the slower clusters do not pay (see
+        ``GraphModel.cluster_choice``).
+        """
+        if self.nclusters == 1:
+            return self
+        spin_us = self.spin_us  # (reads the handle: not under the lock)
+        with self._lock:
+            self._check_open()
+            sub = self._fastest
+            if sub is None or sub.closed:
+                top = self._topology
+                fast = top.clusters[0]
+                sub_top = dataclasses.replace(
+                    top, clusters=(fast,),
+                    emulated={c: v for c, v in top.emulated.items() if c in fast.cpus})
+                sub = self._fastest = Pool(sub_top, self._policy, spin_us=spin_us)
+        return sub
 
     # -- description ------------------------------------------------------------------------
     @property
@@ -590,6 +616,8 @@ class Pool:
         self._dead = True
         self._finalizer()
         _live_pools.discard(self)
+        if self._fastest is not None:
+            self._fastest._retire()  # its own lock; its running jobs finish first
 
     def close(self):
         """Stop the workers, after the jobs running on the pool finish. Idempotent.
