@@ -1,5 +1,5 @@
-"""A model on a pool of several clusters runs on all of them or on the fastest alone
-(GraphModel.cluster_choice): the choice, its measurement and the pool it uses."""
+"""A model on a pool of several clusters runs each node on all of them or on the fastest
+alone (GraphModel.cluster_choice): the choice, its measurement and the pools it uses."""
 import os
 
 import numpy as np
@@ -36,30 +36,59 @@ def _tasks(pool):
 
 
 @needs_two_cpus
-def test_auto_measures_both_then_keeps_the_faster(net_and_input):
+def test_auto_times_both_then_keeps_the_fastest_of_all_fastest_and_per_node(net_and_input):
     net, x, ref = net_and_input
     with _two_cluster_pool() as pool:
         m = asymo.from_torch(net, x, pool=pool)
         assert m.cluster_choice == "auto"
-        assert m.chosen_clusters() == {"choice": "measuring", "all_s": None,
-                                       "fastest_s": None}
-        for _ in range(2 * (1 + gm.CHOICE_SAMPLES)):
+        assert m.chosen_clusters()["choice"] == "measuring"
+        calls = 0
+        while m.chosen_clusters()["choice"] == "measuring":
             np.testing.assert_allclose(m(x.numpy()), ref, rtol=1e-4, atol=1e-4)
+            calls += 1
+            assert calls <= 3 * (1 + gm.CHOICE_SAMPLES)
+        choice = m._choices[pool][(1, pool.limit, gm.emulated_period())]
+        ma, mf = choice.medians
+        assert ma.shape == mf.shape == (len(m.graph.nodes),)
+        sel = mf < (1 - gm.CHOICE_MARGIN) * ma
+        mixed = sel.any() and not sel[(ma > 0) | (mf > 0)].all()
+        assert (choice.per_node is not None) == mixed
+        if mixed:
+            assert choice.per_node == tuple(sel)
         rep = m.chosen_clusters()
-        assert rep["choice"] in ("all", "fastest")
-        assert rep["all_s"] > 0 and rep["fastest_s"] > 0
-        faster = rep["fastest_s"] < (1 - gm.CHOICE_MARGIN) * rep["all_s"]
-        assert (rep["choice"] == "fastest") == faster
-        # the kept choice is where calls run now
+        timed = {"all": rep["all_s"], "fastest": rep["fastest_s"],
+                 "per node": rep["per_node_s"]}
+        assert (timed["per node"] is not None) == mixed
+        assert rep["choice"] == min((k for k in timed if timed[k]), key=timed.get)
+        assert rep["nodes_on_fastest"] == sum(choice.on_fastest)
+        # the kept placement is what runs now, with the right answer
         sub = pool.fastest_cluster_pool()
         pool.reset_stats()
         sub.reset_stats()
         np.testing.assert_allclose(m(x.numpy()), ref, rtol=1e-4, atol=1e-4)
-        ran = sub if rep["choice"] == "fastest" else pool
-        idle = pool if rep["choice"] == "fastest" else sub
-        assert _tasks(ran) > 0 and _tasks(idle) == 0
+        assert (_tasks(sub) > 0) == (rep["nodes_on_fastest"] > 0)
         # another batch size is measured on its own
         assert m.chosen_clusters(batch=2)["choice"] == "measuring"
+
+
+@needs_two_cpus
+def test_mixed_placement_gives_the_same_answer(net_and_input):
+    net, x, ref = net_and_input
+    with _two_cluster_pool() as pool:
+        m = asymo.from_torch(net, x, pool=pool)
+        key = (1, pool.limit, gm.emulated_period())
+        choice = m._choices.setdefault(pool, {}).setdefault(key, gm._Choice())
+        n = len(m.graph.nodes)
+        choice.medians = (np.ones(n), np.ones(n))
+        choice.choice = "per node"
+        choice.on_fastest = tuple(i % 2 == 0 for i in range(n))  # every other node
+        sub = pool.fastest_cluster_pool()
+        pool.reset_stats()
+        sub.reset_stats()
+        for _ in range(2):
+            np.testing.assert_allclose(m(x.numpy()), ref, rtol=1e-4, atol=1e-4)
+        assert _tasks(pool) > 0 and _tasks(sub) > 0
+        assert m.chosen_clusters()["choice"] == "per node"
 
 
 @needs_two_cpus
@@ -111,18 +140,47 @@ def test_fastest_cluster_pool_keeps_the_fastest_cluster_and_its_emulation():
         pool.fastest_cluster_pool()
 
 
+def _feed(c, per_cand):
+    """Record calls as dispatched: per_cand maps a candidate to its (node seconds, call
+    seconds) samples, taken in order."""
+    used = dict.fromkeys(per_cand, 0)
+    while not c.decided:
+        cand = c.next_candidate()
+        if used[cand] >= len(per_cand[cand]):
+            return c
+        nodes, whole = per_cand[cand][used[cand]]
+        used[cand] += 1
+        c.record(cand, nodes, whole)
+    return c
+
+
 def test_choice_rule():
-    def run(all_s, fast_s):
-        c = gm._Choice()
-        for a, f in zip(all_s, fast_s):
-            c.record(c.next_candidate(), a)
-            c.record(c.next_candidate(), f)
-        return c
     n = gm.CHOICE_SAMPLES + 1
-    # the first call of each (plans) is not counted: a slow first "all" call changes nothing
-    c = run([9.0] + [1.0] * (n - 1), [1.0] + [0.99] * (n - 1))
-    assert c.decided == "all" and c.report()["all_s"] == 1.0
-    assert run([1.0] * n, [0.9] * n).decided == "fastest"
-    c = run([1.0] * (n - 1), [0.5] * (n - 1))
-    assert c.decided is None and c.report()["choice"] == "measuring"
-    assert c.next_candidate() == "all"  # alternates until both have their samples
+    # node 0 gains 10% alone, node 1 1% (under the margin), node 2 loses: a mix, timed as a
+    # whole; the first call of each candidate (plans) is not counted
+    all_s = [([9.0, 9.0, 9.0], 27.0)] + [([1.0, 1.0, 1.0], 3.0)] * (n - 1)
+    fast_s = [([0.9, 0.99, 1.5], 3.39)] * n
+    c = _feed(gm._Choice(), {"all": all_s, "fastest": fast_s,
+                             "per node": [(None, 2.95)] * n})
+    assert c.per_node == (True, False, False)
+    assert c.decided and c.choice == "per node" and c.on_fastest == (True, False, False)
+    rep = c.report()
+    assert rep == {"choice": "per node", "all_s": 3.0, "fastest_s": 3.39, "per_node_s": 2.95,
+                   "nodes_on_fastest": 1}
+    # the mix measured slower as a whole than all clusters: all clusters kept
+    c = _feed(gm._Choice(), {"all": all_s, "fastest": fast_s,
+                             "per node": [(None, 3.2)] * n})
+    assert c.choice == "all" and c.on_fastest == (False, False, False)
+    # every node faster alone: no mixed phase, the faster whole call wins
+    c = _feed(gm._Choice(), {"all": [([1.0, 1.0], 2.0)] * n,
+                             "fastest": [([0.5, 0.5], 1.1)] * n})
+    assert c.per_node is None and c.choice == "fastest" and c.on_fastest == (True, True)
+    # medians: one slow sample (a stall) does not decide
+    c = _feed(gm._Choice(), {"all": [([1.0, 1.0], 2.0)] * n,
+                             "fastest": [([0.9, 2.0], 2.9), ([5.0, 2.0], 7.0),
+                                         ([0.9, 2.0], 2.9), ([0.9, 2.0], 2.9)],
+                             "per node": [(None, 1.9)] * n})
+    assert c.per_node == (True, False) and c.choice == "per node"
+    # not enough calls yet
+    c = _feed(gm._Choice(), {"all": [([1.0], 1.0)] * (n - 1), "fastest": [([0.5], 0.5)] * n})
+    assert not c.decided and c.report()["choice"] == "measuring"

@@ -10,11 +10,11 @@ element-wise operators write over an input that dies with them. An *instance* of
 arena plus every node bound to its input and output views) is made once and reused: inference
 allocates no activation memory. Concurrent calls (several threads) take separate instances.
 
-On a pool of several clusters a model runs where it runs faster, all clusters or the fastest
-alone (:attr:`GraphModel.cluster_choice`): with small layers a slower cluster's share can
-cost more than it brings (a job waits for its last task), and what pays depends on the
-network. Its first calls alternate between the two and the faster is kept, per pool and batch
-size (:meth:`GraphModel.chosen_clusters` says which, with the times).
+On a pool of several clusters a model runs on all clusters, on the fastest alone, or each node
+where it ran faster (:attr:`GraphModel.cluster_choice`): with small layers a slower cluster's
+share can cost more than it brings (a job waits for its last task), and what pays depends on
+the layer in its network. The model's first calls measure the three and keep the fastest, per
+pool and batch size (:meth:`GraphModel.chosen_clusters` says which, with the times).
 
 ``model(x)`` takes NCHW float32 NumPy arrays (or torch tensors, giving torch tensors back) of
 any batch size. ``model.layers`` are the graph's segments between single-tensor cut points, as
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import threading
+from contextlib import nullcontext
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -50,13 +51,14 @@ ALIGN = 64  # bytes: every arena tensor starts on a cache line
 #: The largest activation arena planned (bytes), so a bad shape fails clearly, not in malloc.
 MAX_ARENA_BYTES = 16 << 30
 # operators that write a strided output (a channel slice of a concat) correctly
-#: ``GraphModel.cluster_choice`` values: "auto" (measure both, keep the faster), "all" (every
+#: ``GraphModel.cluster_choice`` values: "auto" (measured, see `_Choice`), "all" (every
 #: cluster of the pool), "fastest" (the pool's fastest cluster alone).
 CLUSTER_CHOICES = ("auto", "all", "fastest")
 #: Timed calls per candidate before "auto" decides (each candidate's first call, which makes
 #: its plans, is not counted).
 CHOICE_SAMPLES = 3
-#: "auto" keeps the fastest cluster alone only when its best call is this much faster.
+#: "auto" runs a node on the fastest cluster alone only when its median there is this much
+#: lower.
 CHOICE_MARGIN = 0.03
 SLICE_WRITERS = frozenset({"asymo.Conv", "MaxPool", "AveragePool", "Relu", "Clip", "Sigmoid",
                            "HardSigmoid", "HardSwish", "asymo.SiLU", "Tanh"})
@@ -539,35 +541,80 @@ _SHAPED_RUNNERS = {"ReduceMean": _reduce_mean_runner, "Split": _split_runner,
 
 
 class _Choice:
-    """"auto" cluster choice for one pool and batch size: candidates alternate until each has
-    CHOICE_SAMPLES timed calls (its first call makes plans and is not counted), then the
-    faster is kept. Used under the model's lock."""
+    """"auto" cluster choice for one pool and batch size, made from the model's first calls:
+
+    1. calls alternate between the whole pool ("all") and its fastest cluster alone
+       ("fastest"), timing every node and the whole call, until each has CHOICE_SAMPLES timed
+       calls (its first call makes plans and is not counted);
+    2. each node is placed where its median was lower (on the fastest cluster alone only when
+       CHOICE_MARGIN lower); if that mixes the two, CHOICE_SAMPLES + 1 calls run the mix
+       ("per node"; moving between pools costs what node times do not show);
+    3. the candidate with the lowest median call is kept.
+
+    Used under the model's lock."""
+
+    CANDIDATES = ("all", "fastest", "per node")
 
     def __init__(self):
-        self.calls = {"all": 0, "fastest": 0}
-        self.samples = {"all": [], "fastest": []}
-        self.decided = None
+        self.calls = dict.fromkeys(self.CANDIDATES, 0)
+        self.node_samples = {"all": [], "fastest": []}
+        self.call_samples = {c: [] for c in self.CANDIDATES}
+        self.per_node = None  # the node placement of step 2 (True: fastest cluster alone)
+        self.medians = None  # per-node medians (all, fastest)
+        self.choice = None
+        self.on_fastest = None  # the kept placement, per node
+
+    @property
+    def decided(self):
+        return self.on_fastest is not None
 
     def next_candidate(self):
-        if self.decided:
-            return self.decided
-        cand = "all" if self.calls["all"] <= self.calls["fastest"] else "fastest"
+        if self.per_node is None:
+            cand = "all" if self.calls["all"] <= self.calls["fastest"] else "fastest"
+        else:
+            cand = "per node"
         self.calls[cand] += 1
         return cand
 
-    def record(self, cand, seconds):
+    def placement(self, cand):
+        """on_fastest for a call of candidate ``cand`` (None: every node on one pool)."""
+        return self.per_node if cand == "per node" else None
+
+    def record(self, cand, node_seconds, call_seconds):
         if self.decided:
             return
-        if self.calls[cand] > 1 + len(self.samples[cand]):  # its first call is not counted
-            self.samples[cand].append(seconds)
-        if min(len(v) for v in self.samples.values()) >= CHOICE_SAMPLES:
-            best_all, best_fast = min(self.samples["all"]), min(self.samples["fastest"])
-            self.decided = "fastest" if best_fast < (1 - CHOICE_MARGIN) * best_all else "all"
+        if not self.call_samples[cand]:  # its first call: plans and bindings, not counted
+            self.call_samples[cand].append(None)
+            return
+        self.call_samples[cand].append(call_seconds)
+        if cand in self.node_samples:
+            self.node_samples[cand].append(np.asarray(node_seconds, dtype=np.float64))
+        timed = {c: [t for t in v if t is not None] for c, v in self.call_samples.items()}
+        if self.per_node is None:
+            if min(len(v) for v in self.node_samples.values()) < CHOICE_SAMPLES:
+                return
+            ma, mf = (np.median(np.stack(self.node_samples[k]), axis=0)
+                      for k in ("all", "fastest"))
+            self.medians = ma, mf
+            sel = mf < (1 - CHOICE_MARGIN) * ma
+            ran = (ma > 0) | (mf > 0)
+            if sel.any() and not sel[ran].all():
+                self.per_node = tuple(bool(v) for v in sel)
+                return
+        elif len(timed["per node"]) < CHOICE_SAMPLES:
+            return
+        med = {c: float(np.median(v)) for c, v in timed.items() if v}
+        self.choice = min(med, key=med.get)
+        n = len(self.medians[0])
+        self.on_fastest = (self.per_node if self.choice == "per node"
+                           else (self.choice == "fastest",) * n)
 
     def report(self):
-        best = {k: (min(v) if v else None) for k, v in self.samples.items()}
-        return {"choice": self.decided or "measuring", "all_s": best["all"],
-                "fastest_s": best["fastest"]}
+        timed = {c: [t for t in v if t is not None] for c, v in self.call_samples.items()}
+        med = {c: (float(np.median(v)) if v else None) for c, v in timed.items()}
+        return {"choice": self.choice or "measuring", "all_s": med["all"],
+                "fastest_s": med["fastest"], "per_node_s": med["per node"],
+                "nodes_on_fastest": (int(sum(self.on_fastest)) if self.decided else None)}
 
 
 class _Instance:
@@ -601,22 +648,43 @@ class _Instance:
                 fn = _RUNNERS[n.op](n, V, C, graph)
             self.steps.append(fn)
 
-    def run(self, first, last, pool):
-        # held for the whole run: the bound steps call the pool's C handle directly; the
+    def _steps_for(self, pool):
+        """The steps bound to ``pool`` (held by the caller), made on first use."""
+        key = (id(pool), pool.limit, emulated_period())
+        entry = self._bindings.get(key)
+        if entry is None or entry[0]() is not pool:
+            if len(self._bindings) >= 4:  # (all clusters, the fastest alone, limits)
+                self._bindings.clear()
+            entry = self._bindings[key] = (weakref.ref(pool), [
+                None if fn is None else
+                fn.bind(pool) if hasattr(fn, "bind") else partial(fn, pool)
+                for fn in self.steps])
+        return entry[1]
+
+    def run(self, first, last, pool, *, fastest=None, on_fastest=None, times=None):
+        """Run nodes ``first..last`` on ``pool``; with ``fastest`` (the pool's fastest-cluster
+        pool) the nodes ``on_fastest`` marks (None: every node) run there; ``times`` (a list,
+        one entry per node) gets each node's seconds added."""
+        # held for the whole run: the bound steps call the pools' C handles directly; the
         # caller (the glue between jobs, and a helper in each) on the fastest cluster
-        with hold(pool) as pool, caller_on_fastest(pool):
-            key = (id(pool), pool.limit, emulated_period())
-            entry = self._bindings.get(key)
-            if entry is None or entry[0]() is not pool:
-                if len(self._bindings) >= 4:  # (all clusters, the fastest alone, limits)
-                    self._bindings.clear()
-                entry = self._bindings[key] = (weakref.ref(pool), [
-                    None if fn is None else
-                    fn.bind(pool) if hasattr(fn, "bind") else partial(fn, pool)
-                    for fn in self.steps])
-            for fn in entry[1][first:last + 1]:
+        with hold(pool) as pool, caller_on_fastest(pool), \
+                (hold(fastest) if fastest is not None else nullcontext()) as fast:
+            steps = self._steps_for(pool) if fastest is None else self._steps_for(fast)
+            if fastest is not None and on_fastest is not None:
+                steps = [f if sel else s for s, f, sel in
+                         zip(self._steps_for(pool), steps, on_fastest)]
+            if times is None:
+                for fn in steps[first:last + 1]:
+                    if fn is not None:
+                        fn()
+                return
+            clock = time.perf_counter
+            for i in range(first, last + 1):
+                fn = steps[i]
                 if fn is not None:
+                    t0 = clock()
                     fn()
+                    times[i] += clock() - t0
 
 
 def _descriptor(n, shapes, consts):
@@ -670,9 +738,10 @@ class GraphModel(spec.LayerChain):
         Default pool for calls (``asymo.get_pool()`` when None).
     name : str, optional
     cluster_choice : {"auto", "all", "fastest"}
-        Where calls run on a pool of several clusters: "auto" (default) measures the model on
-        all clusters and on the fastest alone during its first calls and keeps the faster;
-        "all" / "fastest" fix it. Also an attribute.
+        Where calls run on a pool of several clusters: "auto" (default) times all clusters,
+        the fastest alone, and each node where it was faster during the first calls, and
+        keeps the fastest of the three; "all" / "fastest" fix it for the whole model. Also an
+        attribute.
     """
 
     def __init__(self, graph, *, pool=None, name=None, cluster_choice="auto"):
@@ -772,38 +841,52 @@ class GraphModel(spec.LayerChain):
         self._cluster_choice = value
 
     def _target(self, pool, batch):
-        """(pool to run this call on, (choice, candidate) to time it for, or None)."""
+        """Where this call runs: ``(fastest, on_fastest, trial)`` for `_Instance.run` (None,
+        None: the whole pool; a pool, None: its fastest cluster alone) and ``(choice,
+        candidate)`` when the call is one of "auto"'s timed ones, else None."""
         mode = self._cluster_choice
         # a capped pool (threadpoolctl) is run as capped
         if pool.nclusters == 1 or mode == "all" or pool.limit < pool.nworkers:
-            return pool, None
+            return None, None, None
         if mode == "fastest":
-            return pool.fastest_cluster_pool(), None
+            return pool.fastest_cluster_pool(), None, None
         key = (batch, pool.limit, emulated_period())
         with self._lock:
             choice = self._choices.setdefault(pool, {}).setdefault(key, _Choice())
-            cand = choice.next_candidate()
-        target = pool if cand == "all" else pool.fastest_cluster_pool()
-        return target, (None if choice.decided else (choice, cand))
+            if choice.decided:
+                sel, trial = choice.on_fastest, None
+            else:
+                cand = choice.next_candidate()
+                sel, trial = choice.placement(cand), (choice, cand)
+                if sel is None:
+                    sel = (cand == "fastest",)
+        if not any(sel):
+            return None, None, trial
+        return pool.fastest_cluster_pool(), (None if all(sel) else sel), trial
 
     def chosen_clusters(self, pool=None, batch=1):
         """Where calls of ``batch`` images on ``pool`` (None: the model's pool, else the
-        default pool) run: a dict with ``choice`` ("all", "fastest", or "measuring" while
-        "auto" has too few calls) and ``all_s`` / ``fastest_s``, the best call time measured on
-        each (seconds; None when not measured)."""
+        default pool) run.
+
+        Returns a dict: ``choice`` ("all", "fastest", "per node", or "measuring" while
+        "auto" has too few calls); for "auto", the median seconds of its timed calls on all
+        clusters (``all_s``), on the fastest alone (``fastest_s``) and with each node where
+        it was faster (``per_node_s``, None when no node gained or all did), and
+        ``nodes_on_fastest`` once decided; None where not measured.
+        """
         from asymo.runtime.pool import get_pool
 
         pool = pool if pool is not None else self.pool if self.pool is not None else get_pool()
         mode = self._cluster_choice
+        fixed = {"all_s": None, "fastest_s": None, "per_node_s": None,
+                 "nodes_on_fastest": None}
         if pool.nclusters == 1 or mode == "all" or pool.limit < pool.nworkers:
-            return {"choice": "all", "all_s": None, "fastest_s": None}
+            return {"choice": "all", **fixed}
         if mode == "fastest":
-            return {"choice": "fastest", "all_s": None, "fastest_s": None}
+            return {"choice": "fastest", **fixed}
         with self._lock:
             choice = self._choices.get(pool, {}).get((batch, pool.limit, emulated_period()))
-            if choice is None:
-                return {"choice": "measuring", "all_s": None, "fastest_s": None}
-            return choice.report()
+            return {"choice": "measuring", **fixed} if choice is None else choice.report()
 
     # ---- running ------------------------------------------------------------------------
     def _as_input(self, x, info):
@@ -853,12 +936,15 @@ class GraphModel(spec.LayerChain):
             for x, info in zip(xs, g.inputs):
                 np.copyto(inst.views[info.name], x)
             with hold(pool if pool is not None else self.pool) as held:
-                target, timing = self._target(held, batch)
+                fastest, on_fastest, trial = self._target(held, batch)
+                times = None if trial is None else [0.0] * len(g.nodes)
                 t0 = time.perf_counter()
-                inst.run(0, len(g.nodes) - 1, target)
-                if timing is not None:
+                inst.run(0, len(g.nodes) - 1, held, fastest=fastest, on_fastest=on_fastest,
+                         times=times)
+                if trial is not None:
+                    dt = time.perf_counter() - t0
                     with self._lock:
-                        timing[0].record(timing[1], time.perf_counter() - t0)
+                        trial[0].record(trial[1], times, dt)
             outs = [inst.views[t].copy() for t in g.outputs]
         finally:
             self._release(batch, inst)

@@ -326,8 +326,9 @@ def from_onnx(source, *, name=None, max_bytes=MAX_ONNX_BYTES, pool=None,
     pool : asymo.Pool, optional
         The pool the model runs on by default (``asymo.get_pool()``).
     cluster_choice : {"auto", "all", "fastest"}
-        On a pool of several clusters: measure all clusters against the fastest alone during
-        the first calls and keep the faster ("auto"), or fix one (`GraphModel.cluster_choice`).
+        On a pool of several clusters: measure all clusters, the fastest alone, and each
+        node where it was faster during the first calls and keep the fastest ("auto"), or fix
+        one for the whole model (`GraphModel.cluster_choice`).
 
     Returns
     -------

@@ -70,8 +70,9 @@ def from_torch(module, example_inputs, *, name=None, opset=DEFAULT_OPSET, pool=N
     pool : asymo.Pool, optional
         Default pool for calls.
     cluster_choice : {"auto", "all", "fastest"}
-        On a pool of several clusters: measure all clusters against the fastest alone during
-        the first calls and keep the faster ("auto"), or fix one (`GraphModel.cluster_choice`).
+        On a pool of several clusters: measure all clusters, the fastest alone, and each
+        node where it was faster during the first calls and keep the fastest ("auto"), or fix
+        one for the whole model (`GraphModel.cluster_choice`).
 
     Returns
     -------
