@@ -263,8 +263,10 @@ def _child(root, body):
         from asymo.dvfs import CpuFreq
         cf = CpuFreq(kirin_topology(), sysfs_root={str(root)!r})
     """) + textwrap.dedent(body)
+    # SIGINT as at a terminal even when this run was started with it ignored (a background job)
     return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_ready(p):

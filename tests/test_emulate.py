@@ -493,8 +493,10 @@ def test_cli_info_under_emulation_shows_two_clusters():
 
 @emulator
 def test_cli_ctrl_c_stops_command_and_helper():
+    # SIGINT as at a terminal even when this run was started with it ignored (a background job)
     p = subprocess.Popen([sys.executable, "-m", "asymo", "emulate", "-q", "--core",
-                          str(SLOW_CPU), "--speed", "0.5", "--", "sleep", "30"], env=child_env())
+                          str(SLOW_CPU), "--speed", "0.5", "--", "sleep", "30"], env=child_env(),
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 20
         while not helpers_of(p.pid) and time.monotonic() < deadline:
