@@ -635,6 +635,7 @@ class _Instance:
         C = graph.initializers
         self.steps = []
         self._bindings = {}  # (id(pool), limit, emulator period) -> (weakref(pool), steps)
+        self._mixed = (None, None)  # ((whole, fastest, placement), steps): the last mix
         for n in graph.nodes:
             if n.op in ALIAS_OPS or plan.kernels[n.name].startswith("view"):
                 self.steps.append(None)
@@ -671,8 +672,14 @@ class _Instance:
                 (hold(fastest) if fastest is not None else nullcontext()) as fast:
             steps = self._steps_for(pool) if fastest is None else self._steps_for(fast)
             if fastest is not None and on_fastest is not None:
-                steps = [f if sel else s for s, f, sel in
-                         zip(self._steps_for(pool), steps, on_fastest)]
+                whole = self._steps_for(pool)
+                src = self._mixed[0]
+                if src is None or src[0] is not whole or src[1] is not steps or \
+                        src[2] is not on_fastest:  # (a placement is made once per choice)
+                    self._mixed = ((whole, steps, on_fastest),
+                                   [f if sel else s for s, f, sel in
+                                    zip(whole, steps, on_fastest)])
+                steps = self._mixed[1]
             if times is None:
                 for fn in steps[first:last + 1]:
                     if fn is not None:
