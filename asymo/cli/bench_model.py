@@ -201,11 +201,11 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
                 bar = None
         # a model on several clusters first times its nodes on all of them and on the fastest
         # alone (GraphModel.cluster_choice): settled before the timed rounds, like a warm-up
-        from asymo.models.graph_model import CHOICE_SAMPLES
+        from asymo.models.graph_model import CHOICE_MAX_CALLS
 
         clusters = None
         if hasattr(model, "chosen_clusters"):
-            for _ in range(3 * (1 + CHOICE_SAMPLES)):
+            for _ in range(CHOICE_MAX_CALLS):
                 if model.chosen_clusters(pool, x.shape[0])["choice"] != "measuring":
                     break
                 model(x, pool=pool)

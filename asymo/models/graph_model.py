@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import math
 import threading
-from contextlib import nullcontext
 import time
 import weakref
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -50,7 +50,6 @@ INPLACE_OPS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "Add"
 ALIGN = 64  # bytes: every arena tensor starts on a cache line
 #: The largest activation arena planned (bytes), so a bad shape fails clearly, not in malloc.
 MAX_ARENA_BYTES = 16 << 30
-# operators that write a strided output (a channel slice of a concat) correctly
 #: ``GraphModel.cluster_choice`` values: "auto" (measured, see `_Choice`), "all" (every
 #: cluster of the pool), "fastest" (the pool's fastest cluster alone).
 CLUSTER_CHOICES = ("auto", "all", "fastest")
@@ -60,6 +59,10 @@ CHOICE_SAMPLES = 3
 #: "auto" runs a node on the fastest cluster alone only when its median there is this much
 #: lower.
 CHOICE_MARGIN = 0.03
+#: The most calls "auto" takes to decide: both candidates, then the per-node mix, each with
+#: one uncounted call and CHOICE_SAMPLES timed ones.
+CHOICE_MAX_CALLS = 3 * (1 + CHOICE_SAMPLES)
+# operators that write a strided output (a channel slice of a concat) correctly
 SLICE_WRITERS = frozenset({"asymo.Conv", "MaxPool", "AveragePool", "Relu", "Clip", "Sigmoid",
                            "HardSigmoid", "HardSwish", "asymo.SiLU", "Tanh"})
 
@@ -576,10 +579,6 @@ class _Choice:
         self.calls[cand] += 1
         return cand
 
-    def placement(self, cand):
-        """on_fastest for a call of candidate ``cand`` (None: every node on one pool)."""
-        return self.per_node if cand == "per node" else None
-
     def record(self, cand, node_seconds, call_seconds):
         if self.decided:
             return
@@ -861,15 +860,14 @@ class GraphModel(spec.LayerChain):
         with self._lock:
             choice = self._choices.setdefault(pool, {}).setdefault(key, _Choice())
             if choice.decided:
-                sel, trial = choice.on_fastest, None
+                where, trial = choice.choice, None
+                mix = choice.on_fastest
             else:
-                cand = choice.next_candidate()
-                sel, trial = choice.placement(cand), (choice, cand)
-                if sel is None:
-                    sel = (cand == "fastest",)
-        if not any(sel):
+                where = choice.next_candidate()
+                trial, mix = (choice, where), choice.per_node
+        if where == "all":
             return None, None, trial
-        return pool.fastest_cluster_pool(), (None if all(sel) else sel), trial
+        return pool.fastest_cluster_pool(), (mix if where == "per node" else None), trial
 
     def chosen_clusters(self, pool=None, batch=1):
         """Where calls of ``batch`` images on ``pool`` (None: the model's pool, else the

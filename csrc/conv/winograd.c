@@ -47,12 +47,7 @@ static void wino_direct(const asymo_winograd_job *job, int64_t n, int64_t tblock
                     float v = (float)acc;
                     if (res)
                         v += res[(k * OH + oy) * OW + ox];
-                    if (job->activation != ASYMO_ACT_NONE) {
-                        v = v < 0.0f ? 0.0f : v;
-                        if (job->activation == ASYMO_ACT_RELU6)
-                            v = v > 6.0f ? 6.0f : v;
-                    }
-                    y[(k * OH + oy) * OW + ox] = v;
+                    y[(k * OH + oy) * OW + ox] = wino_act1(v, job->activation);
                 }
             }
         }

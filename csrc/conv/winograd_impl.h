@@ -366,15 +366,8 @@ WINO_ATTR void WINO_CAT(asymo_wino_block, WINO_SFX)(const asymo_winograd_job *jo
                         float *d = dst + o * OW;
                         if (rr) {
                             const float *ro = rr + o * OW;
-                            for (int64_t c = 0; c < cols; c++) {
-                                float v = src[c] + ro[c];
-                                if (act != ASYMO_ACT_NONE) {
-                                    v = v < 0.0f ? 0.0f : v;
-                                    if (act == ASYMO_ACT_RELU6)
-                                        v = v > 6.0f ? 6.0f : v;
-                                }
-                                d[c] = v;
-                            }
+                            for (int64_t c = 0; c < cols; c++)
+                                d[c] = wino_act1(src[c] + ro[c], act);
                         } else {
                             for (int64_t c = 0; c < cols; c++)
                                 d[c] = src[c];

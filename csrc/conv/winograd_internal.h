@@ -20,6 +20,18 @@ static inline int64_t wino_kc(int64_t tb)
     return ASYMO_WINO_MR * (panels < 1 ? 1 : panels);
 }
 
+/* One output's activation, NaN kept (as torch.relu): the direct loop and the scatter's plane
+ * edges (the vector one is wino_act). */
+static inline float wino_act1(float v, int act)
+{
+    if (act != ASYMO_ACT_NONE) {
+        v = v < 0.0f ? 0.0f : v;
+        if (act == ASYMO_ACT_RELU6)
+            v = v > 6.0f ? 6.0f : v;
+    }
+    return v;
+}
+
 /* Floats the input gather may read past the end of the input window (wino_gather8). */
 #define WINO_WIN_SLACK 40
 
