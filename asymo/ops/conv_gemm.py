@@ -20,18 +20,18 @@ from asymo.plan.matmul import plan_matmul as _plan_matmul
 __all__ = ["plan_conv_gemm", "column_split", "matmul_into"]
 
 
-#: Packed convolution GEMMs run the AVX-512 kernels when the CPU has them and no calibrated
-#: profile chose the blocks. The GEMM's own default is AVX2+FMA on CPUs that execute 512-bit
-#: FMAs in two halves (Zen 4), where matmul shapes run as fast with it; a convolution's GEMM
-#: (small M, B packed from the image, M-tall 12 x 32 tiles sharing each packed sliver twice as
-#: long) is faster with AVX-512 there (docs/tuning.md).
-PREFER_AVX512 = True
+#: Packed convolution GEMMs run the AVX-512 kernels, even where the GEMM's own default is
+#: AVX2+FMA (CPUs that execute 512-bit FMAs in two halves: Zen 4). Off: a convolution's GEMM
+#: follows the GEMM default, which on Zen 4 pads less (AVX2's 6 x 16 tile and its 8-wide
+#: half tile against AVX-512's 12 x 32: Cout = 64 computes 66 rows instead of 72, a 7x7
+#: plane 56 columns instead of 64) and measured faster there (docs/tuning.md).
+PREFER_AVX512 = False
 
 
 def plan_conv_gemm(m, k, n, dtype, pool):
     """The (cached) GEMM plan for ``(m x k) @ (k x n)`` on ``pool``: calibrated when
     ``asymo calibrate`` made a profile for this CPU (`asymo.plan_matmul`), else the default
-    (with the AVX-512 kernels for packed products, see `PREFER_AVX512`)."""
+    (the AVX-512 kernels for packed products when `PREFER_AVX512` is set)."""
     dname = np.dtype(dtype).name
     # (a small GEMM's plan already runs on the fastest cluster alone: asymo.plan.split_cost, the
     # rule matmul uses, decides inside the planners)
