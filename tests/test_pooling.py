@@ -127,6 +127,31 @@ def test_small_planes_every_geometry_like_torch(dtype):
                                 err_msg=f"avg {h}x{w} k{k} s{s} p{p} {ceil} {cip}")
 
 
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_stride2_max_pooling_of_small_planes_like_torch(dtype):
+    # stride-2 max pooling of planes up to 33 wide takes the flat path (rows padded with -inf
+    # to an even pitch, one stride-2 pass over all of them); odd and even sizes, kernels 2-3,
+    # padding, both ceil modes, non-square planes, and one NaN / inf per plane at a random
+    # place (each plane checked on its own); 70 x 70 and 9 x 90 take the row path
+    rng = np.random.default_rng(11)
+    sizes = [(n, n) for n in (2, 3, 4, 5, 7, 8, 13, 14, 15, 27, 28, 31, 33)] + \
+        [(5, 33), (33, 5), (2, 17), (70, 70), (9, 90)]
+    for h, w in sizes:
+        x = rng.standard_normal((2, 6, h, w)).astype(dtype)
+        for i, value in enumerate((np.nan, np.inf, -np.inf)):
+            x[1, i, rng.integers(h), rng.integers(w)] = value
+        x[1, 3] = -np.inf  # a plane of -inf only
+        for k in (2, 3):
+            for p in range(k // 2 + 1):
+                if k > min(h, w) + 2 * p:
+                    continue
+                for ceil in (False, True):
+                    want = F.max_pool2d(torch.from_numpy(x), k, 2, p, ceil_mode=ceil).numpy()
+                    np.testing.assert_array_equal(max_pool2d(x, k, 2, p, ceil), want,
+                                                  err_msg=f"{h}x{w} k{k} p{p} {ceil}")
+
+
 @pytest.mark.parametrize("shape", [(1, 3, 1, 1), (2, 5, 7, 7), (1, 4, 13, 13), (1, 3, 3, 40),
                                    (1, 2, 2, 3)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

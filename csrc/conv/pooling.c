@@ -23,6 +23,11 @@ ALWAYS_INLINE int64_t pmax(int64_t a, int64_t b) { return a > b ? a : b; }
  * a row's setup each */
 #define POOL_FLAT_WIDTH_VECS 4
 #define POOL_FLAT_SIZE 1536
+/* Stride-2 max pooling of planes whose padded rows are at most this many vectors wide and
+ * fit POOL_FLAT_S2_SIZE elements with the pass's slack (pool_plane_flat_s2) */
+#define POOL_FLAT_S2_WIDTH_VECS 8
+#define POOL_FLAT_S2_SIZE 2048
+#define POOL_FLAT_S2_SLACK 64
 
 /* the reduction a pass applies: sum, max letting NaN win, or the plain max (for inputs known
  * to hold no NaN) */

@@ -3,7 +3,8 @@
  * instantiation) to be defined; no include guard on purpose.
  *
  * Three shapes of work: a window covering the whole plane is one contiguous reduction; small
- * stride-1 planes are reduced as flat arrays (pool_plane_flat); other planes one output row
+ * stride-1 planes, and small stride-2 planes under max pooling, are reduced as flat arrays
+ * (pool_plane_flat, pool_plane_flat_s2); other planes one output row
  * at a time: the window's input rows are reduced column by column into a buffer
  * (contiguous), then each output reduces its kw buffered values; outputs whose window lies
  * inside the row do that as kw passes over the buffer, contiguous for stride 1 and
@@ -104,7 +105,7 @@ static inline __attribute__((always_inline)) FN(vec) FN(deinterleaved_order)(FN(
  * stored once (a store followed by a load of an overlapping vector stalls store forwarding).
  * With the plain max, *nan (if not NULL) accumulates the inputs too (see any_nan): the NaN
  * check rides on loads the reduction makes anyway. */
-static inline __attribute__((always_inline)) void FN(reduce_rows)(
+static inline __attribute__((always_inline)) void FN(reduce_rows_n)(
     T *restrict dst, const T *restrict src, int64_t ld, int64_t rows, int64_t n, int op,
     FN(vec) *restrict nan)
 {
@@ -140,6 +141,21 @@ static inline __attribute__((always_inline)) void FN(reduce_rows)(
             (*nan)[0] += sum;
         dst[c] = acc;
     }
+}
+
+/* reduce_rows with the usual window heights (2 and 3 rows) as constants, so that the row
+ * loop unrolls: with a variable count the loop kept its bounds and pointers on the stack and
+ * cost small planes more than their loads */
+static inline __attribute__((always_inline)) void FN(reduce_rows)(
+    T *restrict dst, const T *restrict src, int64_t ld, int64_t rows, int64_t n, int op,
+    FN(vec) *restrict nan)
+{
+    if (rows == 3)
+        FN(reduce_rows_n)(dst, src, ld, 3, n, op, nan);
+    else if (rows == 2)
+        FN(reduce_rows_n)(dst, src, ld, 2, n, op, nan);
+    else
+        FN(reduce_rows_n)(dst, src, ld, rows, n, op, nan);
 }
 
 /* dst[o] = op over j < kw of src[o * stride + j], o < n (stride 1 or 2: vectors; stride 2
@@ -404,6 +420,56 @@ static int FN(flat_max_plain)(const asymo_pool2d_job *job, const T *x, T *y, T *
     return FN(pool_plane_flat)(job, x, y, POOL_MAX_PLAIN, v, t);
 }
 
+/* A small plane with stride 2 (both axes), max pooling: the stride-2 counterpart of
+ * pool_plane_flat. Each output row's window rows are reduced into a row of v, shifted right
+ * by pw and padded to an even pitch Wv with -inf on both sides (what padding and ceil-mode
+ * windows past the edge reduce with), so that every window of output (oy, ox) is
+ * v[oy * Wv + 2 * ox + j], j < kw: one flat stride-2 pass over all of v (the windows of the
+ * columns past ow straddle two rows; their results are dropped). Rows of 7 to 28 outputs
+ * would otherwise pay a row's setup for one or two vectors of work. v holds out_h x Wv
+ * elements and the pass's slack (POOL_FLAT_S2_SIZE), t out_h x Wv / 2. Returns the NaN check
+ * of pool_plane_body. */
+static inline __attribute__((always_inline)) int FN(pool_plane_flat_s2)(
+    const asymo_pool2d_job *job, const T *x, T *y, const int op, const int64_t Wv,
+    T *restrict v, T *restrict t)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t H = g->height, W = g->width, oh = g->out_h, ow = g->out_w;
+    const int64_t kh = g->kernel_h, kw = g->kernel_w, ph = g->pad_h, pw = g->pad_w;
+    const T ninf = -(T)INFINITY;
+    FN(vec) nan = {0};
+    for (int64_t oy = 0; oy < oh; oy++) {
+        T *restrict vr = v + oy * Wv;
+        const int64_t y_lo = pmax(2 * oy - ph, 0), y_hi = pmin(2 * oy - ph + kh, H);
+        int64_t c = 0;
+        if (y_hi > y_lo) {
+            for (; c < pw; c++)
+                vr[c] = ninf;
+            FN(reduce_rows)(vr + pw, x + y_lo * W, W, y_hi - y_lo, W, op, &nan);
+            c = pw + W;
+        }
+        for (; c < Wv; c++)
+            vr[c] = ninf;
+    }
+    /* the stride-2 pass reads a vector and a window past its last output's window */
+    for (int64_t i = oh * Wv; i < oh * Wv + POOL_FLAT_S2_SLACK; i++)
+        v[i] = ninf;
+    const int64_t half = Wv / 2;
+    T *dst = half == ow ? y : t;
+    FN(reduce_windows)(dst, v, (oh - 1) * half + ow, kw, 2, op);
+    if (dst != y)
+        for (int64_t oy = 0; oy < oh; oy++)
+            memcpy(y + oy * ow, t + oy * half, (size_t)ow * sizeof(T));
+    return FN(any_nan)(nan);
+}
+
+/* The even pitch of pool_plane_flat_s2's rows: every window of the row inside it */
+static inline int64_t FN(flat_s2_pitch)(const asymo_conv_geometry *g)
+{
+    const int64_t need = pmax(g->pad_w + g->width, 2 * (g->out_w - 1) + g->kernel_w);
+    return need + (need & 1);
+}
+
 /* y[i] /= d[i], i < n (division, not a reciprocal: the quotient torch computes) */
 static void FN(divide)(T *restrict y, const T *restrict d, int64_t n)
 {
@@ -482,6 +548,18 @@ static void FN(pool_planes)(const asymo_pool2d_job *job, const T *x, T *y, int64
                 FN(flat_max)(job, x + p * in_plane, y + p * out_plane, v, t);
         }
         return;
+    }
+    if (!avg && g->stride_h == 2 && g->stride_w == 2) {
+        const int64_t Wv = FN(flat_s2_pitch)(g);
+        if (Wv <= POOL_FLAT_S2_WIDTH_VECS * L && oh * Wv + POOL_FLAT_S2_SLACK <= POOL_FLAT_S2_SIZE) {
+            T v[POOL_FLAT_S2_SIZE], t[POOL_FLAT_S2_SIZE / 2];
+            for (int64_t p = 0; p < nplanes; p++)
+                if (FN(pool_plane_flat_s2)(job, x + p * in_plane, y + p * out_plane,
+                                           POOL_MAX_PLAIN, Wv, v, t))
+                    FN(pool_plane_flat_s2)(job, x + p * in_plane, y + p * out_plane, POOL_MAX,
+                                           Wv, v, t);
+            return;
+        }
     }
     for (int64_t p = 0; p < nplanes; p++) {
         if (avg)
