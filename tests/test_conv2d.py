@@ -385,7 +385,7 @@ def _forced_implicit(blocks=None, isa=None, split_dim=None):
     import asymo.ops.conv_gemm as cg
     from asymo.plan.gemm import plan_gemm
 
-    saved = (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache)
+    saved = (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache, conv_mod.INDIRECT)
 
     def forced(m, k, n, dtype, pool):
         return plan_gemm(m, k, n, np.dtype(dtype).name, pool, kind="mm", blocks=blocks,
@@ -393,11 +393,13 @@ def _forced_implicit(blocks=None, isa=None, split_dim=None):
 
     cg.plan_conv_gemm = forced
     conv_mod.IM2COL_METHOD = "implicit"     # the packer for every layer, none by choice
+    conv_mod.INDIRECT = "off"               # (stems too)
     conv_mod._plan_cache = weakref.WeakKeyDictionary()
     try:
         yield conv_mod
     finally:
-        (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache) = saved
+        (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache,
+         conv_mod.INDIRECT) = saved
 
 
 def _implicit_plans(conv_mod):
@@ -548,6 +550,7 @@ def test_auto_im2col_method_per_layer(monkeypatch):
     import asymo.ops.conv as conv_mod
 
     monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(conv_mod, "INDIRECT", "off")  # (the stem would take the indirect path)
     assert conv_mod.IM2COL_METHOD == "auto"
     rng = np.random.default_rng(31)
     for c, k, ks, stride, packed in ((3, 16, 7, 2, True), (24, 16, 3, 2, True),
@@ -723,3 +726,75 @@ def test_depthwise_residual_fused_for_every_kernel(method, monkeypatch):
         # unbatched
         _close(conv2d(x[0], w, b, stride, pad, dil, c, activation="relu6", residual=res[0]),
                ref[0], np.float32)
+
+
+# ---- the indirect path (few input channels: a CNN's stem) ------------------------------------
+def _indirect_available():
+    from asymo.ops import conv as conv_mod
+
+    job = conv_mod._indirect_job((1, 3, 32, 32), (8, 3, 7, 7), np.dtype(np.float32), (2, 2),
+                                 ((3, 3), (3, 3)), (1, 1), 1, None, False)
+    return job is not None
+
+
+needs_indirect = pytest.mark.skipif(not _indirect_available(),
+                                    reason="no indirect convolution kernel for this CPU / ISA")
+
+
+@needs_indirect
+@pytest.mark.parametrize("spec", ["c0:0", "c0:0-1", "c0:0@1,c1:1@0.5"])
+def test_indirect_convolution_against_float64(spec):
+    # stems and their neighbours: output widths below, at and past the 16-wide run, odd sizes,
+    # non-square kernels and paddings, stride 1 and 2, batches, every epilogue, the output a
+    # channel slice of a larger array; the plan must be the indirect one
+    from asymo.hw.topology import parse_spec
+    from asymo.ops import conv as conv_mod
+
+    rng = np.random.default_rng(21)
+    layers = [(3, 64, (224, 224), (7, 7), 2, (3, 3)), (3, 13, (35, 29), (7, 5), 2, (3, 2)),
+              (3, 7, (9, 40), (5, 5), 1, (2, 0)), (4, 6, (17, 17), (5, 7), 1, (0, 3)),
+              (3, 19, (8, 8), (7, 7), 2, (3, 3)), (2, 5, (70, 11), (9, 9), 2, (4, 4)),
+              (3, 16, (33, 33), (7, 7), 1, (3, 3))]
+    with asymo.Pool(topology=parse_spec(spec)) as pool:
+        for cin, cout, (h, w), (kh, kw), s, (ph, pw) in layers:
+            for n, bias, act in ((1, True, "relu"), (2, False, None), (2, True, "relu6")):
+                x = rng.standard_normal((n, cin, h, w)).astype(np.float32)
+                wt = rng.standard_normal((cout, cin, kh, kw)).astype(np.float32)
+                b = rng.standard_normal(cout).astype(np.float32) if bias else None
+                plan, _ = conv_mod._conv_plan(
+                    pool, x.shape, wt.shape, x.dtype, (s, s), ((ph, ph), (pw, pw)), (1, 1), 1,
+                    act, bias, False)
+                assert isinstance(plan, conv_mod._IndirectConvPlan), (cin, kh, kw)
+                ref = reference.conv2d(x, wt, b, stride=s, padding=(ph, pw), activation=act)
+                big = np.full((n, cout + 3) + ref.shape[2:], np.nan, np.float32)
+                y = conv2d(x, wt, b, stride=s, padding=(ph, pw), activation=act,
+                           out=big[:, 2:2 + cout], pool=pool)
+                _close(y, ref, np.float32)
+                assert np.isnan(big[:, :2]).all() and np.isnan(big[:, 2 + cout:]).all()
+                # bound (a model's node): its own scratch, the weights packed once
+                out = np.full(ref.shape, np.nan, np.float32)
+                bound = conv_mod.bind_conv2d(x, wt, b, stride=s, padding=(ph, pw),
+                                             activation=act, out=out, pool=pool)
+                with asymo.runtime.pool.hold(pool):
+                    bound()
+                _close(out, ref, np.float32)
+
+
+@needs_indirect
+def test_indirect_path_off_gives_the_gemm_path(monkeypatch):
+    from asymo.ops import conv as conv_mod
+
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal((1, 3, 40, 40)).astype(np.float32)
+    w = rng.standard_normal((16, 3, 7, 7)).astype(np.float32)
+    y_ind = conv2d(x, w, stride=2, padding=3)
+    monkeypatch.setattr(conv_mod, "INDIRECT", "off")
+    plan, _ = conv_mod._conv_plan(asymo.get_pool(), x.shape, w.shape, x.dtype, (2, 2),
+                                  ((3, 3), (3, 3)), (1, 1), 1, None, False, False)
+    assert isinstance(plan, conv_mod._GemmConvPlan)
+    _close(conv2d(x, w, stride=2, padding=3), y_ind, np.float32)
+    # too few taps for the path (a 3x3 stem): the GEMM, whatever INDIRECT says
+    monkeypatch.setattr(conv_mod, "INDIRECT", "auto")
+    plan, _ = conv_mod._conv_plan(asymo.get_pool(), x.shape, (16, 3, 3, 3), x.dtype, (2, 2),
+                                  ((1, 1), (1, 1)), (1, 1), 1, None, False, False)
+    assert isinstance(plan, conv_mod._GemmConvPlan)

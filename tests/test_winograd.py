@@ -289,7 +289,7 @@ def test_packed_weight_on_the_gemm_paths(case):
     xs, ws, stride, pad, groups = {
         "pointwise": ((1, 48, 14, 14), (64, 48, 1, 1), 1, 0, 1),
         "implicit": ((1, 32, 20, 20), (48, 32, 3, 3), 2, 1, 1),
-        "explicit": ((1, 3, 40, 40), (16, 3, 7, 7), 2, 3, 1),
+        "explicit": ((1, 8, 40, 40), (16, 8, 7, 7), 2, 3, 1),
         "grouped": ((1, 16, 12, 12), (16, 8, 3, 3), 2, 1, 2)}[case]
     x = rng.standard_normal(xs).astype(np.float32)
     w = rng.standard_normal(ws).astype(np.float32)

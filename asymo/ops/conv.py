@@ -84,6 +84,16 @@ WINOGRAD_MIN_CHANNELS = 8
 WINOGRAD_F4_MAX_WEIGHT_BYTES = 4 << 20
 # Winograd task: 0 = transforms + GEMMs, 1 = the task's direct fallback loop (for tests).
 WINOGRAD_METHOD = 0
+# Layers with at most INDIRECT_MAX_CHANNELS input channels (a CNN's stem: 3), float32, one
+# group, stride 1 or 2, dilation 1, no residual: "auto" runs them as indirect convolutions
+# (stride-phase planes of the image read in place by the micro-kernel, asymo/conv.h) where
+# the CPU has the kernel and the convolution GEMMs run AVX2; "off": as GEMMs. Measured:
+# docs/conv-and-zoo.md.
+INDIRECT = "auto"
+INDIRECT_MAX_CHANNELS = 4
+# ... and at least this many taps (channels x kernel): a 3x3 stem's 27 are too few to repay
+# the extra job and the micro-kernel's per-tile cost (measured even with the packing GEMM)
+INDIRECT_MIN_TAPS = 64
 
 
 def kernel_isa():
@@ -457,6 +467,9 @@ def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, acti
                               has_residual)
     elif tile:
         plan = _WinogradConvPlan(pool, xshape, wshape, pads, tile, activation)
+    elif (job := _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups,
+                               activation, has_residual)) is not None:
+        plan = _IndirectConvPlan(pool, job)
     else:
         plan = _GemmConvPlan(pool, xshape, wshape, dtype, stride, pads, dilation, groups,
                              activation, has_bias, has_residual)
@@ -547,6 +560,48 @@ class _WinogradConvPlan:
         self.tile = tile
         self.plan = _winograd.WinogradPlan(pool, xshape, wshape, pads, tile, activation,
                                            method=WINOGRAD_METHOD)
+
+
+def _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
+                  has_residual):
+    """The job template of an indirect convolution for this layer (`INDIRECT`), or None."""
+    n, c, h, w = xshape
+    cout, cin_g, kh, kw = wshape
+    if (INDIRECT == "off" or dtype != np.float32 or groups != 1 or has_residual
+            or c > INDIRECT_MAX_CHANNELS or c * kh * kw < INDIRECT_MIN_TAPS
+            or stride not in ((1, 1), (2, 2)) or dilation != (1, 1)):
+        return None
+    from asymo.plan.gemm import best_isa
+
+    if best_isa() != "avx2_fma":  # (the kernel is AVX2's tile; AVX-512 GEMMs are wider)
+        return None
+    oh, ow = _out_hw(h, w, kh, kw, stride, pads, dilation)
+    job = ffi.new("asymo_conv_indirect_job *")
+    _geometry(job.geom, c, h, w, (kh, kw), stride, pads, dilation, oh, ow)
+    job.activation = ACTIVATION_CODES[activation]
+    job.out_channels = cout
+    return job if lib.asymo_conv_indirect_supported(job) else None
+
+
+class _IndirectConvPlan:
+    """Indirect convolution (asymo/conv.h): per image, a job that splits the padded image into
+    stride-phase planes and packs the weights (into scratch), then one whose tasks are blocks
+    of output rows, bias and activation fused."""
+
+    def __init__(self, pool, job):
+        g = job.geom
+        oh = int(g.out_h)
+        self.job = job
+        self.scratch_elems = int(lib.asymo_conv_indirect_scratch(job))
+        self.nprep = int(lib.asymo_conv_indirect_prepare_tasks(job))
+        rows = max(1, -(-oh // (TASKS_PER_WORKER * pool.nworkers)))
+        job.rows_per_task = rows
+        self.ntasks = -(-oh // rows)
+        flops = 2.0 * job.out_channels * oh * g.out_w * g.channels * g.kernel_h * g.kernel_w
+        fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
+        self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
+        self.prep_counts = _task_counts(pool, self.nprep, fastest_only=fastest)
+        self.plane = job.out_channels * oh * g.out_w
 
 
 class _DepthwisePlan:
@@ -796,6 +851,10 @@ class _NativeCalls:
             self._depthwise(plan, has_bias, y, residual, pool)
         elif isinstance(plan, _WinogradConvPlan):
             self._winograd(plan, has_bias, y, residual, pool)
+        elif isinstance(plan, _IndirectConvPlan):
+            self._indirect(plan, x, has_bias, y, pool)
+            if bound:
+                self._col = np.empty(self._col_elems, x.dtype)  # a bound call owns its own
         else:
             self._gemm(plan, x, has_bias, y, residual, pool)
             if self._col_elems and bound:
@@ -864,6 +923,26 @@ class _NativeCalls:
             job.y_image_stride = y.strides[0] // y.itemsize
         self.calls.append(_tasks_call(pool, _winograd.WINOGRAD_TASK, job, wp.ntasks,
                                       wp.counts, wp.inline))
+
+    def _indirect(self, plan, x, has_bias, y, pool):
+        # the phase planes and packed weights: a bound call's own scratch, else the thread's
+        # workspace (the _COL slot); per image a prepare job, then the output rows
+        self._col_elems = plan.scratch_elems
+        n, c, h, w = x.shape
+        es = x.itemsize
+        for i in range(n):
+            job = ffi.new("asymo_conv_indirect_job *", plan.job[0])
+            self._keep.append(job)
+            self._at(job, "x", _X, i * c * h * w * es)
+            self._at(job, "weight", _W)
+            if has_bias:
+                self._at(job, "bias", _B)
+            self._at(job, "y", _Y, i * y.strides[0])
+            self._at(job, "scratch", _COL)
+            self.calls.append(_tasks_call(pool, _INDIRECT_PREPARE_TASK, job, plan.nprep,
+                                          plan.prep_counts, False))
+            self.calls.append(_tasks_call(pool, _INDIRECT_TASK, job, plan.ntasks, plan.counts,
+                                          False))
 
     def _gemm_args(self, template, m, k, n, rsb, rsc):
         if template is None:
@@ -1050,7 +1129,8 @@ def _plan_settings():
     cache's key and checked by the call cache."""
     return (DEPTHWISE_METHOD, WINOGRAD, WINOGRAD_METHOD, WINOGRAD_F4_MIN_SIZE,
             WINOGRAD_MIN_CHANNELS, WINOGRAD_F4_MAX_WEIGHT_BYTES, COL_CHUNK_BYTES,
-            COL_CHUNK_COLUMNS, IM2COL_METHOD, IMPLICIT_CHUNK_BYTES,
+            COL_CHUNK_COLUMNS, IM2COL_METHOD, IMPLICIT_CHUNK_BYTES, INDIRECT,
+            INDIRECT_MAX_CHANNELS, INDIRECT_MIN_TAPS,
             _split_cost.emulated_period())
 
 
@@ -1171,3 +1251,5 @@ _IM2COL_TASK = task_fn("asymo_im2col_task")
 _IM2COL_PACK_B = task_fn("asymo_im2col_pack_b")
 _DWCONV_TASK = task_fn("asymo_dwconv_task")
 _BIAS_ACT_TASK = task_fn("asymo_bias_act_task")
+_INDIRECT_PREPARE_TASK = task_fn("asymo_conv_indirect_prepare_task")
+_INDIRECT_TASK = task_fn("asymo_conv_indirect_task")

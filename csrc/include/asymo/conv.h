@@ -112,6 +112,42 @@ typedef struct {
 
 void asymo_bias_act_task(int64_t task, void *job);
 
+/* Indirect convolution (float32, one group, dilation 1, equal strides): the layers with few
+ * input channels (a CNN's first convolution), whose GEMM would spend a large part of its
+ * time packing B straight from the image for a handful of rows of A. The padded image is
+ * split once into stride-phase planes, phase (py, px) holding the pixels (r * s + py,
+ * q * s + px); then the input of output pixel (oy, ox) for weight tap (c, ky, kx) is element
+ * (oy + ky / s, ox + kx / s) of plane (c, ky % s, kx % s), so a run of 16 output pixels of
+ * a row is 16 contiguous elements of one row of a plane, and the micro-kernel reads B in
+ * place through one offset per tap. y = act(conv(x) + bias).
+ *
+ * Two jobs per image: asymo_conv_indirect_prepare_task (asymo_conv_indirect_prepare_tasks
+ * tasks: the phase planes, and the weights packed into 6-row micro-panels) into scratch, then
+ * asymo_conv_indirect_task (ceil(out_h / rows_per_task) tasks: blocks of output rows, every
+ * output channel, bias and activation on each row once computed). */
+enum { ASYMO_INDIRECT_MAX_K = 256 };
+
+typedef struct {
+    asymo_conv_geometry geom;   /* channels = input channels; stride_h == stride_w */
+    int32_t activation;
+    int64_t out_channels;
+    const void *x;              /* channels x height x width, one image */
+    const void *weight;         /* out_channels x channels x kernel_h x kernel_w */
+    const void *bias;           /* out_channels values or NULL */
+    void *y;                    /* out_channels x out_h x out_w */
+    void *scratch;              /* asymo_conv_indirect_scratch(job) floats */
+    int64_t rows_per_task;
+} asymo_conv_indirect_job;
+
+/* Whether a layer can take the path on this CPU with the kernels now selected
+ * (asymo_conv_isa): the geometry's limits (K = channels * kernel_h * kernel_w <=
+ * ASYMO_INDIRECT_MAX_K, strides 1 or 2, dilation 1) and an x86 CPU with AVX2. */
+int asymo_conv_indirect_supported(const asymo_conv_indirect_job *job);
+int64_t asymo_conv_indirect_scratch(const asymo_conv_indirect_job *job);
+int64_t asymo_conv_indirect_prepare_tasks(const asymo_conv_indirect_job *job);
+void asymo_conv_indirect_prepare_task(int64_t task, void *job);
+void asymo_conv_indirect_task(int64_t task, void *job);
+
 /* The ISA variant (ASYMO_ISA_*) the convolution, depthwise and pooling kernels run: the best
  * the CPU supports unless set. asymo_conv_set_isa(isa) selects one (isa < 0: back to the
  * best); it returns 0, or -1 when the CPU cannot run it or the build lacks it. For tests and

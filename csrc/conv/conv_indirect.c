@@ -1,0 +1,166 @@
+/* Indirect convolution (asymo/conv.h): stride-phase planes of the padded image and an
+ * indirect-B micro-kernel (kernels/conv_indirect.h) instead of B panels packed from the
+ * image. For a stem (3 input channels, K = 27 or 147, 32 or 64 output channels) the packed
+ * B sliver serves only 6 to 11 micro-panels, and gathering it cost as much as a fifth of the
+ * layer; here each image pixel is copied once, into its phase plane.
+ *
+ * Scratch layout (floats): the packed weights, mpad x K as mpad / 6 micro-panels of K x 6
+ * (a[p * 6 + i], zero rows past out_channels), then channels x s x s phase planes of
+ * hq x wq, each row padded so that a 16-wide run starting at any output column below out_w
+ * stays inside it. */
+#include "asymo/conv.h"
+#include "asymo/gemm.h"
+#include "asymo/isa.h"
+#include "gemm/epilogue.h"
+#include "kernels/conv_indirect.h"
+
+#include <string.h>
+
+enum { MR = ASYMO_INDIRECT_MR, NR = ASYMO_INDIRECT_NR };
+
+static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+typedef struct {
+    int64_t s, k, mpad, hq, wq, plane, apack; /* apack: floats before the planes */
+} layout;
+
+static layout layout_of(const asymo_conv_indirect_job *job)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    layout L;
+    L.s = g->stride_h;
+    L.k = g->channels * g->kernel_h * g->kernel_w;
+    L.mpad = cdiv(job->out_channels, MR) * MR;
+    L.hq = g->out_h + (g->kernel_h - 1) / L.s;
+    L.wq = cdiv(g->out_w, NR) * NR + (g->kernel_w - 1) / L.s;
+    L.plane = L.hq * L.wq;
+    L.apack = cdiv(L.mpad * L.k, 16) * 16; /* the planes start 64-byte aligned */
+    return L;
+}
+
+static asymo_ukr_indirect_fn kernel(void)
+{
+#if defined(__x86_64__)
+    const int isa = asymo_conv_isa();
+    if ((isa == ASYMO_ISA_AVX2_FMA || isa == ASYMO_ISA_AVX512)
+        && (asymo_isa_supported() & (1u << ASYMO_ISA_AVX2_FMA)))
+        return asymo_ukr_indirect_avx2_f32;
+#endif
+    return NULL;
+}
+
+int asymo_conv_indirect_supported(const asymo_conv_indirect_job *job)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t k = g->channels * g->kernel_h * g->kernel_w;
+    return kernel() != NULL && g->stride_h == g->stride_w && (g->stride_h == 1 || g->stride_h == 2)
+           && g->dilation_h == 1 && g->dilation_w == 1 && k >= 1 && k <= ASYMO_INDIRECT_MAX_K
+           && job->out_channels >= 1 && g->out_h >= 1 && g->out_w >= 1;
+}
+
+int64_t asymo_conv_indirect_scratch(const asymo_conv_indirect_job *job)
+{
+    const layout L = layout_of(job);
+    return L.apack + job->geom.channels * L.s * L.s * L.plane;
+}
+
+int64_t asymo_conv_indirect_prepare_tasks(const asymo_conv_indirect_job *job)
+{
+    const int64_t s = job->geom.stride_h;
+    return job->geom.channels * s * s + 1;
+}
+
+/* Task t < channels * s * s: phase plane t (channel t / s^2, phase rows py = t / s % s,
+ * columns px = t % s); the last task: the weights' micro-panels. */
+void asymo_conv_indirect_prepare_task(int64_t t, void *job_)
+{
+    const asymo_conv_indirect_job *job = (const asymo_conv_indirect_job *)job_;
+    const asymo_conv_geometry *g = &job->geom;
+    const layout L = layout_of(job);
+    float *scratch = (float *)job->scratch;
+    const int64_t nplanes = g->channels * L.s * L.s;
+    if (t == nplanes) {
+        const float *w = (const float *)job->weight;
+        const int64_t m = job->out_channels;
+        for (int64_t i0 = 0; i0 < L.mpad; i0 += MR) {
+            float *a = scratch + i0 * L.k;
+            for (int64_t p = 0; p < L.k; p++)
+                for (int64_t i = 0; i < MR; i++)
+                    a[p * MR + i] = i0 + i < m ? w[(i0 + i) * L.k + p] : 0.0f;
+        }
+        return;
+    }
+    const int64_t c = t / (L.s * L.s), py = t / L.s % L.s, px = t % L.s;
+    const int64_t H = g->height, W = g->width;
+    const float *xc = (const float *)job->x + c * H * W;
+    float *dst = scratch + L.apack + t * L.plane;
+    /* columns q of a plane row read image column q * s + px - pad_w: [q0, q1) inside */
+    const int64_t off = px - g->pad_w;
+    int64_t q0 = off >= 0 ? 0 : cdiv(-off, L.s);
+    int64_t q1 = W - off <= 0 ? 0 : cdiv(W - off, L.s);
+    q0 = min64(q0, L.wq);
+    q1 = q1 < q0 ? q0 : min64(q1, L.wq);
+    for (int64_t r = 0; r < L.hq; r++) {
+        float *d = dst + r * L.wq;
+        const int64_t iy = r * L.s + py - g->pad_h;
+        if (iy < 0 || iy >= H || q1 == q0) {
+            memset(d, 0, (size_t)L.wq * sizeof(float));
+            continue;
+        }
+        const float *src = xc + iy * W + off;
+        memset(d, 0, (size_t)q0 * sizeof(float));
+        if (L.s == 1)
+            memcpy(d + q0, src + q0, (size_t)(q1 - q0) * sizeof(float));
+        else
+            for (int64_t q = q0; q < q1; q++)
+                d[q] = src[q * L.s];
+        memset(d + q1, 0, (size_t)(L.wq - q1) * sizeof(float));
+    }
+}
+
+/* Output rows [t * rows_per_task, ...) of every output channel: per row, each 16-wide run of
+ * pixels against every micro-panel of weights (the run's B rows stay in L1 across them), then
+ * bias and activation over the row. */
+void asymo_conv_indirect_task(int64_t t, void *job_)
+{
+    const asymo_conv_indirect_job *job = (const asymo_conv_indirect_job *)job_;
+    const asymo_conv_geometry *g = &job->geom;
+    const asymo_ukr_indirect_fn ukr = kernel();
+    if (!ukr)
+        return;
+    const layout L = layout_of(job);
+    const int64_t m = job->out_channels, oh = g->out_h, ow = g->out_w, ohw = oh * ow;
+    const int64_t y0 = t * job->rows_per_task, y1 = min64(oh, y0 + job->rows_per_task);
+    const float *apack = (const float *)job->scratch;
+    const float *planes = apack + L.apack;
+    float *y = (float *)job->y;
+    int64_t off[ASYMO_INDIRECT_MAX_K];
+    for (int64_t p = 0; p < L.k; p++) {
+        const int64_t kx = p % g->kernel_w, ky = p / g->kernel_w % g->kernel_h;
+        const int64_t c = p / (g->kernel_w * g->kernel_h);
+        off[p] = ((c * L.s + ky % L.s) * L.s + kx % L.s) * L.plane + ky / L.s * L.wq + kx / L.s;
+    }
+    const gemm_epilogue_fn epilogue = job->bias || job->activation
+                                      ? gemm_epilogue_for(asymo_conv_isa(), ASYMO_DTYPE_F32) : NULL;
+    float tile[MR * NR] __attribute__((aligned(64)));
+    for (int64_t oy = y0; oy < y1; oy++) {
+        for (int64_t ox0 = 0; ox0 < ow; ox0 += NR) {
+            const int64_t cols = min64(NR, ow - ox0);
+            const float *b = planes + oy * L.wq + ox0;
+            for (int64_t i0 = 0; i0 < m; i0 += MR) {
+                const int64_t rows = min64(MR, m - i0);
+                float *c = y + i0 * ohw + oy * ow + ox0;
+                if (rows == MR && cols == NR) {
+                    ukr(L.k, apack + i0 * L.k, b, off, c, ohw);
+                    continue;
+                }
+                ukr(L.k, apack + i0 * L.k, b, off, tile, NR);
+                for (int64_t i = 0; i < rows; i++)
+                    memcpy(c + i * ohw, tile + i * NR, (size_t)cols * sizeof(float));
+            }
+        }
+        if (epilogue)
+            epilogue(y + oy * ow, ohw, m, ow, job->bias, NULL, 0, job->activation);
+    }
+}
