@@ -403,3 +403,25 @@ def test_matmul_in_a_forked_child():
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.parametrize("isa", ["portable", "avx2_fma", "avx512", "neon"])
+def test_edge_slivers_of_one_and_two_columns(isa):
+    # N = 16 q + 1 or + 2 (a 7 x 7 plane: 49) ends every row of micro-panels with an edge of a
+    # column or two (AVX2: the narrow kernel); K of every remainder of its 4- and 2-step loops,
+    # several K panels (accumulated), rows past mr, one and two clusters
+    from asymo.plan import gemm as gemm_plan
+
+    if isa not in gemm_plan.supported_isas():
+        pytest.skip(f"{isa} kernels not supported here")
+    rng = np.random.default_rng(41)
+    with gemm_plan.force_isa(isa):
+        for m, k, n in ((64, 37, 49), (13, 5, 18), (7, 600, 33), (130, 258, 50), (6, 1, 17),
+                        (97, 1031, 49)):
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((k, n)).astype(np.float32)
+            ref = a.astype(np.float64) @ b.astype(np.float64)
+            for pool in (asymo.get_pool(), None):
+                got = asymo.matmul(a, b, pool=pool)
+                np.testing.assert_allclose(got, ref, rtol=1e-4,
+                                           atol=1e-5 * np.sqrt(k) * np.abs(ref).max())

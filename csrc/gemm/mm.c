@@ -83,9 +83,13 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
                 J->kern->ukr(kb, ap, bs, cp, o->rsc, accumulate);
             } else {
                 /* an edge: into the tile, then the valid part into C */
-                const asymo_ukr_fn edge = cols <= nr / 2 && J->kern->ukr_half
-                                          ? J->kern->ukr_half : J->kern->ukr;
-                edge(kb, ap, bs, tile, nr, 0);
+                if (cols <= J->kern->narrow_cols) {
+                    J->kern->ukr_narrow(kb, ap, bs, cols, tile, nr);
+                } else {
+                    const asymo_ukr_fn edge = cols <= nr / 2 && J->kern->ukr_half
+                                              ? J->kern->ukr_half : J->kern->ukr;
+                    edge(kb, ap, bs, tile, nr, 0);
+                }
                 J->ops->merge(cp, o->rsc, o->csc, tile, nr, rows, cols, accumulate);
             }
             ap += (size_t)(kb * mr) * es;

@@ -18,6 +18,13 @@ typedef void (*asymo_ukr_fn)(int64_t k, const void *a, const void *b, void *c, i
 typedef void (*asymo_ukr_strided_b_fn)(int64_t k, const void *a, const void *b, int64_t ldb,
                                        void *c, int64_t rsc, int accumulate);
 
+/* tile[i * ldt + j] = the product of a packed A micro-panel and the first `cols` columns of a
+ * packed B sliver (the packed operands of asymo_ukr_fn), i < mr, j < cols: for an edge of a
+ * column or two (a 7 x 7 plane is 3 slivers of 16 and 1 column), where the full or half
+ * kernel would spend mr multiply-adds per k step on lanes that are thrown away. */
+typedef void (*asymo_ukr_narrow_fn)(int64_t k, const void *a, const void *b, int64_t cols,
+                                    void *tile, int64_t ldt);
+
 /* Optional fast packing of an mr-row group of row-major A (unit column stride) into a
  * micro-panel: dst[p * mr + i] = src[i * rsa + p] for i < mr, p < kb. NULL: the driver's
  * generic loops. */
@@ -49,6 +56,10 @@ typedef struct {
     /* Optional (NULL: none): ukr with B unpacked (see asymo_ukr_strided_b_fn), for products
      * whose blocks have so few rows of A that packing B costs more than it saves. */
     asymo_ukr_strided_b_fn ukr_strided_b;
+    /* Optional (NULL: none): the kernel for an edge sliver of at most narrow_cols columns,
+     * writing them into a tile of row stride ldt (see asymo_ukr_narrow_fn). */
+    asymo_ukr_narrow_fn ukr_narrow;
+    int narrow_cols;
 } asymo_gemm_kernel;
 
 /* Kernel tables, NULL entries where an ISA is not compiled in for this architecture. */

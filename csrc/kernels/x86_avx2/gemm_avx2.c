@@ -131,6 +131,65 @@ ATTR_AVX2 static void ukr_half_avx2_f32(int64_t k, const void *a_, const void *b
     }
 }
 
+/* An edge of one or two columns (ukr_narrow, gemm_kernels.h): the micro-panel's 6 rows of a
+ * k step are one vector (lanes 6 and 7 masked off: the panel's last step may end a buffer),
+ * each column a broadcast of B, so a k step costs one multiply-add per column instead of the
+ * half kernel's six; four independent sums per run hide the multiply-add latency. */
+ATTR_AVX2 static void ukr_narrow_avx2_f32(int64_t k, const void *a_, const void *b_,
+                                          int64_t cols, void *t_, int64_t ldt)
+{
+    const float *a = (const float *)a_;
+    const float *b = (const float *)b_;
+    float *t = (float *)t_;
+    const __m256i rows = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    int64_t p = 0;
+    if (cols == 1) {
+        /* four k steps: four sums of column 0 */
+        for (; p + 4 <= k; p += 4) {
+            s0 = _mm256_fmadd_ps(_mm256_maskload_ps(a + p * 6, rows),
+                                 _mm256_broadcast_ss(b + p * 16), s0);
+            s1 = _mm256_fmadd_ps(_mm256_maskload_ps(a + (p + 1) * 6, rows),
+                                 _mm256_broadcast_ss(b + (p + 1) * 16), s1);
+            s2 = _mm256_fmadd_ps(_mm256_maskload_ps(a + (p + 2) * 6, rows),
+                                 _mm256_broadcast_ss(b + (p + 2) * 16), s2);
+            s3 = _mm256_fmadd_ps(_mm256_maskload_ps(a + (p + 3) * 6, rows),
+                                 _mm256_broadcast_ss(b + (p + 3) * 16), s3);
+        }
+        for (; p < k; p++)
+            s0 = _mm256_fmadd_ps(_mm256_maskload_ps(a + p * 6, rows),
+                                 _mm256_broadcast_ss(b + p * 16), s0);
+        s0 = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+        s1 = s0;
+    } else {
+        /* two k steps: two sums of each of columns 0 (s0, s2) and 1 (s1, s3) */
+        for (; p + 2 <= k; p += 2) {
+            const __m256 a0 = _mm256_maskload_ps(a + p * 6, rows);
+            const __m256 a1 = _mm256_maskload_ps(a + (p + 1) * 6, rows);
+            s0 = _mm256_fmadd_ps(a0, _mm256_broadcast_ss(b + p * 16), s0);
+            s1 = _mm256_fmadd_ps(a0, _mm256_broadcast_ss(b + p * 16 + 1), s1);
+            s2 = _mm256_fmadd_ps(a1, _mm256_broadcast_ss(b + (p + 1) * 16), s2);
+            s3 = _mm256_fmadd_ps(a1, _mm256_broadcast_ss(b + (p + 1) * 16 + 1), s3);
+        }
+        if (p < k) {
+            const __m256 a0 = _mm256_maskload_ps(a + p * 6, rows);
+            s0 = _mm256_fmadd_ps(a0, _mm256_broadcast_ss(b + p * 16), s0);
+            s1 = _mm256_fmadd_ps(a0, _mm256_broadcast_ss(b + p * 16 + 1), s1);
+        }
+        s0 = _mm256_add_ps(s0, s2);
+        s1 = _mm256_add_ps(s1, s3);
+    }
+    float c0[8], c1[8];
+    _mm256_storeu_ps(c0, s0);
+    _mm256_storeu_ps(c1, s1);
+    for (int i = 0; i < 6; i++) {
+        t[i * ldt] = c0[i];
+        if (cols > 1)
+            t[i * ldt + 1] = c1[i];
+    }
+}
+
 /* ---- float64: 6 x 8 ---- */
 #define VT __m256d
 #define LOADV _mm256_load_pd
@@ -253,7 +312,8 @@ ATTR_AVX2 static void dot_avx2_f64(DOT_ARGS)
 
 const asymo_gemm_kernel asymo_gemm_avx2_f32 = {6, 16, ukr_avx2_f32, dot_avx2_f32,
                                                skinny_axpy_avx2_f32, pack_rows_avx2_f32,
-                                               ukr_half_avx2_f32, ukr_strided_b_avx2_f32};
+                                               ukr_half_avx2_f32, ukr_strided_b_avx2_f32,
+                                               ukr_narrow_avx2_f32, 2};
 const asymo_gemm_kernel asymo_gemm_avx2_f64 = {6, 8, ukr_avx2_f64, dot_avx2_f64,
                                                skinny_axpy_avx2_f64, NULL, NULL,
                                                ukr_strided_b_avx2_f64};
