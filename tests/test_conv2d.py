@@ -798,3 +798,25 @@ def test_indirect_path_off_gives_the_gemm_path(monkeypatch):
     plan, _ = conv_mod._conv_plan(asymo.get_pool(), x.shape, (16, 3, 3, 3), x.dtype, (2, 2),
                                   ((1, 1), (1, 1)), (1, 1), 1, None, False, False)
     assert isinstance(plan, conv_mod._GemmConvPlan)
+
+
+@pytest.mark.parametrize("act", [None, "relu", "relu6"])
+def test_bias_and_activation_in_the_gemm_store_are_the_separate_pass_bit_for_bit(act):
+    # the packed kernel applies bias and activation in registers before its store (AVX2), the
+    # edges and the in-place-B path after merging; every path gives the bits of conv + bias,
+    # then the clamp, in float32, NaN included: one K panel and several (the last one adds to
+    # C first), row and column edges (13 channels, 7 x 7 planes), few rows (in-place B)
+    rng = np.random.default_rng(23)
+    for cin, cout, hw in ((16, 96, 20), (600, 64, 9), (24, 13, 7), (32, 16, 12), (300, 40, 7)):
+        x = rng.standard_normal((2, cin, hw, hw)).astype(np.float32)
+        x[1, :, 3, 4] = np.nan
+        w = rng.standard_normal((cout, cin, 1, 1)).astype(np.float32)
+        b = rng.standard_normal(cout).astype(np.float32)
+        want = conv2d(x, w) + b[:, None, None]
+        if act is not None:
+            want = np.maximum(want, np.float32(0))
+        if act == "relu6":
+            want = np.minimum(want, np.float32(6))
+        got = conv2d(x, w, b, activation=act)
+        np.testing.assert_array_equal(got, want, err_msg=f"{cin}->{cout} @{hw} {act}")
+        assert np.isnan(got[1, :, 3, 4]).all()

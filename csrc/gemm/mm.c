@@ -55,6 +55,9 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
                      const char *bdirect, int64_t p0)
 {
     const int epi = last && (o->bias || o->res || o->act);
+    /* bias and activation in each tile's store (no residual: the kernel does not read one;
+     * B read in place: that path keeps the pass over the block) */
+    const int fuse = epi && !o->res && J->kern->ukr_epi && !bdirect && o->csc == 1;
     const int mr = J->mr, nr = J->nr, es = J->es;
     const int64_t nsl = cdiv(j1 - j0, nr);
     for (int64_t s = 0; s < nsl; s++) {
@@ -80,7 +83,11 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
                     J->ops->merge(cp, o->rsc, o->csc, tile, nr, rows, cols, accumulate);
                 }
             } else if (rows == mr && cols == nr && o->csc == 1) {
-                J->kern->ukr(kb, ap, bs, cp, o->rsc, accumulate);
+                if (fuse)
+                    J->kern->ukr_epi(kb, ap, bs, cp, o->rsc, accumulate,
+                                     o->bias ? o->bias + ii * es : NULL, o->act);
+                else
+                    J->kern->ukr(kb, ap, bs, cp, o->rsc, accumulate);
             } else {
                 /* an edge: into the tile, then the valid part into C */
                 if (cols <= J->kern->narrow_cols) {
@@ -91,11 +98,14 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
                     edge(kb, ap, bs, tile, nr, 0);
                 }
                 J->ops->merge(cp, o->rsc, o->csc, tile, nr, rows, cols, accumulate);
+                if (fuse)
+                    J->epilogue(cp, o->rsc, rows, cols, o->bias ? o->bias + ii * es : NULL,
+                                NULL, 0, o->act);
             }
             ap += (size_t)(kb * mr) * es;
         }
     }
-    if (epi) /* the block is in L2: one pass with long rows (per micro-tile measured slower) */
+    if (epi && !fuse) /* the block is in L2: one pass with long rows (per tile measured slower) */
         J->epilogue(o->c + (i0 * o->rsc + j0) * es, o->rsc, i1 - i0, j1 - j0,
                     o->bias ? o->bias + i0 * es : NULL,
                     o->res ? o->res + (i0 * o->rsr + j0) * es : NULL, o->rsr, o->act);

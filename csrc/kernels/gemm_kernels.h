@@ -25,6 +25,12 @@ typedef void (*asymo_ukr_strided_b_fn)(int64_t k, const void *a, const void *b, 
 typedef void (*asymo_ukr_narrow_fn)(int64_t k, const void *a, const void *b, int64_t cols,
                                     void *tile, int64_t ldt);
 
+/* ukr, then c[i, j] = act(c[i, j] + bias[i]) before the one store (bias NULL: none; act
+ * ASYMO_ACT_*: 0 none, 1 ReLU, 2 ReLU6), the same values as ukr followed by the separate
+ * epilogue pass without a residual. */
+typedef void (*asymo_ukr_epi_fn)(int64_t k, const void *a, const void *b, void *c,
+                                 int64_t rsc, int accumulate, const void *bias, int act);
+
 /* Optional fast packing of an mr-row group of row-major A (unit column stride) into a
  * micro-panel: dst[p * mr + i] = src[i * rsa + p] for i < mr, p < kb. NULL: the driver's
  * generic loops. */
@@ -60,6 +66,9 @@ typedef struct {
      * writing them into a tile of row stride ldt (see asymo_ukr_narrow_fn). */
     asymo_ukr_narrow_fn ukr_narrow;
     int narrow_cols;
+    /* Optional (NULL: none): ukr with the epilogue of its product's last K panel applied
+     * before the store (see asymo_ukr_epi_fn). */
+    asymo_ukr_epi_fn ukr_epi;
 } asymo_gemm_kernel;
 
 /* Kernel tables, NULL entries where an ISA is not compiled in for this architecture. */
