@@ -820,3 +820,12 @@ def test_bias_and_activation_in_the_gemm_store_are_the_separate_pass_bit_for_bit
         got = conv2d(x, w, b, activation=act)
         np.testing.assert_array_equal(got, want, err_msg=f"{cin}->{cout} @{hw} {act}")
         assert np.isnan(got[1, :, 3, 4]).all()
+        # with a residual (a ResNet shortcut): conv + bias + residual, then the clamp
+        r = rng.standard_normal(want.shape).astype(np.float32)
+        want = conv2d(x, w) + b[:, None, None] + r
+        if act is not None:
+            want = np.maximum(want, np.float32(0))
+        if act == "relu6":
+            want = np.minimum(want, np.float32(6))
+        got = conv2d(x, w, b, activation=act, residual=r)
+        np.testing.assert_array_equal(got, want, err_msg=f"residual {cin}->{cout} @{hw} {act}")

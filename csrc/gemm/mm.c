@@ -55,9 +55,9 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
                      const char *bdirect, int64_t p0)
 {
     const int epi = last && (o->bias || o->res || o->act);
-    /* bias and activation in each tile's store (no residual: the kernel does not read one;
-     * B read in place: that path keeps the pass over the block) */
-    const int fuse = epi && !o->res && J->kern->ukr_epi && !bdirect && o->csc == 1;
+    /* bias, residual and activation in each tile's store (B read in place: that path keeps
+     * the pass over the block) */
+    const int fuse = epi && J->kern->ukr_epi && !bdirect && o->csc == 1;
     const int mr = J->mr, nr = J->nr, es = J->es;
     const int64_t nsl = cdiv(j1 - j0, nr);
     for (int64_t s = 0; s < nsl; s++) {
@@ -85,7 +85,9 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
             } else if (rows == mr && cols == nr && o->csc == 1) {
                 if (fuse)
                     J->kern->ukr_epi(kb, ap, bs, cp, o->rsc, accumulate,
-                                     o->bias ? o->bias + ii * es : NULL, o->act);
+                                     o->bias ? o->bias + ii * es : NULL,
+                                     o->res ? o->res + (ii * o->rsr + jj) * es : NULL, o->rsr,
+                                     o->act);
                 else
                     J->kern->ukr(kb, ap, bs, cp, o->rsc, accumulate);
             } else {
@@ -100,7 +102,8 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
                 J->ops->merge(cp, o->rsc, o->csc, tile, nr, rows, cols, accumulate);
                 if (fuse)
                     J->epilogue(cp, o->rsc, rows, cols, o->bias ? o->bias + ii * es : NULL,
-                                NULL, 0, o->act);
+                                o->res ? o->res + (ii * o->rsr + jj) * es : NULL, o->rsr,
+                                o->act);
             }
             ap += (size_t)(kb * mr) * es;
         }

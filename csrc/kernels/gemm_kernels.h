@@ -25,11 +25,12 @@ typedef void (*asymo_ukr_strided_b_fn)(int64_t k, const void *a, const void *b, 
 typedef void (*asymo_ukr_narrow_fn)(int64_t k, const void *a, const void *b, int64_t cols,
                                     void *tile, int64_t ldt);
 
-/* ukr, then c[i, j] = act(c[i, j] + bias[i]) before the one store (bias NULL: none; act
- * ASYMO_ACT_*: 0 none, 1 ReLU, 2 ReLU6), the same values as ukr followed by the separate
- * epilogue pass without a residual. */
+/* ukr, then c[i, j] = act(c[i, j] + bias[i] + res[i * rsr + j]) before the one store (bias,
+ * res NULL: none; act ASYMO_ACT_*: 0 none, 1 ReLU, 2 ReLU6), the same values as ukr followed
+ * by the separate epilogue pass. */
 typedef void (*asymo_ukr_epi_fn)(int64_t k, const void *a, const void *b, void *c,
-                                 int64_t rsc, int accumulate, const void *bias, int act);
+                                 int64_t rsc, int accumulate, const void *bias,
+                                 const void *res, int64_t rsr, int act);
 
 /* Optional fast packing of an mr-row group of row-major A (unit column stride) into a
  * micro-panel: dst[p * mr + i] = src[i * rsa + p] for i < mr, p < kb. NULL: the driver's

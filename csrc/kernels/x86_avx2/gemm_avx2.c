@@ -79,7 +79,7 @@ ATTR_AVX2 static void ukr_avx2_f32(int64_t k, const void *a_, const void *b_, vo
     UKR_BODY_1STEP(float, 6, 2 * W)
 }
 /* The same tile with the GEMM epilogue applied in registers before the one store (ukr_epi,
- * gemm_kernels.h): row i + bias[i], then ReLU / ReLU6 with NaN kept (max / min take their
+ * gemm_kernels.h): row i + bias[i] + the residual's row, then ReLU / ReLU6 with NaN kept (max / min take their
  * second operand when one is NaN), in the order the separate pass adds them, so the results
  * are the same bits. A layer with few input channels (K of 16 to 64) spent 10-40% of its time
  * reading its output back for that pass. */
@@ -87,11 +87,20 @@ ATTR_AVX2 static void ukr_avx2_f32(int64_t k, const void *a_, const void *b_, vo
     c##i##b = _mm256_add_ps(_mm256_loadu_ps(c + (i) * rsc + 8), c##i##b);
 #define ADD_BIAS(i) { const __m256 bi = _mm256_broadcast_ss(bias + (i));                      \
     c##i##a = _mm256_add_ps(c##i##a, bi); c##i##b = _mm256_add_ps(c##i##b, bi); }
+#define ADD_RES(i) c##i##a = _mm256_add_ps(c##i##a, _mm256_loadu_ps(res + (i) * rsr));       \
+    c##i##b = _mm256_add_ps(c##i##b, _mm256_loadu_ps(res + (i) * rsr + 8));
 #define CLAMP_LO(i) c##i##a = _mm256_max_ps(zero, c##i##a); c##i##b = _mm256_max_ps(zero, c##i##b);
 #define CLAMP_HI(i) c##i##a = _mm256_min_ps(six, c##i##a); c##i##b = _mm256_min_ps(six, c##i##b);
 ATTR_AVX2 static void ukr_epi_avx2_f32(int64_t k, const void *a_, const void *b_, void *c_,
-                                       int64_t rsc, int accumulate, const void *bias_, int act)
+                                       int64_t rsc, int accumulate, const void *bias_,
+                                       const void *res_, int64_t rsr, int act)
 {
+    const float *res = (const float *)res_;
+    if (res) /* its rows arrive while the tile is computed (as C's, in the loop's prologue) */
+        for (int i = 0; i < 6; i++) {
+            _mm_prefetch((const char *)(res + i * rsr), _MM_HINT_T0);
+            _mm_prefetch((const char *)(res + i * rsr + 15), _MM_HINT_T0);
+        }
     UKR_LOOP_1STEP(float, 6, 2 * W)
     const float *bias = (const float *)bias_;
     const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
@@ -100,6 +109,9 @@ ATTR_AVX2 static void ukr_epi_avx2_f32(int64_t k, const void *a_, const void *b_
     }
     if (bias) {
         REP6(ADD_BIAS)
+    }
+    if (res) {
+        REP6(ADD_RES)
     }
     if (act >= 1) {
         REP6(CLAMP_LO)
@@ -111,6 +123,7 @@ ATTR_AVX2 static void ukr_epi_avx2_f32(int64_t k, const void *a_, const void *b_
 }
 #undef ADD_C
 #undef ADD_BIAS
+#undef ADD_RES
 #undef CLAMP_LO
 #undef CLAMP_HI
 /* B read in place (row stride ldb, unit column stride): a product with few rows of A reuses
