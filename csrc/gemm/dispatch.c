@@ -336,6 +336,21 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
                 C->claim = carve_take(&cv, sizeof(_Atomic int64_t) * npanels);
                 C->ready = carve_take(&cv, (size_t)(npanels * C->nsl));
             }
+            /* A blocks are kept for reuse (mm.c) only when one thread runs the whole product
+             * (a one-worker pool, or no pool): with two busy cores, each reusing the blocks
+             * it packed, keeping them measured no faster than repacking (docs/matmul.md). */
+            const int keep_a = !pool || asymo_pool_nworkers(pool) == 1;
+            for (int c = 0; c < p->nclusters; c++) {
+                cluster_part *C = &J.cl[c];
+                C->akeep = NULL;
+                if (!keep_a || !C->ntasks || C->apre || C->ntn < 2)
+                    continue;
+                C->nmp = cdiv(min64(C->mc, C->r1 - C->r0), mr);
+                const int64_t nblocks = C->ntm * C->npc;
+                C->akeep = carve_take(&cv, (size_t)(nblocks * C->nmp * mr
+                                                    * min64(C->kc, g->k)) * es);
+                C->aowner = carve_take(&cv, sizeof(_Atomic int) * nblocks);
+            }
         }
         if (pass == 0) {
             cv.base = ws_acquire(cv.used > 0 ? cv.used : 1, &need);
@@ -360,6 +375,13 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
                 for (int64_t i = 0; i < npanels; i++)
                     atomic_init(&C->claim[i], 0);
                 memset((void *)C->ready, 0, (size_t)(npanels * C->nsl));
+            }
+            for (int c = 0; c < p->nclusters; c++) {
+                cluster_part *C = &J.cl[c];
+                if (!C->akeep)
+                    continue;
+                for (int64_t i = 0; i < C->ntm * C->npc; i++)
+                    atomic_init(&C->aowner[i], 0);
             }
             err = run_tasks(pool, mm_task, &J, total);
         } else if (p->kind == ASYMO_GEMM_MV) {

@@ -88,6 +88,11 @@ typedef struct {
     int direct_b;           /* B read in place by the kernel (no shared panels, see mm.c) */
     _Atomic int64_t *claim; /* per panel: next sliver to pack */
     _Atomic unsigned char *ready; /* per panel and sliver: packed */
+    /* A blocks kept for the cluster's other column blocks (see mm.c), or NULL: block
+     * (tm, pc) of nmp micro-panels at akeep + (tm * npc + pc) * nmp * mr * kc elements */
+    char *akeep;
+    int64_t nmp;            /* micro-panels in a full row block */
+    _Atomic int *aowner;    /* per A block: 1 + the slot that packed it, 0: none yet */
 } cluster_part;
 
 typedef struct {

@@ -114,6 +114,29 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
                     o->res ? o->res + (i0 * o->rsr + j0) * es : NULL, o->rsr, o->act);
 }
 
+/* The packed A block (tm, pc), kept for the cluster's other column blocks (dispatch.c decides
+ * when): the first task to reach it packs it into the cluster's buffer and owns it; later
+ * tasks of the same thread read it there instead of packing it again (a tall-K product with few
+ * rows of A otherwise packs each A block once per column block). Another thread packs a
+ * private copy rather than read a block written by another core, and a task never waits for a
+ * block still being packed. Returns the block, or NULL: pack privately. */
+static const char *kept_a_block(const job *J, const operands *o, const cluster_part *C,
+                                int slot, int64_t tm, int64_t pc, int64_t i0, int64_t i1,
+                                int64_t p0, int64_t kb)
+{
+    const int64_t blk = tm * C->npc + pc;
+    char *ab = C->akeep + (size_t)(blk * C->nmp * J->mr * min64(C->kc, o->k)) * J->es;
+    int owner = atomic_load_explicit(&C->aowner[blk], memory_order_relaxed);
+    if (owner == slot + 1)
+        return ab;
+    if (owner || !atomic_compare_exchange_strong_explicit(&C->aowner[blk], &owner, slot + 1,
+                                                         memory_order_relaxed,
+                                                         memory_order_relaxed))
+        return NULL;
+    J->ops->pack_a(ab, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr, J->kern->pack_a_rows);
+    return ab;
+}
+
 void mm_task(int64_t t, void *ctx)
 {
     const job *J = (const job *)ctx;
@@ -137,12 +160,16 @@ void mm_task(int64_t t, void *ctx)
     for (int64_t pc = 0; pc < C->npc; pc++) {
         const int64_t p0 = pc * C->kc, kb = min64(C->kc, o->k - p0);
         const int64_t panel = tn * C->npc + pc;
-        const char *ap = apack;
+        const char *ap = NULL;
         if (C->apre)
             ap = C->apre + (size_t)(p0 * J->mpad + i0 * kb) * es;
-        else
+        else if (C->akeep && !stolen)
+            ap = kept_a_block(J, o, C, slot, tm, pc, i0, i1, p0, kb);
+        if (!ap) {
             J->ops->pack_a(apack, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr,
                            J->kern->pack_a_rows);
+            ap = apack;
+        }
         if (C->bpre) {
             mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0,
                      C->bpre + (size_t)(p0 * J->npad + j0 * kb) * es, pc == C->npc - 1,
