@@ -829,3 +829,21 @@ def test_bias_and_activation_in_the_gemm_store_are_the_separate_pass_bit_for_bit
             want = np.minimum(want, np.float32(6))
         got = conv2d(x, w, b, activation=act, residual=r)
         np.testing.assert_array_equal(got, want, err_msg=f"residual {cin}->{cout} @{hw} {act}")
+
+
+@needs_indirect
+def test_indirect_plan_made_with_avx2_stays_correct_under_another_isa():
+    # a cached indirect plan keeps running (on the AVX2 kernel where the CPU has it, else the
+    # portable loop) when a test forces the portable kernels; a new layer then takes the GEMM
+    from asymo.ops import conv as conv_mod
+
+    rng = np.random.default_rng(24)
+    x = rng.standard_normal((1, 3, 30, 30)).astype(np.float32)
+    w = rng.standard_normal((10, 3, 7, 7)).astype(np.float32)
+    ref = reference.conv2d(x, w, None, 2, 3)
+    _close(conv2d(x, w, stride=2, padding=3), ref, np.float32)
+    with conv_mod.use_kernel_isa("portable"):
+        _close(conv2d(x, w, stride=2, padding=3), ref, np.float32)
+        plan, _ = conv_mod._conv_plan(asymo.get_pool(), (1, 3, 31, 31), w.shape, x.dtype,
+                                      (2, 2), ((3, 3), (3, 3)), (1, 1), 1, None, False, False)
+        assert isinstance(plan, conv_mod._GemmConvPlan)

@@ -601,7 +601,6 @@ class _IndirectConvPlan:
         fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
         self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
         self.prep_counts = _task_counts(pool, self.nprep, fastest_only=fastest)
-        self.plane = job.out_channels * oh * g.out_w
 
 
 class _DepthwisePlan:

@@ -39,22 +39,32 @@ static layout layout_of(const asymo_conv_indirect_job *job)
     return L;
 }
 
+/* The kernel a task runs: AVX2 wherever the CPU has it, whatever asymo_conv_set_isa selects
+ * now (a plan made while AVX2 was selected stays correct after a test forces another ISA),
+ * else the portable loop: a task never skips its work. */
 static asymo_ukr_indirect_fn kernel(void)
 {
 #if defined(__x86_64__)
-    const int isa = asymo_conv_isa();
-    if ((isa == ASYMO_ISA_AVX2_FMA || isa == ASYMO_ISA_AVX512)
-        && (asymo_isa_supported() & (1u << ASYMO_ISA_AVX2_FMA)))
+    if (asymo_isa_supported() & (1u << ASYMO_ISA_AVX2_FMA))
         return asymo_ukr_indirect_avx2_f32;
 #endif
-    return NULL;
+    return asymo_ukr_indirect_portable_f32;
+}
+
+/* New plans take the path only while the selected kernels are AVX2 or AVX-512 (the portable
+ * loop is for the case above, not a speed-up) */
+static int selected(void)
+{
+    const int isa = asymo_conv_isa();
+    return (isa == ASYMO_ISA_AVX2_FMA || isa == ASYMO_ISA_AVX512)
+           && (asymo_isa_supported() & (1u << ASYMO_ISA_AVX2_FMA));
 }
 
 int asymo_conv_indirect_supported(const asymo_conv_indirect_job *job)
 {
     const asymo_conv_geometry *g = &job->geom;
     const int64_t k = g->channels * g->kernel_h * g->kernel_w;
-    return kernel() != NULL && g->stride_h == g->stride_w && (g->stride_h == 1 || g->stride_h == 2)
+    return selected() && g->stride_h == g->stride_w && (g->stride_h == 1 || g->stride_h == 2)
            && g->dilation_h == 1 && g->dilation_w == 1 && k >= 1 && k <= ASYMO_INDIRECT_MAX_K
            && job->out_channels >= 1 && g->out_h >= 1 && g->out_w >= 1;
 }
@@ -127,8 +137,6 @@ void asymo_conv_indirect_task(int64_t t, void *job_)
     const asymo_conv_indirect_job *job = (const asymo_conv_indirect_job *)job_;
     const asymo_conv_geometry *g = &job->geom;
     const asymo_ukr_indirect_fn ukr = kernel();
-    if (!ukr)
-        return;
     const layout L = layout_of(job);
     const int64_t m = job->out_channels, oh = g->out_h, ow = g->out_w, ohw = oh * ow;
     const int64_t y0 = t * job->rows_per_task, y1 = min64(oh, y0 + job->rows_per_task);

@@ -13,6 +13,7 @@ typedef void (*asymo_ukr_indirect_fn)(int64_t k, const float *a, const float *b,
 
 enum { ASYMO_INDIRECT_MR = 6, ASYMO_INDIRECT_NR = 16 };
 
+extern const asymo_ukr_indirect_fn asymo_ukr_indirect_portable_f32;
 #if defined(__x86_64__)
 extern const asymo_ukr_indirect_fn asymo_ukr_indirect_avx2_f32;
 #endif
