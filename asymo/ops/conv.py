@@ -592,6 +592,10 @@ class _IndirectConvPlan:
         g = job.geom
         oh = int(g.out_h)
         self.job = job
+        # the taps' B rows in the phase planes, once (the job copies point at them)
+        self.offsets = ffi.new("int64_t[]", int(g.channels * g.kernel_h * g.kernel_w))
+        lib.asymo_conv_indirect_offsets(job, self.offsets)
+        job.offsets = self.offsets
         self.scratch_elems = int(lib.asymo_conv_indirect_scratch(job))
         self.nprep = int(lib.asymo_conv_indirect_prepare_tasks(job))
         rows = max(1, -(-oh // (TASKS_PER_WORKER * pool.nworkers)))
@@ -852,12 +856,10 @@ class _NativeCalls:
             self._winograd(plan, has_bias, y, residual, pool)
         elif isinstance(plan, _IndirectConvPlan):
             self._indirect(plan, x, has_bias, y, pool)
-            if bound:
-                self._col = np.empty(self._col_elems, x.dtype)  # a bound call owns its own
         else:
             self._gemm(plan, x, has_bias, y, residual, pool)
-            if self._col_elems and bound:
-                self._col = np.empty(self._col_elems, x.dtype)  # a bound call owns its own
+        if self._col_elems and bound:
+            self._col = np.empty(self._col_elems, x.dtype)  # a bound call owns its own
         self._sources = sorted({src for _s, _f, src, _o in self._slots})
 
     def _at(self, struct, field, src, offset=0):

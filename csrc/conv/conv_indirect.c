@@ -129,6 +129,17 @@ void asymo_conv_indirect_prepare_task(int64_t t, void *job_)
     }
 }
 
+void asymo_conv_indirect_offsets(const asymo_conv_indirect_job *job, int64_t *off)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const layout L = layout_of(job);
+    for (int64_t p = 0; p < L.k; p++) {
+        const int64_t kx = p % g->kernel_w, ky = p / g->kernel_w % g->kernel_h;
+        const int64_t c = p / (g->kernel_w * g->kernel_h);
+        off[p] = ((c * L.s + ky % L.s) * L.s + kx % L.s) * L.plane + ky / L.s * L.wq + kx / L.s;
+    }
+}
+
 /* Output rows [t * rows_per_task, ...) of every output channel: per row, each 16-wide run of
  * pixels against every micro-panel of weights (the run's B rows stay in L1 across them), then
  * bias and activation over the row. */
@@ -143,12 +154,7 @@ void asymo_conv_indirect_task(int64_t t, void *job_)
     const float *apack = (const float *)job->scratch;
     const float *planes = apack + L.apack;
     float *y = (float *)job->y;
-    int64_t off[ASYMO_INDIRECT_MAX_K];
-    for (int64_t p = 0; p < L.k; p++) {
-        const int64_t kx = p % g->kernel_w, ky = p / g->kernel_w % g->kernel_h;
-        const int64_t c = p / (g->kernel_w * g->kernel_h);
-        off[p] = ((c * L.s + ky % L.s) * L.s + kx % L.s) * L.plane + ky / L.s * L.wq + kx / L.s;
-    }
+    const int64_t *off = job->offsets;
     const gemm_epilogue_fn epilogue = job->bias || job->activation
                                       ? gemm_epilogue_for(asymo_conv_isa(), ASYMO_DTYPE_F32) : NULL;
     float tile[MR * NR] __attribute__((aligned(64)));

@@ -75,6 +75,9 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
         for (int64_t ii = i0; ii < i1; ii += mr) {
             const int64_t rows = min64(mr, i1 - ii);
             char *cp = o->c + (ii * o->rsc + jj * o->csc) * es;
+            /* the tile's rows of the bias and residual (fused epilogue) */
+            const char *tb = o->bias ? o->bias + ii * es : NULL;
+            const char *tr = o->res ? o->res + (ii * o->rsr + jj) * es : NULL;
             if (in_place) {
                 if (rows == mr && o->csc == 1) {
                     J->kern->ukr_strided_b(kb, ap, bs, o->rsb, cp, o->rsc, accumulate);
@@ -84,9 +87,7 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
                 }
             } else if (rows == mr && cols == nr && o->csc == 1) {
                 if (fuse)
-                    J->kern->ukr_epi(kb, ap, bs, cp, o->rsc, accumulate,
-                                     o->bias ? o->bias + ii * es : NULL,
-                                     o->res ? o->res + (ii * o->rsr + jj) * es : NULL, o->rsr,
+                    J->kern->ukr_epi(kb, ap, bs, cp, o->rsc, accumulate, tb, tr, o->rsr,
                                      o->act);
                 else
                     J->kern->ukr(kb, ap, bs, cp, o->rsc, accumulate);
@@ -101,9 +102,7 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
                 }
                 J->ops->merge(cp, o->rsc, o->csc, tile, nr, rows, cols, accumulate);
                 if (fuse)
-                    J->epilogue(cp, o->rsc, rows, cols, o->bias ? o->bias + ii * es : NULL,
-                                o->res ? o->res + (ii * o->rsr + jj) * es : NULL, o->rsr,
-                                o->act);
+                    J->epilogue(cp, o->rsc, rows, cols, tb, tr, o->rsr, o->act);
             }
             ap += (size_t)(kb * mr) * es;
         }

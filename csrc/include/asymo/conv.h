@@ -137,6 +137,8 @@ typedef struct {
     void *y;                    /* out_channels x out_h x out_w */
     void *scratch;              /* asymo_conv_indirect_scratch(job) floats */
     int64_t rows_per_task;
+    const int64_t *offsets;     /* per tap, its B row in the planes: made once per plan by
+                                   asymo_conv_indirect_offsets (channels x kernel entries) */
 } asymo_conv_indirect_job;
 
 /* Whether a layer can take the path on this CPU with the kernels now selected
@@ -145,6 +147,7 @@ typedef struct {
 int asymo_conv_indirect_supported(const asymo_conv_indirect_job *job);
 int64_t asymo_conv_indirect_scratch(const asymo_conv_indirect_job *job);
 int64_t asymo_conv_indirect_prepare_tasks(const asymo_conv_indirect_job *job);
+void asymo_conv_indirect_offsets(const asymo_conv_indirect_job *job, int64_t *offsets);
 void asymo_conv_indirect_prepare_task(int64_t task, void *job);
 void asymo_conv_indirect_task(int64_t task, void *job);
 
