@@ -155,6 +155,126 @@ def test_caller_helps_bad_values():
     assert lib.asymo_pool_get_caller_helps(ffi.NULL) == lib.ASYMO_EINVAL
 
 
+def _on_cpu(cpu, mask):
+    """Put the calling thread on ``cpu``, then widen its mask to ``mask`` (it stays on
+    ``cpu`` until the scheduler has a reason to move it)."""
+    os.sched_setaffinity(0, {cpu})
+    os.sched_setaffinity(0, mask)
+
+
+def affinity_recorder(n):
+    """A task recording, for tasks the submitting thread ran, its affinity mask then."""
+    masks = []
+    worker = np.full(n, -9, np.int64)
+    main = threading.get_ident()
+
+    @ffi.callback("void(int64_t, void *)")
+    def task(t, ctx):
+        worker[t] = lib.asymo_pool_current_worker()
+        if threading.get_ident() == main:
+            masks.append(frozenset(os.sched_getaffinity(0)))
+
+    return task, worker, masks
+
+
+@needs2
+def test_submitter_on_a_slower_core_moves_to_the_fastest_cluster_for_the_job():
+    spec = Topology(clusters=(Cluster("big", (CPUS[0],)),
+                              Cluster("little", (CPUS[1],), capacity=0.5)))
+    both = {CPUS[0], CPUS[1]}
+    saved = os.sched_getaffinity(0)
+    try:
+        with make_pool(spec) as pool:
+            assert pool.caller_to_fastest is True
+            big = pool.cpus.index(CPUS[0])
+            n = 400
+            task, worker, masks = affinity_recorder(n)
+            seen = set()
+            for _ in range(50):
+                _on_cpu(CPUS[1], both)
+                masks.clear()
+                pool.parallel_for(task, n, split=[1.0, 0.0])
+                # the mask is restored whatever happened
+                assert os.sched_getaffinity(0) == both
+                assert (worker == big).all()
+                seen.update(masks)
+                if frozenset({CPUS[0]}) in seen:
+                    break
+            # it helped on the big core, as the big core's worker, with a narrowed mask (or,
+            # where the scheduler had moved it before the call, with its own)
+            assert frozenset({CPUS[0]}) in seen, "the submitter was never moved"
+            assert seen <= {frozenset({CPUS[0]}), frozenset(both)}
+            # not moved when the pool may not: its mask stays as it was during the job
+            pool.caller_to_fastest = False
+            assert pool.caller_to_fastest is False
+            masks.clear()
+            for _ in range(50):
+                _on_cpu(CPUS[1], both)
+                pool.parallel_for(task, n, split=[0.5, 0.5])
+                if masks:
+                    break
+            assert set(masks) <= {frozenset(both)}
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
+@needs2
+def test_submitter_pinned_to_a_slower_core_stays_there():
+    # a thread that may not run on the fastest cluster (a pipeline stage) is not moved
+    spec = Topology(clusters=(Cluster("big", (CPUS[0],)),
+                              Cluster("little", (CPUS[1],), capacity=0.5)))
+    with make_pool(spec) as pool, pinned_to(CPUS[1]):
+        n = 400
+        task, worker, masks = affinity_recorder(n)
+        for _ in range(20):
+            pool.parallel_for(task, n, split=[0.5, 0.5])
+            assert os.sched_getaffinity(0) == {CPUS[1]}
+            if masks:
+                break
+        assert set(masks) <= {frozenset({CPUS[1]})}
+
+
+@needs2
+def test_job_of_one_cluster_with_only_the_callers_worker_runs_in_the_caller():
+    # every task belongs to the big cluster, whose only worker is pinned to the caller's
+    # core: the caller runs them all as that worker (nobody is woken to share its core)
+    spec = Topology(clusters=(Cluster("big", (CPUS[0],)),
+                              Cluster("little", (CPUS[1],), capacity=0.5)))
+    with make_pool(spec) as pool, pinned_to(CPUS[0]):
+        big = pool.cpus.index(CPUS[0])
+        n = 300
+        task, worker, cluster, by_main, runs = recorder(n)
+        pool.reset_stats()
+        for _ in range(5):
+            runs[:] = 0
+            pool.parallel_for(task, n, split=[1.0, 0.0])
+            assert (runs == 1).all()
+            assert by_main.all() and (worker == big).all() and (cluster == 0).all()
+        st = pool.stats()["workers"]
+        assert st[big]["tasks_caller"] == st[big]["tasks_run"] == 5 * n
+        assert st[1 - big]["tasks_run"] == 0
+        # a split job still runs every task once
+        runs[:] = 0
+        pool.parallel_for(task, n, split=[0.5, 0.5])
+        assert (runs == 1).all()
+        # ... and with helping off the caller runs nothing
+        pool.caller_helps = False
+        by_main[:] = 0
+        pool.parallel_for(task, n, split=[1.0, 0.0])
+        assert not by_main.any()
+
+
+def test_caller_to_fastest_bad_values():
+    with make_pool(f"c0:{CPUS[0]}@1.0") as pool:
+        for bad in ("yes", 2, None, -1):
+            with pytest.raises(ValueError, match="caller_to_fastest"):
+                pool.caller_to_fastest = bad
+    with pytest.raises(ValueError, match="closed"):
+        pool.caller_to_fastest = True
+    assert lib.asymo_pool_set_caller_to_fastest(ffi.NULL, 1) == lib.ASYMO_EINVAL
+    assert lib.asymo_pool_get_caller_to_fastest(ffi.NULL) == lib.ASYMO_EINVAL
+
+
 @needs2
 def test_concurrent_submitters_helping_run_every_task_once():
     spec = Topology(clusters=(Cluster("c0", (CPUS[0], CPUS[1])),))

@@ -380,6 +380,26 @@ class Pool:
             raise ValueError(f"caller_helps must be True or False, not {value!r}")
         self._call(lib.asymo_pool_set_caller_helps, int(bool(value)))
 
+    @property
+    def caller_to_fastest(self):
+        """Whether a thread that submits a job from a core of a slower cluster moves to the
+        fastest cluster's cores for the job (default True; a no-op on one-cluster pools).
+
+        Only within the thread's own affinity mask, restored before the call returns: a thread
+        pinned to a slower cluster (a pipeline stage) stays. On a slower core the submitter's
+        help and the wake-up at the end of every job are slower, and a core that stops (one
+        slowed by `asymo.lab.emulate`) holds every job up until it runs again; AsyMo keeps its
+        submitting thread on a big core for the same reason. Once moved, the thread usually
+        stays on the fast core, so later calls pay only a cheap check of the current cpu."""
+        return bool(self._call(lib.asymo_pool_get_caller_to_fastest))
+
+    @caller_to_fastest.setter
+    def caller_to_fastest(self, value):
+        self._check_open()
+        if value not in (True, False):
+            raise ValueError(f"caller_to_fastest must be True or False, not {value!r}")
+        self._call(lib.asymo_pool_set_caller_to_fastest, int(bool(value)))
+
     def active_workers_per_cluster(self):
         """Workers per cluster that take tasks under the current `limit`."""
         limit = self.limit

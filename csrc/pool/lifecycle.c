@@ -110,6 +110,7 @@ asymo_pool *asymo_pool_create(int nworkers, const int *cpus, const int *worker_c
     atomic_store(&p->limit, nworkers);
     atomic_store(&p->spin_us, DEFAULT_SPIN_US);
     atomic_store(&p->caller_helps, 1);
+    atomic_store(&p->caller_to_fastest, 1);
     mutex_init_adaptive(&p->shared_lock);
     pthread_mutex_init(&p->life_lock, NULL);
     pthread_mutex_init(&p->start_lock, NULL);
@@ -145,6 +146,8 @@ asymo_pool *asymo_pool_create(int nworkers, const int *cpus, const int *worker_c
         w->cpu = cpus[i];
         w->cluster = worker_cluster[i];
         w->chunk = 1;
+        if (w->cluster == 0 && w->cpu >= 0 && w->cpu < CPU_SETSIZE)
+            CPU_SET(w->cpu, &p->fastest_cpus);
         p->cluster_workers[w->cluster][p->cluster_nw[w->cluster]++] = i;
         if (rq_init(&w->q) != 0)
             break;
@@ -264,6 +267,19 @@ int asymo_pool_set_caller_helps(asymo_pool *pool, int on)
 int asymo_pool_get_caller_helps(const asymo_pool *pool)
 {
     return pool ? atomic_load(&((asymo_pool *)pool)->caller_helps) : ASYMO_EINVAL;
+}
+
+int asymo_pool_set_caller_to_fastest(asymo_pool *pool, int on)
+{
+    if (!pool || (on != 0 && on != 1))
+        return ASYMO_EINVAL;
+    atomic_store(&pool->caller_to_fastest, on);
+    return ASYMO_OK;
+}
+
+int asymo_pool_get_caller_to_fastest(const asymo_pool *pool)
+{
+    return pool ? atomic_load(&((asymo_pool *)pool)->caller_to_fastest) : ASYMO_EINVAL;
 }
 
 int asymo_pool_stats(const asymo_pool *pool, asymo_worker_stats *out, int n)

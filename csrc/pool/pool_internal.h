@@ -25,6 +25,7 @@
 #endif
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
@@ -154,6 +155,9 @@ struct asymo_pool {
     _Atomic int limit;                  /* workers [0, limit) are active (threadpoolctl cap) */
     _Atomic int spin_us;                /* idle workers spin this long before sleeping */
     _Atomic int caller_helps;           /* submitters run work while they wait (run.c) */
+    _Atomic int caller_to_fastest;      /* a submitter on a slower cluster's core moves to the
+                                         * fastest cluster's cores for its job (run.c) */
+    cpu_set_t fastest_cpus;             /* cores of cluster 0's pinned workers */
     _Atomic uint64_t job_seq;           /* last job number handed out */
 
     _Atomic uint32_t wake_seq __attribute__((aligned(CACHELINE))); /* futex idle workers

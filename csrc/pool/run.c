@@ -244,6 +244,71 @@ static void wait_job(asymo_pool *p, job_t *j)
 /* ------------------------------------------------------------------------------------------ */
 /* submitting */
 
+/* A submitter on a slower cluster's core moves to the fastest cluster's cores that its mask
+ * allows (see asymo_pool_set_caller_to_fastest). Returns 1, with the mask to restore in
+ * *saved, if it moved. The check is one sched_getcpu (no system call) for a submitter that is
+ * already on the fastest cluster, as it stays once it has moved. */
+static int move_to_fastest(asymo_pool *p, cpu_set_t *saved)
+{
+    if (p->nclusters < 2 || !atomic_load_explicit(&p->caller_to_fastest, memory_order_relaxed))
+        return 0;
+    int cpu = sched_getcpu();
+    if (cpu < 0 || cpu >= p->ncpu_map || p->cpu_worker[cpu] < 0 ||
+        p->workers[p->cpu_worker[cpu]].cluster == 0)
+        return 0;
+    if (pthread_getaffinity_np(pthread_self(), sizeof *saved, saved) != 0)
+        return 0;
+    cpu_set_t fast;
+    CPU_AND(&fast, saved, &p->fastest_cpus);
+    if (CPU_COUNT(&fast) == 0)
+        return 0;
+    return pthread_setaffinity_np(pthread_self(), sizeof fast, &fast) == 0;
+}
+
+/* A job whose tasks all belong to one cluster, whose only active worker is pinned to the
+ * submitter's core: the submitter runs every task itself as that worker and wakes nobody.
+ * (Queued, the job would wake the worker's thread only for the two to take the core in
+ * turns.) The policy is unchanged: no other worker could have taken these tasks. Returns 1
+ * if it ran the job. */
+static int run_as_only_worker(asymo_pool *p, asymo_task_fn fn, void *ctx, int64_t ntasks,
+                              const int64_t *counts)
+{
+    if (p->policy != ASYMO_POLICY_ASYMO || !counts ||
+        !atomic_load_explicit(&p->caller_helps, memory_order_relaxed))
+        return 0;
+    worker_t *mine = worker_on_my_core(p);
+    if (!mine || !worker_active(p, mine) || counts[mine->cluster] != ntasks)
+        return 0;
+    int c = mine->cluster;
+    for (int i = 0; i < p->cluster_nw[c]; i++) {
+        const worker_t *w = &p->workers[p->cluster_workers[c][i]];
+        if (w != mine && worker_active(p, w))
+            return 0;
+    }
+    if (!claim_worker(mine))
+        return 0;
+    pool_tls_pool = p;
+    pool_tls_worker = mine->index;
+    pool_tls_helping = 1;
+    atomic_store_explicit(&mine->running, 1, memory_order_relaxed);
+    int64_t t0 = now_ns();
+    for (int64_t t = 0; t < ntasks; t++)
+        fn(t, ctx);
+    int64_t dt = now_ns() - t0;
+    atomic_store_explicit(&mine->running, 0, memory_order_relaxed);
+    counter_add(&mine->busy_ns, dt);
+    counter_add(&mine->tasks_run, ntasks);
+    counter_add(&mine->tasks_caller, ntasks);
+    pool_tls_helping = 0;
+    pool_tls_worker = -1;
+    pool_tls_pool = NULL;
+    release_worker(mine);
+    /* another submitter's range may have been queued for this worker meanwhile */
+    if (wq_pending(mine) > 0)
+        wake_workers(p);
+    return 1;
+}
+
 int asymo_pool_run(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks,
                    const int64_t *cluster_counts, unsigned flags)
 {
@@ -298,12 +363,17 @@ int asymo_pool_run(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks
     j.listed = 0;
     j.shared_next = NULL;
 
-    rc = policy_submit(pool, &j, cluster_counts);
-    if (rc != ASYMO_OK)
-        return rc; /* nothing was queued */
-    wake_workers(pool);
-    wait_job(pool, &j);
-    policy_job_done(pool, &j);
+    cpu_set_t saved;
+    int moved = move_to_fastest(pool, &saved);
+    if (run_as_only_worker(pool, fn, ctx, ntasks, cluster_counts))
+        rc = ASYMO_OK;
+    else if ((rc = policy_submit(pool, &j, cluster_counts)) == ASYMO_OK) {
+        wake_workers(pool);
+        wait_job(pool, &j);
+        policy_job_done(pool, &j);
+    }
+    if (moved) /* best effort: a mask the thread may no longer have (cpuset changed) stays */
+        pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
     return rc;
 }
 

@@ -109,6 +109,17 @@ int asymo_pool_get_spin_us(const asymo_pool *pool);
 int asymo_pool_set_caller_helps(asymo_pool *pool, int on);
 int asymo_pool_get_caller_helps(const asymo_pool *pool);
 
+/* Whether a submitting thread that is on a core of a slower cluster moves to the fastest
+ * cluster's cores for the job (1, the default of a new pool) or stays where it is (0). The
+ * move narrows the thread's own affinity mask to the fastest cluster's cores it already
+ * allows and restores the mask before asymo_pool_run returns; a thread that may not run there
+ * (a pipeline stage pinned to a slower cluster) is not moved. It keeps the waiting, the help
+ * and the wake-up at the end of the job on a big core: on a slow core all three are slower,
+ * and on a core that stops (an emulated one) the job waits for it. No effect on one-cluster
+ * pools, nested or inline jobs. */
+int asymo_pool_set_caller_to_fastest(asymo_pool *pool, int on);
+int asymo_pool_get_caller_to_fastest(const asymo_pool *pool);
+
 /* The pool whose worker is calling, or NULL. */
 const asymo_pool *asymo_pool_current(void);
 /* Index of the calling thread among `pool`'s workers, or -1 if it is not one of them. A job
