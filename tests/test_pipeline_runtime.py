@@ -222,6 +222,29 @@ def test_parallel_frames_leave_the_tail_to_the_fast_group():
             ParallelFrames(m, topology=TOP, frame_times=bad)
 
 
+def test_groups_rate_sums_each_groups_spacing():
+    from asymo.pipeline.runtime import _groups_rate
+    # group 0 finished frames every 10 ms, group 1 every 30 ms; group 2 ran one frame in 50
+    done = [[1.00, 1.01, 1.02, 1.03], [1.00, 1.03], [1.05]]
+    busy = [0.04, 0.06, 0.05]
+    assert _groups_rate(done, busy, [4, 2, 1]) == pytest.approx(100 + 1 / 0.03 + 20)
+    assert _groups_rate([[], []], [0.0, 0.0], [0, 0]) is None
+
+
+@two_cpus
+def test_parallel_frames_throughput_is_the_steady_rate_of_both_groups():
+    """Two equal groups of 8 ms frames: the steady rate is 2 / 8 ms whatever the run's end
+    (an odd number of frames leaves one group idle for the last one)."""
+    W = 2
+    m = SleepModel([0.004] * W)
+    with ParallelFrames(m, topology=TOP, timeout=30) as pf:
+        y, st = pf.run(frames(9))
+        np.testing.assert_array_equal(y, expect(9, W))
+        assert st.stage_busy[0] > 0 and st.stage_busy[1] > 0
+        assert st.wall_throughput < st.throughput               # the tail is not counted
+        assert 0.6 * 250 < st.throughput < 1.05 * 250           # sleeps only overrun
+
+
 @two_cpus
 def test_dynamic_repartition_driven_by_runtime_measurements():
     """Paper 004 Algorithm 2 on the runtime: the second stage's core is 3x slower, so the

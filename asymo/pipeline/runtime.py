@@ -74,12 +74,28 @@ class RunStats:
                 "stage_time_s": list(self.stage_time)}
 
 
-def _stats(n, t_first_start, t_out, t_start, busy, nstages, *, steady=True, counts=None):
+def _groups_rate(done, busy, counts):
+    """Frames/s of groups running whole frames side by side: per group, its finished frames'
+    spacing (``done``: its finish times) or, with one frame, its busy time per frame."""
+    rate = 0.0
+    for ts, b, c in zip(done, busy, counts):
+        if len(ts) >= 2 and ts[-1] > ts[0]:
+            rate += (len(ts) - 1) / (ts[-1] - ts[0])
+        elif c and b > 0:
+            rate += c / b
+    return rate if rate > 0 else None
+
+
+def _stats(n, t_first_start, t_out, t_start, busy, nstages, *, steady=True, counts=None,
+           throughput=None):
     """``steady``: throughput from the spacing of the outputs (a pipeline's fill excluded);
-    otherwise frames over the wall time. ``counts``: frames each stage ran (default: all)."""
+    otherwise frames over the wall time, unless ``throughput`` gives the steady rate.
+    ``counts``: frames each stage ran (default: all)."""
     t_out = np.asarray(t_out)
     wall = float(t_out.max() - t_first_start) if n else 0.0
-    if steady and n >= 2 and t_out.max() > t_out.min():
+    if throughput is not None and math.isfinite(throughput) and throughput > 0:
+        thr = throughput
+    elif steady and n >= 2 and t_out.max() > t_out.min():
         thr = (n - 1) / float(t_out.max() - t_out.min())
     else:
         thr = n / wall if wall > 0 else float("nan")
@@ -626,6 +642,7 @@ class ParallelFrames(_Base):
         self._in = queue.Queue()
         self._out = queue.Queue()
         self._busy = [0.0] * len(self.groups)
+        self._t_done = [[] for _ in self.groups]
         self._count = [0] * len(self.groups)
         self._t_start = {}
         try:
@@ -696,8 +713,10 @@ class ParallelFrames(_Base):
                 t0 = time.perf_counter()
                 self._t_start[seq] = t0
                 y = self.model.run_layers(x, 0, W - 1, pool=self.pools[i])
-                self._busy[i] += time.perf_counter() - t0
+                t1 = time.perf_counter()
+                self._busy[i] += t1 - t0
                 self._count[i] += 1
+                self._t_done[i].append(t1)
             except BaseException as exc:  # noqa: BLE001
                 self._fail(exc, f"parallel worker {i} (cpus {list(self.groups[i])}) on "
                                 f"frame {seq}")
@@ -713,6 +732,7 @@ class ParallelFrames(_Base):
         timeout = self.timeout if timeout is None else timeout
         self._busy = [0.0] * len(self.groups)
         self._count = [0] * len(self.groups)
+        self._t_done = [[] for _ in self.groups]
         self._t_start = {}
         pending, outs, t_out, t_start = {}, [], [], []
         nxt = 0
@@ -730,11 +750,14 @@ class ParallelFrames(_Base):
                     t_out.append(t)
                     t_start.append(self._t_start[nxt])
                     nxt += 1
-        # frames over wall time: reordering releases outputs in bursts, so their spacing is
-        # not the rate
-        return np.concatenate(outs, axis=0), _stats(len(outs), min(t_start), t_out, t_start,
-                                                    self._busy, len(self.groups), steady=False,
-                                                    counts=self._count)
+        # the steady rate is the sum of the groups' rates, each from the spacing of the frames
+        # it finished (the reordered outputs come in bursts, and frames over wall time counts
+        # the end of a finite run, where groups fall idle one by one, as a pipeline's fill
+        # is not counted)
+        return np.concatenate(outs, axis=0), _stats(
+            len(outs), min(t_start), t_out, t_start, self._busy, len(self.groups),
+            steady=False, counts=self._count,
+            throughput=_groups_rate(self._t_done, self._busy, self._count))
 
     def close(self, timeout=10.0, *, warn=True):
         if not self._closed:
