@@ -262,6 +262,14 @@ def test_job_of_one_cluster_with_only_the_callers_worker_runs_in_the_caller():
         by_main[:] = 0
         pool.parallel_for(task, n, split=[1.0, 0.0])
         assert not by_main.any()
+    # a one-worker pool on the caller's core: every job runs in the caller
+    with make_pool(f"c0:{CPUS[0]}@1.0") as pool, pinned_to(CPUS[0]):
+        n = 100
+        task, worker, cluster, by_main, runs = recorder(n)
+        pool.reset_stats()
+        pool.parallel_for(task, n)
+        assert (runs == 1).all() and by_main.all() and (worker == 0).all()
+        assert pool.stats()["workers"][0]["tasks_caller"] == n
 
 
 def test_caller_to_fastest_bad_values():

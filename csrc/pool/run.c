@@ -265,24 +265,25 @@ static int move_to_fastest(asymo_pool *p, cpu_set_t *saved)
     return pthread_setaffinity_np(pthread_self(), sizeof fast, &fast) == 0;
 }
 
-/* A job whose tasks all belong to one cluster, whose only active worker is pinned to the
- * submitter's core: the submitter runs every task itself as that worker and wakes nobody.
- * (Queued, the job would wake the worker's thread only for the two to take the core in
- * turns.) The policy is unchanged: no other worker could have taken these tasks. Returns 1
- * if it ran the job. */
+/* A job whose tasks may all be run by one worker only -- every task belongs to one cluster
+ * (or, with no counts, the pool has one active worker) and that cluster's only active
+ * worker is pinned to the submitter's core: the submitter runs every task itself as that
+ * worker and wakes nobody. (Queued, the job would wake the worker's thread only for the two
+ * to take the core in turns.) The policy is unchanged: no other worker could have taken
+ * these tasks. Returns 1 if it ran the job. */
 static int run_as_only_worker(asymo_pool *p, asymo_task_fn fn, void *ctx, int64_t ntasks,
                               const int64_t *counts)
 {
-    if (p->policy != ASYMO_POLICY_ASYMO || !counts ||
+    if (p->policy != ASYMO_POLICY_ASYMO ||
         !atomic_load_explicit(&p->caller_helps, memory_order_relaxed))
         return 0;
     worker_t *mine = worker_on_my_core(p);
-    if (!mine || !worker_active(p, mine) || counts[mine->cluster] != ntasks)
+    if (!mine || !worker_active(p, mine) || (counts && counts[mine->cluster] != ntasks))
         return 0;
-    int c = mine->cluster;
-    for (int i = 0; i < p->cluster_nw[c]; i++) {
-        const worker_t *w = &p->workers[p->cluster_workers[c][i]];
-        if (w != mine && worker_active(p, w))
+    for (int i = 0; i < p->nworkers; i++) {
+        const worker_t *w = &p->workers[i];
+        /* with counts, only the workers of the job's cluster could run its tasks */
+        if (w != mine && worker_active(p, w) && (!counts || w->cluster == mine->cluster))
             return 0;
     }
     if (!claim_worker(mine))
