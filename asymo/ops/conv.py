@@ -94,6 +94,8 @@ INDIRECT_MAX_CHANNELS = 4
 # ... and at least this many taps (channels x kernel): a 3x3 stem's 27 are too few to repay
 # the extra job and the micro-kernel's per-tile cost (measured even with the packing GEMM)
 INDIRECT_MIN_TAPS = 64
+# ... in tasks of whole output rows, at most about this many FLOPs each (docs/tuning.md)
+INDIRECT_TASK_FLOPS = 8e6
 
 
 def kernel_isa():
@@ -598,10 +600,14 @@ class _IndirectConvPlan:
         job.offsets = self.offsets
         self.scratch_elems = int(lib.asymo_conv_indirect_scratch(job))
         self.nprep = int(lib.asymo_conv_indirect_prepare_tasks(job))
-        rows = max(1, -(-oh // (TASKS_PER_WORKER * pool.nworkers)))
+        flops = 2.0 * job.out_channels * oh * g.out_w * g.channels * g.kernel_h * g.kernel_w
+        # rows for TASKS_PER_WORKER tasks per worker at least, and tasks of at most
+        # INDIRECT_TASK_FLOPS: a job ends with its last task, and a small last task is one that
+        # a slower (or stopped) core finishes soon or a faster one steals before it starts
+        rows = max(1, min(-(-oh // (TASKS_PER_WORKER * pool.nworkers)),
+                          int(INDIRECT_TASK_FLOPS * oh // flops)))
         job.rows_per_task = rows
         self.ntasks = -(-oh // rows)
-        flops = 2.0 * job.out_channels * oh * g.out_w * g.channels * g.kernel_h * g.kernel_w
         fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
         self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
         self.prep_counts = _task_counts(pool, self.nprep, fastest_only=fastest)
