@@ -15,6 +15,12 @@ CPUS = sorted(os.sched_getaffinity(0))
 needs2 = pytest.mark.skipif(len(CPUS) < 2, reason="needs 2 usable cpus")
 
 
+def big_little():
+    """Two one-core clusters: CPUS[0] (big), CPUS[1] at half its capacity (little)."""
+    return Topology(clusters=(Cluster("big", (CPUS[0],)),
+                              Cluster("little", (CPUS[1],), capacity=0.5)))
+
+
 def make_pool(spec, policy="asymo"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -103,8 +109,7 @@ def test_caller_keeps_the_policy_even_split_no_stealing():
 def test_caller_respects_big_to_little_only_stealing():
     # the submitter on the little core acts as the little worker: it must never take the big
     # cluster's tasks (a slower cluster never steals from a faster one)
-    spec = Topology(clusters=(Cluster("big", (CPUS[0],)),
-                              Cluster("little", (CPUS[1],), capacity=0.5)))
+    spec = big_little()
     with make_pool(spec) as pool, pinned_to(CPUS[1]):
         n = 200
         task, worker, cluster, by_main, runs = recorder(n)
@@ -142,17 +147,18 @@ def test_caller_helps_env_default(monkeypatch):
         assert pool.caller_helps is True
 
 
-def test_caller_helps_bad_values():
+@pytest.mark.parametrize("flag", ["caller_helps", "caller_to_fastest"])
+def test_caller_flags_bad_values(flag):
     with make_pool(f"c0:{CPUS[0]}@1.0") as pool:
         for bad in ("yes", 2, None, -1):
-            with pytest.raises(ValueError, match="caller_helps"):
-                pool.caller_helps = bad
+            with pytest.raises(ValueError, match=flag):
+                setattr(pool, flag, bad)
     with pytest.raises(ValueError, match="closed"):
-        pool.caller_helps = True
+        setattr(pool, flag, True)
     with pytest.raises(ValueError, match="closed"):
-        pool.caller_helps
-    assert lib.asymo_pool_set_caller_helps(ffi.NULL, 1) == lib.ASYMO_EINVAL
-    assert lib.asymo_pool_get_caller_helps(ffi.NULL) == lib.ASYMO_EINVAL
+        getattr(pool, flag)
+    assert getattr(lib, f"asymo_pool_set_{flag}")(ffi.NULL, 1) == lib.ASYMO_EINVAL
+    assert getattr(lib, f"asymo_pool_get_{flag}")(ffi.NULL) == lib.ASYMO_EINVAL
 
 
 def _on_cpu(cpu, mask):
@@ -179,8 +185,7 @@ def affinity_recorder(n):
 
 @needs2
 def test_submitter_on_a_slower_core_moves_to_the_fastest_cluster_for_the_job():
-    spec = Topology(clusters=(Cluster("big", (CPUS[0],)),
-                              Cluster("little", (CPUS[1],), capacity=0.5)))
+    spec = big_little()
     both = {CPUS[0], CPUS[1]}
     saved = os.sched_getaffinity(0)
     try:
@@ -221,8 +226,7 @@ def test_submitter_on_a_slower_core_moves_to_the_fastest_cluster_for_the_job():
 @needs2
 def test_submitter_pinned_to_a_slower_core_stays_there():
     # a thread that may not run on the fastest cluster (a pipeline stage) is not moved
-    spec = Topology(clusters=(Cluster("big", (CPUS[0],)),
-                              Cluster("little", (CPUS[1],), capacity=0.5)))
+    spec = big_little()
     with make_pool(spec) as pool, pinned_to(CPUS[1]):
         n = 400
         task, worker, masks = affinity_recorder(n)
@@ -238,8 +242,7 @@ def test_submitter_pinned_to_a_slower_core_stays_there():
 def test_job_of_one_cluster_with_only_the_callers_worker_runs_in_the_caller():
     # every task belongs to the big cluster, whose only worker is pinned to the caller's
     # core: the caller runs them all as that worker (nobody is woken to share its core)
-    spec = Topology(clusters=(Cluster("big", (CPUS[0],)),
-                              Cluster("little", (CPUS[1],), capacity=0.5)))
+    spec = big_little()
     with make_pool(spec) as pool, pinned_to(CPUS[0]):
         big = pool.cpus.index(CPUS[0])
         n = 300
@@ -270,17 +273,6 @@ def test_job_of_one_cluster_with_only_the_callers_worker_runs_in_the_caller():
         pool.parallel_for(task, n)
         assert (runs == 1).all() and by_main.all() and (worker == 0).all()
         assert pool.stats()["workers"][0]["tasks_caller"] == n
-
-
-def test_caller_to_fastest_bad_values():
-    with make_pool(f"c0:{CPUS[0]}@1.0") as pool:
-        for bad in ("yes", 2, None, -1):
-            with pytest.raises(ValueError, match="caller_to_fastest"):
-                pool.caller_to_fastest = bad
-    with pytest.raises(ValueError, match="closed"):
-        pool.caller_to_fastest = True
-    assert lib.asymo_pool_set_caller_to_fastest(ffi.NULL, 1) == lib.ASYMO_EINVAL
-    assert lib.asymo_pool_get_caller_to_fastest(ffi.NULL) == lib.ASYMO_EINVAL
 
 
 @needs2

@@ -89,27 +89,38 @@ static int find_and_run_claimed(asymo_pool *p, worker_t *w)
     return r;
 }
 
-/* Submitter: run one piece of work as `w` (the worker pinned to the core the submitter is
- * on). Returns 1 if it ran something. */
+/* Submitter: take on the identity of `w` (the worker pinned to the core the submitter is on),
+ * which it has claimed, and give it back. */
+static void enter_as(asymo_pool *p, worker_t *w)
+{
+    pool_tls_pool = p;
+    pool_tls_worker = w->index;
+    pool_tls_helping = 1;
+}
+
+static void leave_as(asymo_pool *p, worker_t *w)
+{
+    pool_tls_helping = 0;
+    pool_tls_worker = -1;
+    pool_tls_pool = NULL;
+    release_worker(w);
+    /* A range the submitter stole as w (or another submitter queued for w) now waits in w's
+     * queue, and w's own thread may have gone to sleep while the submitter held its identity.
+     * If the submitter is then moved to another core it never comes back for that range:
+     * wake the owner (the same ordering as submit: queue, then wake_seq, then sleepers). */
+    if (wq_pending(w) > 0)
+        wake_workers(p);
+}
+
+/* Submitter: run one piece of work as `w`. Returns 1 if it ran something. */
 static int help_as(asymo_pool *p, worker_t *w)
 {
     if (!atomic_load_explicit(&p->caller_helps, memory_order_relaxed) || !worker_active(p, w) ||
         !claim_worker(w))
         return 0;
-    pool_tls_pool = p;
-    pool_tls_worker = w->index;
-    pool_tls_helping = 1;
+    enter_as(p, w);
     int r = find_and_run(p, w);
-    pool_tls_helping = 0;
-    pool_tls_worker = -1;
-    pool_tls_pool = NULL;
-    release_worker(w);
-    /* A range the submitter stole as w now waits in w's queue, and w's own thread may have
-     * gone to sleep while the submitter held its identity. If the submitter is then moved to
-     * another core it never comes back for that range: wake the owner (the same ordering as
-     * submit: queue, then wake_seq, then sleepers). */
-    if (wq_pending(w) > 0)
-        wake_workers(p);
+    leave_as(p, w);
     return r;
 }
 
@@ -288,9 +299,7 @@ static int run_as_only_worker(asymo_pool *p, asymo_task_fn fn, void *ctx, int64_
     }
     if (!claim_worker(mine))
         return 0;
-    pool_tls_pool = p;
-    pool_tls_worker = mine->index;
-    pool_tls_helping = 1;
+    enter_as(p, mine);
     atomic_store_explicit(&mine->running, 1, memory_order_relaxed);
     int64_t t0 = now_ns();
     for (int64_t t = 0; t < ntasks; t++)
@@ -300,13 +309,7 @@ static int run_as_only_worker(asymo_pool *p, asymo_task_fn fn, void *ctx, int64_
     counter_add(&mine->busy_ns, dt);
     counter_add(&mine->tasks_run, ntasks);
     counter_add(&mine->tasks_caller, ntasks);
-    pool_tls_helping = 0;
-    pool_tls_worker = -1;
-    pool_tls_pool = NULL;
-    release_worker(mine);
-    /* another submitter's range may have been queued for this worker meanwhile */
-    if (wq_pending(mine) > 0)
-        wake_workers(p);
+    leave_as(p, mine);
     return 1;
 }
 
