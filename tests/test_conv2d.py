@@ -609,7 +609,7 @@ def _dw_torch_ref(x, w, b, stride, padding, activation, residual=None, dilation=
 
 
 def _dw_isas():
-    return [i for i in _supported_isas() if i in ("portable", "avx2_fma", "neon")]
+    return [i for i in _supported_isas() if i in ("portable", "avx2_fma", "avx512", "neon")]
 
 
 @needs_torch
@@ -653,6 +653,38 @@ def test_depthwise_3x3_every_width_stride_and_padding(isa):
                 res = rng.standard_normal((1, 2) + oshape).astype(np.float32)
                 y = conv2d(x, w, b, stride, 1, 1, 2, activation="relu", residual=res)
                 _close(y, _dw_torch_ref(x, w, b, stride, 1, "relu", res), np.float32)
+
+
+@needs_torch
+@pytest.mark.parametrize("isa", _dw_isas())
+def test_depthwise_3x3_small_planes_every_size(isa):
+    """The flat-plane kernel (AVX-512, stride 1, padding 1, up to 1024 outputs a plane): every
+    plane size around its vector width and its size limit, row ranges split between tasks
+    (one channel block on 32-row planes), bias / residual / activation, NaN and inf passing
+    through like torch; float64 in float64."""
+    import asymo
+    import asymo.ops.conv as conv_mod
+
+    rng = np.random.default_rng(41)
+    sizes = [(h, w) for h in (1, 2, 3, 4, 7, 14) for w in (1, 2, 3, 5, 7, 8, 14, 15, 16, 17)]
+    sizes += [(28, 28), (32, 32), (31, 33), (32, 33), (1, 1024), (1024, 1), (2, 513), (56, 56)]
+    acts = (None, "relu", "relu6")
+    pools = [asymo.get_pool(), asymo.Pool("fast:0", spin_us=0)]
+    with conv_mod.use_kernel_isa(isa):
+        for i, (h, w) in enumerate(sizes):
+            c = (3, 16, 19, 40)[i % 4]
+            for dt in ((np.float32, np.float64) if i % 5 == 0 else (np.float32,)):
+                x = rng.standard_normal((1 + i % 2, c, h, w)).astype(dt)
+                if i % 3 == 0:  # NaN and inf at the plane's corners
+                    x[0, 0, 0, 0], x[0, -1, -1, -1] = np.nan, np.inf
+                wt = rng.standard_normal((c, 1, 3, 3)).astype(dt)
+                b = rng.standard_normal(c).astype(dt) if i % 2 else None
+                res = rng.standard_normal(x.shape).astype(dt) if i % 4 == 1 else None
+                act = acts[i % 3]
+                ref = _dw_torch_ref(x, wt, b, 1, 1, act, res)
+                for pool in pools:
+                    y = conv2d(x, wt, b, 1, 1, 1, c, activation=act, residual=res, pool=pool)
+                    _close(y, ref, dt)
 
 
 @st.composite
