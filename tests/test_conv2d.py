@@ -773,12 +773,19 @@ needs_indirect = pytest.mark.skipif(not _indirect_available(),
                                     reason="no indirect convolution kernel for this CPU / ISA")
 
 
+def _indirect_isas():
+    return [i for i in _supported_isas() if i in ("avx2_fma", "avx512")]
+
+
 @needs_indirect
+@pytest.mark.parametrize("isa", _indirect_isas())
 @pytest.mark.parametrize("spec", ["c0:0", "c0:0-1", "c0:0@1,c1:1@0.5"])
-def test_indirect_convolution_against_float64(spec):
+def test_indirect_convolution_against_float64(spec, isa):
     # stems and their neighbours: output widths below, at and past the 16-wide run, odd sizes,
     # non-square kernels and paddings, stride 1 and 2, batches, every epilogue, the output a
-    # channel slice of a larger array; the plan must be the indirect one
+    # channel slice of a larger array; the plan must be the indirect one. Under AVX-512 the
+    # 16-row kernel (bias and activation fused; channel counts around 16 and 32) and 3x3 stems
+    # (MobileNet's 3 -> 32 padding 1, SqueezeNet's 3 -> 64 padding 0: a 111-wide output).
     from asymo.hw.topology import parse_spec
     from asymo.ops import conv as conv_mod
 
@@ -787,7 +794,11 @@ def test_indirect_convolution_against_float64(spec):
               (3, 7, (9, 40), (5, 5), 1, (2, 0)), (4, 6, (17, 17), (5, 7), 1, (0, 3)),
               (3, 19, (8, 8), (7, 7), 2, (3, 3)), (2, 5, (70, 11), (9, 9), 2, (4, 4)),
               (3, 16, (33, 33), (7, 7), 1, (3, 3))]
-    with asymo.Pool(topology=parse_spec(spec)) as pool:
+    if isa == "avx512":
+        layers += [(3, 32, (224, 224), (3, 3), 2, (1, 1)), (3, 64, (224, 224), (3, 3), 2, (0, 0)),
+                   (3, 17, (31, 47), (3, 3), 1, (1, 1)), (3, 33, (16, 15), (3, 3), 2, (1, 0)),
+                   (3, 1, (5, 5), (3, 3), 1, (1, 1))]
+    with asymo.Pool(topology=parse_spec(spec)) as pool, conv_mod.use_kernel_isa(isa):
         for cin, cout, (h, w), (kh, kw), s, (ph, pw) in layers:
             for n, bias, act in ((1, True, "relu"), (2, False, None), (2, True, "relu6")):
                 x = rng.standard_normal((n, cin, h, w)).astype(np.float32)
@@ -825,11 +836,22 @@ def test_indirect_path_off_gives_the_gemm_path(monkeypatch):
                                   ((3, 3), (3, 3)), (1, 1), 1, None, False, False)
     assert isinstance(plan, conv_mod._GemmConvPlan)
     _close(conv2d(x, w, stride=2, padding=3), y_ind, np.float32)
-    # too few taps for the path (a 3x3 stem): the GEMM, whatever INDIRECT says
+    # too few taps for the 6-row AVX2 kernel (a 3x3 stem): the GEMM, whatever INDIRECT says;
+    # the 16-row AVX-512 kernel takes it, not fewer than 27 taps
+    # (plans are cached by shape, not by ISA: a new shape per ISA)
     monkeypatch.setattr(conv_mod, "INDIRECT", "auto")
-    plan, _ = conv_mod._conv_plan(asymo.get_pool(), x.shape, (16, 3, 3, 3), x.dtype, (2, 2),
-                                  ((1, 1), (1, 1)), (1, 1), 1, None, False, False)
-    assert isinstance(plan, conv_mod._GemmConvPlan)
+    for i, isa in enumerate(_indirect_isas()):
+        with conv_mod.use_kernel_isa(isa):
+            xs = (1, 3, 41 + i, 40)
+            plan, _ = conv_mod._conv_plan(asymo.get_pool(), xs, (16, 3, 3, 3), x.dtype,
+                                          (2, 2), ((1, 1), (1, 1)), (1, 1), 1, None, False,
+                                          False)
+            want = conv_mod._IndirectConvPlan if isa == "avx512" else conv_mod._GemmConvPlan
+            assert isinstance(plan, want), isa
+            plan, _ = conv_mod._conv_plan(asymo.get_pool(), xs, (16, 3, 2, 2), x.dtype,
+                                          (2, 2), ((1, 1), (1, 1)), (1, 1), 1, None, False,
+                                          False)
+            assert isinstance(plan, conv_mod._GemmConvPlan), isa
 
 
 @pytest.mark.parametrize("act", [None, "relu", "relu6"])
