@@ -784,8 +784,7 @@ def test_indirect_convolution_against_float64(spec, isa):
     # stems and their neighbours: output widths below, at and past the 16-wide run, odd sizes,
     # non-square kernels and paddings, stride 1 and 2, batches, every epilogue, the output a
     # channel slice of a larger array; the plan must be the indirect one. Under AVX-512 the
-    # 16-row kernel (bias and activation fused; channel counts around 16 and 32) and 3x3 stems
-    # (MobileNet's 3 -> 32 padding 1, SqueezeNet's 3 -> 64 padding 0: a 111-wide output).
+    # 16-row kernel (bias and activation fused; channel counts around 16 and 32, one channel).
     from asymo.hw.topology import parse_spec
     from asymo.ops import conv as conv_mod
 
@@ -795,9 +794,9 @@ def test_indirect_convolution_against_float64(spec, isa):
               (3, 19, (8, 8), (7, 7), 2, (3, 3)), (2, 5, (70, 11), (9, 9), 2, (4, 4)),
               (3, 16, (33, 33), (7, 7), 1, (3, 3))]
     if isa == "avx512":
-        layers += [(3, 32, (224, 224), (3, 3), 2, (1, 1)), (3, 64, (224, 224), (3, 3), 2, (0, 0)),
-                   (3, 17, (31, 47), (3, 3), 1, (1, 1)), (3, 33, (16, 15), (3, 3), 2, (1, 0)),
-                   (3, 1, (5, 5), (3, 3), 1, (1, 1))]
+        layers += [(3, 32, (56, 50), (7, 7), 2, (3, 3)), (3, 17, (31, 47), (5, 5), 1, (2, 2)),
+                   (3, 33, (16, 15), (7, 7), 2, (3, 0)), (3, 1, (9, 9), (5, 5), 1, (2, 2)),
+                   (4, 48, (40, 37), (5, 5), 2, (2, 2))]
     with asymo.Pool(topology=parse_spec(spec)) as pool, conv_mod.use_kernel_isa(isa):
         for cin, cout, (h, w), (kh, kw), s, (ph, pw) in layers:
             for n, bias, act in ((1, True, "relu"), (2, False, None), (2, True, "relu6")):
@@ -836,9 +835,8 @@ def test_indirect_path_off_gives_the_gemm_path(monkeypatch):
                                   ((3, 3), (3, 3)), (1, 1), 1, None, False, False)
     assert isinstance(plan, conv_mod._GemmConvPlan)
     _close(conv2d(x, w, stride=2, padding=3), y_ind, np.float32)
-    # too few taps for the 6-row AVX2 kernel (a 3x3 stem): the GEMM, whatever INDIRECT says;
-    # the 16-row AVX-512 kernel takes it, not fewer than 27 taps
-    # (plans are cached by shape, not by ISA: a new shape per ISA)
+    # too few taps for the path (a 3x3 stem): the GEMM, whatever INDIRECT says, with either
+    # kernel (plans are cached by shape, not by ISA: a new shape per ISA)
     monkeypatch.setattr(conv_mod, "INDIRECT", "auto")
     for i, isa in enumerate(_indirect_isas()):
         with conv_mod.use_kernel_isa(isa):
@@ -846,12 +844,30 @@ def test_indirect_path_off_gives_the_gemm_path(monkeypatch):
             plan, _ = conv_mod._conv_plan(asymo.get_pool(), xs, (16, 3, 3, 3), x.dtype,
                                           (2, 2), ((1, 1), (1, 1)), (1, 1), 1, None, False,
                                           False)
-            want = conv_mod._IndirectConvPlan if isa == "avx512" else conv_mod._GemmConvPlan
-            assert isinstance(plan, want), isa
-            plan, _ = conv_mod._conv_plan(asymo.get_pool(), xs, (16, 3, 2, 2), x.dtype,
-                                          (2, 2), ((1, 1), (1, 1)), (1, 1), 1, None, False,
-                                          False)
             assert isinstance(plan, conv_mod._GemmConvPlan), isa
+
+
+@needs_indirect
+def test_indirect_3x3_stems_with_either_kernel(monkeypatch):
+    # MobileNet V2's and SqueezeNet's stems (3 -> 32 padding 1; 3 -> 64 padding 0, a 111-wide
+    # output: a masked last run) through the indirect path when it is let take 27 taps, with
+    # the 16-row and the 6-row kernels, against float64
+    from asymo.ops import conv as conv_mod
+
+    monkeypatch.setattr(conv_mod, "INDIRECT_MIN_TAPS", 27)
+    rng = np.random.default_rng(25)
+    x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+    for wide in (True, False):
+        monkeypatch.setattr(conv_mod, "INDIRECT_WIDE", wide)
+        for cout, pad, act in ((32, 1, "relu6"), (64, 0, "relu"), (20, 1, None)):
+            w = rng.standard_normal((cout, 3, 3, 3)).astype(np.float32)
+            b = rng.standard_normal(cout).astype(np.float32)
+            plan, _ = conv_mod._conv_plan(asymo.get_pool(), x.shape, w.shape, x.dtype, (2, 2),
+                                          ((pad, pad), (pad, pad)), (1, 1), 1, act, True, False)
+            assert isinstance(plan, conv_mod._IndirectConvPlan)
+            assert bool(plan.job.wide) == (wide and conv_mod.kernel_isa() == "avx512")
+            ref = reference.conv2d(x, w, b, stride=2, padding=pad, activation=act)
+            _close(conv2d(x, w, b, stride=2, padding=pad, activation=act), ref, np.float32)
 
 
 @pytest.mark.parametrize("act", [None, "relu", "relu6"])
