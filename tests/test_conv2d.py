@@ -609,7 +609,7 @@ def _dw_torch_ref(x, w, b, stride, padding, activation, residual=None, dilation=
 
 
 def _dw_isas():
-    return [i for i in _supported_isas() if i in ("portable", "avx2_fma", "neon")]
+    return [i for i in _supported_isas() if i in ("portable", "avx2_fma", "avx512", "neon")]
 
 
 @needs_torch
@@ -653,6 +653,38 @@ def test_depthwise_3x3_every_width_stride_and_padding(isa):
                 res = rng.standard_normal((1, 2) + oshape).astype(np.float32)
                 y = conv2d(x, w, b, stride, 1, 1, 2, activation="relu", residual=res)
                 _close(y, _dw_torch_ref(x, w, b, stride, 1, "relu", res), np.float32)
+
+
+@needs_torch
+@pytest.mark.parametrize("isa", _dw_isas())
+def test_depthwise_3x3_small_planes_every_size(isa):
+    """The flat-plane kernel (AVX-512, stride 1, padding 1, up to 1024 outputs a plane): every
+    plane size around its vector width and its size limit, row ranges split between tasks
+    (one channel block on 32-row planes), bias / residual / activation, NaN and inf passing
+    through like torch; float64 in float64."""
+    import asymo
+    import asymo.ops.conv as conv_mod
+
+    rng = np.random.default_rng(41)
+    sizes = [(h, w) for h in (1, 2, 3, 4, 7, 14) for w in (1, 2, 3, 5, 7, 8, 14, 15, 16, 17)]
+    sizes += [(28, 28), (32, 32), (31, 33), (32, 33), (1, 1024), (1024, 1), (2, 513), (56, 56)]
+    acts = (None, "relu", "relu6")
+    pools = [asymo.get_pool(), asymo.Pool("fast:0", spin_us=0)]
+    with conv_mod.use_kernel_isa(isa):
+        for i, (h, w) in enumerate(sizes):
+            c = (3, 16, 19, 40)[i % 4]
+            for dt in ((np.float32, np.float64) if i % 5 == 0 else (np.float32,)):
+                x = rng.standard_normal((1 + i % 2, c, h, w)).astype(dt)
+                if i % 3 == 0:  # NaN and inf at the plane's corners
+                    x[0, 0, 0, 0], x[0, -1, -1, -1] = np.nan, np.inf
+                wt = rng.standard_normal((c, 1, 3, 3)).astype(dt)
+                b = rng.standard_normal(c).astype(dt) if i % 2 else None
+                res = rng.standard_normal(x.shape).astype(dt) if i % 4 == 1 else None
+                act = acts[i % 3]
+                ref = _dw_torch_ref(x, wt, b, 1, 1, act, res)
+                for pool in pools:
+                    y = conv2d(x, wt, b, 1, 1, 1, c, activation=act, residual=res, pool=pool)
+                    _close(y, ref, dt)
 
 
 @st.composite
@@ -741,12 +773,18 @@ needs_indirect = pytest.mark.skipif(not _indirect_available(),
                                     reason="no indirect convolution kernel for this CPU / ISA")
 
 
+def _indirect_isas():
+    return [i for i in _supported_isas() if i in ("avx2_fma", "avx512")]
+
+
 @needs_indirect
+@pytest.mark.parametrize("isa", _indirect_isas())
 @pytest.mark.parametrize("spec", ["c0:0", "c0:0-1", "c0:0@1,c1:1@0.5"])
-def test_indirect_convolution_against_float64(spec):
+def test_indirect_convolution_against_float64(spec, isa):
     # stems and their neighbours: output widths below, at and past the 16-wide run, odd sizes,
     # non-square kernels and paddings, stride 1 and 2, batches, every epilogue, the output a
-    # channel slice of a larger array; the plan must be the indirect one
+    # channel slice of a larger array; the plan must be the indirect one. Under AVX-512 the
+    # 16-row kernel (bias and activation fused; channel counts around 16 and 32, one channel).
     from asymo.hw.topology import parse_spec
     from asymo.ops import conv as conv_mod
 
@@ -755,7 +793,11 @@ def test_indirect_convolution_against_float64(spec):
               (3, 7, (9, 40), (5, 5), 1, (2, 0)), (4, 6, (17, 17), (5, 7), 1, (0, 3)),
               (3, 19, (8, 8), (7, 7), 2, (3, 3)), (2, 5, (70, 11), (9, 9), 2, (4, 4)),
               (3, 16, (33, 33), (7, 7), 1, (3, 3))]
-    with asymo.Pool(topology=parse_spec(spec)) as pool:
+    if isa == "avx512":
+        layers += [(3, 32, (56, 50), (7, 7), 2, (3, 3)), (3, 17, (31, 47), (5, 5), 1, (2, 2)),
+                   (3, 33, (16, 15), (7, 7), 2, (3, 0)), (3, 1, (9, 9), (5, 5), 1, (2, 2)),
+                   (4, 48, (40, 37), (5, 5), 2, (2, 2))]
+    with asymo.Pool(topology=parse_spec(spec)) as pool, conv_mod.use_kernel_isa(isa):
         for cin, cout, (h, w), (kh, kw), s, (ph, pw) in layers:
             for n, bias, act in ((1, True, "relu"), (2, False, None), (2, True, "relu6")):
                 x = rng.standard_normal((n, cin, h, w)).astype(np.float32)
@@ -793,11 +835,39 @@ def test_indirect_path_off_gives_the_gemm_path(monkeypatch):
                                   ((3, 3), (3, 3)), (1, 1), 1, None, False, False)
     assert isinstance(plan, conv_mod._GemmConvPlan)
     _close(conv2d(x, w, stride=2, padding=3), y_ind, np.float32)
-    # too few taps for the path (a 3x3 stem): the GEMM, whatever INDIRECT says
+    # too few taps for the path (a 3x3 stem): the GEMM, whatever INDIRECT says, with either
+    # kernel (plans are cached by shape, not by ISA: a new shape per ISA)
     monkeypatch.setattr(conv_mod, "INDIRECT", "auto")
-    plan, _ = conv_mod._conv_plan(asymo.get_pool(), x.shape, (16, 3, 3, 3), x.dtype, (2, 2),
-                                  ((1, 1), (1, 1)), (1, 1), 1, None, False, False)
-    assert isinstance(plan, conv_mod._GemmConvPlan)
+    for i, isa in enumerate(_indirect_isas()):
+        with conv_mod.use_kernel_isa(isa):
+            xs = (1, 3, 41 + i, 40)
+            plan, _ = conv_mod._conv_plan(asymo.get_pool(), xs, (16, 3, 3, 3), x.dtype,
+                                          (2, 2), ((1, 1), (1, 1)), (1, 1), 1, None, False,
+                                          False)
+            assert isinstance(plan, conv_mod._GemmConvPlan), isa
+
+
+@needs_indirect
+def test_indirect_3x3_stems_with_either_kernel(monkeypatch):
+    # MobileNet V2's and SqueezeNet's stems (3 -> 32 padding 1; 3 -> 64 padding 0, a 111-wide
+    # output: a masked last run) through the indirect path when it is let take 27 taps, with
+    # the 16-row and the 6-row kernels, against float64
+    from asymo.ops import conv as conv_mod
+
+    monkeypatch.setattr(conv_mod, "INDIRECT_MIN_TAPS", 27)
+    rng = np.random.default_rng(25)
+    x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+    for wide in (True, False):
+        monkeypatch.setattr(conv_mod, "INDIRECT_WIDE", wide)
+        for cout, pad, act in ((32, 1, "relu6"), (64, 0, "relu"), (20, 1, None)):
+            w = rng.standard_normal((cout, 3, 3, 3)).astype(np.float32)
+            b = rng.standard_normal(cout).astype(np.float32)
+            plan, _ = conv_mod._conv_plan(asymo.get_pool(), x.shape, w.shape, x.dtype, (2, 2),
+                                          ((pad, pad), (pad, pad)), (1, 1), 1, act, True, False)
+            assert isinstance(plan, conv_mod._IndirectConvPlan)
+            assert bool(plan.job.wide) == (wide and conv_mod.kernel_isa() == "avx512")
+            ref = reference.conv2d(x, w, b, stride=2, padding=pad, activation=act)
+            _close(conv2d(x, w, b, stride=2, padding=pad, activation=act), ref, np.float32)
 
 
 @pytest.mark.parametrize("act", [None, "relu", "relu6"])

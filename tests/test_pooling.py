@@ -277,3 +277,57 @@ def test_read_only_or_non_array_out_is_an_error():
         assert not ro.any()
     with pytest.raises(TypeError, match="out must be a numpy array"):
         avg_pool2d(x, 2, out=[[0.0]])
+
+
+@pytest.mark.parametrize("kind,shape,k,s,p,ceil,include", [
+    ("avg", (1, 1280, 7, 7), (7, 7), 1, 0, False, True),      # MobileNet V2's global pool
+    ("avg", (1, 1000, 13, 13), (13, 13), 1, 0, False, True),  # SqueezeNet's
+    ("max", (1, 64, 111, 111), 3, 2, 0, True, True),          # SqueezeNet's first max pool
+    ("max", (1, 832, 7, 7), 3, 1, 1, False, True),
+    ("avg", (2, 5, 9, 6), (3, 2), (2, 1), (1, 1), True, False),
+    ("avg", (3, 4, 4), 2, None, 0, False, True),              # unbatched, stride = kernel
+])
+def test_bound_pooling_recomputes_from_the_current_input(kind, shape, k, s, p, ceil, include):
+    import asymo
+    from asymo.ops.pooling import bind_pool2d
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape).astype(np.float32)
+    ref_fn = reference.max_pool2d if kind == "max" else reference.avg_pool2d
+    args = (x[None] if x.ndim == 3 else x, k, k if s is None else s, p, ceil) + (
+        () if kind == "max" else (include,))
+    y = np.full(ref_fn(*args).shape[4 - x.ndim:], np.nan, np.float32)
+    for pool in (asymo.Pool("fast:0", spin_us=0), asymo.get_pool()):
+        step = bind_pool2d(kind, x, k, s, p, ceil, include, out=y, pool=pool)
+        assert np.isnan(y).all()  # binding computes nothing
+        for _ in range(2):  # the same arrays, new contents
+            x[...] = rng.standard_normal(shape)
+            step()
+            ref = ref_fn(*args).reshape(y.shape)
+            np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+        y[...] = np.nan
+
+
+def test_bound_pooling_falls_back_and_checks():
+    import asymo
+    from asymo.ops.pooling import bind_pool2d
+
+    pool = asymo.Pool("fast:0", spin_us=0)
+    x = np.random.default_rng(0).standard_normal((1, 4, 8, 10)).astype(np.float32)
+    # a non-contiguous output (a slice of a concatenation): the unbound call, same numbers
+    cat = np.zeros((1, 8, 4, 5), np.float32)
+    step = bind_pool2d("max", x, 2, 2, out=cat[:, 2:6], pool=pool)
+    step()
+    np.testing.assert_array_equal(cat[:, 2:6], reference.max_pool2d(x, 2, 2, 0, False))
+    assert not cat[:, :2].any() and not cat[:, 6:].any()
+    with pytest.raises(ValueError, match="kind"):
+        bind_pool2d("min", x, 2, out=np.empty((1, 4, 4, 5), np.float32), pool=pool)
+    with pytest.raises(ValueError, match="out must have shape"):
+        bind_pool2d("max", x, 2, out=np.empty((1, 4, 4, 4), np.float32), pool=pool)
+    with pytest.raises(TypeError, match="out must be a numpy array"):
+        bind_pool2d("avg", x, 2, out=None, pool=pool)
+    with pytest.raises(ValueError, match="pool is required"):
+        bind_pool2d("avg", x, 2, out=np.empty((1, 4, 4, 5), np.float32), pool=None)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        bind_pool2d("avg", x.astype(np.int32), 2, out=np.empty((1, 4, 4, 5), np.int32),
+                    pool=pool)

@@ -309,32 +309,33 @@ def _matmul_runner(n, V, C, g):
     return run
 
 
+class _PoolStep:
+    """A 2-D pooling node (MaxPool, AveragePool, GlobalAveragePool), bound per pool like
+    `_ConvStep` (`asymo.ops.pooling.bind_pool2d`: one C call per run)."""
+
+    def __init__(self, n, V):
+        self.x, self.y = V[n.inputs[0]], V[n.outputs[0]]
+        if n.op == "GlobalAveragePool":
+            self.kind, self.args = "avg", (tuple(self.x.shape[2:]), 1)
+        else:
+            a = n.attrs
+            self.kind = "max" if n.op == "MaxPool" else "avg"
+            self.args = (a["kernel_shape"], a["strides"], (a["pads"][0], a["pads"][1]),
+                         bool(a["ceil_mode"]), bool(a.get("count_include_pad", 0)))
+
+    def bind(self, pool):
+        from asymo.ops.pooling import bind_pool2d
+
+        return bind_pool2d(self.kind, self.x, *self.args, out=self.y, pool=pool)
+
+
 def _pool_runner(n, V, C, g):
-    from asymo.ops.pooling import avg_pool2d, max_pool2d
-
     x, y = V[n.inputs[0]], V[n.outputs[0]]
-    if n.op == "GlobalAveragePool":
-        hw = x.shape[2:]
-        if len(hw) != 2:
-            def run(pool):
-                np.mean(x, axis=tuple(range(2, x.ndim)), keepdims=True, out=y)
-            return run
-
+    if n.op == "GlobalAveragePool" and x.ndim != 4:
         def run(pool):
-            avg_pool2d(x, hw, 1, out=y, pool=pool)
+            np.mean(x, axis=tuple(range(2, x.ndim)), keepdims=True, out=y)
         return run
-    a = n.attrs
-    k, s, p, ceil = a["kernel_shape"], a["strides"], (a["pads"][0], a["pads"][1]), \
-        bool(a["ceil_mode"])
-    if n.op == "MaxPool":
-        def run(pool):
-            max_pool2d(x, k, s, p, ceil, out=y, pool=pool)
-    else:
-        cip = bool(a.get("count_include_pad", 0))
-
-        def run(pool):
-            avg_pool2d(x, k, s, p, ceil, cip, out=y, pool=pool)
-    return run
+    return _PoolStep(n, V)
 
 
 def _global_max_runner(n, V, C, g):

@@ -92,8 +92,14 @@ WINOGRAD_METHOD = 0
 INDIRECT = "auto"
 INDIRECT_MAX_CHANNELS = 4
 # ... and at least this many taps (channels x kernel): a 3x3 stem's 27 are too few to repay
-# the extra job and the micro-kernel's per-tile cost (measured even with the packing GEMM)
+# the extra job and the micro-kernel's per-tile cost (measured even with the packing GEMM).
+# With the 16-row AVX-512 kernel a 3x3 stem alone ran 1.3-1.45x faster than its GEMM, but
+# inside MobileNet V2 and SqueezeNet it ran no faster (SqueezeNet's slower, and the layers
+# after it too): docs/conv-and-zoo.md.
 INDIRECT_MIN_TAPS = 64
+# Where the convolution kernels run AVX-512: the 16-row indirect micro-kernel (bias and
+# activation fused, no padded rows for 32 / 64 output channels); False: the 6-row AVX2 one.
+INDIRECT_WIDE = True
 # ... in tasks of whole output rows, at most about this many FLOPs each (docs/tuning.md)
 INDIRECT_TASK_FLOPS = 8e6
 
@@ -573,6 +579,7 @@ def _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups, activat
             or c > INDIRECT_MAX_CHANNELS or c * kh * kw < INDIRECT_MIN_TAPS
             or stride not in ((1, 1), (2, 2)) or dilation != (1, 1)):
         return None
+    wide = bool(INDIRECT_WIDE) and kernel_isa() == "avx512"
     from asymo.plan.gemm import best_isa
 
     if best_isa() != "avx2_fma":  # (the kernel is AVX2's tile; AVX-512 GEMMs are wider)
@@ -582,6 +589,7 @@ def _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups, activat
     _geometry(job.geom, c, h, w, (kh, kw), stride, pads, dilation, oh, ow)
     job.activation = ACTIVATION_CODES[activation]
     job.out_channels = cout
+    job.wide = wide
     return job if lib.asymo_conv_indirect_supported(job) else None
 
 
@@ -1137,7 +1145,7 @@ def _plan_settings():
     return (DEPTHWISE_METHOD, WINOGRAD, WINOGRAD_METHOD, WINOGRAD_F4_MIN_SIZE,
             WINOGRAD_MIN_CHANNELS, WINOGRAD_F4_MAX_WEIGHT_BYTES, COL_CHUNK_BYTES,
             COL_CHUNK_COLUMNS, IM2COL_METHOD, IMPLICIT_CHUNK_BYTES, INDIRECT,
-            INDIRECT_MAX_CHANNELS, INDIRECT_MIN_TAPS,
+            INDIRECT_MAX_CHANNELS, INDIRECT_MIN_TAPS, INDIRECT_WIDE,
             _split_cost.emulated_period())
 
 

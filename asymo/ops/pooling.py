@@ -8,11 +8,11 @@ import numpy as np
 
 from asymo.ops.conv import (CALL_CACHE_SIZE, TASKS_PER_WORKER, _geometry, _int_pair, _pair,
                             _ptr, remember_call)
-from asymo.runtime.ffi import ffi
+from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.pool import hold as _hold
 from asymo.runtime.tasks import DTYPE_CODES, INLINE_BYTES, run_tasks, task_fn
 
-__all__ = ["max_pool2d", "avg_pool2d", "pool_output_size"]
+__all__ = ["max_pool2d", "avg_pool2d", "pool_output_size", "bind_pool2d"]
 
 
 def pool_output_size(size, kernel, stride, padding, ceil_mode=False):
@@ -91,37 +91,13 @@ def _pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_pad, out,
 
 def _checked_pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_pad, out, pool,
                     key):
-    name = f"{kind}_pool2d"
     if not isinstance(x, np.ndarray):
         x = np.asarray(x)
-    if x.dtype not in DTYPE_CODES:
-        raise TypeError(f"{name}: input must be float32 or float64, got dtype {x.dtype}")
-    if x.ndim not in (3, 4):
-        raise ValueError(f"{name}: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got "
-                         f"input of shape {x.shape}")
-    kernel = _pair(kernel, "kernel_size", 1)
-    stride = kernel if stride is None else _pair(stride, "stride", 1)
-    padding = _pair(padding, "padding", 0)
-    if padding[0] > kernel[0] // 2 or padding[1] > kernel[1] // 2:
-        raise ValueError(f"{name}: padding {padding} must be at most half the kernel size "
-                         f"{kernel}")
-    h, w = x.shape[-2:]
-    oh = pool_output_size(h, kernel[0], stride[0], padding[0], ceil_mode)
-    ow = pool_output_size(w, kernel[1], stride[1], padding[1], ceil_mode)
-    if oh < 1 or ow < 1:
-        raise ValueError(f"{name}: kernel {kernel} with padding {padding} is larger than the "
-                         f"input of shape {x.shape}")
-    shape = x.shape[:-2] + (oh, ow)
+    kernel, stride, padding, h, w, oh, ow, shape = _check(kind, x, kernel, stride, padding,
+                                                          ceil_mode, out)
     if out is None:
         y = np.empty(shape, x.dtype)
     else:
-        if not isinstance(out, np.ndarray):
-            raise TypeError(f"{name}: out must be a numpy array, got {type(out).__name__}")
-        if not out.flags.writeable:
-            raise ValueError(f"{name}: out is read-only")
-        if out.shape != shape or out.dtype != x.dtype:
-            raise ValueError(f"{name}: out must have shape {shape} and dtype {x.dtype}, got "
-                             f"{out.shape} {out.dtype}")
         # an output overlapping the input (out=x) would be read after it is written
         y = out if out.flags.c_contiguous and not np.may_share_memory(out, x) \
             else np.empty(shape, x.dtype)
@@ -141,6 +117,39 @@ def _checked_pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_p
         out[...] = y
         return out
     return y
+
+
+def _check(kind, x, kernel, stride, padding, ceil_mode, out):
+    """The argument checks of a pooling call (``x`` an ndarray); returns the kernel, stride
+    and padding pairs, the input and output plane sizes and the output shape."""
+    name = f"{kind}_pool2d"
+    if x.dtype not in DTYPE_CODES:
+        raise TypeError(f"{name}: input must be float32 or float64, got dtype {x.dtype}")
+    if x.ndim not in (3, 4):
+        raise ValueError(f"{name}: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got "
+                         f"input of shape {x.shape}")
+    kernel = _pair(kernel, "kernel_size", 1)
+    stride = kernel if stride is None else _pair(stride, "stride", 1)
+    padding = _pair(padding, "padding", 0)
+    if padding[0] > kernel[0] // 2 or padding[1] > kernel[1] // 2:
+        raise ValueError(f"{name}: padding {padding} must be at most half the kernel size "
+                         f"{kernel}")
+    h, w = x.shape[-2:]
+    oh = pool_output_size(h, kernel[0], stride[0], padding[0], ceil_mode)
+    ow = pool_output_size(w, kernel[1], stride[1], padding[1], ceil_mode)
+    if oh < 1 or ow < 1:
+        raise ValueError(f"{name}: kernel {kernel} with padding {padding} is larger than the "
+                         f"input of shape {x.shape}")
+    shape = x.shape[:-2] + (oh, ow)
+    if out is not None:
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"{name}: out must be a numpy array, got {type(out).__name__}")
+        if not out.flags.writeable:
+            raise ValueError(f"{name}: out is read-only")
+        if out.shape != shape or out.dtype != x.dtype:
+            raise ValueError(f"{name}: out must have shape {shape} and dtype {x.dtype}, got "
+                             f"{out.shape} {out.dtype}")
+    return kernel, stride, padding, h, w, oh, ow, shape
 
 
 def _new_call(kind, x, h, w, kernel, stride, padding, oh, ow, planes, count_include_pad,
@@ -174,3 +183,62 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False,
     """Average pooling over the last two axes of a (N, C, H, W) or (C, H, W) array."""
     return _pool2d("avg", x, kernel_size, stride, padding, ceil_mode, count_include_pad, out,
                    pool)
+
+
+def bind_pool2d(kind, x, kernel_size, stride=None, padding=0, ceil_mode=False,
+                count_include_pad=True, *, out, pool):
+    """Bind ``max_pool2d`` (``kind="max"``) / ``avg_pool2d`` (``"avg"``) of ``x`` into ``out``
+    on ``pool`` once; returns a function of no arguments that recomputes ``out`` from the
+    current contents of ``x``.
+
+    For a model's fixed arena arrays: the job struct, the task split and the two addresses are
+    set here, so a call is one C call. Inside a network the per-call Python of the unbound
+    entry (signature, cache look-up, hold, task split: ~10 us warm) ran with its objects
+    evicted by the layers before it and cost 40-80 us (MobileNet V2's GlobalAveragePool:
+    16 us alone, 41-76 us in the network; docs/pooling.md). Arrays the kernel cannot use in
+    place (a non-contiguous input or output, an output overlapping the input) are bound to
+    the unbound call: correct, just without the saving.
+    """
+    if kind not in ("max", "avg"):
+        raise ValueError(f"bind_pool2d: kind must be 'max' or 'avg', got {kind!r}")
+    if pool is None:
+        raise ValueError("bind_pool2d: pool is required (the pool the calls run on)")
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"bind_pool2d: out must be a numpy array, got {type(out).__name__}")
+    fn = max_pool2d if kind == "max" else avg_pool2d
+    extra = {} if kind == "max" else {"count_include_pad": count_include_pad}
+
+    def fallback():
+        fn(x, kernel_size, stride, padding, ceil_mode, out=out, pool=pool, **extra)
+
+    if type(x) is not np.ndarray:
+        return fallback
+    # the checks and errors of the unbound call, once (nothing is computed here: a model binds
+    # its steps after its input is written, and out may share the arena with that input)
+    kernel, stride, padding, h, w, oh, ow, shape = _check(kind, x, kernel_size, stride,
+                                                          padding, ceil_mode, out)
+    if not x.flags.c_contiguous or not out.flags.c_contiguous or np.may_share_memory(out, x):
+        return fallback
+    planes = 1
+    for n in x.shape[:-2]:
+        planes *= int(n)
+    if planes == 0:
+        return lambda: None
+    call = _new_call(kind, x, h, w, kernel, stride, padding, oh, ow, planes,
+                     bool(count_include_pad), out.shape)
+    job = call.job
+    job.x = _ptr(x)
+    job.y = _ptr(out)
+    per = max(call.min_planes, -(-planes // (TASKS_PER_WORKER * pool.nworkers)))
+    job.planes_per_task = per
+    ntasks = -(-planes // per)
+    counts = ffi.NULL if pool.nclusters == 1 else ffi.new("int64_t[]",
+                                                          pool.split_counts(ntasks))
+    flags = lib.ASYMO_RUN_INLINE if x.nbytes < INLINE_BYTES else 0
+    handle, task, run = pool._handle, _TASK, lib.asymo_pool_run
+    keep = (x, out, job, counts)  # alive as long as the bound call
+
+    def bound(_keep=keep):
+        if run(handle, task, job, ntasks, counts, flags) != 0:
+            raise RuntimeError("asymo_pool_run failed in a bound pooling call")
+    return bound

@@ -4,8 +4,10 @@
  * B sliver serves only 6 to 11 micro-panels, and gathering it cost as much as a fifth of the
  * layer; here each image pixel is copied once, into its phase plane.
  *
- * Scratch layout (floats): the packed weights, mpad x K as mpad / 6 micro-panels of K x 6
- * (a[p * 6 + i], zero rows past out_channels), then channels x s x s phase planes of
+ * Scratch layout (floats): the packed weights, mpad x K as mpad / mr micro-panels of K x mr
+ * (a[p * mr + i], zero rows past out_channels; mr = 6, or 16 for a wide job, which also
+ * keeps the bias there, mpad floats, zero past out_channels), then channels x s x s phase
+ * planes of
  * hq x wq, each row padded so that a 16-wide run starting at any output column below out_w
  * stays inside it. */
 #include "asymo/conv.h"
@@ -22,7 +24,7 @@ static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 typedef struct {
-    int64_t s, k, mpad, hq, wq, plane, apack; /* apack: floats before the planes */
+    int64_t s, k, mr, mpad, hq, wq, plane, apack; /* apack: floats before the planes */
 } layout;
 
 static layout layout_of(const asymo_conv_indirect_job *job)
@@ -31,11 +33,13 @@ static layout layout_of(const asymo_conv_indirect_job *job)
     layout L;
     L.s = g->stride_h;
     L.k = g->channels * g->kernel_h * g->kernel_w;
-    L.mpad = cdiv(job->out_channels, MR) * MR;
+    L.mr = job->wide ? ASYMO_INDIRECT_MR16 : MR;
+    L.mpad = cdiv(job->out_channels, L.mr) * L.mr;
     L.hq = g->out_h + (g->kernel_h - 1) / L.s;
     L.wq = cdiv(g->out_w, NR) * NR + (g->kernel_w - 1) / L.s;
     L.plane = L.hq * L.wq;
-    L.apack = cdiv(L.mpad * L.k, 16) * 16; /* the planes start 64-byte aligned */
+    /* the planes start 64-byte aligned */
+    L.apack = cdiv(L.mpad * L.k + (job->wide ? L.mpad : 0), 16) * 16;
     return L;
 }
 
@@ -64,6 +68,9 @@ int asymo_conv_indirect_supported(const asymo_conv_indirect_job *job)
 {
     const asymo_conv_geometry *g = &job->geom;
     const int64_t k = g->channels * g->kernel_h * g->kernel_w;
+    /* a wide job (16-row panels) needs the AVX-512 kernel: there is no other */
+    if (job->wide && !(asymo_isa_supported() & (1u << ASYMO_ISA_AVX512)))
+        return 0;
     return selected() && g->stride_h == g->stride_w && (g->stride_h == 1 || g->stride_h == 2)
            && g->dilation_h == 1 && g->dilation_w == 1 && k >= 1 && k <= ASYMO_INDIRECT_MAX_K
            && job->out_channels >= 1 && g->out_h >= 1 && g->out_w >= 1;
@@ -92,12 +99,17 @@ void asymo_conv_indirect_prepare_task(int64_t t, void *job_)
     const int64_t nplanes = g->channels * L.s * L.s;
     if (t == nplanes) {
         const float *w = (const float *)job->weight;
-        const int64_t m = job->out_channels;
-        for (int64_t i0 = 0; i0 < L.mpad; i0 += MR) {
+        const int64_t m = job->out_channels, mr = L.mr;
+        for (int64_t i0 = 0; i0 < L.mpad; i0 += mr) {
             float *a = scratch + i0 * L.k;
             for (int64_t p = 0; p < L.k; p++)
-                for (int64_t i = 0; i < MR; i++)
-                    a[p * MR + i] = i0 + i < m ? w[(i0 + i) * L.k + p] : 0.0f;
+                for (int64_t i = 0; i < mr; i++)
+                    a[p * mr + i] = i0 + i < m ? w[(i0 + i) * L.k + p] : 0.0f;
+        }
+        if (job->wide) {
+            float *bias = scratch + L.mpad * L.k;
+            for (int64_t i = 0; i < L.mpad; i++)
+                bias[i] = job->bias && i < m ? ((const float *)job->bias)[i] : 0.0f;
         }
         return;
     }
@@ -140,12 +152,46 @@ void asymo_conv_indirect_offsets(const asymo_conv_indirect_job *job, int64_t *of
     }
 }
 
+#if defined(__x86_64__)
+/* A wide job's task: per output row, each 16-wide run of pixels against every 16-row
+ * micro-panel, bias and activation in the kernel, partial runs and panels stored masked. */
+static void indirect_task_wide(const asymo_conv_indirect_job *job, const layout *L,
+                               int64_t y0, int64_t y1)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    /* (asymo_conv_indirect_supported accepts a wide job only where the CPU has AVX-512) */
+    const asymo_ukr_indirect16_fn ukr = asymo_ukr_indirect_avx512_f32;
+    const int64_t m = job->out_channels, oh = g->out_h, ow = g->out_w, ohw = oh * ow;
+    const int64_t mr = ASYMO_INDIRECT_MR16;
+    const float *apack = (const float *)job->scratch;
+    const float *bias = apack + L->mpad * L->k;
+    const float *planes = apack + L->apack;
+    float *y = (float *)job->y;
+    for (int64_t oy = y0; oy < y1; oy++)
+        for (int64_t ox0 = 0; ox0 < ow; ox0 += NR) {
+            const int cols = (int)min64(NR, ow - ox0);
+            const float *b = planes + oy * L->wq + ox0;
+            for (int64_t i0 = 0; i0 < m; i0 += mr)
+                ukr(L->k, apack + i0 * L->k, b, job->offsets, y + i0 * ohw + oy * ow + ox0, ohw,
+                    bias + i0, job->activation, (int)min64(mr, m - i0), cols);
+        }
+}
+#endif
+
 /* Output rows [t * rows_per_task, ...) of every output channel: per row, each 16-wide run of
  * pixels against every micro-panel of weights (the run's B rows stay in L1 across them), then
  * bias and activation over the row. */
 void asymo_conv_indirect_task(int64_t t, void *job_)
 {
     const asymo_conv_indirect_job *job = (const asymo_conv_indirect_job *)job_;
+#if defined(__x86_64__)
+    if (job->wide) {
+        const layout L = layout_of(job);
+        const int64_t y0 = t * job->rows_per_task;
+        indirect_task_wide(job, &L, y0, min64(job->geom.out_h, y0 + job->rows_per_task));
+        return;
+    }
+#endif
     const asymo_conv_geometry *g = &job->geom;
     const asymo_ukr_indirect_fn ukr = kernel();
     const layout L = layout_of(job);

@@ -90,9 +90,14 @@ static asymo_dw3x3_fn select_dw3x3(const asymo_dwconv_job *job)
 {
     const int f64 = job->dtype == CONV_DTYPE_F64;
 #if defined(__x86_64__)
-    /* AVX-512 machines run the AVX2 kernel: the row loop is bound by memory, not vector width */
+    /* AVX-512 machines run the AVX2 kernel (the row loop is bound by memory, not vector
+       width) except on small "same" planes, where the flat kernel's masked loads remove the
+       per-row setup that dominated them (docs/conv-and-zoo.md) */
     switch (asymo_conv_isa()) {
     case ASYMO_ISA_AVX512:
+        if (!f64 && asymo_dw3x3_flat_applies(job))
+            return asymo_dw3x3_f32_avx512_flat;
+        /* fall through */
     case ASYMO_ISA_AVX2_FMA: return f64 ? asymo_dw3x3_f64_avx2 : asymo_dw3x3_f32_avx2;
     default: break;
     }

@@ -25,6 +25,21 @@ static inline int asymo_dw3x3_applies(const asymo_dwconv_job *job)
            && g->width < ((int64_t)1 << 30) && g->out_w < ((int64_t)1 << 30);
 }
 
+/* Planes up to this many outputs run as flat arrays on AVX-512 (asymo_dw3x3_f32_avx512_flat):
+ * MobileNet's 7x7, 14x14 and 28x28 planes; the kernel keeps one set of lane masks per vector
+ * of the plane on the stack. */
+enum { ASYMO_DW3X3_FLAT_MAX = 1024 };
+
+/* Whether the flat-plane kernel applies (on top of asymo_dw3x3_applies): stride 1, padding 1
+ * each way and an output plane the size of the input plane (3x3 "same"), small planes. */
+static inline int asymo_dw3x3_flat_applies(const asymo_dwconv_job *job)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    return g->stride_h == 1 && g->stride_w == 1 && g->pad_h == 1 && g->pad_w == 1
+           && g->out_h == g->height && g->out_w == g->width
+           && g->height * g->width <= ASYMO_DW3X3_FLAT_MAX;
+}
+
 typedef void (*asymo_dw3x3_fn)(const asymo_dwconv_job *job, int64_t n, int64_t oc0,
                                int64_t oc1, int64_t oy0, int64_t oy1);
 
@@ -37,6 +52,8 @@ void asymo_dw3x3_f32_avx2(const asymo_dwconv_job *job, int64_t n, int64_t oc0, i
                           int64_t oy0, int64_t oy1);
 void asymo_dw3x3_f64_avx2(const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1,
                           int64_t oy0, int64_t oy1);
+void asymo_dw3x3_f32_avx512_flat(const asymo_dwconv_job *job, int64_t n, int64_t oc0,
+                                 int64_t oc1, int64_t oy0, int64_t oy1);
 #endif
 
 #endif

@@ -13,9 +13,19 @@ typedef void (*asymo_ukr_indirect_fn)(int64_t k, const float *a, const float *b,
 
 enum { ASYMO_INDIRECT_MR = 6, ASYMO_INDIRECT_NR = 16 };
 
+/* The AVX-512 form: a 16 x 16 tile (a[p * 16 + i]), accumulators started at bias[0:16] and
+ * act (ASYMO_ACT_*) applied before the store of the first `rows` rows' first `cols` (1..16)
+ * columns. */
+typedef void (*asymo_ukr_indirect16_fn)(int64_t k, const float *a, const float *b,
+                                        const int64_t *off, float *c, int64_t rsc,
+                                        const float *bias, int act, int rows, int cols);
+
+enum { ASYMO_INDIRECT_MR16 = 16 };
+
 extern const asymo_ukr_indirect_fn asymo_ukr_indirect_portable_f32;
 #if defined(__x86_64__)
 extern const asymo_ukr_indirect_fn asymo_ukr_indirect_avx2_f32;
+extern const asymo_ukr_indirect16_fn asymo_ukr_indirect_avx512_f32;
 #endif
 
 #endif

@@ -122,7 +122,8 @@ void asymo_bias_act_task(int64_t task, void *job);
  * place through one offset per tap. y = act(conv(x) + bias).
  *
  * Two jobs per image: asymo_conv_indirect_prepare_task (asymo_conv_indirect_prepare_tasks
- * tasks: the phase planes, and the weights packed into 6-row micro-panels) into scratch, then
+ * tasks: the phase planes, and the weights packed into 6-row micro-panels, or 16-row ones
+ * and the bias when wide is set) into scratch, then
  * asymo_conv_indirect_task (ceil(out_h / rows_per_task) tasks: blocks of output rows, every
  * output channel, bias and activation on each row once computed). */
 enum { ASYMO_INDIRECT_MAX_K = 256 };
@@ -139,6 +140,8 @@ typedef struct {
     int64_t rows_per_task;
     const int64_t *offsets;     /* per tap, its B row in the planes: made once per plan by
                                    asymo_conv_indirect_offsets (channels x kernel entries) */
+    int32_t wide;               /* 1: 16-row micro-panels and the AVX-512 kernel (bias and
+                                   activation fused), set once per plan; 0: 6-row panels */
 } asymo_conv_indirect_job;
 
 /* Whether a layer can take the path on this CPU with the kernels now selected
