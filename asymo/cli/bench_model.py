@@ -205,6 +205,9 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
 
         clusters = None
         if hasattr(model, "chosen_clusters"):
+            # the other libraries' threads (the previous model's last calls) must have
+            # stopped spinning, or they slow the calls that decide, on all clusters most
+            time.sleep(pause)
             for _ in range(CHOICE_MAX_CALLS):
                 if model.chosen_clusters(pool, x.shape[0])["choice"] != "measuring":
                     break
