@@ -2,6 +2,7 @@
 the core it is on, under that worker's identity, by that worker's policy rules."""
 import os
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -265,6 +266,29 @@ def test_job_of_one_cluster_with_only_the_callers_worker_runs_in_the_caller():
         by_main[:] = 0
         pool.parallel_for(task, n, split=[1.0, 0.0])
         assert not by_main.any()
+    # a cluster-local job of the little cluster, submitted from its only core: the big worker
+    # may not steal it, so the caller runs it all
+    with make_pool(big_little()) as pool, pinned_to(CPUS[1]):
+        n = 100
+        task, worker, cluster, by_main, runs = recorder(n)
+        counts = ffi.new("int64_t[]", [0, n])
+        assert lib.asymo_pool_run(pool._handle, task, ffi.NULL, n, counts,
+                                  lib.ASYMO_RUN_CLUSTER_LOCAL) == lib.ASYMO_OK
+        assert (runs == 1).all() and by_main.all() and (cluster == 1).all()
+    # ... but without the flag the big worker may steal the little cluster's tasks: the job is
+    # queued, not run in the caller, and the big worker takes some of 20 slow tasks
+    with make_pool(big_little()) as pool, pinned_to(CPUS[1]):
+        n = 20
+        ran_by = np.full(n, -9, np.int64)
+
+        @ffi.callback("void(int64_t, void *)")
+        def slow(t, ctx):
+            ran_by[t] = lib.asymo_pool_current_cluster()
+            time.sleep(0.002)
+
+        counts = ffi.new("int64_t[]", [0, n])
+        assert lib.asymo_pool_run(pool._handle, slow, ffi.NULL, n, counts, 0) == lib.ASYMO_OK
+        assert (ran_by >= 0).all() and (ran_by == 0).any()
     # a one-worker pool on the caller's core: every job runs in the caller
     with make_pool(f"c0:{CPUS[0]}@1.0") as pool, pinned_to(CPUS[0]):
         n = 100

@@ -236,6 +236,15 @@ static worker_t *longest_queue(asymo_pool *p, int c, const worker_t *w)
     return best;
 }
 
+/* Whether worker w may ever run a task queued for `cluster` under the asymo policy: its own
+ * cluster's, and a slower cluster's unless the job is cluster-local (policy_try_steal's
+ * rule: a faster cluster steals from slower ones, never the reverse). */
+int policy_may_take(const asymo_pool *p, const worker_t *w, int cluster, unsigned flags)
+{
+    return worker_active(p, w) && (w->cluster == cluster ||
+                                   (w->cluster < cluster && !(flags & ASYMO_RUN_CLUSTER_LOCAL)));
+}
+
 int policy_try_steal(asymo_pool *p, worker_t *w)
 {
     if (!worker_active(p, w))

@@ -316,6 +316,8 @@ POOL_INTERNAL int wq_steal(worker_t *w, worker_t *v, range_t *r);
 POOL_INTERNAL int policy_submit(asymo_pool *p, job_t *j, const int64_t *counts);
 POOL_INTERNAL void policy_job_done(asymo_pool *p, job_t *j);
 POOL_INTERNAL int policy_try_steal(asymo_pool *p, worker_t *w);
+POOL_INTERNAL int policy_may_take(const asymo_pool *p, const worker_t *w, int cluster,
+                                  unsigned flags);
 POOL_INTERNAL int policy_run_shared(asymo_pool *p, worker_t *w);
 
 /* run.c */

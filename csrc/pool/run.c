@@ -276,39 +276,31 @@ static int move_to_fastest(asymo_pool *p, cpu_set_t *saved)
     return pthread_setaffinity_np(pthread_self(), sizeof fast, &fast) == 0;
 }
 
-/* A job whose tasks may all be run by one worker only -- every task belongs to one cluster
- * (or, with no counts, the pool has one active worker) and that cluster's only active
- * worker is pinned to the submitter's core: the submitter runs every task itself as that
+/* A job whose tasks only one worker may run -- the worker pinned to the submitter's core,
+ * every other worker being unable to take them (with counts: all tasks belong to that
+ * worker's cluster and no other worker may take that cluster's tasks, policy_may_take;
+ * without: the pool has no other active worker): the submitter runs the whole job as that
  * worker and wakes nobody. (Queued, the job would wake the worker's thread only for the two
- * to take the core in turns.) The policy is unchanged: no other worker could have taken
- * these tasks. Returns 1 if it ran the job. */
-static int run_as_only_worker(asymo_pool *p, asymo_task_fn fn, void *ctx, int64_t ntasks,
-                              const int64_t *counts)
+ * to take the core in turns.) Returns 1 if it ran the job. */
+static int run_as_only_worker(asymo_pool *p, job_t *j, const int64_t *counts)
 {
     if (p->policy != ASYMO_POLICY_ASYMO ||
         !atomic_load_explicit(&p->caller_helps, memory_order_relaxed))
         return 0;
     worker_t *mine = worker_on_my_core(p);
-    if (!mine || !worker_active(p, mine) || (counts && counts[mine->cluster] != ntasks))
+    if (!mine || !worker_active(p, mine) || (counts && counts[mine->cluster] != j->ntasks))
         return 0;
     for (int i = 0; i < p->nworkers; i++) {
         const worker_t *w = &p->workers[i];
-        /* with counts, only the workers of the job's cluster could run its tasks */
-        if (w != mine && worker_active(p, w) && (!counts || w->cluster == mine->cluster))
+        if (w != mine && (counts ? policy_may_take(p, w, mine->cluster, j->flags)
+                                 : worker_active(p, w)))
             return 0;
     }
     if (!claim_worker(mine))
         return 0;
+    const range_t r = {j, 0, j->ntasks, -1, j->flags, j->seq};
     enter_as(p, mine);
-    atomic_store_explicit(&mine->running, 1, memory_order_relaxed);
-    int64_t t0 = now_ns();
-    for (int64_t t = 0; t < ntasks; t++)
-        fn(t, ctx);
-    int64_t dt = now_ns() - t0;
-    atomic_store_explicit(&mine->running, 0, memory_order_relaxed);
-    counter_add(&mine->busy_ns, dt);
-    counter_add(&mine->tasks_run, ntasks);
-    counter_add(&mine->tasks_caller, ntasks);
+    run_range(mine, &r);
     leave_as(p, mine);
     return 1;
 }
@@ -369,7 +361,7 @@ int asymo_pool_run(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks
 
     cpu_set_t saved;
     int moved = move_to_fastest(pool, &saved);
-    if (run_as_only_worker(pool, fn, ctx, ntasks, cluster_counts))
+    if (run_as_only_worker(pool, &j, cluster_counts))
         rc = ASYMO_OK;
     else if ((rc = policy_submit(pool, &j, cluster_counts)) == ASYMO_OK) {
         wake_workers(pool);
