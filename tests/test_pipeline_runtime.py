@@ -227,8 +227,8 @@ def test_groups_rate_sums_each_groups_spacing():
     # group 0 finished frames every 10 ms, group 1 every 30 ms; group 2 ran one frame in 50
     done = [[1.00, 1.01, 1.02, 1.03], [1.00, 1.03], [1.05]]
     busy = [0.04, 0.06, 0.05]
-    assert _groups_rate(done, busy, [4, 2, 1]) == pytest.approx(100 + 1 / 0.03 + 20)
-    assert _groups_rate([[], []], [0.0, 0.0], [0, 0]) is None
+    assert _groups_rate(done, busy) == pytest.approx(100 + 1 / 0.03 + 20)
+    assert _groups_rate([[], []], [0.0, 0.0]) is None
 
 
 @two_cpus

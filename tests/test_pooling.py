@@ -1,4 +1,6 @@
 """asymo.ops.pooling (C max / average pooling) against the direct reference and torch."""
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -243,6 +245,33 @@ def test_repeated_calls_reuse_checked_signature():
                                reference.avg_pool2d(a, 3, 1, 1, False, False), rtol=1e-5)
     np.testing.assert_allclose(avg_pool2d(a, 3, 1, 1, False, True),
                                reference.avg_pool2d(a, 3, 1, 1, False, True), rtol=1e-5)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 usable cpus")
+def test_cached_call_follows_the_pool_and_its_limit():
+    # one signature's cached call on pools of one and two clusters, and under a thread limit:
+    # its task split is remade for each (counts of the pool's clusters, tasks of its workers)
+    import asymo
+    from asymo.ops import pooling
+
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((2, 64, 28, 28)).astype(np.float32)
+    ref = reference.max_pool2d(x, 2, 2, 0)
+    c0, c1 = sorted(os.sched_getaffinity(0))[:2]
+    pools = [asymo.Pool(f"fast:{c0}", spin_us=0), asymo.Pool(f"big:{c0}@1.0,little:{c1}@0.5")]
+    try:
+        for pool in pools + pools[::-1]:
+            np.testing.assert_array_equal(max_pool2d(x, 2, 2, 0, pool=pool), ref)
+        two = pools[1]
+        two.limit = 1
+        np.testing.assert_array_equal(max_pool2d(x, 2, 2, 0, pool=two), ref)
+        call = next(c for c in pooling._local.entries.values() if c.shape == ref.shape)
+        assert call.split(two)[1] * call.split(two)[0] >= call.planes
+        two.limit = None
+        np.testing.assert_array_equal(max_pool2d(x, 2, 2, 0, pool=two), ref)
+    finally:
+        for pool in pools:
+            pool.close()
 
 
 @pytest.mark.parametrize("kind", ["max", "avg"])

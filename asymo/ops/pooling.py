@@ -2,7 +2,9 @@
 ``avg_pool2d`` semantics), run as pool tasks over image planes by a C kernel."""
 from __future__ import annotations
 
+import math
 import threading
+import weakref
 
 import numpy as np
 
@@ -35,21 +37,38 @@ _TASK = None
 
 
 class _Call:
-    """A validated pooling call of one signature: its job (geometry set) and output shape."""
+    """A validated pooling call of one signature: its job (geometry set), output shape, and
+    its task split on the pool it last ran on."""
 
-    __slots__ = ("job", "shape", "planes", "min_planes", "busy")
+    __slots__ = ("job", "shape", "planes", "min_planes", "inline", "busy", "_split")
 
-    def __init__(self, job, shape, planes, min_planes):
+    def __init__(self, job, shape, planes, min_planes, inline):
         self.job, self.shape, self.planes, self.min_planes = job, shape, planes, min_planes
+        self.inline = inline  # too small to wake the workers for
         self.busy = False  # running: a re-entrant call (a signal handler) takes its own job
+        self._split = None
+
+    def split(self, pool):
+        """``(planes per task, tasks, per-cluster counts or NULL)`` on ``pool``, which the
+        caller holds: made once per pool and thread limit (the counts are the pool's capacity
+        split over its active workers)."""
+        limit = lib.asymo_pool_get_limit(pool._handle)
+        s = self._split
+        if s is None or s[0]() is not pool or s[1] != limit:
+            per = max(self.min_planes, -(-self.planes // (TASKS_PER_WORKER * pool.nworkers)))
+            ntasks = -(-self.planes // per)
+            counts = ffi.NULL if pool.nclusters == 1 else ffi.new(
+                "int64_t[]", pool.split_counts(ntasks))
+            s = self._split = (weakref.ref(pool), limit, per, ntasks, counts)
+        return s[2:]
 
     def run(self, x, y, pool):
         job = self.job
         job.x = _ptr(x)
         job.y = _ptr(y)
-        per = max(self.min_planes, -(-self.planes // (TASKS_PER_WORKER * pool.nworkers)))
+        per, ntasks, counts = self.split(pool)
         job.planes_per_task = per
-        run_tasks(pool, _TASK, job, -(-self.planes // per), inline=x.nbytes < INLINE_BYTES)
+        run_tasks(pool, _TASK, job, ntasks, counts, inline=self.inline)
 
 
 def _int_or_pair(v):
@@ -101,14 +120,10 @@ def _checked_pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_p
         # an output overlapping the input (out=x) would be read after it is written
         y = out if out.flags.c_contiguous and not np.may_share_memory(out, x) \
             else np.empty(shape, x.dtype)
-    planes = 1
-    for n in x.shape[:-2]:
-        planes *= int(n)
-    if planes == 0:
+    call = _new_call(kind, x, h, w, kernel, stride, padding, oh, ow, count_include_pad, shape)
+    if call.planes == 0:
         return y
     xc = np.ascontiguousarray(x)
-    call = _new_call(kind, x, h, w, kernel, stride, padding, oh, ow, planes,
-                     count_include_pad, shape)
     with _hold(pool) as pool:  # see asymo.runtime.pool.acquire
         call.run(xc, y, pool)
     if key is not None:
@@ -152,8 +167,7 @@ def _check(kind, x, kernel, stride, padding, ceil_mode, out):
     return kernel, stride, padding, h, w, oh, ow, shape
 
 
-def _new_call(kind, x, h, w, kernel, stride, padding, oh, ow, planes, count_include_pad,
-              shape):
+def _new_call(kind, x, h, w, kernel, stride, padding, oh, ow, count_include_pad, shape):
     global _TASK
     if _TASK is None:
         _TASK = task_fn("asymo_pool2d_task")
@@ -163,10 +177,11 @@ def _new_call(kind, x, h, w, kernel, stride, padding, oh, ow, planes, count_incl
     job.dtype = DTYPE_CODES[x.dtype]
     job.kind = 0 if kind == "max" else 1
     job.count_include_pad = bool(count_include_pad)
+    planes = math.prod(x.shape[:-2])
     job.nplanes = planes
     # whole planes per task, at least ~16 KB of input each, ~4 tasks per worker
     min_planes = max(1, (16384 // x.itemsize) // max(h * w, 1))
-    return _Call(job, shape, planes, min_planes)
+    return _Call(job, shape, planes, min_planes, x.nbytes < INLINE_BYTES)
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, *, out=None,
@@ -219,22 +234,15 @@ def bind_pool2d(kind, x, kernel_size, stride=None, padding=0, ceil_mode=False,
                                                           padding, ceil_mode, out)
     if not x.flags.c_contiguous or not out.flags.c_contiguous or np.may_share_memory(out, x):
         return fallback
-    planes = 1
-    for n in x.shape[:-2]:
-        planes *= int(n)
-    if planes == 0:
+    call = _new_call(kind, x, h, w, kernel, stride, padding, oh, ow, bool(count_include_pad),
+                     out.shape)
+    if call.planes == 0:
         return lambda: None
-    call = _new_call(kind, x, h, w, kernel, stride, padding, oh, ow, planes,
-                     bool(count_include_pad), out.shape)
     job = call.job
     job.x = _ptr(x)
     job.y = _ptr(out)
-    per = max(call.min_planes, -(-planes // (TASKS_PER_WORKER * pool.nworkers)))
-    job.planes_per_task = per
-    ntasks = -(-planes // per)
-    counts = ffi.NULL if pool.nclusters == 1 else ffi.new("int64_t[]",
-                                                          pool.split_counts(ntasks))
-    flags = lib.ASYMO_RUN_INLINE if x.nbytes < INLINE_BYTES else 0
+    job.planes_per_task, ntasks, counts = call.split(pool)
+    flags = lib.ASYMO_RUN_INLINE if call.inline else 0
     handle, task, run = pool._handle, _TASK, lib.asymo_pool_run
     keep = (x, out, job, counts)  # alive as long as the bound call
 

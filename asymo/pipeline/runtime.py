@@ -74,15 +74,15 @@ class RunStats:
                 "stage_time_s": list(self.stage_time)}
 
 
-def _groups_rate(done, busy, counts):
+def _groups_rate(done, busy):
     """Frames/s of groups running whole frames side by side: per group, its finished frames'
     spacing (``done``: its finish times) or, with one frame, its busy time per frame."""
     rate = 0.0
-    for ts, b, c in zip(done, busy, counts):
+    for ts, b in zip(done, busy):
         if len(ts) >= 2 and ts[-1] > ts[0]:
             rate += (len(ts) - 1) / (ts[-1] - ts[0])
-        elif c and b > 0:
-            rate += c / b
+        elif ts and b > 0:
+            rate += len(ts) / b
     return rate if rate > 0 else None
 
 
@@ -642,8 +642,7 @@ class ParallelFrames(_Base):
         self._in = queue.Queue()
         self._out = queue.Queue()
         self._busy = [0.0] * len(self.groups)
-        self._t_done = [[] for _ in self.groups]
-        self._count = [0] * len(self.groups)
+        self._t_done = [[] for _ in self.groups]  # per group: when it finished each frame
         self._t_start = {}
         try:
             self.pools = [self._make_pool(g, f"asymo-parallel-{i}")
@@ -715,7 +714,6 @@ class ParallelFrames(_Base):
                 y = self.model.run_layers(x, 0, W - 1, pool=self.pools[i])
                 t1 = time.perf_counter()
                 self._busy[i] += t1 - t0
-                self._count[i] += 1
                 self._t_done[i].append(t1)
             except BaseException as exc:  # noqa: BLE001
                 self._fail(exc, f"parallel worker {i} (cpus {list(self.groups[i])}) on "
@@ -731,7 +729,6 @@ class ParallelFrames(_Base):
             raise ValueError("no frames to process")
         timeout = self.timeout if timeout is None else timeout
         self._busy = [0.0] * len(self.groups)
-        self._count = [0] * len(self.groups)
         self._t_done = [[] for _ in self.groups]
         self._t_start = {}
         pending, outs, t_out, t_start = {}, [], [], []
@@ -756,8 +753,8 @@ class ParallelFrames(_Base):
         # is not counted)
         return np.concatenate(outs, axis=0), _stats(
             len(outs), min(t_start), t_out, t_start, self._busy, len(self.groups),
-            steady=False, counts=self._count,
-            throughput=_groups_rate(self._t_done, self._busy, self._count))
+            steady=False, counts=[len(t) for t in self._t_done],
+            throughput=_groups_rate(self._t_done, self._busy))
 
     def close(self, timeout=10.0, *, warn=True):
         if not self._closed:
