@@ -166,7 +166,7 @@ def test_choice_rule():
     assert c.decided and c.choice == "per node" and c.on_fastest == (True, False, False)
     rep = c.report()
     assert rep == {"choice": "per node", "all_s": 3.0, "fastest_s": 3.39, "per_node_s": 2.95,
-                   "nodes_on_fastest": 1}
+                   "nodes_on_fastest": 1, "rechecks": 0}
     # the mix measured slower as a whole than all clusters: all clusters kept
     c = _feed(gm._Choice(), {"all": all_s, "fastest": fast_s,
                              "per node": [(None, 3.2)] * n})
@@ -184,3 +184,52 @@ def test_choice_rule():
     # not enough calls yet
     c = _feed(gm._Choice(), {"all": [([1.0], 1.0)] * (n - 1), "fastest": [([0.5], 0.5)] * n})
     assert not c.decided and c.report()["choice"] == "measuring"
+
+
+def test_a_decided_choice_is_measured_again_when_its_calls_slow_down():
+    n = gm.CHOICE_SAMPLES + 1
+    w = gm.CHOICE_RECHECK_CALLS
+    c = _feed(gm._Choice(), {"all": [([1.0, 1.0], 2.0)] * n,
+                             "fastest": [([0.5, 0.5], 1.1)] * n})
+    assert c.choice == "fastest" and c.rechecks == 0
+    # as fast as when chosen, or slower but within the margin of all clusters' 2.0: kept
+    assert not any(c.observe(1.1) for _ in range(3 * w))
+    assert not any(c.observe(2.0 * (1 + gm.CHOICE_RECHECK_MARGIN) - 0.01) for _ in range(w))
+    # one stall per window does not count (medians)
+    assert not any(c.observe(100.0 if i == 0 else 1.1) for i in range(w))
+    # slower than all clusters were by more than the margin: measured again at the check
+    seen = [c.observe(2.5) for _ in range(w)]
+    assert seen[-1] and not any(seen[:-1])
+    assert not c.decided and c.rechecks == 1 and c.report()["choice"] == "measuring"
+    assert not c.observe(9.0)  # (calls while measuring are not checked)
+    # decided again, from the new measurements; the next check needs twice the calls
+    c = _feed(c, {"all": [([1.0, 1.0], 2.0)] * n, "fastest": [([1.5, 1.5], 3.0)] * n})
+    assert c.choice == "all" and c.rechecks == 1 and c.report()["rechecks"] == 1
+    seen = [c.observe(5.0) for _ in range(2 * w)]
+    assert seen[-1] and not any(seen[:-1]) and c.rechecks == 2
+
+
+@needs_two_cpus
+def test_a_model_measures_its_choice_again_and_keeps_answering(net_and_input):
+    net, x, ref = net_and_input
+    with _two_cluster_pool() as pool:
+        m = asymo.from_torch(net, x, pool=pool)
+        for _ in range(gm.CHOICE_MAX_CALLS):
+            m(x.numpy())
+        rep = m.chosen_clusters()
+        assert rep["choice"] != "measuring" and rep["rechecks"] == 0
+        choice = m._choices[pool][(1, pool.limit, gm.emulated_period())]
+        # the kept candidate's calls are timed: a slow window (as if a core got busy) re-opens
+        before = len(choice.recent)
+        np.testing.assert_allclose(m(x.numpy()), ref, rtol=1e-4, atol=1e-4)
+        assert len(choice.recent) == before + 1
+        slow = 10 * max(v for v in choice.choice_medians.values())
+        while choice.decided:
+            choice.observe(slow)
+        assert m.chosen_clusters()["choice"] == "measuring"
+        calls = 0
+        while m.chosen_clusters()["choice"] == "measuring":
+            np.testing.assert_allclose(m(x.numpy()), ref, rtol=1e-4, atol=1e-4)
+            calls += 1
+            assert calls <= gm.CHOICE_MAX_CALLS
+        assert m.chosen_clusters()["rechecks"] == 1

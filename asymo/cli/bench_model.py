@@ -214,6 +214,9 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
                 model(x, pool=pool)
             clusters = model.chosen_clusters(pool, x.shape[0])
         med, samples = _measure(cons, repeats, min_time, pause, bar)
+        # (a decided choice is checked again during the rounds: GraphModel's _Choice.observe)
+        clusters_end = (model.chosen_clusters(pool, x.shape[0]) if clusters is not None
+                        else None)
         # check the results agree (a wrong answer is no benchmark)
         ref = np.asarray(model(x, pool=pool))
         scale = max(float(np.abs(ref).max()), 1e-30)
@@ -251,6 +254,7 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
         "output_shape": list(ref.shape),
         "max_rel_diff_vs_asymo": diffs,
         "asymo_clusters": clusters,
+        "asymo_clusters_end": clusters_end,
     }
 
 
@@ -296,6 +300,11 @@ def format_table(results):
             lines.append(f"{'':<18}asymo ran {where} (median of its first calls: all "
                          f"clusters {cl['all_s'] * 1e3:.2f} ms, fastest alone "
                          f"{cl['fastest_s'] * 1e3:.2f} ms{mix})")
+        end = r.get("asymo_clusters_end") or {}
+        if end.get("rechecks"):
+            lines.append(f"{'':<18}during the timed rounds the choice was found slower than "
+                         f"another and measured again {end['rechecks']} time(s); at the end: "
+                         f"{end['choice']}")
     return "\n".join(lines)
 
 

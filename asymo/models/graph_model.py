@@ -62,6 +62,13 @@ CHOICE_MARGIN = 0.03
 #: The most calls "auto" takes to decide: both candidates, then the per-node mix, each with
 #: one uncounted call and CHOICE_SAMPLES timed ones.
 CHOICE_MAX_CALLS = 3 * (1 + CHOICE_SAMPLES)
+#: Once "auto" has decided, every call of the kept candidate is timed; when the median of
+#: CHOICE_RECHECK_CALLS of them is more than CHOICE_RECHECK_MARGIN above the best median
+#: another candidate had when the choice was made, the choice is measured again (the machine
+#: changed: another load on a core, another speed). Each re-measure doubles the calls before
+#: the next check, so a machine that keeps changing is not measured without end.
+CHOICE_RECHECK_CALLS = 16
+CHOICE_RECHECK_MARGIN = 0.10
 # operators that write a strided output (a channel slice of a concat) correctly
 SLICE_WRITERS = frozenset({"asymo.Conv", "MaxPool", "AveragePool", "Relu", "Clip", "Sigmoid",
                            "HardSigmoid", "HardSwish", "asymo.SiLU", "Tanh"})
@@ -553,19 +560,25 @@ class _Choice:
     2. each node is placed where its median was lower (on the fastest cluster alone only when
        CHOICE_MARGIN lower); if that mixes the two, CHOICE_SAMPLES + 1 calls run the mix
        ("per node"; moving between pools costs what node times do not show);
-    3. the candidate with the lowest median call is kept.
+    3. the candidate with the lowest median call is kept;
+    4. the kept candidate's calls go on being timed (`observe`): a median of
+       CHOICE_RECHECK_CALLS calls more than CHOICE_RECHECK_MARGIN above another candidate's
+       median from step 3 starts the choice again, with the check's window doubled.
 
     Used under the model's lock."""
 
     CANDIDATES = ("all", "fastest", "per node")
 
-    def __init__(self):
+    def __init__(self, rechecks=0):
+        self.rechecks = rechecks  # times this choice was measured again
+        self.recent = []  # the kept candidate's call seconds since the last check
         self.calls = dict.fromkeys(self.CANDIDATES, 0)
         self.node_samples = {"all": [], "fastest": []}
         self.call_samples = {c: [] for c in self.CANDIDATES}
         self.per_node = None  # the node placement of step 2 (True: fastest cluster alone)
         self.medians = None  # per-node medians (all, fastest)
         self.choice = None
+        self.choice_medians = None  # each candidate's median call when the choice was made
         self.on_fastest = None  # the kept placement, per node
 
     @property
@@ -605,16 +618,34 @@ class _Choice:
             return
         med = {c: float(np.median(v)) for c, v in timed.items() if v}
         self.choice = min(med, key=med.get)
+        self.choice_medians = med
         n = len(self.medians[0])
         self.on_fastest = (self.per_node if self.choice == "per node"
                            else (self.choice == "fastest",) * n)
+
+    def observe(self, call_seconds):
+        """One call of the kept candidate took ``call_seconds``; when a check finds it slower
+        than another candidate was (step 4), the choice starts again (True)."""
+        if not self.decided:
+            return False
+        self.recent.append(call_seconds)
+        if len(self.recent) < CHOICE_RECHECK_CALLS << self.rechecks:
+            return False
+        now = float(np.median(self.recent))
+        self.recent = []
+        others = [v for c, v in self.choice_medians.items() if c != self.choice]
+        if not others or now <= (1 + CHOICE_RECHECK_MARGIN) * min(others):
+            return False
+        self.__init__(self.rechecks + 1)
+        return True
 
     def report(self):
         timed = {c: [t for t in v if t is not None] for c, v in self.call_samples.items()}
         med = {c: (float(np.median(v)) if v else None) for c, v in timed.items()}
         return {"choice": self.choice or "measuring", "all_s": med["all"],
                 "fastest_s": med["fastest"], "per_node_s": med["per node"],
-                "nodes_on_fastest": (int(sum(self.on_fastest)) if self.decided else None)}
+                "nodes_on_fastest": (int(sum(self.on_fastest)) if self.decided else None),
+                "rechecks": self.rechecks}
 
 
 class _Instance:
@@ -850,7 +881,8 @@ class GraphModel(spec.LayerChain):
     def _target(self, pool, batch):
         """Where this call runs: ``(fastest, on_fastest, trial)`` for `_Instance.run` (None,
         None: the whole pool; a pool, None: its fastest cluster alone) and ``(choice,
-        candidate)`` when the call is one of "auto"'s timed ones, else None."""
+        candidate)`` when the call is one of "auto"'s timed ones, ``(choice, None)`` once
+        "auto" has decided (the call is timed for `_Choice.observe`), else None."""
         mode = self._cluster_choice
         # a capped pool (threadpoolctl) is run as capped
         if pool.nclusters == 1 or mode == "all" or pool.limit < pool.nworkers:
@@ -860,8 +892,8 @@ class GraphModel(spec.LayerChain):
         key = (batch, pool.limit, emulated_period())
         with self._lock:
             choice = self._choices.setdefault(pool, {}).setdefault(key, _Choice())
-            if choice.decided:
-                where, trial = choice.choice, None
+            if choice.decided:  # (its calls are still timed: _Choice.observe)
+                where, trial = choice.choice, (choice, None)
                 mix = choice.on_fastest
             else:
                 where = choice.next_candidate()
@@ -877,15 +909,17 @@ class GraphModel(spec.LayerChain):
         Returns a dict: ``choice`` ("all", "fastest", "per node", or "measuring" while
         "auto" has too few calls); for "auto", the median seconds of its timed calls on all
         clusters (``all_s``), on the fastest alone (``fastest_s``) and with each node where
-        it was faster (``per_node_s``, None when no node gained or all did), and
-        ``nodes_on_fastest`` once decided; None where not measured.
+        it was faster (``per_node_s``, None when no node gained or all did),
+        ``nodes_on_fastest`` once decided; None where not measured; and ``rechecks``, how
+        often a decided choice was found slower than another candidate and measured again
+        (`CHOICE_RECHECK_CALLS`).
         """
         from asymo.runtime.pool import get_pool
 
         pool = pool if pool is not None else self.pool if self.pool is not None else get_pool()
         mode = self._cluster_choice
         fixed = {"all_s": None, "fastest_s": None, "per_node_s": None,
-                 "nodes_on_fastest": None}
+                 "nodes_on_fastest": None, "rechecks": 0}
         if pool.nclusters == 1 or mode == "all" or pool.limit < pool.nworkers:
             return {"choice": "all", **fixed}
         if mode == "fastest":
@@ -943,14 +977,18 @@ class GraphModel(spec.LayerChain):
                 np.copyto(inst.views[info.name], x)
             with hold(pool if pool is not None else self.pool) as held:
                 fastest, on_fastest, trial = self._target(held, batch)
-                times = None if trial is None else [0.0] * len(g.nodes)
+                timed = trial is not None and trial[1] is not None
+                times = [0.0] * len(g.nodes) if timed else None
                 t0 = time.perf_counter()
                 inst.run(0, len(g.nodes) - 1, held, fastest=fastest, on_fastest=on_fastest,
                          times=times)
                 if trial is not None:
                     dt = time.perf_counter() - t0
                     with self._lock:
-                        trial[0].record(trial[1], times, dt)
+                        if timed:
+                            trial[0].record(trial[1], times, dt)
+                        else:
+                            trial[0].observe(dt)
             outs = [inst.views[t].copy() for t in g.outputs]
         finally:
             self._release(batch, inst)
