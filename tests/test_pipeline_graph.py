@@ -397,6 +397,40 @@ def test_planner_picks_executor_and_cut_per_stage(graph):
     assert plan4.mode == "pipeline"
 
 
+@pytest.mark.parametrize("remeasured, predicted, runs", [(9.0, 9.0, 2), (3.0, 10.0, 3),
+                                                         (30.0, 10.0, 3)])
+def test_the_prediction_is_a_fresh_run_unless_it_stands_alone(graph, monkeypatch,
+                                                              remeasured, predicted, runs):
+    """The chosen plan is run again for its prediction; a run far from the trial that chose
+    it (a stall) is checked by a third, and the median of the three is the prediction."""
+    from asymo.pipeline import anyplan
+    from asymo.pipeline.configs import core_configs
+    from asymo.pipeline.table import LayerTimes
+    from asymo.hw.topology import parse_spec
+
+    top = parse_spec("big:0@1.0,little:1@0.5")
+    cfgs = core_configs(top)
+    base = np.linspace(1.0, 2.0, len(graph)) * 1e-3
+    st = anyplan.SegmentTimes({"ort": LayerTimes(cfgs, np.stack([base, 2 * base], axis=1))},
+                              {("ort", (0,)): base.sum()})
+    calls = {}
+
+    def fake_try(graph_, stages, topology, frames, timeout, mode="pipeline"):
+        d = anyplan._describe(stages, mode)
+        calls[d] = calls.get(d, 0) + 1
+        rate = 5.0 if mode != "parallel" else remeasured if calls[d] == 2 else 10.0
+        return rate, [1.0 / rate] * len(stages)
+
+    monkeypatch.setattr(anyplan, "_try", fake_try)
+    plan = anyplan.plan_graph_pipeline(graph, top, segment_times=st, transfer_k=0.0,
+                                       search=True)
+    assert plan.mode == "parallel"
+    assert calls[plan.describe()] == runs
+    assert plan.predicted_throughput == pytest.approx(predicted)
+    assert plan.trials[-1]["pipeline"].endswith(
+        "(chosen, measured a third time)" if runs == 3 else "(chosen, re-measured)")
+
+
 @needs_ort
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs two cpus")
 def test_parallel_plan_runs_whole_frames_per_core(graph):

@@ -46,6 +46,10 @@ __all__ = ["GraphPlan", "GraphStage", "SegmentTimes", "measure_segment_times",
            "measure_transfer_k", "plan_graph_pipeline", "run_in_thread"]
 
 _OBJECTIVES = ("throughput", "latency", "energy")
+#: The chosen plan is run once more for its prediction; when that run's rate is further than
+#: this from the search trial that chose it, a third run decides (the median of the three):
+#: one stalled run (a slowed core that stops for a while) must not become the prediction.
+REMEASURE_SPREAD = 0.15
 
 
 def _time(fn, *, window=0.01, windows=3):
@@ -476,6 +480,10 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
         chosen, chosen_mode = best, best_mode
         chosen_thr = trial(best, best_mode)
         trials[-1]["pipeline"] += " (chosen, re-measured)"
+        if best_thr > 0 and abs(chosen_thr - best_thr) > REMEASURE_SPREAD * best_thr:
+            again = trial(best, best_mode)
+            trials[-1]["pipeline"] += " (chosen, measured a third time)"
+            chosen_thr = float(np.median([best_thr, chosen_thr, again]))
     else:
         key = {"throughput": 0, "latency": 1, "energy": 2}[objective]
         sign = -1.0 if key == 0 else 1.0
