@@ -569,8 +569,12 @@ class _Choice:
 
     CANDIDATES = ("all", "fastest", "per node")
 
-    def __init__(self, rechecks=0):
-        self.rechecks = rechecks  # times this choice was measured again
+    def __init__(self):
+        self.rechecks = 0  # times this choice was measured again
+        self._start()
+
+    def _start(self):
+        """Steps 1-3 from the beginning (a new choice, or a re-check's)."""
         self.recent = []  # the kept candidate's call seconds since the last check
         self.calls = dict.fromkeys(self.CANDIDATES, 0)
         self.node_samples = {"all": [], "fastest": []}
@@ -636,7 +640,8 @@ class _Choice:
         others = [v for c, v in self.choice_medians.items() if c != self.choice]
         if not others or now <= (1 + CHOICE_RECHECK_MARGIN) * min(others):
             return False
-        self.__init__(self.rechecks + 1)
+        self.rechecks += 1
+        self._start()
         return True
 
     def report(self):

@@ -9,7 +9,7 @@ import weakref
 import numpy as np
 
 from asymo.ops.conv import (CALL_CACHE_SIZE, TASKS_PER_WORKER, _geometry, _int_pair, _pair,
-                            _ptr, remember_call)
+                            _ptr, _tasks_call, remember_call)
 from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.pool import hold as _hold
 from asymo.runtime.tasks import DTYPE_CODES, INLINE_BYTES, run_tasks, task_fn
@@ -242,11 +242,10 @@ def bind_pool2d(kind, x, kernel_size, stride=None, padding=0, ceil_mode=False,
     job.x = _ptr(x)
     job.y = _ptr(out)
     job.planes_per_task, ntasks, counts = call.split(pool)
-    flags = lib.ASYMO_RUN_INLINE if call.inline else 0
-    handle, task, run = pool._handle, _TASK, lib.asymo_pool_run
-    keep = (x, out, job, counts)  # alive as long as the bound call
+    run, args = _tasks_call(pool, _TASK, job, ntasks, counts, call.inline)
+    keep = (x, out, call)  # alive as long as the bound call (args hold the job and counts)
 
     def bound(_keep=keep):
-        if run(handle, task, job, ntasks, counts, flags) != 0:
+        if run(*args) != 0:
             raise RuntimeError("asymo_pool_run failed in a bound pooling call")
     return bound
