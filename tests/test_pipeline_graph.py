@@ -397,12 +397,15 @@ def test_planner_picks_executor_and_cut_per_stage(graph):
     assert plan4.mode == "pipeline"
 
 
-@pytest.mark.parametrize("remeasured, predicted, runs", [(9.0, 9.0, 2), (3.0, 10.0, 3),
-                                                         (30.0, 10.0, 3)])
-def test_the_prediction_is_a_fresh_run_unless_it_stands_alone(graph, monkeypatch,
-                                                              remeasured, predicted, runs):
-    """The chosen plan is run again for its prediction; a run far from the trial that chose
-    it (a stall) is checked by a third, and the median of the three is the prediction."""
+@pytest.mark.parametrize("parallel_runs, chosen, predicted", [
+    ((10.0, 9.0, 11.0), "parallel", 10.0),   # steady: the best trial stays chosen
+    ((10.0, 3.0, 4.0), "pipeline", 6.0),     # a lucky first trial: the play-off overturns it
+    ((10.0, 30.0, 9.0), "parallel", 10.0),   # one outlier run sets no prediction
+])
+def test_the_best_trials_meet_again_and_the_median_decides(graph, monkeypatch, parallel_runs,
+                                                           chosen, predicted):
+    """The best few candidates by their trial are run again, in turn; the plan with the best
+    median over its runs is chosen and that median is its prediction."""
     from asymo.pipeline import anyplan
     from asymo.pipeline.configs import core_configs
     from asymo.pipeline.table import LayerTimes
@@ -413,22 +416,31 @@ def test_the_prediction_is_a_fresh_run_unless_it_stands_alone(graph, monkeypatch
     base = np.linspace(1.0, 2.0, len(graph)) * 1e-3
     st = anyplan.SegmentTimes({"ort": LayerTimes(cfgs, np.stack([base, 2 * base], axis=1))},
                               {("ort", (0,)): base.sum()})
-    calls = {}
+    calls, order = {}, []
 
     def fake_try(graph_, stages, topology, frames, timeout, mode="pipeline"):
         d = anyplan._describe(stages, mode)
         calls[d] = calls.get(d, 0) + 1
-        rate = 5.0 if mode != "parallel" else remeasured if calls[d] == 2 else 10.0
+        order.append(d)
+        if mode == "parallel":
+            rate = parallel_runs[calls[d] - 1]
+        else:  # every pipeline of stages (and the single-stage run) steady at 6 / 5 / 4...
+            rate = 6.0 if d.count("|") else 5.0
         return rate, [1.0 / rate] * len(stages)
 
     monkeypatch.setattr(anyplan, "_try", fake_try)
+    monkeypatch.setattr(anyplan, "PLAYOFF_SIZE", 2)
     plan = anyplan.plan_graph_pipeline(graph, top, segment_times=st, transfer_k=0.0,
                                        search=True)
-    assert plan.mode == "parallel"
-    assert calls[plan.describe()] == runs
+    assert plan.mode == chosen
     assert plan.predicted_throughput == pytest.approx(predicted)
-    assert plan.trials[-1]["pipeline"].endswith(
-        "(chosen, measured a third time)" if runs == 3 else "(chosen, re-measured)")
+    # the two finalists ran PLAYOFF_ROUNDS more times each, alternating
+    finalists = {d for d, n in calls.items() if n == 1 + anyplan.PLAYOFF_ROUNDS}
+    assert len(finalists) == 2 and plan.describe() in finalists
+    tail = order[-2 * anyplan.PLAYOFF_ROUNDS:]
+    assert tail[0] != tail[1] and tail[:2] == tail[2:4]
+    assert plan.trials[-1]["pipeline"] == plan.describe() + " (chosen)"
+    assert plan.trials[-1]["measured_throughput"] == pytest.approx(predicted)
 
 
 @needs_ort

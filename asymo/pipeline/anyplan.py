@@ -21,7 +21,9 @@ Three steps, each measured on this machine:
    the runtime too. So does paper 001's parallel design over any executor (``mode ==
    "parallel"``): every cluster, or every core, runs whole frames on its fastest executor,
    frames going to whichever group is free (throughput only: a frame's latency is that of
-   the group it ran on). The best measured wins.
+   the group it ran on). The best few by their trial then run again, head to head, in turn
+   (``PLAYOFF_SIZE``, ``PLAYOFF_ROUNDS``); the best median of its runs wins and is the
+   prediction.
 
 The plan is plain data (``GraphPlan``): the stages (executor, cpus, segment range), the
 predicted throughput / latency / energy, and the measurements behind them.
@@ -46,10 +48,13 @@ __all__ = ["GraphPlan", "GraphStage", "SegmentTimes", "measure_segment_times",
            "measure_transfer_k", "plan_graph_pipeline", "run_in_thread"]
 
 _OBJECTIVES = ("throughput", "latency", "energy")
-#: The chosen plan is run once more for its prediction; when that run's rate is further than
-#: this from the search trial that chose it, a third run decides (the median of the three):
-#: one stalled run (a slowed core that stops for a while) must not become the prediction.
-REMEASURE_SPREAD = 0.15
+#: After the search, the best ``PLAYOFF_SIZE`` distinct candidates by their trial are run
+#: again head to head, ``PLAYOFF_ROUNDS`` rounds in turn; the plan with the best median over all
+#: its runs is chosen and that median is its prediction. A trial is a few frames: one lucky
+#: trial had chosen a pipeline over ONNX Runtime on every core, and one stalled run (a slowed
+#: core that stops for a while) had become a prediction.
+PLAYOFF_SIZE = 3
+PLAYOFF_ROUNDS = 2
 
 
 def _time(fn, *, window=0.01, windows=3):
@@ -421,10 +426,12 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
     trials = []
     chosen, chosen_thr, chosen_mode = seed, float("nan"), "pipeline"
     if objective == "throughput" and search:
-        best, best_thr, best_mode = seed, -1.0, "pipeline"
+        best_thr = -1.0  # the search's best trial (its stop rule)
+        tried = []  # (stages, mode) of each entry of ``trials``
 
         def trial(stages, mode="pipeline"):
             thr, stage_t = _try(graph, stages, topology, frames, timeout, mode)
+            tried.append((stages, mode))
             trials.append({"pipeline": _describe(stages, mode),
                            "predicted_throughput": metrics(stages, mode)[0],
                            "measured_throughput": thr, "stage_time_s": stage_t})
@@ -450,7 +457,7 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
             for stages in seeds.values():
                 thr = trial(stages)
                 if thr > best_thr * 1.01:
-                    best, best_thr = stages, thr
+                    best_thr = thr
             since = 0
             for stages in _neighbours(P_ne, L_ne, seed, cost, stages_of, W):
                 if _describe(stages) in seeds:
@@ -459,7 +466,7 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
                     break
                 thr = trial(stages)
                 if thr > best_thr * 1.01:
-                    best, best_thr, since = stages, thr, 0
+                    best_thr, since = thr, 0
                 else:
                     since += 1
         # the two fastest single-stage runs (and a single-stage optimum) are measured the
@@ -468,22 +475,27 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
         if len(seed) == 1 and _describe(seed) not in {_describe(x) for x in singles_ranked}:
             singles_ranked.insert(0, seed)
         for stg in singles_ranked:
-            thr = trial(stg)
-            if thr > best_thr:
-                best, best_thr, best_mode = stg, thr, "pipeline"
+            trial(stg)
         for stg in parallel:
-            thr = trial(stg, "parallel")
-            if thr > best_thr:
-                best, best_thr, best_mode = stg, thr, "parallel"
-        # the winner's own trial is the best of several noisy ones (biased upwards): the
-        # prediction is a fresh run of it
-        chosen, chosen_mode = best, best_mode
-        chosen_thr = trial(best, best_mode)
-        trials[-1]["pipeline"] += " (chosen, re-measured)"
-        if best_thr > 0 and abs(chosen_thr - best_thr) > REMEASURE_SPREAD * best_thr:
-            again = trial(best, best_mode)
-            trials[-1]["pipeline"] += " (chosen, measured a third time)"
-            chosen_thr = float(np.median([best_thr, chosen_thr, again]))
+            trial(stg, "parallel")
+        # the best few candidates again, head to head (each trial is a few frames, and the
+        # winner of many noisy trials is biased upwards): the best median of its runs wins
+        runs = {}
+        for t_, (stg, mode) in zip(trials, tried):
+            runs.setdefault(t_["pipeline"], [stg, mode, []])[2].append(
+                t_["measured_throughput"])
+        finalists = sorted(runs.values(), key=lambda r: -max(r[2]))[:PLAYOFF_SIZE]
+        if finalists:
+            for _ in range(PLAYOFF_ROUNDS):
+                for entry in finalists:
+                    entry[2].append(trial(entry[0], entry[1]))
+                    trials[-1]["pipeline"] += " (play-off)"
+            chosen, chosen_mode, ran = max(finalists, key=lambda r: float(np.median(r[2])))
+            chosen_thr = float(np.median(ran))
+            trials.append({"pipeline": _describe(chosen, chosen_mode) + " (chosen)",
+                           "predicted_throughput": metrics(chosen, chosen_mode)[0],
+                           "measured_throughput": chosen_thr,
+                           "measured_runs": [float(r) for r in ran], "stage_time_s": []})
     else:
         key = {"throughput": 0, "latency": 1, "energy": 2}[objective]
         sign = -1.0 if key == 0 else 1.0
