@@ -46,7 +46,7 @@ def test_auto_times_both_then_keeps_the_fastest_of_all_fastest_and_per_node(net_
         while m.chosen_clusters()["choice"] == "measuring":
             np.testing.assert_allclose(m(x.numpy()), ref, rtol=1e-4, atol=1e-4)
             calls += 1
-            assert calls <= 3 * (1 + gm.CHOICE_SAMPLES)
+            assert calls <= gm.CHOICE_MAX_CALLS
         choice = m._choices[pool][(1, pool.limit, gm.emulated_period())]
         ma, mf = choice.medians
         assert ma.shape == mf.shape == (len(m.graph.nodes),)
@@ -140,12 +140,14 @@ def test_fastest_cluster_pool_keeps_the_fastest_cluster_and_its_emulation():
         pool.fastest_cluster_pool()
 
 
-def _feed(c, per_cand):
+def _feed(c, per_cand, order=None):
     """Record calls as dispatched: per_cand maps a candidate to its (node seconds, call
-    seconds) samples, taken in order."""
+    seconds) samples, taken in order; ``order`` collects the candidates dispatched."""
     used = dict.fromkeys(per_cand, 0)
     while not c.decided:
         cand = c.next_candidate()
+        if order is not None:
+            order.append(cand)
         if used[cand] >= len(per_cand[cand]):
             return c
         nodes, whole = per_cand[cand][used[cand]]
@@ -155,15 +157,21 @@ def _feed(c, per_cand):
 
 
 def test_choice_rule():
-    n = gm.CHOICE_SAMPLES + 1
-    # node 0 gains 10% alone, node 1 1% (under the margin), node 2 loses: a mix, timed as a
-    # whole; the first call of each candidate (plans) is not counted
-    all_s = [([9.0, 9.0, 9.0], 27.0)] + [([1.0, 1.0, 1.0], 3.0)] * (n - 1)
-    fast_s = [([0.9, 0.99, 1.5], 3.39)] * n
+    S = gm.CHOICE_SAMPLES
+    n = S + 1
+    # node 0 gains 10% alone, node 1 1% (under the margin), node 2 loses: a mix, then the mix,
+    # all and fastest in turn; the first call of each candidate (plans) is not counted
+    all_s = [([9.0, 9.0, 9.0], 27.0)] + [([1.0, 1.0, 1.0], 3.0)] * (n - 1 + S)
+    fast_s = [([0.9, 0.99, 1.5], 3.39)] * (n + S)
+    order = []
     c = _feed(gm._Choice(), {"all": all_s, "fastest": fast_s,
-                             "per node": [(None, 2.95)] * n})
+                             "per node": [(None, 2.95)] * n}, order)
     assert c.per_node == (True, False, False)
     assert c.decided and c.choice == "per node" and c.on_fastest == (True, False, False)
+    # step 1 alternates; step 2 runs the mix (first call uncounted) and then the three in turn
+    assert order[:2 * n] == ["all", "fastest"] * n
+    assert order[2 * n:] == ["per node"] + ["per node", "all", "fastest"] * S
+    assert len(order) == gm.CHOICE_MAX_CALLS
     rep = c.report()
     assert rep == {"choice": "per node", "all_s": 3.0, "fastest_s": 3.39, "per_node_s": 2.95,
                    "nodes_on_fastest": 1, "rechecks": 0}
@@ -171,14 +179,21 @@ def test_choice_rule():
     c = _feed(gm._Choice(), {"all": all_s, "fastest": fast_s,
                              "per node": [(None, 3.2)] * n})
     assert c.choice == "all" and c.on_fastest == (False, False, False)
+    # the machine slowed between the steps: step 2's calls, taken together, decide
+    c = _feed(gm._Choice(), {"all": all_s[:n] + [(None, 4.0)] * S,
+                             "fastest": fast_s[:n] + [(None, 3.5)] * S,
+                             "per node": [(None, 3.6)] * n})
+    assert c.choice == "fastest" and c.on_fastest == (True, True, True)
+    assert c.report()["all_s"] == 4.0 and c.report()["per_node_s"] == 3.6
     # every node faster alone: no mixed phase, the faster whole call wins
     c = _feed(gm._Choice(), {"all": [([1.0, 1.0], 2.0)] * n,
                              "fastest": [([0.5, 0.5], 1.1)] * n})
     assert c.per_node is None and c.choice == "fastest" and c.on_fastest == (True, True)
     # medians: one slow sample (a stall) does not decide
-    c = _feed(gm._Choice(), {"all": [([1.0, 1.0], 2.0)] * n,
-                             "fastest": [([0.9, 2.0], 2.9), ([5.0, 2.0], 7.0),
-                                         ([0.9, 2.0], 2.9), ([0.9, 2.0], 2.9)],
+    stall = [([0.9, 2.0], 2.9)] * n
+    stall[2] = ([5.0, 2.0], 7.0)
+    c = _feed(gm._Choice(), {"all": [([1.0, 1.0], 2.0)] * (n + S),
+                             "fastest": stall + [(None, 2.9)] * S,
                              "per node": [(None, 1.9)] * n})
     assert c.per_node == (True, False) and c.choice == "per node"
     # not enough calls yet

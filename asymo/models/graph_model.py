@@ -53,15 +53,15 @@ MAX_ARENA_BYTES = 16 << 30
 #: ``GraphModel.cluster_choice`` values: "auto" (measured, see `_Choice`), "all" (every
 #: cluster of the pool), "fastest" (the pool's fastest cluster alone).
 CLUSTER_CHOICES = ("auto", "all", "fastest")
-#: Timed calls per candidate before "auto" decides (each candidate's first call, which makes
+#: Timed calls per candidate in each phase of "auto" (each candidate's first call, which makes
 #: its plans, is not counted).
-CHOICE_SAMPLES = 3
+CHOICE_SAMPLES = 5
 #: "auto" runs a node on the fastest cluster alone only when its median there is this much
 #: lower.
 CHOICE_MARGIN = 0.03
-#: The most calls "auto" takes to decide: both candidates, then the per-node mix, each with
-#: one uncounted call and CHOICE_SAMPLES timed ones.
-CHOICE_MAX_CALLS = 3 * (1 + CHOICE_SAMPLES)
+#: The most calls "auto" takes to decide: both candidates with one uncounted call and
+#: CHOICE_SAMPLES timed ones each, then the three in turn (the mix's first call uncounted).
+CHOICE_MAX_CALLS = 2 * (1 + CHOICE_SAMPLES) + 1 + 3 * CHOICE_SAMPLES
 #: Once "auto" has decided, every call of the kept candidate is timed; when the median of
 #: CHOICE_RECHECK_CALLS of them is more than CHOICE_RECHECK_MARGIN above the best median
 #: another candidate had when the choice was made, the choice is measured again (the machine
@@ -558,9 +558,12 @@ class _Choice:
        ("fastest"), timing every node and the whole call, until each has CHOICE_SAMPLES timed
        calls (its first call makes plans and is not counted);
     2. each node is placed where its median was lower (on the fastest cluster alone only when
-       CHOICE_MARGIN lower); if that mixes the two, CHOICE_SAMPLES + 1 calls run the mix
-       ("per node"; moving between pools costs what node times do not show);
-    3. the candidate with the lowest median call is kept;
+       CHOICE_MARGIN lower); if that mixes the two, the mix ("per node"; moving between pools
+       costs what node times do not show), "all" and "fastest" run in turn until each has
+       CHOICE_SAMPLES more timed calls, so the three are compared over the same stretch of
+       time (a machine whose speed drifts favours no candidate);
+    3. the candidate with the lowest median call (of step 2's calls when it ran, else step
+       1's) is kept;
     4. the kept candidate's calls go on being timed (`observe`): a median of
        CHOICE_RECHECK_CALLS calls more than CHOICE_RECHECK_MARGIN above another candidate's
        median from step 3 starts the choice again, with the check's window doubled.
@@ -578,7 +581,8 @@ class _Choice:
         self.recent = []  # the kept candidate's call seconds since the last check
         self.calls = dict.fromkeys(self.CANDIDATES, 0)
         self.node_samples = {"all": [], "fastest": []}
-        self.call_samples = {c: [] for c in self.CANDIDATES}
+        self.call_samples = {c: [] for c in self.CANDIDATES}  # step 1 (per node: step 2)
+        self.final_samples = None  # step 2's call seconds per candidate, when it runs
         self.per_node = None  # the node placement of step 2 (True: fastest cluster alone)
         self.medians = None  # per-node medians (all, fastest)
         self.choice = None
@@ -592,35 +596,45 @@ class _Choice:
     def next_candidate(self):
         if self.per_node is None:
             cand = "all" if self.calls["all"] <= self.calls["fastest"] else "fastest"
-        else:
-            cand = "per node"
+        else:  # in turn, the mix first (its first call is not counted)
+            cand = min(self.CANDIDATES,
+                       key=lambda c: (len(self.final_samples[c]), c != "per node"))
         self.calls[cand] += 1
         return cand
 
     def record(self, cand, node_seconds, call_seconds):
         if self.decided:
             return
+        if self.per_node is not None:  # step 2
+            if cand == "per node" and not self.call_samples[cand]:
+                self.call_samples[cand].append(None)  # the mix's first call: bindings
+                return
+            self.final_samples[cand].append(call_seconds)
+            if min(len(v) for v in self.final_samples.values()) < CHOICE_SAMPLES:
+                return
+            self._decide(self.final_samples)
+            return
         if not self.call_samples[cand]:  # its first call: plans and bindings, not counted
             self.call_samples[cand].append(None)
             return
         self.call_samples[cand].append(call_seconds)
-        if cand in self.node_samples:
-            self.node_samples[cand].append(np.asarray(node_seconds, dtype=np.float64))
-        timed = {c: [t for t in v if t is not None] for c, v in self.call_samples.items()}
-        if self.per_node is None:
-            if min(len(v) for v in self.node_samples.values()) < CHOICE_SAMPLES:
-                return
-            ma, mf = (np.median(np.stack(self.node_samples[k]), axis=0)
-                      for k in ("all", "fastest"))
-            self.medians = ma, mf
-            sel = mf < (1 - CHOICE_MARGIN) * ma
-            ran = (ma > 0) | (mf > 0)
-            if sel.any() and not sel[ran].all():
-                self.per_node = tuple(bool(v) for v in sel)
-                return
-        elif len(timed["per node"]) < CHOICE_SAMPLES:
+        self.node_samples[cand].append(np.asarray(node_seconds, dtype=np.float64))
+        if min(len(v) for v in self.node_samples.values()) < CHOICE_SAMPLES:
             return
-        med = {c: float(np.median(v)) for c, v in timed.items() if v}
+        ma, mf = (np.median(np.stack(self.node_samples[k]), axis=0)
+                  for k in ("all", "fastest"))
+        self.medians = ma, mf
+        sel = mf < (1 - CHOICE_MARGIN) * ma
+        ran = (ma > 0) | (mf > 0)
+        if sel.any() and not sel[ran].all():
+            self.per_node = tuple(bool(v) for v in sel)
+            self.final_samples = {c: [] for c in self.CANDIDATES}
+            return
+        self._decide({c: [t for t in v if t is not None]
+                      for c, v in self.call_samples.items()})
+
+    def _decide(self, samples):
+        med = {c: float(np.median(v)) for c, v in samples.items() if v}
         self.choice = min(med, key=med.get)
         self.choice_medians = med
         n = len(self.medians[0])
@@ -645,8 +659,11 @@ class _Choice:
         return True
 
     def report(self):
-        timed = {c: [t for t in v if t is not None] for c, v in self.call_samples.items()}
-        med = {c: (float(np.median(v)) if v else None) for c, v in timed.items()}
+        if self.choice_medians is not None:
+            med = {c: self.choice_medians.get(c) for c in self.CANDIDATES}
+        else:
+            timed = {c: [t for t in v if t is not None] for c, v in self.call_samples.items()}
+            med = {c: (float(np.median(v)) if v else None) for c, v in timed.items()}
         return {"choice": self.choice or "measuring", "all_s": med["all"],
                 "fastest_s": med["fastest"], "per_node_s": med["per node"],
                 "nodes_on_fastest": (int(sum(self.on_fastest)) if self.decided else None),
