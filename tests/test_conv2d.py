@@ -387,7 +387,7 @@ def _forced_implicit(blocks=None, isa=None, split_dim=None):
 
     saved = (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache, conv_mod.INDIRECT)
 
-    def forced(m, k, n, dtype, pool):
+    def forced(m, k, n, dtype, pool, **_):
         return plan_gemm(m, k, n, np.dtype(dtype).name, pool, kind="mm", blocks=blocks,
                          isa=isa, split_dim=split_dim)
 
@@ -503,6 +503,35 @@ def test_both_im2col_methods_on_a_packed_gemm_layer(method, monkeypatch):
         _close(y, reference.conv2d(x, w, b, 1, 1, 1, 1, "relu"), dt)
     plans = [p for per in conv_mod._plan_cache.values() for p in per.values()]
     assert plans and all((p.implicit is not None) == (method == "implicit") for p in plans)
+
+
+def test_implicit_products_split_columns_between_clusters(two_cluster_pool, monkeypatch):
+    """A product that packs B from the image is split along N (each cluster packs only its
+    own columns) once N is a fair fraction of M; along M, every cluster would pack all of B."""
+    import asymo.ops.conv as conv_mod
+    from asymo.ops.conv_gemm import IMPLICIT_N_SPLIT_MIN, plan_conv_gemm
+
+    pool = two_cluster_pool
+    m, k, n = 256, 2304, 196  # ResNet-50 layer3.0 conv2: 3x3 stride 2, 28 -> 14
+    assert n >= IMPLICIT_N_SPLIT_MIN * m
+    assert plan_conv_gemm(m, k, n, np.float32, pool).split_dim == "M"
+    plan = plan_conv_gemm(m, k, n, np.float32, pool, packs_b=True)
+    assert plan.split_dim == "N" and plan.kind == "mm"
+    ranges = [b - a for a, b in plan.cluster_ranges]
+    assert sum(ranges) == n and ranges[1] > 0 and ranges[0] > ranges[1]
+    # few columns for many rows (layer4.0 conv2, 7x7 outputs): stays split along M
+    assert plan_conv_gemm(512, 4608, 49, np.float32, pool, packs_b=True).split_dim == "M"
+    # the layer through conv2d: its implicit product splits along N, the result is right
+    monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(conv_mod, "INDIRECT", "off")
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((1, 256, 28, 28)).astype(np.float32)
+    w = (rng.standard_normal((256, 256, 3, 3)) / 48).astype(np.float32)
+    b = rng.standard_normal(256).astype(np.float32)
+    y = conv2d(x, w, b, 2, 1, 1, 1, activation="relu", pool=pool)
+    _close(y, reference.conv2d(x, w, b, 2, 1, 1, 1, "relu"), np.float32)
+    used = _implicit_plans(conv_mod)
+    assert used and all(ch[2].split_dim == "N" for p in used for ch in p.implicit)
 
 
 def test_small_jobs_run_on_the_fastest_cluster_alone(two_cluster_pool, monkeypatch):

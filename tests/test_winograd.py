@@ -244,6 +244,34 @@ def test_two_cluster_pool(force_tile):
     check_bound(y, x, w, ((1, 1), (1, 1)), 4, None, res, "relu")
 
 
+@pytest.mark.parametrize("speed, tasks, counts", [(0.5, 3, [2, 1]), (0.33, 2, [2, 0]),
+                                                   (None, 2, None)])
+def test_few_tasks_are_cut_so_the_slower_cluster_is_not_last(speed, tasks, counts):
+    """Two channel blocks on a fast and a half-speed core would give each one (the job as slow
+    as on the fast core alone): a third block lets the split follow capacity. A job that rounds
+    to the fastest cluster alone is left so."""
+    from asymo.hw.topology import Cluster, Topology, parse_spec
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two usable cores")
+    top = (parse_spec(f"big:{cpus[0]}@1.0,little:{cpus[1]}@{speed}") if speed
+           else Topology(clusters=(Cluster("c0", tuple(cpus[:2]), capacity=1.0),)))
+    xshape, wshape = (1, 512, 7, 7), (512, 512, 3, 3)
+    with asymo.Pool(topology=top) as pool:
+        plan = winograd.WinogradPlan(pool, xshape, wshape, ((1, 1), (1, 1)), 2, None)
+        assert plan.ntasks == tasks
+        assert (None if plan.counts is None else list(plan.counts[0:2])) == counts
+        if speed == 0.5:  # the three channel blocks give the right answer
+            rng = np.random.default_rng(12)
+            x = rng.standard_normal(xshape).astype(np.float32)
+            w = rng.standard_normal(wshape).astype(np.float32)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(conv_mod, "WINOGRAD", 2)
+                y = conv2d(x, w, padding=1, pool=pool)
+            check_bound(y, x, w, ((1, 1), (1, 1)), 2)
+
+
 def test_transform_weights_reference_identity():
     """A^T [(G g G^T) (.) (B^T d B)] A equals the 3x3 correlation on one tile (float64)."""
     rng = np.random.default_rng(4)

@@ -756,7 +756,7 @@ def _implicit_chunks(pool, m, k, oh, ow, dtype):
         n0, n1 = r0 * ow, min(oh, r0 + rows) * ow
         gp = plans.get(n1 - n0)
         if gp is None:
-            gp = plans[n1 - n0] = plan_conv_gemm(m, k, n1 - n0, dtype, pool)
+            gp = plans[n1 - n0] = plan_conv_gemm(m, k, n1 - n0, dtype, pool, packs_b=True)
         if gp.kind != "mm" or gp.split_dim not in ("M", "N") or gp.nbatch != 1:
             return None
         chunks.append((n0, n1, gp, pool is None))

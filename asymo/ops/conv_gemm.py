@@ -27,15 +27,27 @@ __all__ = ["plan_conv_gemm", "column_split", "matmul_into"]
 #: plane 56 columns instead of 64) and measured faster there (docs/tuning.md).
 PREFER_AVX512 = False
 
+#: A convolution whose GEMM packs B from the image (implicit im2col: a gather per element) is
+#: split between clusters along N (output pixels) rather than M (output channels) when N is
+#: at least this fraction of M. Split along M, every cluster packs all of B, the slower ones
+#: at their speed; split along N, each packs its own columns and reads all of the (prepacked)
+#: weights, a plain stream. docs/tuning.md has the measurements.
+IMPLICIT_N_SPLIT_MIN = 0.25
 
-def plan_conv_gemm(m, k, n, dtype, pool):
+
+def plan_conv_gemm(m, k, n, dtype, pool, *, packs_b=False):
     """The (cached) GEMM plan for ``(m x k) @ (k x n)`` on ``pool``: calibrated when
     ``asymo calibrate`` made a profile for this CPU (`asymo.plan_matmul`), else the default
-    (the AVX-512 kernels for packed products when `PREFER_AVX512` is set)."""
+    (the AVX-512 kernels for packed products when `PREFER_AVX512` is set). ``packs_b``: the
+    product packs B from the image (implicit im2col; see `IMPLICIT_N_SPLIT_MIN`)."""
     dname = np.dtype(dtype).name
     # (a small GEMM's plan already runs on the fastest cluster alone: asymo.plan.split_cost, the
     # rule matmul uses, decides inside the planners)
     plan = _plan_matmul(m, k, n, dname, pool=pool)
+    if packs_b and _split_columns(plan, m, n):
+        ratio = getattr(plan, "ratio", None)
+        plan = _plan_gemm(m, k, n, dname, pool, isa=plan.isa, split_dim="N",
+                          split=[float(r) for r in ratio] if ratio else None)
     if (PREFER_AVX512 and plan.kind == "mm" and plan.isa != "avx512"
             and getattr(plan, "source", "default") == "default"
             and plan.split_dim in ("M", "N") and "avx512" in _supported_isas()):
@@ -45,6 +57,21 @@ def plan_conv_gemm(m, k, n, dtype, pool):
             split = [1.0] + [0.0] * (len(plan.cluster_ranges) - 1)   # kept on the fastest
         plan = _plan_gemm(m, k, n, dname, pool, isa="avx512", split=split)
     return plan
+
+
+def _split_columns(plan, m, n):
+    """Whether an implicit-im2col product split along M between clusters should be split
+    along N instead: a slower cluster has a share, and N is wide enough for every cluster to
+    get whole micro-tiles of columns."""
+    if plan.kind != "mm" or plan.split_dim != "M" or plan.nbatch != 1:
+        return False
+    shared = [b - a for a, b in plan.cluster_ranges]
+    if len(shared) < 2 or not any(shared[1:]):
+        return False
+    from asymo.plan.gemm import kernel_tile
+
+    nr = kernel_tile(plan.isa, plan.dtype)[1]
+    return n >= IMPLICIT_N_SPLIT_MIN * m and n >= 2 * nr * sum(1 for x in shared if x)
 
 
 def column_split(plan, n, pool):

@@ -199,6 +199,24 @@ def _drop(key, ref):
 # (docs/winograd.md has the measurements).
 TASKS_PER_WORKER = 4
 CHANNEL_TASKS_PER_WORKER = 1
+# On a pool of several clusters, a job with few tasks is cut into more channel blocks (up to
+# 4x) when, split by capacity, a slower cluster would finish more than this much after an
+# ideal split: two tasks on a fast core and a half-speed one give each one, and the job takes
+# as long as on the fast core alone (ResNet's 7x7 layers, docs/tuning.md). A job that
+# rounds to the fastest cluster alone is left so: a small share on a slowed core measured
+# slower under the emulator (GoogLeNet's 7x7 layers with core 1 at a third).
+SPLIT_BALANCE_TOLERANCE = 0.15
+
+
+def _split_lateness(pool, ntasks):
+    """``(late, cluster)``: how much later than an ideal capacity split (1.0: on time) the
+    last cluster finishes a job of ``ntasks`` equal tasks split by ``pool.split_counts``, and
+    which cluster that is (0: the fastest)."""
+    active = pool.active_workers_per_cluster()
+    rates = [cl.capacity * a for cl, a in zip(pool.topology.clusters, active)]
+    counts = pool.split_counts(ntasks)
+    finish, last = max((cnt / r, -i) for i, (cnt, r) in enumerate(zip(counts, rates)) if cnt)
+    return finish * sum(rates) / ntasks, -last
 
 
 class WinogradPlan:
@@ -256,14 +274,22 @@ class WinogradPlan:
         kpanels = -(-k // MR)
         blocks = n * int(job.tile_blocks)
         want_k = CHANNEL_TASKS_PER_WORKER * workers if workers > 1 else 1
-        kb = max(1, min(-(-want_k // blocks), kpanels // 4 if kpanels >= 8 else 1))
+        kmax = kpanels // 4 if kpanels >= 8 else 1
+        kb = max(1, min(-(-want_k // blocks), kmax))
+        flops = 2.0 * n * k * c * (tile + 2) ** 2 * ntiles
+        fastest = _split_cost.pool_fastest_only(pool, flops, "depthwise")
+        if pool.nclusters > 1 and not fastest:
+            late, who = _split_lateness(pool, blocks * kb)
+            if late > 1 + SPLIT_BALANCE_TOLERANCE and who > 0:
+                for more in range(kb + 1, min(kmax, 4 * kb) + 1):
+                    if _split_lateness(pool, blocks * more)[0] <= 1 + SPLIT_BALANCE_TOLERANCE:
+                        kb = more
+                        break
         per = -(-kpanels // kb) * MR
         job.k_per_block = per
         job.k_blocks = -(-k // per)
         job.method = method
         self.ntasks = n * int(job.tile_blocks) * int(job.k_blocks)
-        flops = 2.0 * n * k * c * (tile + 2) ** 2 * ntiles
-        fastest = _split_cost.pool_fastest_only(pool, flops, "depthwise")
         if pool.nclusters <= 1:
             self.counts = None
         else:
