@@ -31,6 +31,15 @@ def net_and_input():
     return net, x, ref
 
 
+def _call_until_decided(m, x, ref):
+    """Call ``m`` until "auto" has decided, each answer right, within CHOICE_MAX_CALLS."""
+    calls = 0
+    while m.chosen_clusters()["choice"] == "measuring":
+        np.testing.assert_allclose(m(x.numpy()), ref, rtol=1e-4, atol=1e-4)
+        calls += 1
+        assert calls <= gm.CHOICE_MAX_CALLS
+
+
 def _tasks(pool):
     return sum(w["tasks_run"] for w in pool.stats()["workers"])
 
@@ -42,11 +51,7 @@ def test_auto_times_both_then_keeps_the_fastest_of_all_fastest_and_per_node(net_
         m = asymo.from_torch(net, x, pool=pool)
         assert m.cluster_choice == "auto"
         assert m.chosen_clusters()["choice"] == "measuring"
-        calls = 0
-        while m.chosen_clusters()["choice"] == "measuring":
-            np.testing.assert_allclose(m(x.numpy()), ref, rtol=1e-4, atol=1e-4)
-            calls += 1
-            assert calls <= gm.CHOICE_MAX_CALLS
+        _call_until_decided(m, x, ref)
         choice = m._choices[pool][(1, pool.limit, gm.emulated_period())]
         ma, mf = choice.medians
         assert ma.shape == mf.shape == (len(m.graph.nodes),)
@@ -168,6 +173,7 @@ def test_choice_rule():
                              "per node": [(None, 2.95)] * n}, order)
     assert c.per_node == (True, False, False)
     assert c.decided and c.choice == "per node" and c.on_fastest == (True, False, False)
+    assert not c.wants_node_times and gm._Choice().wants_node_times  # step 1 only
     # step 1 alternates; step 2 runs the mix (first call uncounted) and then the three in turn
     assert order[:2 * n] == ["all", "fastest"] * n
     assert order[2 * n:] == ["per node"] + ["per node", "all", "fastest"] * S
@@ -217,6 +223,10 @@ def test_a_decided_choice_is_measured_again_when_its_calls_slow_down():
     assert seen[-1] and not any(seen[:-1])
     assert not c.decided and c.rechecks == 1 and c.report()["choice"] == "measuring"
     assert not c.observe(9.0)  # (calls while measuring are not checked)
+    # a call dispatched before the restart (step 2: no node times) is not a step-1 sample
+    c.record("per node", None, 1.0)
+    c.record("all", None, 1.0)
+    assert c.call_samples == {"all": [], "fastest": [], "per node": []}
     # decided again, from the new measurements; the next check needs twice the calls
     c = _feed(c, {"all": [([1.0, 1.0], 2.0)] * n, "fastest": [([1.5, 1.5], 3.0)] * n})
     assert c.choice == "all" and c.rechecks == 1 and c.report()["rechecks"] == 1
@@ -242,9 +252,5 @@ def test_a_model_measures_its_choice_again_and_keeps_answering(net_and_input):
         while choice.decided:
             choice.observe(slow)
         assert m.chosen_clusters()["choice"] == "measuring"
-        calls = 0
-        while m.chosen_clusters()["choice"] == "measuring":
-            np.testing.assert_allclose(m(x.numpy()), ref, rtol=1e-4, atol=1e-4)
-            calls += 1
-            assert calls <= gm.CHOICE_MAX_CALLS
+        _call_until_decided(m, x, ref)
         assert m.chosen_clusters()["rechecks"] == 1

@@ -593,6 +593,11 @@ class _Choice:
     def decided(self):
         return self.on_fastest is not None
 
+    @property
+    def wants_node_times(self):
+        """Whether a call dispatched now should time every node (step 1 places nodes)."""
+        return self.per_node is None
+
     def next_candidate(self):
         if self.per_node is None:
             cand = "all" if self.calls["all"] <= self.calls["fastest"] else "fastest"
@@ -614,6 +619,8 @@ class _Choice:
                 return
             self._decide(self.final_samples)
             return
+        if cand not in self.node_samples or node_seconds is None:
+            return  # dispatched before a re-check restarted the choice
         if not self.call_samples[cand]:  # its first call: plans and bindings, not counted
             self.call_samples[cand].append(None)
             return
@@ -903,8 +910,9 @@ class GraphModel(spec.LayerChain):
     def _target(self, pool, batch):
         """Where this call runs: ``(fastest, on_fastest, trial)`` for `_Instance.run` (None,
         None: the whole pool; a pool, None: its fastest cluster alone) and ``(choice,
-        candidate)`` when the call is one of "auto"'s timed ones, ``(choice, None)`` once
-        "auto" has decided (the call is timed for `_Choice.observe`), else None."""
+        candidate, per-node times wanted)`` when the call is one of "auto"'s timed ones,
+        ``(choice, None, False)`` once "auto" has decided (the call is timed for
+        `_Choice.observe`), else None."""
         mode = self._cluster_choice
         # a capped pool (threadpoolctl) is run as capped
         if pool.nclusters == 1 or mode == "all" or pool.limit < pool.nworkers:
@@ -915,11 +923,11 @@ class GraphModel(spec.LayerChain):
         with self._lock:
             choice = self._choices.setdefault(pool, {}).setdefault(key, _Choice())
             if choice.decided:  # (its calls are still timed: _Choice.observe)
-                where, trial = choice.choice, (choice, None)
+                where, trial = choice.choice, (choice, None, False)
                 mix = choice.on_fastest
             else:
                 where = choice.next_candidate()
-                trial, mix = (choice, where), choice.per_node
+                trial, mix = (choice, where, choice.wants_node_times), choice.per_node
         if where == "all":
             return None, None, trial
         return pool.fastest_cluster_pool(), (mix if where == "per node" else None), trial
@@ -1000,7 +1008,9 @@ class GraphModel(spec.LayerChain):
             with hold(pool if pool is not None else self.pool) as held:
                 fastest, on_fastest, trial = self._target(held, batch)
                 timed = trial is not None and trial[1] is not None
-                times = [0.0] * len(g.nodes) if timed else None
+                # every node timed only where the choice reads node times (step 1): two clock
+                # reads a node, which the calls it compares with do not pay
+                times = [0.0] * len(g.nodes) if timed and trial[2] else None
                 t0 = time.perf_counter()
                 inst.run(0, len(g.nodes) - 1, held, fastest=fastest, on_fastest=on_fastest,
                          times=times)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from asymo.ops.matmul import matmul as _matmul
+from asymo.plan.gemm import kernel_tile as _kernel_tile
 from asymo.plan.gemm import plan_gemm as _plan_gemm
 from asymo.plan.gemm import supported_isas as _supported_isas
 from asymo.plan.matmul import plan_matmul as _plan_matmul
@@ -68,9 +69,7 @@ def _split_columns(plan, m, n):
     shared = [b - a for a, b in plan.cluster_ranges]
     if len(shared) < 2 or not any(shared[1:]):
         return False
-    from asymo.plan.gemm import kernel_tile
-
-    nr = kernel_tile(plan.isa, plan.dtype)[1]
+    nr = _kernel_tile(plan.isa, plan.dtype)[1]
     return n >= IMPLICIT_N_SPLIT_MIN * m and n >= 2 * nr * sum(1 for x in shared if x)
 
 

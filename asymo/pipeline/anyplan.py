@@ -427,11 +427,11 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
     chosen, chosen_thr, chosen_mode = seed, float("nan"), "pipeline"
     if objective == "throughput" and search:
         best_thr = -1.0  # the search's best trial (its stop rule)
-        tried = []  # (stages, mode) of each entry of ``trials``
+        runs = {}  # description -> [stages, mode, measured rates]
 
         def trial(stages, mode="pipeline"):
             thr, stage_t = _try(graph, stages, topology, frames, timeout, mode)
-            tried.append((stages, mode))
+            runs.setdefault(_describe(stages, mode), [stages, mode, []])[2].append(thr)
             trials.append({"pipeline": _describe(stages, mode),
                            "predicted_throughput": metrics(stages, mode)[0],
                            "measured_throughput": thr, "stage_time_s": stage_t})
@@ -480,15 +480,11 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
             trial(stg, "parallel")
         # the best few candidates again, head to head (each trial is a few frames, and the
         # winner of many noisy trials is biased upwards): the best median of its runs wins
-        runs = {}
-        for t_, (stg, mode) in zip(trials, tried):
-            runs.setdefault(t_["pipeline"], [stg, mode, []])[2].append(
-                t_["measured_throughput"])
         finalists = sorted(runs.values(), key=lambda r: -max(r[2]))[:PLAYOFF_SIZE]
         if finalists:
             for _ in range(PLAYOFF_ROUNDS):
-                for entry in finalists:
-                    entry[2].append(trial(entry[0], entry[1]))
+                for stg, mode, _ran in finalists:
+                    trial(stg, mode)  # (appends to the finalist's own runs)
                     trials[-1]["pipeline"] += " (play-off)"
             chosen, chosen_mode, ran = max(finalists, key=lambda r: float(np.median(r[2])))
             chosen_thr = float(np.median(ran))
