@@ -471,6 +471,31 @@ def test_threadpoolctl_lists_and_caps_pools():
         assert extra.limit == extra.nworkers
 
 
+def test_threadpoolctl_restores_no_cap_with_only_narrow_pools_open():
+    """A block that limits another library (BLAS) reads asymo's limit and writes it back on
+    exit: with only a one-worker pool open, that must not become a cap on later pools."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    if not hasattr(threadpoolctl, "register"):
+        pytest.skip("threadpoolctl without plug-in controllers")
+    import asymo.runtime.pool as pool_mod
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cpus in the affinity mask")
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    pool_mod.reset_default_pool()  # (the next get_pool makes a new one)
+    try:
+        with make_pool(f"c0:{cpu}@1.0", "asymo") as narrow:
+            assert max(p.nworkers for p in pool_mod._live_pools if not p.closed) == 1
+            assert pool_mod.get_thread_limit() >= 2  # the cpus, not the narrow pool
+            with threadpoolctl.threadpool_limits(1, user_api="blas"):
+                pass
+            assert pool_mod._global_limit is None and narrow.limit == 1
+        with make_pool("c0:0-1@1.0", "asymo") as later:
+            assert later.limit == later.nworkers == 2
+    finally:
+        pool_mod.set_thread_limit(None)
+
+
 def test_worker_index_across_pools():
     with make_pool("c0:0-1@1.0", "even") as a, make_pool("c0:0-1@1.0", "even") as b:
         seen = []

@@ -892,12 +892,14 @@ def set_thread_limit(limit):
 
 
 def get_thread_limit():
-    """The most workers any pool may use: the cap, else the widest open pool (else the
-    number of cpus ``topology.detect()`` reports). This is threadpoolctl's ``num_threads``."""
+    """The most workers any pool may use: the cap, else the widest of the open pools and the
+    cpus ``topology.detect()`` reports -- the width `set_thread_limit` reads as no cap, so
+    threadpoolctl, restoring what it read here, restores no cap. (With only narrower pools
+    open, the widest pool's width would have come back as a cap on every later pool.) This is
+    threadpoolctl's ``num_threads``."""
     if _global_limit is not None:
         return _global_limit
-    widths = [p.nworkers for p in list(_live_pools) if not p.closed]
-    return max(widths) if widths else detect().ncpus
+    return max([p.nworkers for p in list(_live_pools) if not p.closed] + [detect().ncpus])
 
 
 def _register_threadpoolctl():
