@@ -21,9 +21,9 @@ Three steps, each measured on this machine:
    the runtime too. So does paper 001's parallel design over any executor (``mode ==
    "parallel"``): every cluster, or every core, runs whole frames on its fastest executor,
    frames going to whichever group is free (throughput only: a frame's latency is that of
-   the group it ran on). The best few by their trial then run again, head to head, in turn
-   (``PLAYOFF_SIZE``, ``PLAYOFF_ROUNDS``); the best median of its runs wins and is the
-   prediction.
+   the group it ran on). The best few by their trial, and the best single-stage run, then
+   run again, head to head, in turn (``PLAYOFF_SIZE``, ``PLAYOFF_ROUNDS``); the best median
+   of its runs wins and is the prediction.
 
 The plan is plain data (``GraphPlan``): the stages (executor, cpus, segment range), the
 predicted throughput / latency / energy, and the measurements behind them.
@@ -48,9 +48,9 @@ __all__ = ["GraphPlan", "GraphStage", "SegmentTimes", "measure_segment_times",
            "measure_transfer_k", "plan_graph_pipeline", "run_in_thread"]
 
 _OBJECTIVES = ("throughput", "latency", "energy")
-#: After the search, the best ``PLAYOFF_SIZE`` distinct candidates by their trial are run
-#: again head to head, ``PLAYOFF_ROUNDS`` rounds in turn; the plan with the best median over all
-#: its runs is chosen and that median is its prediction. A trial is a few frames: one lucky
+#: After the search, the best ``PLAYOFF_SIZE`` distinct candidates by their trial, and the best
+#: single-stage run, are run again head to head, ``PLAYOFF_ROUNDS`` rounds in turn; the plan
+#: with the best median over all its runs is chosen and that median is its prediction. A trial is a few frames: one lucky
 #: trial had chosen a pipeline over ONNX Runtime on every core, and one stalled run (a slowed
 #: core that stops for a while) had become a prediction.
 PLAYOFF_SIZE = 3
@@ -479,8 +479,15 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
         for stg in parallel:
             trial(stg, "parallel")
         # the best few candidates again, head to head (each trial is a few frames, and the
-        # winner of many noisy trials is biased upwards): the best median of its runs wins
+        # winner of many noisy trials is biased upwards): the best median of its runs wins.
+        # The best single-stage run always plays: a pipeline is kept only if it beats the
+        # whole model on one executor in the same rounds (near-identical cuts of one pipeline
+        # could otherwise fill the play-off)
         finalists = sorted(runs.values(), key=lambda r: -max(r[2]))[:PLAYOFF_SIZE]
+        single = max((runs[_describe(stg)] for stg in singles_ranked),
+                     key=lambda r: max(r[2]), default=None)
+        if single is not None and all(f is not single for f in finalists):
+            finalists.append(single)
         if finalists:
             for _ in range(PLAYOFF_ROUNDS):
                 for stg, mode, _ran in finalists:
