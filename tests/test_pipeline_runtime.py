@@ -290,3 +290,58 @@ def test_pipe_search_on_the_runtime_finds_the_balanced_split():
     assert groups == [(C0,), (C1,)]
     assert res.best in ((4, 2), (5, 1)) and res.rank > 1
     assert len(res.trials) <= W - 1
+
+
+def test_steady_outputs_leave_out_the_drain():
+    from asymo.pipeline.runtime import _steady_outputs
+    # outputs every 30 ms while the first stage works (until t = 0.1), then every 10 ms
+    t_out = [0.03, 0.06, 0.09, 0.10, 0.11, 0.12]
+    ts = _steady_outputs(t_out, 0.095)
+    np.testing.assert_allclose(ts, [0.03, 0.06, 0.09])
+    assert (len(ts) - 1) / (ts[-1] - ts[0]) == pytest.approx(1 / 0.03)
+    # too few outputs in the window (fewer than two intervals), or no first stage: all of them
+    np.testing.assert_allclose(_steady_outputs(t_out, 0.065), t_out)
+    np.testing.assert_allclose(_steady_outputs(t_out[::-1], None), t_out)
+
+
+class SharedResourceModel(SleepModel):
+    """A two-stage model whose last layer takes ``shared`` x longer while the other stage is
+    computing (stages that share memory bandwidth or caches): only the drain, with the first
+    stage idle, runs it at full speed."""
+
+    def __init__(self, times, shared):
+        super().__init__(times)
+        self.shared = shared
+        self.first_busy = threading.Event()
+
+    def run_layers(self, x, first, last, *, pool=None):
+        if first == 0:
+            self.first_busy.set()
+            try:
+                return super().run_layers(x, first, last, pool=pool)
+            finally:
+                self.first_busy.clear()
+        for i in range(first, last + 1):
+            t_end = time.perf_counter() + self.times[i]
+            while time.perf_counter() < t_end:
+                # progress at 1 / shared of the rate while the first stage runs
+                time.sleep(0.001)
+                if self.first_busy.is_set():
+                    t_end += 0.001 * (1 - 1 / self.shared)
+            x = x + 1
+        return x
+
+
+@two_cpus
+def test_pipeline_throughput_is_the_rate_with_every_stage_busy():
+    """The last stage is the bottleneck, and slower while the first runs: the steady rate is
+    the slowed one, not the faster spacing of the outputs after the first stage ran dry."""
+    m = SharedResourceModel([0.01, 0.02], shared=3.0)
+    with Pipeline(m, [((C0,), (0, 0)), ((C1,), (1, 1))], topology=TOP, timeout=30,
+                  queue_depth=4) as p:
+        y, st = p.run(frames(12))
+    np.testing.assert_array_equal(y, expect(12, 2))
+    # steady: 10 ms of each 20 ms frame of the last stage at a third of its speed, 26.7 ms a
+    # frame (37.5/s; sleeps only overrun). The first stage runs dry 4-5 frames before the end
+    # and those come out every 20 ms: counted, the rate measured 41.4/s.
+    assert st.throughput < 40.0
