@@ -35,6 +35,7 @@ import numba  # noqa: E402
 from numba import njit, prange, types  # noqa: E402
 
 import asymo  # noqa: E402
+import asymo.runtime.pool  # noqa: E402
 from asymo.runtime.ffi import ffi, lib  # noqa: E402
 
 

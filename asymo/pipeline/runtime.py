@@ -86,32 +86,17 @@ def _groups_rate(done, busy):
     return rate if rate > 0 else None
 
 
-def _steady_outputs(t_out, first_stage_done):
-    """The output times of a pipeline's steady state: those before its first stage finished
-    its last frame. After that the later stages drain their queues with the first stage idle,
-    so those outputs come faster than a longer stream would give them (on a machine whose
-    stages share anything: memory, caches, the host). All of them when fewer than three
-    remain (two intervals), or ``first_stage_done`` is None."""
-    t_out = np.sort(np.asarray(t_out, dtype=float))
-    if first_stage_done is None:
-        return t_out
-    steady = t_out[t_out <= first_stage_done]
-    return steady if len(steady) >= 3 else t_out
-
-
 def _stats(n, t_first_start, t_out, t_start, busy, nstages, *, steady=True, counts=None,
-           throughput=None, first_stage_done=None):
-    """``steady``: throughput from the spacing of the outputs (a pipeline's fill excluded, and
-    its drain after ``first_stage_done``: `_steady_outputs`); otherwise frames over the wall
-    time, unless ``throughput`` gives the steady rate. ``counts``: frames each stage ran
-    (default: all)."""
+           throughput=None):
+    """``steady``: throughput from the spacing of the outputs (a pipeline's fill excluded);
+    otherwise frames over the wall time, unless ``throughput`` gives the steady rate.
+    ``counts``: frames each stage ran (default: all)."""
     t_out = np.asarray(t_out)
     wall = float(t_out.max() - t_first_start) if n else 0.0
     if throughput is not None and math.isfinite(throughput) and throughput > 0:
         thr = throughput
     elif steady and n >= 2 and t_out.max() > t_out.min():
-        ts = _steady_outputs(t_out, first_stage_done)
-        thr = (len(ts) - 1) / float(ts[-1] - ts[0])
+        thr = (n - 1) / float(t_out.max() - t_out.min())
     else:
         thr = n / wall if wall > 0 else float("nan")
     lat = t_out - np.asarray(t_start)
@@ -449,7 +434,6 @@ class Pipeline(_Base):
         self._queues = [queue.Queue(maxsize=int(queue_depth)) for _ in range(self.nstages + 1)]
         self._busy = [0.0] * self.nstages
         self._t_start = {}
-        self._first_stage_done = None
         self._run_lock = threading.Lock()
         try:
             self.pools = [self._make_pool(cpus, f"asymo-pipeline-stage{i}")
@@ -519,10 +503,7 @@ class Pipeline(_Base):
                     t0 = time.perf_counter()
                     self._t_start.setdefault(seq, t0)
                     x = self.model.run_layers(x, nxt, last, pool=pool)
-                    t1 = time.perf_counter()
-                    self._busy[i] += t1 - t0
-                    if i == 0:
-                        self._first_stage_done = t1
+                    self._busy[i] += time.perf_counter() - t0
                     nxt = last + 1
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 self._fail(exc, f"stage {i} (cpus {list(self.stage_cpus[i])}) on frame {seq}")
@@ -542,7 +523,6 @@ class Pipeline(_Base):
             self._raise_if_failed()
             self._busy = [0.0] * self.nstages
             self._t_start = {}
-            self._first_stage_done = None  # when the first stage finished its latest frame
 
             def feed():
                 for seq, f in enumerate(frames):
@@ -583,8 +563,7 @@ class Pipeline(_Base):
                 outs.append(x)
                 seqs.append(seq)
         t_start = [self._t_start.get(s, t0) for s in seqs]
-        stats = _stats(len(outs), min(t_start), t_out, t_start, self._busy, self.nstages,
-                       first_stage_done=self._first_stage_done if self.nstages > 1 else None)
+        stats = _stats(len(outs), min(t_start), t_out, t_start, self._busy, self.nstages)
         return np.concatenate(outs, axis=0), stats
 
     def measure(self, frames, layers=None, *, timeout=None):
