@@ -398,14 +398,15 @@ def test_planner_picks_executor_and_cut_per_stage(graph):
 
 
 @pytest.mark.parametrize("parallel_runs, chosen, predicted", [
-    ((10.0, 9.0, 11.0), "parallel", 10.0),   # steady: the best trial stays chosen
+    ((10.0, 9.0, 11.0, 8.0, 9.5, 9.0), "parallel", 9.0),  # steady: the best trial stays chosen
     ((10.0, 3.0, 4.0), "pipeline", 6.0),     # a lucky first trial: the play-off overturns it
-    ((10.0, 30.0, 9.0), "parallel", 10.0),   # one outlier run sets no prediction
+    ((10.0, 30.0, 9.0, 30.0, 10.0, 10.0), "parallel", 10.0),  # one outlier run sets nothing
 ])
-def test_the_best_trials_meet_again_and_the_median_decides(graph, monkeypatch, parallel_runs,
+def test_the_best_trials_meet_again_and_fresh_runs_predict(graph, monkeypatch, parallel_runs,
                                                            chosen, predicted):
     """The best few candidates by their trial are run again, in turn; the plan with the best
-    median over its runs is chosen and that median is its prediction."""
+    median over its runs is chosen, and the median of PREDICT_RUNS fresh runs of it (not of
+    the runs that chose it) is its prediction."""
     from asymo.pipeline import anyplan
     from asymo.pipeline.configs import core_configs
     from asymo.pipeline.table import LayerTimes
@@ -432,17 +433,22 @@ def test_the_best_trials_meet_again_and_the_median_decides(graph, monkeypatch, p
     monkeypatch.setattr(anyplan, "PLAYOFF_SIZE", 2)
     plan = anyplan.plan_graph_pipeline(graph, top, segment_times=st, transfer_k=0.0,
                                        search=True)
+    rounds, fresh = anyplan.PLAYOFF_ROUNDS, anyplan.PREDICT_RUNS
     assert plan.mode == chosen
     assert plan.predicted_throughput == pytest.approx(predicted)
     # the two finalists, and the best single-stage run (5 frames/s: never in the top two),
-    # ran PLAYOFF_ROUNDS more times each, in turn
-    finalists = {d for d, n in calls.items() if n == 1 + anyplan.PLAYOFF_ROUNDS}
+    # ran PLAYOFF_ROUNDS more times each, in turn; then the chosen one PREDICT_RUNS times
+    finalists = {d for d, n in calls.items() if n >= 1 + rounds}
     assert len(finalists) == 3 and plan.describe() in finalists
+    assert calls[plan.describe()] == 1 + rounds + fresh
     assert sum("|" not in d for d in finalists) == 1  # the single-stage run
-    tail = order[-3 * anyplan.PLAYOFF_ROUNDS:]
+    tail = order[-(3 * rounds + fresh):-fresh]
     assert len(set(tail[:3])) == 3 and tail[:3] == tail[3:6]
+    assert order[-fresh:] == [plan.describe()] * fresh
     assert plan.trials[-1]["pipeline"] == plan.describe() + " (chosen)"
     assert plan.trials[-1]["measured_throughput"] == pytest.approx(predicted)
+    assert len(plan.trials[-1]["measured_runs"]) == fresh
+    assert len(plan.trials[-1]["play_off_runs"]) == 1 + rounds
 
 
 @needs_ort
