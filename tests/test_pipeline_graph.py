@@ -417,12 +417,13 @@ def test_the_best_trials_meet_again_and_fresh_runs_predict(graph, monkeypatch, p
     base = np.linspace(1.0, 2.0, len(graph)) * 1e-3
     st = anyplan.SegmentTimes({"ort": LayerTimes(cfgs, np.stack([base, 2 * base], axis=1))},
                               {("ort", (0,)): base.sum()})
-    calls, order = {}, []
+    calls, order, nframes = {}, [], []
 
     def fake_try(graph_, stages, topology, frames, timeout, mode="pipeline"):
         d = anyplan._describe(stages, mode)
         calls[d] = calls.get(d, 0) + 1
         order.append(d)
+        nframes.append(frames)
         if mode == "parallel":
             rate = parallel_runs[calls[d] - 1]
         else:  # every pipeline of stages (and the single-stage run) steady at 6 / 5 / 4...
@@ -445,6 +446,10 @@ def test_the_best_trials_meet_again_and_fresh_runs_predict(graph, monkeypatch, p
     tail = order[-(3 * rounds + fresh):-fresh]
     assert len(set(tail[:3])) == 3 and tail[:3] == tail[3:6]
     assert order[-fresh:] == [plan.describe()] * fresh
+    # the play-off's and the prediction's runs are longer than the search's trials
+    longer = anyplan.PLAYOFF_FRAMES * 8
+    assert nframes[-(3 * rounds + fresh):] == [longer] * (3 * rounds + fresh)
+    assert set(nframes[:-(3 * rounds + fresh)]) == {8}
     assert plan.trials[-1]["pipeline"] == plan.describe() + " (chosen)"
     assert plan.trials[-1]["measured_throughput"] == pytest.approx(predicted)
     assert len(plan.trials[-1]["measured_runs"]) == fresh

@@ -59,6 +59,11 @@ PLAYOFF_ROUNDS = 2
 #: of the runs that chose it: the best of several noisy medians is biased upwards (window 3's
 #: play-off winners were predicted 5-10% above the benchmark's runs of the same plans).
 PREDICT_RUNS = 3
+#: Play-off and prediction runs take this many times the search trials' frames: short runs
+#: rate a pipeline of stages higher than long ones (SqueezeNet's ONNX Runtime | asymo
+#: pipeline, symmetric: 316 frames/s over 8 frames, 295 over 48, medians of 6 rounds), a
+#: single-stage run not, so short runs favour pipelines in a tie.
+PLAYOFF_FRAMES = 2
 
 
 def _time(fn, *, window=0.01, windows=3):
@@ -433,8 +438,8 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
         best_thr = -1.0  # the search's best trial (its stop rule)
         runs = {}  # description -> [stages, mode, measured rates]
 
-        def trial(stages, mode="pipeline"):
-            thr, stage_t = _try(graph, stages, topology, frames, timeout, mode)
+        def trial(stages, mode="pipeline", n=frames):
+            thr, stage_t = _try(graph, stages, topology, n, timeout, mode)
             runs.setdefault(_describe(stages, mode), [stages, mode, []])[2].append(thr)
             trials.append({"pipeline": _describe(stages, mode),
                            "predicted_throughput": metrics(stages, mode)[0],
@@ -495,10 +500,11 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
         if finalists:
             for _ in range(PLAYOFF_ROUNDS):
                 for stg, mode, _ran in finalists:
-                    trial(stg, mode)  # (appends to the finalist's own runs)
+                    trial(stg, mode, PLAYOFF_FRAMES * frames)  # (appends to its own runs)
                     trials[-1]["pipeline"] += " (play-off)"
             chosen, chosen_mode, ran = max(finalists, key=lambda r: float(np.median(r[2])))
-            fresh = [_try(graph, chosen, topology, frames, timeout, chosen_mode)[0]
+            fresh = [_try(graph, chosen, topology, PLAYOFF_FRAMES * frames, timeout,
+                          chosen_mode)[0]
                      for _ in range(PREDICT_RUNS)]
             chosen_thr = float(np.median(fresh))
             trials.append({"pipeline": _describe(chosen, chosen_mode) + " (chosen)",
