@@ -23,7 +23,7 @@ Three steps, each measured on this machine:
    frames going to whichever group is free (throughput only: a frame's latency is that of
    the group it ran on). The best few by their trial, and the best single-stage run, then
    run again, head to head, in turn (``PLAYOFF_SIZE``, ``PLAYOFF_ROUNDS``); the best median
-   of its runs wins, and fresh runs of it (``PREDICT_RUNS``) are the prediction.
+   of those runs wins, and fresh runs of it (``PREDICT_RUNS``) are the prediction.
 
 The plan is plain data (``GraphPlan``): the stages (executor, cpus, segment range), the
 predicted throughput / latency / energy, and the measurements behind them.
@@ -50,7 +50,7 @@ __all__ = ["GraphPlan", "GraphStage", "SegmentTimes", "measure_segment_times",
 _OBJECTIVES = ("throughput", "latency", "energy")
 #: After the search, the best ``PLAYOFF_SIZE`` distinct candidates by their trial, and the best
 #: single-stage run, are run again head to head, ``PLAYOFF_ROUNDS`` rounds in turn; the plan
-#: with the best median over all its runs is chosen. A trial is a few frames: one lucky
+#: with the best median over those runs is chosen. A trial is a few frames: one lucky
 #: trial had chosen a pipeline over ONNX Runtime on every core, and one stalled run (a slowed
 #: core that stops for a while) had become a prediction.
 PLAYOFF_SIZE = 3
@@ -498,11 +498,14 @@ def plan_graph_pipeline(graph, topology=None, *, executors=None, objective="thro
         if single is not None and all(f is not single for f in finalists):
             finalists.append(single)
         if finalists:
+            # (the search trial that made a finalist is left out: it was picked for being high)
+            played = [[] for _ in finalists]
             for _ in range(PLAYOFF_ROUNDS):
-                for stg, mode, _ran in finalists:
-                    trial(stg, mode, PLAYOFF_FRAMES * frames)  # (appends to its own runs)
+                for (stg, mode, _ran), got in zip(finalists, played):
+                    got.append(trial(stg, mode, PLAYOFF_FRAMES * frames))
                     trials[-1]["pipeline"] += " (play-off)"
-            chosen, chosen_mode, ran = max(finalists, key=lambda r: float(np.median(r[2])))
+            (chosen, chosen_mode, _ran), ran = max(zip(finalists, played),
+                                                   key=lambda fr: float(np.median(fr[1])))
             fresh = [_try(graph, chosen, topology, PLAYOFF_FRAMES * frames, timeout,
                           chosen_mode)[0]
                      for _ in range(PREDICT_RUNS)]
