@@ -496,6 +496,34 @@ def test_threadpoolctl_restores_no_cap_with_only_narrow_pools_open():
         pool_mod.set_thread_limit(None)
 
 
+def test_thread_limit_queries_are_quiet_while_pinned(monkeypatch):
+    """threadpoolctl reads and writes asymo's limit inside whatever the caller does: pinned to
+    one core with a topology override naming others (a benchmark's "fast core alone"), that
+    neither warns nor reads sysfs."""
+    import warnings
+
+    import asymo.hw.topology as topo_mod
+    import asymo.runtime.pool as pool_mod
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cpus in the affinity mask")
+    cpus = sorted(os.sched_getaffinity(0))
+    monkeypatch.setenv("ASYMO_TOPOLOGY", f"big:{cpus[0]}@1.0,little:{cpus[1]}@0.5")
+    monkeypatch.setattr(topo_mod, "detect", None)  # (a call would fail)
+    monkeypatch.setattr(pool_mod, "detect", None)
+    saved = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {cpus[0]})
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            width = pool_mod.get_thread_limit()
+            pool_mod.set_thread_limit(width)
+        assert width >= len(cpus) and pool_mod._global_limit is None
+    finally:
+        os.sched_setaffinity(0, saved)
+        pool_mod.set_thread_limit(None)
+
+
 def test_worker_index_across_pools():
     with make_pool("c0:0-1@1.0", "even") as a, make_pool("c0:0-1@1.0", "even") as b:
         seen = []

@@ -880,7 +880,7 @@ def set_thread_limit(limit):
     if limit is not None and (not _is_integral(limit) or limit < 1):
         raise ValueError(f"thread limit must be a positive integer or None, not {limit!r}")
     pools = [p for p in list(_live_pools) if not p.closed]
-    widest = max([p.nworkers for p in pools] + [detect().ncpus])
+    widest = max([p.nworkers for p in pools] + [_machine_cpus()])
     # threadpoolctl restores by setting what get_thread_limit read: the full width, no cap
     _global_limit = None if limit is None or limit >= widest else int(limit)
     for pool in pools:
@@ -891,15 +891,22 @@ def set_thread_limit(limit):
             pass
 
 
+def _machine_cpus():
+    """The machine's cpu count: no pool has more workers (each is pinned to a cpu). Not
+    ``topology.detect()``, which reads sysfs and warns about an override that the caller's
+    current affinity excludes (threadpoolctl asks while a benchmark pins it to one core)."""
+    return os.cpu_count() or 1
+
+
 def get_thread_limit():
     """The most workers any pool may use: the cap, else the widest of the open pools and the
-    cpus ``topology.detect()`` reports -- the width `set_thread_limit` reads as no cap, so
+    machine's cpus (`_machine_cpus`) -- the width `set_thread_limit` reads as no cap, so
     threadpoolctl, restoring what it read here, restores no cap. (With only narrower pools
     open, the widest pool's width would have come back as a cap on every later pool.) This is
     threadpoolctl's ``num_threads``."""
     if _global_limit is not None:
         return _global_limit
-    return max([p.nworkers for p in list(_live_pools) if not p.closed] + [detect().ncpus])
+    return max([p.nworkers for p in list(_live_pools) if not p.closed] + [_machine_cpus()])
 
 
 def _register_threadpoolctl():
