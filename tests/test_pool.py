@@ -217,6 +217,7 @@ def test_numba_cfunc_kernel():
 
 def test_split_counts():
     with make_pool("big:0@1.0,little:1@0.5", "asymo") as pool:
+        assert pool.split_weights() == (1.0, 0.5)
         assert pool.split_counts(9) == (6, 3)  # capacity x cores: 1.0 : 0.5
         assert pool.split_counts(10) == (7, 3)
         assert pool.split_counts(0) == (0, 0)
@@ -227,6 +228,7 @@ def test_split_counts():
     with make_pool("big:0-1@1.0,little:2-3@0.5", "asymo") as pool:
         assert pool.split_counts(12) == (8, 4)
         pool.limit = 3  # the last little worker is idle
+        assert pool.split_weights() == (2.0, 0.5)
         assert pool.split_counts(10) == (8, 2)
         pool.limit = 1
         assert pool.split_counts(10) == (10, 0)

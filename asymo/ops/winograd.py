@@ -212,8 +212,7 @@ def _split_lateness(pool, ntasks):
     """``(late, cluster)``: how much later than an ideal capacity split (1.0: on time) the
     last cluster finishes a job of ``ntasks`` equal tasks split by ``pool.split_counts``, and
     which cluster that is (0: the fastest)."""
-    active = pool.active_workers_per_cluster()
-    rates = [cl.capacity * a for cl, a in zip(pool.topology.clusters, active)]
+    rates = pool.split_weights()
     counts = pool.split_counts(ntasks)
     finish, last = max((cnt / r, -i) for i, (cnt, r) in enumerate(zip(counts, rates)) if cnt)
     return finish * sum(rates) / ntasks, -last

@@ -415,6 +415,12 @@ class Pool:
                 f"topology={self._topology.to_spec()!r}>")
 
     # -- work -------------------------------------------------------------------------------
+    def split_weights(self):
+        """The default split ratio, one weight per cluster: its capacity x its active
+        workers (`active_workers_per_cluster`)."""
+        active = self.active_workers_per_cluster()
+        return tuple(cl.capacity * a for cl, a in zip(self._topology.clusters, active))
+
     def split_counts(self, ntasks, split=None):
         """Per-cluster task counts for a job of ``ntasks`` tasks.
 
@@ -433,9 +439,7 @@ class Pool:
         ntasks = self._check_ntasks(ntasks)
         nc = self.nclusters
         if split is None:
-            active = self.active_workers_per_cluster()
-            weights = [cl.capacity * a for cl, a in zip(self._topology.clusters, active)]
-            return tuple(_largest_remainder(ntasks, weights))
+            return tuple(_largest_remainder(ntasks, self.split_weights()))
         if isinstance(split, (str, bytes)) or not hasattr(split, "__len__"):
             raise TypeError(f"split must be a sequence (one entry per cluster) or None, "
                             f"not {type(split).__name__}")
@@ -892,9 +896,9 @@ def set_thread_limit(limit):
 
 
 def _machine_cpus():
-    """The machine's cpu count: no pool has more workers (each is pinned to a cpu). Not
-    ``topology.detect()``, which reads sysfs and warns about an override that the caller's
-    current affinity excludes (threadpoolctl asks while a benchmark pins it to one core)."""
+    """The machine's cpu count (a pool of one worker per cpu). Not ``topology.detect()``,
+    which reads sysfs and warns about an override that the caller's current affinity
+    excludes (threadpoolctl asks while a benchmark pins it to one core)."""
     return os.cpu_count() or 1
 
 
