@@ -876,6 +876,98 @@ def test_indirect_path_off_gives_the_gemm_path(monkeypatch):
             assert isinstance(plan, conv_mod._GemmConvPlan), isa
 
 
+# ---- the in-place pointwise path (1x1 layers with few input channels) ------------------------
+def _pointwise_available():
+    from asymo.ops import conv as conv_mod
+
+    with conv_mod.use_kernel_isa("avx512") if "avx512" in _supported_isas() else \
+            contextlib.nullcontext():
+        job = conv_mod._pointwise_job((1, 32, 8, 8), (16, 32, 1, 1), np.dtype(np.float32),
+                                      (1, 1), ((0, 0), (0, 0)), (1, 1), 1, None, False)
+    return job is not None
+
+
+needs_pointwise = pytest.mark.skipif(not _pointwise_available(),
+                                     reason="no in-place pointwise kernel for this CPU")
+
+
+@needs_pointwise
+@pytest.mark.parametrize("spec", ["c0:0", "c0:0-1", "c0:0@1,c1:1@0.5"])
+def test_pointwise_convolution_against_float64(spec, monkeypatch):
+    # pixel counts below, at and past a 16-pixel run and with a partial last run (its masked
+    # loads must not read past the image: the input ends a page; small planes are let take
+    # the path), 2 to 64 input channels, 16 to 384 output channels, batches, every epilogue,
+    # plain and prepacked weights, the output a channel slice of a larger array, and the
+    # bound form (a model's node)
+    import mmap
+
+    from asymo.hw.topology import parse_spec
+    from asymo.ops import conv as conv_mod
+
+    monkeypatch.setattr(conv_mod, "POINTWISE_MAX_RUN_WASTE", 16.0)
+    rng = np.random.default_rng(41)
+    layers = [(32, 16, 112, 112), (16, 96, 7, 9), (64, 48, 5, 5), (3, 16, 1, 1), (2, 32, 4, 4),
+              (24, 144, 13, 13), (64, 384, 14, 14), (8, 32, 1, 17), (40, 64, 3, 11)]
+    with asymo.Pool(topology=parse_spec(spec)) as pool, conv_mod.use_kernel_isa("avx512"):
+        for cin, cout, h, w in layers:
+            for n, bias, act in ((1, True, "relu"), (2, False, None), (1, True, "relu6")):
+                # the input at the very end of an anonymous mapping: a load past it faults
+                nbytes = n * cin * h * w * 4
+                buf = mmap.mmap(-1, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
+                x = np.frombuffer(buf, np.float32, offset=len(buf) - nbytes).reshape(n, cin, h, w)
+                x[...] = rng.standard_normal(x.shape)
+                wt = rng.standard_normal((cout, cin, 1, 1)).astype(np.float32)
+                b = rng.standard_normal(cout).astype(np.float32) if bias else None
+                plan, _ = conv_mod._conv_plan(pool, x.shape, wt.shape, x.dtype, (1, 1),
+                                              ((0, 0), (0, 0)), (1, 1), 1, act, bias, False)
+                assert isinstance(plan, conv_mod._PointwisePlan), (cin, cout, h, w)
+                ref = reference.conv2d(x, wt, b, activation=act)
+                for weight in (wt, asymo.prepack_conv(wt)):
+                    big = np.full((n, cout + 3, h, w), np.nan, np.float32)
+                    y = conv2d(x, weight, b, activation=act, out=big[:, 2:2 + cout], pool=pool)
+                    _close(y, ref, np.float32)
+                    assert np.isnan(big[:, :2]).all() and np.isnan(big[:, 2 + cout:]).all()
+                    out = np.full(ref.shape, np.nan, np.float32)
+                    bound = conv_mod.bind_conv2d(x, weight, b, activation=act, out=out,
+                                                 pool=pool)
+                    with asymo.runtime.pool.hold(pool):
+                        bound()
+                    _close(out, ref, np.float32)
+
+
+@needs_pointwise
+def test_pointwise_path_only_where_it_applies(monkeypatch):
+    # the GEMM for: more weights than POINTWISE_MAX_WEIGHT_BYTES, a plane whose last run
+    # wastes too much (7 x 7), output channels not a multiple of 16, a residual, stride or
+    # padding, groups, float64, "off", AVX2 kernels
+    from asymo.ops import conv as conv_mod
+
+    pool = asymo.get_pool()
+
+    def plan(xs, ws, stride=(1, 1), pads=((0, 0), (0, 0)), groups=1, residual=False,
+             dtype=np.float32):
+        return conv_mod._conv_plan(pool, xs, ws, np.dtype(dtype), stride, pads, (1, 1), groups,
+                                   None, False, residual)[0]
+
+    with conv_mod.use_kernel_isa("avx512"):
+        assert isinstance(plan((1, 64, 8, 8), (32, 64, 1, 1)), conv_mod._PointwisePlan)
+        assert isinstance(plan((1, 512, 14, 14), (64, 512, 1, 1)), conv_mod._PointwisePlan)
+        for p in (plan((1, 513, 14, 14), (64, 513, 1, 1)), plan((1, 64, 7, 7), (32, 64, 1, 1)),
+                  plan((1, 32, 9, 9), (24, 32, 1, 1)),
+                  plan((1, 32, 9, 9), (32, 32, 1, 1), residual=True),
+                  plan((1, 32, 10, 9), (32, 32, 1, 1), stride=(2, 2)),
+                  plan((1, 32, 11, 9), (32, 32, 1, 1), pads=((1, 1), (1, 1))),
+                  plan((1, 32, 12, 9), (32, 16, 1, 1), groups=2),
+                  plan((1, 32, 13, 9), (32, 32, 1, 1), dtype=np.float64)):
+            assert isinstance(p, conv_mod._GemmConvPlan)
+        monkeypatch.setattr(conv_mod, "POINTWISE", "off")
+        assert isinstance(plan((1, 64, 8, 8), (32, 64, 1, 1)), conv_mod._GemmConvPlan)
+    if "avx2_fma" in _supported_isas():
+        monkeypatch.setattr(conv_mod, "POINTWISE", "auto")
+        with conv_mod.use_kernel_isa("avx2_fma"):
+            assert isinstance(plan((1, 64, 8, 10), (32, 64, 1, 1)), conv_mod._GemmConvPlan)
+
+
 @needs_indirect
 def test_indirect_3x3_stems_with_either_kernel(monkeypatch):
     # MobileNet V2's and SqueezeNet's stems (3 -> 32 padding 1; 3 -> 64 padding 0, a 111-wide
@@ -900,11 +992,16 @@ def test_indirect_3x3_stems_with_either_kernel(monkeypatch):
 
 
 @pytest.mark.parametrize("act", [None, "relu", "relu6"])
-def test_bias_and_activation_in_the_gemm_store_are_the_separate_pass_bit_for_bit(act):
+def test_bias_and_activation_in_the_gemm_store_are_the_separate_pass_bit_for_bit(
+        act, monkeypatch):
     # the packed kernel applies bias and activation in registers before its store (AVX2), the
     # edges and the in-place-B path after merging; every path gives the bits of conv + bias,
     # then the clamp, in float32, NaN included: one K panel and several (the last one adds to
-    # C first), row and column edges (13 channels, 7 x 7 planes), few rows (in-place B)
+    # C first), row and column edges (13 channels, 7 x 7 planes), few rows (in-place B). (The
+    # GEMM's: the in-place pointwise kernel starts its sums at the bias, other bits.)
+    import asymo.ops.conv as conv_mod
+
+    monkeypatch.setattr(conv_mod, "POINTWISE", "off")
     rng = np.random.default_rng(23)
     for cin, cout, hw in ((16, 96, 20), (600, 64, 9), (24, 13, 7), (32, 16, 12), (300, 40, 7)):
         x = rng.standard_normal((2, cin, hw, hw)).astype(np.float32)

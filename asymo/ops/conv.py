@@ -102,6 +102,17 @@ INDIRECT_MIN_TAPS = 64
 INDIRECT_WIDE = True
 # ... in tasks of whole output rows, at most about this many FLOPs each (docs/tuning.md)
 INDIRECT_TASK_FLOPS = 8e6
+# Pointwise layers (1x1, stride 1, no padding, one group, float32, no residual) with a
+# multiple of 16 output channels, at most POINTWISE_MAX_WEIGHT_BYTES of weights and at most
+# POINTWISE_MAX_RUN_WASTE of their pixels' 16-wide runs past the image: "auto" runs them in
+# place where the convolution kernels run AVX-512 (asymo/conv.h: the 16-row indirect
+# micro-kernel reads runs of 16 pixels where they are; bias and activation fused, no B panel
+# packed, no edge tile); "off": as GEMMs. Every run reads all the weights, so with more the
+# GEMM's blocking pays again; a 7 x 7 plane computes 64 columns for 49. Measured:
+# docs/conv-and-zoo.md.
+POINTWISE = "auto"
+POINTWISE_MAX_WEIGHT_BYTES = 128 << 10
+POINTWISE_MAX_RUN_WASTE = 0.125
 
 
 def kernel_isa():
@@ -478,6 +489,9 @@ def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, acti
     elif (job := _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups,
                                activation, has_residual)) is not None:
         plan = _IndirectConvPlan(pool, job)
+    elif (job := _pointwise_job(xshape, wshape, dtype, stride, pads, dilation, groups,
+                                activation, has_residual)) is not None:
+        plan = _PointwisePlan(pool, job)
     else:
         plan = _GemmConvPlan(pool, xshape, wshape, dtype, stride, pads, dilation, groups,
                              activation, has_bias, has_residual)
@@ -619,6 +633,47 @@ class _IndirectConvPlan:
         fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
         self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
         self.prep_counts = _task_counts(pool, self.nprep, fastest_only=fastest)
+
+
+def _pointwise_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
+                   has_residual):
+    """The job template of an in-place pointwise convolution for this layer (`POINTWISE`), or
+    None."""
+    n, c, h, w = xshape
+    cout, cin_g, kh, kw = wshape
+    if (POINTWISE == "off" or dtype != np.float32 or groups != 1 or has_residual
+            or (kh, kw) != (1, 1) or stride != (1, 1) or pads != ((0, 0), (0, 0))
+            or dilation != (1, 1) or cout % 16 or cout * c * 4 > POINTWISE_MAX_WEIGHT_BYTES
+            or -(-h * w // 16) * 16 > (1 + POINTWISE_MAX_RUN_WASTE) * h * w
+            or kernel_isa() != "avx512"):
+        return None
+    job = ffi.new("asymo_conv_pointwise_job *")
+    job.channels, job.out_channels, job.pixels = c, cout, h * w
+    job.activation = ACTIVATION_CODES[activation]
+    return job if lib.asymo_conv_pointwise_supported(job) else None
+
+
+class _PointwisePlan:
+    """In-place pointwise convolution (asymo/conv.h): per image, a one-task job that puts the
+    bias (and the weights' micro-panels, unless a PackedConvWeight brings them) into scratch,
+    then one whose tasks are runs of pixels, every output channel."""
+
+    def __init__(self, pool, job):
+        self.job = job
+        self.offsets = ffi.new("int64_t[]", int(job.channels))
+        lib.asymo_conv_pointwise_offsets(job, self.offsets)
+        job.offsets = self.offsets
+        self.scratch_elems = int(lib.asymo_conv_pointwise_scratch(job))
+        runs = -(-int(job.pixels) // 16)
+        flops = 2.0 * job.out_channels * job.channels * job.pixels
+        # as the indirect path's rows: TASKS_PER_WORKER tasks per worker at least, each of at
+        # most about INDIRECT_TASK_FLOPS (a job ends with its last task)
+        job.runs_per_task = max(1, min(-(-runs // (TASKS_PER_WORKER * pool.nworkers)),
+                                       int(INDIRECT_TASK_FLOPS * runs // flops)))
+        self.ntasks = int(lib.asymo_conv_pointwise_tasks(job))
+        fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
+        self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
+        self.prep_counts = _task_counts(pool, 1, fastest_only=True)
 
 
 class _DepthwisePlan:
@@ -852,14 +907,15 @@ class _NativeCalls:
     the structs are rewritten by every fill.
     """
 
-    __slots__ = ("calls", "_slots", "_sources", "_apacked", "_packed", "_keep", "_col_elems",
-                 "_col", "_dtype", "_tile", "_plan")
+    __slots__ = ("calls", "_slots", "_sources", "_apacked", "_pointwise_jobs", "_packed",
+                 "_keep", "_col_elems", "_col", "_dtype", "_tile", "_plan")
 
     def __init__(self, plan, x, b, y, residual, pool, *, bound=False):
         # the plan owns C data the calls point at (column bounds, task counts, GEMM plans):
         # it lives as long as they do, whatever the plan cache evicts
         self._plan = plan
         self.calls, self._slots, self._apacked, self._keep = [], [], [], []
+        self._pointwise_jobs = []
         self._packed = None
         self._col_elems, self._col, self._dtype = 0, None, x.dtype
         self._tile = 0
@@ -870,6 +926,8 @@ class _NativeCalls:
             self._winograd(plan, has_bias, y, residual, pool)
         elif isinstance(plan, _IndirectConvPlan):
             self._indirect(plan, x, has_bias, y, pool)
+        elif isinstance(plan, _PointwisePlan):
+            self._pointwise(plan, x, has_bias, y, pool)
         else:
             self._gemm(plan, x, has_bias, y, residual, pool)
         if self._col_elems and bound:
@@ -906,6 +964,19 @@ class _NativeCalls:
             for args, gp in self._apacked:
                 args.a_packed = pa.cdata_for(gp)
             self._packed = weakref.ref(packed)
+        if self._pointwise_jobs:
+            # a PackedConvWeight's micro-panels (made once); plain weights: packed per call
+            ref = self._packed
+            if packed is None:
+                if ref is not None:
+                    for job in self._pointwise_jobs:
+                        job.apack = ffi.NULL
+                    self._packed = None
+            elif ref is None or ref() is not packed:
+                panels = ffi.from_buffer(packed.pointwise_panels())
+                for job in self._pointwise_jobs:
+                    job.apack = panels
+                self._packed = weakref.ref(packed)
         return arrays, bases
 
     def _depthwise(self, plan, has_bias, y, residual, pool):
@@ -957,6 +1028,28 @@ class _NativeCalls:
             self.calls.append(_tasks_call(pool, _INDIRECT_PREPARE_TASK, job, plan.nprep,
                                           plan.prep_counts, False))
             self.calls.append(_tasks_call(pool, _INDIRECT_TASK, job, plan.ntasks, plan.counts,
+                                          False))
+
+    def _pointwise(self, plan, x, has_bias, y, pool):
+        # the bias and weight panels: a bound call's own scratch, else the thread's workspace
+        # (the _COL slot); per image the one-task prepare job (in the calling thread), then
+        # the runs of pixels
+        self._col_elems = plan.scratch_elems
+        n, c, h, w = x.shape
+        es = x.itemsize
+        for i in range(n):
+            job = ffi.new("asymo_conv_pointwise_job *", plan.job[0])
+            self._keep.append(job)
+            self._pointwise_jobs.append(job)
+            self._at(job, "x", _X, i * c * h * w * es)
+            self._at(job, "weight", _W)
+            if has_bias:
+                self._at(job, "bias", _B)
+            self._at(job, "y", _Y, i * y.strides[0])
+            self._at(job, "scratch", _COL)
+            self.calls.append(_tasks_call(pool, _POINTWISE_PREPARE_TASK, job, 1,
+                                          plan.prep_counts, True))
+            self.calls.append(_tasks_call(pool, _POINTWISE_TASK, job, plan.ntasks, plan.counts,
                                           False))
 
     def _gemm_args(self, template, m, k, n, rsb, rsc):
@@ -1145,8 +1238,8 @@ def _plan_settings():
     return (DEPTHWISE_METHOD, WINOGRAD, WINOGRAD_METHOD, WINOGRAD_F4_MIN_SIZE,
             WINOGRAD_MIN_CHANNELS, WINOGRAD_F4_MAX_WEIGHT_BYTES, COL_CHUNK_BYTES,
             COL_CHUNK_COLUMNS, IM2COL_METHOD, IMPLICIT_CHUNK_BYTES, INDIRECT,
-            INDIRECT_MAX_CHANNELS, INDIRECT_MIN_TAPS, INDIRECT_WIDE,
-            _split_cost.emulated_period())
+            INDIRECT_MAX_CHANNELS, INDIRECT_MIN_TAPS, INDIRECT_WIDE, POINTWISE,
+            POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE, _split_cost.emulated_period())
 
 
 def _int_pair(v):
@@ -1268,3 +1361,5 @@ _DWCONV_TASK = task_fn("asymo_dwconv_task")
 _BIAS_ACT_TASK = task_fn("asymo_bias_act_task")
 _INDIRECT_PREPARE_TASK = task_fn("asymo_conv_indirect_prepare_task")
 _INDIRECT_TASK = task_fn("asymo_conv_indirect_task")
+_POINTWISE_PREPARE_TASK = task_fn("asymo_conv_pointwise_prepare_task")
+_POINTWISE_TASK = task_fn("asymo_conv_pointwise_task")

@@ -126,6 +126,23 @@ class PackedConvWeight:
                         self.array.reshape(self.array.shape[0], -1), side="a")
         return pa
 
+    def pointwise_panels(self):
+        """The weights of a 1x1 float32 layer as the in-place pointwise path's 16-row
+        micro-panels (``ceil(Cout / 16) x C x 16``, zero rows past Cout; made once)."""
+        a = self._transforms.get("pointwise")
+        if a is None:
+            with self._lock:
+                a = self._transforms.get("pointwise")
+                if a is None:
+                    w = self.array.reshape(self.array.shape[0], -1)
+                    m, k = w.shape
+                    mpad = -(-m // 16) * 16
+                    padded = np.zeros((mpad, k), np.float32)
+                    padded[:m] = w
+                    a = self._transforms["pointwise"] = np.ascontiguousarray(
+                        padded.reshape(mpad // 16, 16, k).transpose(0, 2, 1))
+        return a
+
     def winograd(self, m):
         """The packed Winograd transform for tile ``m`` (made once)."""
         u = self._transforms.get(m)

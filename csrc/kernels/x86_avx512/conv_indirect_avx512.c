@@ -7,7 +7,8 @@
  * from its phase plane (b + off[p]) and broadcasts the 16 weights of the packed A
  * micro-panel. The accumulators start at the bias and the activation is applied before the
  * one store, so no second pass reads the output back; a run shorter than 16 pixels (the
- * row's last) is stored with a lane mask and only the tile's first `rows` rows are stored. */
+ * row's last) is loaded and stored with a lane mask and only the tile's first `rows` rows are
+ * stored. */
 #if defined(__x86_64__)
 
 #include "asymo/conv.h"
@@ -28,15 +29,17 @@ ATTR_AVX512 static void ukr_indirect_avx512_f32(int64_t k, const float *a, const
                                                 int cols_)
 {
     REP16(DECL)
+    /* a partial run reads only its own pixels (masked lanes do not fault): the pointwise
+     * path reads the image in place, where the last run may end the buffer */
+    const __mmask16 cols = (__mmask16)((1u << cols_) - 1u);
     for (int64_t p = 0; p < k; p++) {
-        const __m512 b0 = _mm512_loadu_ps(b + off[p]);
+        const __m512 b0 = _mm512_maskz_loadu_ps(cols, b + off[p]);
         REP16(FMA_ROW)
         a += 16;
     }
     /* vmaxps / vminps return the second operand when either is NaN: NaN propagates */
     const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
     REP16(ACT)
-    const __mmask16 cols = (__mmask16)((1u << cols_) - 1u);
     REP16(STORE)
 }
 
