@@ -905,12 +905,14 @@ def test_pointwise_convolution_against_float64(spec, monkeypatch):
     from asymo.ops import conv as conv_mod
 
     monkeypatch.setattr(conv_mod, "POINTWISE_MAX_RUN_WASTE", 16.0)
+    monkeypatch.setattr(conv_mod, "POINTWISE_MAX_OUT_CHANNELS", 384)
     rng = np.random.default_rng(41)
     layers = [(32, 16, 112, 112), (16, 96, 7, 9), (64, 48, 5, 5), (3, 16, 1, 1), (2, 32, 4, 4),
               (24, 144, 13, 13), (64, 384, 14, 14), (8, 32, 1, 17), (40, 64, 3, 11)]
     with asymo.Pool(topology=parse_spec(spec)) as pool, conv_mod.use_kernel_isa("avx512"):
         for cin, cout, h, w in layers:
-            for n, bias, act in ((1, True, "relu"), (2, False, None), (1, True, "relu6")):
+            for n, bias, act, res in ((1, True, "relu", False), (2, False, None, True),
+                                      (1, True, "relu6", True)):
                 # the input at the very end of an anonymous mapping: a load past it faults
                 nbytes = n * cin * h * w * 4
                 buf = mmap.mmap(-1, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
@@ -918,18 +920,22 @@ def test_pointwise_convolution_against_float64(spec, monkeypatch):
                 x[...] = rng.standard_normal(x.shape)
                 wt = rng.standard_normal((cout, cin, 1, 1)).astype(np.float32)
                 b = rng.standard_normal(cout).astype(np.float32) if bias else None
+                r = rng.standard_normal((n, cout, h, w)).astype(np.float32) if res else None
                 plan, _ = conv_mod._conv_plan(pool, x.shape, wt.shape, x.dtype, (1, 1),
-                                              ((0, 0), (0, 0)), (1, 1), 1, act, bias, False)
+                                              ((0, 0), (0, 0)), (1, 1), 1, act, bias, res)
                 assert isinstance(plan, conv_mod._PointwisePlan), (cin, cout, h, w)
-                ref = reference.conv2d(x, wt, b, activation=act)
+                ref = reference.conv2d(x, wt, b) + (0 if r is None else r)
+                ref = {None: ref, "relu": np.maximum(ref, 0),
+                       "relu6": np.clip(ref, 0, 6)}[act]
                 for weight in (wt, asymo.prepack_conv(wt)):
                     big = np.full((n, cout + 3, h, w), np.nan, np.float32)
-                    y = conv2d(x, weight, b, activation=act, out=big[:, 2:2 + cout], pool=pool)
+                    y = conv2d(x, weight, b, activation=act, residual=r,
+                               out=big[:, 2:2 + cout], pool=pool)
                     _close(y, ref, np.float32)
                     assert np.isnan(big[:, :2]).all() and np.isnan(big[:, 2 + cout:]).all()
                     out = np.full(ref.shape, np.nan, np.float32)
-                    bound = conv_mod.bind_conv2d(x, weight, b, activation=act, out=out,
-                                                 pool=pool)
+                    bound = conv_mod.bind_conv2d(x, weight, b, activation=act, residual=r,
+                                                 out=out, pool=pool)
                     with asymo.runtime.pool.hold(pool):
                         bound()
                     _close(out, ref, np.float32)
@@ -937,9 +943,10 @@ def test_pointwise_convolution_against_float64(spec, monkeypatch):
 
 @needs_pointwise
 def test_pointwise_path_only_where_it_applies(monkeypatch):
-    # the GEMM for: more weights than POINTWISE_MAX_WEIGHT_BYTES, a plane whose last run
-    # wastes too much (7 x 7), output channels not a multiple of 16, a residual, stride or
-    # padding, groups, float64, "off", AVX2 kernels
+    # the GEMM for: more weights than POINTWISE_MAX_WEIGHT_BYTES, more output channels than
+    # POINTWISE_MAX_OUT_CHANNELS, a plane whose last run wastes too much (7 x 7), output
+    # channels not a multiple of 16, stride or padding,
+    # groups, float64, "off", AVX2 kernels (a residual is fused)
     from asymo.ops import conv as conv_mod
 
     pool = asymo.get_pool()
@@ -952,9 +959,11 @@ def test_pointwise_path_only_where_it_applies(monkeypatch):
     with conv_mod.use_kernel_isa("avx512"):
         assert isinstance(plan((1, 64, 8, 8), (32, 64, 1, 1)), conv_mod._PointwisePlan)
         assert isinstance(plan((1, 512, 14, 14), (64, 512, 1, 1)), conv_mod._PointwisePlan)
+        assert isinstance(plan((1, 64, 8, 8), (32, 64, 1, 1), residual=True),
+                          conv_mod._PointwisePlan)
         for p in (plan((1, 513, 14, 14), (64, 513, 1, 1)), plan((1, 64, 7, 7), (32, 64, 1, 1)),
+                  plan((1, 16, 16, 16), (208, 16, 1, 1)),
                   plan((1, 32, 9, 9), (24, 32, 1, 1)),
-                  plan((1, 32, 9, 9), (32, 32, 1, 1), residual=True),
                   plan((1, 32, 10, 9), (32, 32, 1, 1), stride=(2, 2)),
                   plan((1, 32, 11, 9), (32, 32, 1, 1), pads=((1, 1), (1, 1))),
                   plan((1, 32, 12, 9), (32, 16, 1, 1), groups=2),

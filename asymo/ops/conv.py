@@ -102,15 +102,18 @@ INDIRECT_MIN_TAPS = 64
 INDIRECT_WIDE = True
 # ... in tasks of whole output rows, at most about this many FLOPs each (docs/tuning.md)
 INDIRECT_TASK_FLOPS = 8e6
-# Pointwise layers (1x1, stride 1, no padding, one group, float32, no residual) with a
-# multiple of 16 output channels, at most POINTWISE_MAX_WEIGHT_BYTES of weights and at most
-# POINTWISE_MAX_RUN_WASTE of their pixels' 16-wide runs past the image: "auto" runs them in
-# place where the convolution kernels run AVX-512 (asymo/conv.h: the 16-row indirect
-# micro-kernel reads runs of 16 pixels where they are; bias and activation fused, no B panel
-# packed, no edge tile); "off": as GEMMs. Every run reads all the weights, so with more the
-# GEMM's blocking pays again; a 7 x 7 plane computes 64 columns for 49. Measured:
+# Pointwise layers (1x1, stride 1, no padding, one group, float32) with a multiple of 16
+# output channels, at most POINTWISE_MAX_OUT_CHANNELS of them, at most
+# POINTWISE_MAX_WEIGHT_BYTES of weights and at most POINTWISE_MAX_RUN_WASTE of their pixels'
+# 16-wide runs past the image: "auto" runs them in place where the convolution kernels run
+# AVX-512 (asymo/conv.h: the 16-row indirect micro-kernel reads runs of 16 pixels where they
+# are; bias, shortcut and activation fused, no B panel packed, no edge tile); "off": as GEMMs.
+# What the path saves is mostly the GEMM's packing of B, whose share falls as the rows of A
+# that reuse a packed panel grow; every run reads all the weights, so with more the GEMM's
+# blocking pays again; a 7 x 7 plane computes 64 columns for 49. Measured:
 # docs/conv-and-zoo.md.
 POINTWISE = "auto"
+POINTWISE_MAX_OUT_CHANNELS = 192
 POINTWISE_MAX_WEIGHT_BYTES = 128 << 10
 POINTWISE_MAX_RUN_WASTE = 0.125
 
@@ -641,9 +644,10 @@ def _pointwise_job(xshape, wshape, dtype, stride, pads, dilation, groups, activa
     None."""
     n, c, h, w = xshape
     cout, cin_g, kh, kw = wshape
-    if (POINTWISE == "off" or dtype != np.float32 or groups != 1 or has_residual
+    if (POINTWISE == "off" or dtype != np.float32 or groups != 1
             or (kh, kw) != (1, 1) or stride != (1, 1) or pads != ((0, 0), (0, 0))
-            or dilation != (1, 1) or cout % 16 or cout * c * 4 > POINTWISE_MAX_WEIGHT_BYTES
+            or dilation != (1, 1) or cout % 16 or cout > POINTWISE_MAX_OUT_CHANNELS
+            or cout * c * 4 > POINTWISE_MAX_WEIGHT_BYTES
             or -(-h * w // 16) * 16 > (1 + POINTWISE_MAX_RUN_WASTE) * h * w
             or kernel_isa() != "avx512"):
         return None
@@ -927,7 +931,7 @@ class _NativeCalls:
         elif isinstance(plan, _IndirectConvPlan):
             self._indirect(plan, x, has_bias, y, pool)
         elif isinstance(plan, _PointwisePlan):
-            self._pointwise(plan, x, has_bias, y, pool)
+            self._pointwise(plan, x, has_bias, y, residual, pool)
         else:
             self._gemm(plan, x, has_bias, y, residual, pool)
         if self._col_elems and bound:
@@ -1030,7 +1034,7 @@ class _NativeCalls:
             self.calls.append(_tasks_call(pool, _INDIRECT_TASK, job, plan.ntasks, plan.counts,
                                           False))
 
-    def _pointwise(self, plan, x, has_bias, y, pool):
+    def _pointwise(self, plan, x, has_bias, y, residual, pool):
         # the bias and weight panels: a bound call's own scratch, else the thread's workspace
         # (the _COL slot); per image the one-task prepare job (in the calling thread), then
         # the runs of pixels
@@ -1046,6 +1050,8 @@ class _NativeCalls:
             if has_bias:
                 self._at(job, "bias", _B)
             self._at(job, "y", _Y, i * y.strides[0])
+            if residual is not None:  # C-contiguous (_prepare made it so)
+                self._at(job, "residual", _R, i * residual.strides[0])
             self._at(job, "scratch", _COL)
             self.calls.append(_tasks_call(pool, _POINTWISE_PREPARE_TASK, job, 1,
                                           plan.prep_counts, True))
@@ -1239,7 +1245,8 @@ def _plan_settings():
             WINOGRAD_MIN_CHANNELS, WINOGRAD_F4_MAX_WEIGHT_BYTES, COL_CHUNK_BYTES,
             COL_CHUNK_COLUMNS, IM2COL_METHOD, IMPLICIT_CHUNK_BYTES, INDIRECT,
             INDIRECT_MAX_CHANNELS, INDIRECT_MIN_TAPS, INDIRECT_WIDE, POINTWISE,
-            POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE, _split_cost.emulated_period())
+            POINTWISE_MAX_OUT_CHANNELS, POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE,
+            _split_cost.emulated_period())
 
 
 def _int_pair(v):

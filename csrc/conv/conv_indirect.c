@@ -173,7 +173,7 @@ static void indirect_task_wide(const asymo_conv_indirect_job *job, const layout 
             const float *b = planes + oy * L->wq + ox0;
             for (int64_t i0 = 0; i0 < m; i0 += mr)
                 ukr(L->k, apack + i0 * L->k, b, job->offsets, y + i0 * ohw + oy * ow + ox0, ohw,
-                    bias + i0, job->activation, (int)min64(mr, m - i0), cols);
+                    bias + i0, NULL, 0, job->activation, (int)min64(mr, m - i0), cols);
         }
 }
 #endif

@@ -9,6 +9,8 @@
 #include "asymo/isa.h"
 #include "kernels/conv_indirect.h"
 
+#include <stddef.h>
+
 enum { MR = ASYMO_INDIRECT_MR16, NR = ASYMO_INDIRECT_NR };
 
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -85,13 +87,14 @@ void asymo_conv_pointwise_task(int64_t t, void *job_)
     const float *bias = (const float *)job->scratch;
     const float *apack = job->apack ? (const float *)job->apack : bias + mpad;
     const float *x = (const float *)job->x;
+    const float *res = (const float *)job->residual;
     float *y = (float *)job->y;
     const int64_t j0 = t * job->runs_per_task * NR, j1 = min64(n, j0 + job->runs_per_task * NR);
     for (int64_t j = j0; j < j1; j += NR) {
         const int cols = (int)min64(NR, j1 - j);
         for (int64_t i0 = 0; i0 < m; i0 += MR)
             ukr(k, apack + i0 * k, x + j, job->offsets, y + i0 * n + j, n, bias + i0,
-                job->activation, (int)min64(MR, m - i0), cols);
+                res ? res + i0 * n + j : NULL, n, job->activation, (int)min64(MR, m - i0), cols);
     }
 #else
     (void)t;

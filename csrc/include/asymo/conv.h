@@ -155,12 +155,12 @@ void asymo_conv_indirect_prepare_task(int64_t task, void *job);
 void asymo_conv_indirect_task(int64_t task, void *job);
 
 /* Pointwise convolution in place (float32, 1x1, stride 1, no padding, one group): a layer
- * with few input channels, y[M x N] = act(W[M x K] @ x[K x N] + bias) over the N = height x
- * width pixels of one image. The GEMM path packs B from x and, for a handful of rows of A,
+ * with few input channels, y[M x N] = act(W[M x K] @ x[K x N] + bias + residual) over the
+ * N = height x width pixels of one image. The GEMM path packs B from x and, for a handful of rows of A,
  * that copy and the GEMM's edge tiles cost a large part of the layer; here the 16 x 16
  * indirect micro-kernel reads runs of 16 pixels of x where they are (tap p at offset p * N),
- * every 16-row panel of weights against each run while it is in L1, bias and activation
- * before the one store. A run shorter than 16 pixels (the image's last) is loaded with a lane
+ * every 16-row panel of weights against each run while it is in L1, bias, shortcut and
+ * activation before the one store. A run shorter than 16 pixels (the image's last) is loaded with a lane
  * mask, so no load passes the end of x.
  *
  * Two jobs per image: asymo_conv_pointwise_prepare_task (one task: the bias, zero past
@@ -176,6 +176,8 @@ typedef struct {
     const void *x;              /* channels x pixels, one image */
     const void *weight;         /* out_channels x channels */
     const void *bias;           /* out_channels values or NULL */
+    const void *residual;       /* out_channels x pixels (a shortcut added before the
+                                   activation) or NULL */
     const void *apack;          /* the weights as 16-row micro-panels, ceil(out_channels / 16)
                                    panels of channels x 16 (a[p * 16 + i], zero rows past
                                    out_channels): made once for weights that
