@@ -360,3 +360,63 @@ def test_bound_pooling_falls_back_and_checks():
     with pytest.raises(TypeError, match="float32 or float64"):
         bind_pool2d("avg", x.astype(np.int32), 2, out=np.empty((1, 4, 4, 5), np.int32),
                     pool=pool)
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+@pytest.mark.parametrize("isa", ["default", "portable"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_3x3_max_pooling_strips_like_torch(isa, dtype):
+    # 3x3 max pooling with stride 1 or 2 walks strips of one vector of outputs down the plane
+    # (pool_plane_3x3): widths from just over one vector of outputs (8 float32 / 4 float64
+    # lanes) to several with an overlapping last strip, left padding (a shuffled stand-in
+    # column), right padding and ceil-mode columns past the row (one and two of them),
+    # heights from one row to several with padding and ceil rows below, and in each plane one
+    # NaN / +inf / -inf at a random place or a plane of -inf only (each plane checked alone)
+    from asymo.ops.conv import use_kernel_isa
+
+    rng = np.random.default_rng(12)
+    sizes = [(h, w) for w in (5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 19, 20, 21, 33, 34, 38)
+             for h in (1, 2, 3, 4, 7)] + [(11, 37), (28, 28), (14, 14), (55, 55), (30, 112)]
+    ctx = use_kernel_isa("portable") if isa == "portable" else None
+    if ctx is not None:
+        ctx.__enter__()
+    try:
+        for h, w in sizes:
+            x = rng.standard_normal((1, 6, h, w)).astype(dtype)
+            for i, value in enumerate((np.nan, np.inf, -np.inf, np.nan)):
+                x[0, i, rng.integers(h), rng.integers(w)] = value
+            x[0, 4] = -np.inf
+            for s in (1, 2):
+                for p in (0, 1):
+                    if 3 > min(h, w) + 2 * p:
+                        continue
+                    for ceil in (False, True):
+                        want = F.max_pool2d(torch.from_numpy(x), 3, s, p, ceil_mode=ceil).numpy()
+                        np.testing.assert_array_equal(max_pool2d(x, 3, s, p, ceil), want,
+                                                      err_msg=f"{h}x{w} s{s} p{p} {ceil}")
+    finally:
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+def test_3x3_max_pooling_nan_at_every_column_of_a_strip():
+    # a NaN in every column in turn, on the first, a middle and the last row: the NaN check
+    # of the strips must see each column a window reads (the last strip's last column, the
+    # padding stand-ins, the columns of the ceil-mode window)
+    for dtype in (np.float32, np.float64):
+        for h, w in ((5, 19), (6, 18), (5, 24)):
+            base = np.random.default_rng(13).standard_normal((1, 1, h, w)).astype(dtype)
+            xs = []
+            for r in (0, h // 2, h - 1):
+                for c in range(w):
+                    x = base.copy()
+                    x[0, 0, r, c] = np.nan
+                    xs.append(x)
+            x = np.concatenate(xs, axis=1)
+            for s, p, ceil in ((1, 0, False), (1, 1, False), (2, 0, True), (2, 1, False),
+                               (2, 1, True), (2, 0, False)):
+                np.testing.assert_array_equal(
+                    max_pool2d(x, 3, s, p, ceil),
+                    F.max_pool2d(torch.from_numpy(x), 3, s, p, ceil_mode=ceil).numpy(),
+                    err_msg=f"{dtype.__name__} {h}x{w} s{s} p{p} {ceil}")

@@ -33,6 +33,11 @@ ALWAYS_INLINE int64_t pmax(int64_t a, int64_t b) { return a > b ? a : b; }
  * to hold no NaN) */
 enum { POOL_SUM = 0, POOL_MAX = 1, POOL_MAX_PLAIN = 2 };
 
+/* the edge variant of a strip of p3_plane (pooling_impl.h): inside the row, holding
+ * the left / right column of padding, or (stride 2) the last strip inside the row, whose last
+ * column the NaN check must still cover */
+enum { P3_INNER = 0, P3_LEFT = 1, P3_RIGHT = 2, P3_LAST = 3 };
+
 /* cells an average divides by for the window [i0, i0 + k) along one axis: clipped to the
  * padded input [-pad, size + pad) when count_include_pad, else to the input [0, size) */
 ALWAYS_INLINE int64_t pool_window_count(int64_t i0, int64_t k, int64_t size, int64_t pad,

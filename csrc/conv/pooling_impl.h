@@ -2,10 +2,11 @@
  * (element type), IT (integer type of the same size) and FN(name) (a unique name per
  * instantiation) to be defined; no include guard on purpose.
  *
- * Three shapes of work: a window covering the whole plane is one contiguous reduction; small
- * stride-1 planes, and small stride-2 planes under max pooling, are reduced as flat arrays
- * (pool_plane_flat, pool_plane_flat_s2); other planes one output row
- * at a time: the window's input rows are reduced column by column into a buffer
+ * Four shapes of work: a window covering the whole plane is one contiguous reduction; 3x3 max
+ * pooling with stride 1 or 2 (nearly every CNN max pool) walks strips of outputs down the
+ * plane straight from the input (pool_planes_3x3, below); other small stride-1 planes, and
+ * small stride-2 planes under max pooling, are reduced as flat arrays (pool_plane_flat,
+ * pool_plane_flat_s2); other planes one output row at a time: the window's input rows are reduced column by column into a buffer
  * (contiguous), then each output reduces its kw buffered values; outputs whose window lies
  * inside the row do that as kw passes over the buffer, contiguous for stride 1 and
  * de-interleaved for stride 2 (every CNN pool), so both passes run on vectors. Max pooling
@@ -508,8 +509,271 @@ static void FN(pool_plane_global)(const T *x, int64_t n, T *y, int op)
     *y = op == POOL_SUM ? acc / (T)n : acc;
 }
 
-/* nplanes planes of a job: global windows, small stride-1 planes (flat) or row by row; max
- * pooling runs the one-instruction max on planes free of NaN */
+/* ---- 3x3 max pooling, stride 1 or 2, straight from the input ----
+ *
+ * The row path above reduces a row's three input rows into a buffer and reads the buffer
+ * back at offsets +1 and +2 (stride 1) or shuffled in pairs (stride 2): loads that straddle
+ * the vector stores just made, which store forwarding cannot serve; and every output row
+ * reduces all three of its input rows again, though it shares one (stride 2) or two (stride
+ * 1) with the row before.
+ * Here an output strip of L columns walks down the plane: each input row's horizontal window
+ * maximum h is taken from unaligned loads of the input itself (no buffer), kept in registers,
+ * and each output row is the maximum of three consecutive h (stride 1: two rows share the
+ * maximum of their two common h, so a row costs one input row's h and 1.5 maxima). Strips
+ * of consecutive columns reuse the cache lines the strip before brought in. Columns of
+ * padding (pw = 1) are replaced by a copy of the window's neighbouring column through a
+ * shuffle, so the edge strips stay vectors; rows of padding and ceil-mode rows past the
+ * plane are -inf. The NaN check (plain max first, the plane redone if any input met is NaN)
+ * ORs unordered compares of loads the reduction makes anyway: a compare covers two vectors,
+ * and the ORs form a one-cycle chain across the plane (a running sum, as the row path keeps,
+ * would be a three-cycle one). Tried and not kept: bands of output rows (the strips' h carried
+ * across bands) and software prefetch of the rows ahead, both slower or no faster. */
+
+/* lanes where a or b is NaN (all bits set) */
+static inline __attribute__((always_inline)) FN(ivec) FN(unord)(FN(vec) a, FN(vec) b)
+{
+#if defined(__AVX__)
+    typedef float v8sf __attribute__((vector_size(32)));
+    typedef double v4df __attribute__((vector_size(32)));
+    if (sizeof(T) == sizeof(float))
+        return (FN(ivec))__builtin_ia32_cmpps256((v8sf)a, (v8sf)b, 3 /* _CMP_UNORD_Q */);
+    return (FN(ivec))__builtin_ia32_cmppd256((v4df)a, (v4df)b, 3);
+#else
+    return (a != a) | (b != b);
+#endif
+}
+
+/* The position of output k in a deinterleave's result (see deinterleaved_order) */
+static inline __attribute__((always_inline)) int FN(dpos)(int k)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T), Q = 16 / sizeof(T) };
+    const int hi = k >= L / 2, j = k % (L / 2);
+    return (j / (Q / 2)) * Q + (hi ? Q / 2 : 0) + j % (Q / 2);
+}
+
+/* load_deinterleaved on two vectors already loaded (a the first L elements) */
+static inline __attribute__((always_inline)) FN(vec) FN(deinterleave)(FN(vec) a, FN(vec) b,
+                                                                      int odd)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T), Q = 16 / sizeof(T) };
+    FN(ivec) m;
+    for (int h = 0; h < L / Q; h++)
+        for (int i = 0; i < Q / 2; i++) {
+            m[h * Q + i] = h * Q + 2 * i + odd;
+            m[h * Q + Q / 2 + i] = L + h * Q + 2 * i + odd;
+        }
+    return __builtin_shuffle(a, b, m);
+}
+
+/* The horizontal window maxima of one input row p for the strip whose first window starts at
+ * column base (stride 2: in deinterleaved order). ORs into *bad the lanes of loads that hold
+ * a NaN (only with the plain max). Reads columns [base, base + sw * L + 3 - sw) of the row,
+ * less the padding column of an edge variant. */
+static inline __attribute__((always_inline)) FN(vec) FN(p3_row)(
+    const T *p, int64_t base, const int sw, const int variant, const int op,
+    FN(ivec) *restrict bad)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T) };
+    const int check = op == POOL_MAX_PLAIN;
+    FN(vec) a0, a1, a2;
+    if (sw == 1) {
+        if (variant == P3_LEFT) { /* column base = -1 is padding: column 0 stands in */
+            FN(ivec) m;
+            for (int k = 0; k < L; k++)
+                m[k] = k > 0 ? k - 1 : 0;
+            a1 = *(const FN(uvec) *)p;
+            a2 = *(const FN(uvec) *)(p + 1);
+            a0 = __builtin_shuffle(a1, m);
+            if (check)
+                *bad |= FN(unord)(a1, a2);
+        } else if (variant == P3_RIGHT) { /* column base + L + 1 is padding */
+            FN(ivec) m;
+            for (int k = 0; k < L; k++)
+                m[k] = k < L - 1 ? k + 1 : L - 1;
+            a0 = *(const FN(uvec) *)(p + base);
+            a1 = *(const FN(uvec) *)(p + base + 1);
+            a2 = __builtin_shuffle(a1, m);
+            if (check)
+                *bad |= FN(unord)(a0, a1);
+        } else {
+            a0 = *(const FN(uvec) *)(p + base);
+            a1 = *(const FN(uvec) *)(p + base + 1);
+            a2 = *(const FN(uvec) *)(p + base + 2);
+            if (check)
+                *bad |= FN(unord)(a0, a2);
+        }
+    } else {
+        /* a0, a1, a2: columns base + 2k, + 1, + 2 of output k */
+        if (variant == P3_LEFT) { /* base = -1: the window's column 1 stands in for it */
+            const FN(vec) x = *(const FN(uvec) *)p, y = *(const FN(uvec) *)(p + L);
+            FN(ivec) m;
+            for (int k = 0; k < L; k++)
+                m[FN(dpos)(k)] = FN(dpos)(k > 0 ? k - 1 : 0);
+            a1 = FN(deinterleave)(x, y, 0);
+            a2 = FN(deinterleave)(x, y, 1);
+            a0 = __builtin_shuffle(a2, m);
+            if (check)
+                *bad |= FN(unord)(x, y);
+        } else {
+            const FN(vec) a = *(const FN(uvec) *)(p + base);
+            const FN(vec) b = *(const FN(uvec) *)(p + base + L);
+            a0 = FN(deinterleave)(a, b, 0);
+            a1 = FN(deinterleave)(a, b, 1);
+            if (check)
+                *bad |= FN(unord)(a, b);
+            if (variant == P3_RIGHT) { /* column base + 2L is padding: base + 2L - 1 stands in */
+                FN(ivec) m;
+                for (int k = 0; k < L; k++)
+                    m[FN(dpos)(k)] = k < L - 1 ? FN(dpos)(k + 1) : L + FN(dpos)(L - 1);
+                a2 = __builtin_shuffle(a0, a1, m);
+            } else {
+                const FN(vec) x = *(const FN(uvec) *)(p + base + 1);
+                const FN(vec) y = *(const FN(uvec) *)(p + base + 1 + L);
+                a2 = FN(deinterleave)(x, y, 1);
+                if (check && variant == P3_LAST)
+                    *bad |= FN(unord)(x, y);
+            }
+        }
+    }
+    return FN(vop)(FN(vop)(a0, a1, op), a2, op);
+}
+
+/* One strip: outputs [o, o + L) of every output row, walking down the plane (see above) */
+static inline __attribute__((always_inline)) void FN(p3_strip)(
+    const asymo_pool2d_job *job, const T *x, T *y, int64_t o, const int s, const int variant,
+    const int op, FN(ivec) *restrict bad)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t H = g->height, W = g->width, oh = g->out_h, ow = g->out_w, ph = g->pad_h;
+    const int64_t base = o * s - g->pad_w;
+    FN(vec) ninf;
+    for (size_t l = 0; l < sizeof(FN(vec)) / sizeof(T); l++)
+        ninf[l] = -(T)INFINITY;
+#define P3_H(i) ((i) < H ? FN(p3_row)(x + (i) * W, base, s, variant, op, bad) : ninf)
+    T *yo = y + o;
+    FN(vec) ha = ph ? ninf : P3_H(0);
+    if (s == 1) {
+        /* out[r] = max(h[r - ph], h[r - ph + 1], h[r - ph + 2]) */
+        FN(vec) hb = P3_H(1 - ph);
+        int64_t r = 0;
+        for (; r + 1 < oh; r += 2) {
+            const int64_t i = r + 2 - ph;
+            const FN(vec) hc = P3_H(i), hd = P3_H(i + 1);
+            const FN(vec) m = FN(vop)(hb, hc, op);
+            *(FN(uvec) *)(yo + r * ow) = FN(vop)(ha, m, op);
+            *(FN(uvec) *)(yo + (r + 1) * ow) = FN(vop)(m, hd, op);
+            ha = hc;
+            hb = hd;
+        }
+        if (r < oh) {
+            const FN(vec) hc = P3_H(r + 2 - ph);
+            *(FN(uvec) *)(yo + r * ow) = FN(vop)(FN(vop)(ha, hb, op), hc, op);
+        }
+    } else {
+        /* out[r] = max(h[2r - ph], h[2r - ph + 1], h[2r - ph + 2]) */
+        for (int64_t r = 0; r < oh; r++) {
+            const int64_t i = 2 * r + 1 - ph;
+            const FN(vec) hb = P3_H(i), hc = P3_H(i + 1);
+            *(FN(uvec) *)(yo + r * ow) =
+                FN(deinterleaved_order)(FN(vop)(FN(vop)(ha, hb, op), hc, op));
+            ha = hc;
+        }
+    }
+#undef P3_H
+}
+
+/* Whether p3_plane takes a plane of this geometry: max pooling by 3x3 windows, equal
+ * strides 1 or 2, more than one vector of outputs per row */
+static inline int FN(p3_fits)(const asymo_pool2d_job *job)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T) };
+    const asymo_conv_geometry *g = &job->geom;
+    return job->kind == ASYMO_POOL_MAX && g->kernel_h == 3 && g->kernel_w == 3 &&
+           g->stride_h == g->stride_w && (g->stride_w == 1 || g->stride_w == 2) &&
+           g->pad_h <= 1 && g->pad_w <= 1 && g->out_w > L;
+}
+
+/* One plane (p3_fits): the strips left to right, the last one overlapping the one before
+ * when L does not divide the outputs; stride 2 with both a left and a ceil-mode right column
+ * past the row leaves the last output of each row, whose window holds one input column, to
+ * the scalar code. Returns whether a NaN may have been met (plain max), as pool_plane_body. */
+static inline __attribute__((always_inline)) int FN(p3_plane)(
+    const asymo_pool2d_job *job, const T *x, T *y, const int s, const int op)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T) };
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t H = g->height, W = g->width, oh = g->out_h, ow = g->out_w;
+    const int64_t ph = g->pad_h, pw = g->pad_w;
+    /* columns the last window reaches past the row */
+    const int64_t over = (ow - 1) * s - pw + 3 - W;
+    const int64_t ob = over > 1 ? ow - 1 : ow; /* outputs [0, ob) as vectors */
+    FN(ivec) bad = {0};
+    int64_t o = 0;
+    if (pw) {
+        FN(p3_strip)(job, x, y, 0, s, P3_LEFT, op, &bad);
+        o = L;
+    }
+    for (; o + L < ob; o += L)
+        FN(p3_strip)(job, x, y, o, s, P3_INNER, op, &bad);
+    if (over == 1)
+        FN(p3_strip)(job, x, y, ob - L, s, P3_RIGHT, op, &bad);
+    else if (o < ob || !pw) /* (pw: the left strip may have been the last) */
+        FN(p3_strip)(job, x, y, ob - L, s, s == 2 ? P3_LAST : P3_INNER, op, &bad);
+    if (ob < ow) {
+        /* the window of output ob holds input column W - 1 alone (the scalar NaN-letting
+           max: right whatever the check says) */
+        for (int64_t r = 0; r < oh; r++) {
+            T acc = -(T)INFINITY;
+            for (int64_t iy = pmax(r * s - ph, 0); iy < pmin(r * s - ph + 3, H); iy++)
+                acc = FN(smax)(acc, x[iy * W + W - 1]);
+            y[r * ow + ob] = acc;
+        }
+    }
+    int any = 0;
+    for (size_t l = 0; l < sizeof(FN(vec)) / sizeof(T); l++)
+        any |= bad[l] != 0;
+    return any;
+}
+
+static int FN(p3_plain_s1)(const asymo_pool2d_job *job, const T *x, T *y)
+{
+    return FN(p3_plane)(job, x, y, 1, POOL_MAX_PLAIN);
+}
+
+static int FN(p3_plain_s2)(const asymo_pool2d_job *job, const T *x, T *y)
+{
+    return FN(p3_plane)(job, x, y, 2, POOL_MAX_PLAIN);
+}
+
+static void FN(p3_nan_s1)(const asymo_pool2d_job *job, const T *x, T *y)
+{
+    FN(p3_plane)(job, x, y, 1, POOL_MAX);
+}
+
+static void FN(p3_nan_s2)(const asymo_pool2d_job *job, const T *x, T *y)
+{
+    FN(p3_plane)(job, x, y, 2, POOL_MAX);
+}
+
+/* pool_planes for the planes p3_fits takes */
+static void FN(pool_planes_3x3)(const asymo_pool2d_job *job, const T *x, T *y, int64_t nplanes)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t in_plane = g->height * g->width, out_plane = g->out_h * g->out_w;
+    for (int64_t p = 0; p < nplanes; p++) {
+        const T *xp = x + p * in_plane;
+        T *yp = y + p * out_plane;
+        if (g->stride_w == 1) {
+            if (FN(p3_plain_s1)(job, xp, yp))
+                FN(p3_nan_s1)(job, xp, yp);
+        } else if (FN(p3_plain_s2)(job, xp, yp)) {
+            FN(p3_nan_s2)(job, xp, yp);
+        }
+    }
+}
+
+/* nplanes planes of a job: global windows, 3x3 max pooling (strips), small planes (flat) or
+ * row by row; max pooling runs the one-instruction max on planes free of NaN */
 static void FN(pool_planes)(const asymo_pool2d_job *job, const T *x, T *y, int64_t nplanes)
 {
     enum { L = sizeof(FN(vec)) / sizeof(T) };
@@ -521,6 +785,10 @@ static void FN(pool_planes)(const asymo_pool2d_job *job, const T *x, T *y, int64
         for (int64_t p = 0; p < nplanes; p++)
             FN(pool_plane_global)(x + p * in_plane, in_plane, y + p * out_plane,
                                   avg ? POOL_SUM : POOL_MAX);
+        return;
+    }
+    if (FN(p3_fits)(job)) {
+        FN(pool_planes_3x3)(job, x, y, nplanes);
         return;
     }
     if (g->stride_h == 1 && g->stride_w == 1 && W <= POOL_FLAT_WIDTH_VECS * L &&
@@ -568,3 +836,4 @@ static void FN(pool_planes)(const asymo_pool2d_job *job, const T *x, T *y, int64
             FN(rows_max)(job, x + p * in_plane, y + p * out_plane);
     }
 }
+
