@@ -6,8 +6,8 @@
  * pooling with stride 1 or 2 (nearly every CNN max pool) walks strips of outputs down the
  * plane straight from the input (pool_planes_3x3, below); other small stride-1 planes, and
  * small stride-2 planes under max pooling, are reduced as flat arrays (pool_plane_flat,
- * pool_plane_flat_s2); other planes one output row at a time: the window's input rows are reduced column by column into a buffer
- * (contiguous), then each output reduces its kw buffered values; outputs whose window lies
+ * pool_plane_flat_s2); other planes one output row at a time: the window's input rows are
+ * reduced column by column into a buffer (contiguous), then each output reduces its kw buffered values; outputs whose window lies
  * inside the row do that as kw passes over the buffer, contiguous for stride 1 and
  * de-interleaved for stride 2 (every CNN pool), so both passes run on vectors. Max pooling
  * checks each plane for NaN first and, when there is none, uses the plain max instruction
@@ -71,6 +71,20 @@ static inline int FN(any_nan)(FN(vec) acc)
     return s != s;
 }
 
+/* The even (odd = 0) or odd elements of a then b (see load_deinterleaved) */
+static inline __attribute__((always_inline)) FN(vec) FN(deinterleave)(FN(vec) a, FN(vec) b,
+                                                                      int odd)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T), Q = 16 / sizeof(T) };
+    FN(ivec) m;
+    for (int h = 0; h < L / Q; h++)
+        for (int i = 0; i < Q / 2; i++) {
+            m[h * Q + i] = h * Q + 2 * i + odd;
+            m[h * Q + Q / 2 + i] = L + h * Q + 2 * i + odd;
+        }
+    return __builtin_shuffle(a, b, m);
+}
+
 /* The even (odd = 0) or odd elements of the 2L at src, in the order a shuffle within 128-bit
  * lanes gives them (one shufps / shufpd under AVX, where a shuffle across them costs three
  * instructions): in each 128-bit half of the result, the first vector's elements of that half,
@@ -79,14 +93,8 @@ static inline int FN(any_nan)(FN(vec) acc)
 static inline __attribute__((always_inline)) FN(vec) FN(load_deinterleaved)(const T *src,
                                                                            int odd)
 {
-    enum { L = sizeof(FN(vec)) / sizeof(T), Q = 16 / sizeof(T) };
-    FN(ivec) m; /* folded to a constant */
-    for (int h = 0; h < L / Q; h++)
-        for (int i = 0; i < Q / 2; i++) {
-            m[h * Q + i] = h * Q + 2 * i + odd;
-            m[h * Q + Q / 2 + i] = L + h * Q + 2 * i + odd;
-        }
-    return __builtin_shuffle(*(const FN(uvec) *)src, *(const FN(uvec) *)(src + L), m);
+    enum { L = sizeof(FN(vec)) / sizeof(T) };
+    return FN(deinterleave)(*(const FN(uvec) *)src, *(const FN(uvec) *)(src + L), odd);
 }
 
 /* a[lane of output o], o < L: the outputs of load_deinterleaved vectors in order (their first
@@ -551,19 +559,6 @@ static inline __attribute__((always_inline)) int FN(dpos)(int k)
     return (j / (Q / 2)) * Q + (hi ? Q / 2 : 0) + j % (Q / 2);
 }
 
-/* load_deinterleaved on two vectors already loaded (a the first L elements) */
-static inline __attribute__((always_inline)) FN(vec) FN(deinterleave)(FN(vec) a, FN(vec) b,
-                                                                      int odd)
-{
-    enum { L = sizeof(FN(vec)) / sizeof(T), Q = 16 / sizeof(T) };
-    FN(ivec) m;
-    for (int h = 0; h < L / Q; h++)
-        for (int i = 0; i < Q / 2; i++) {
-            m[h * Q + i] = h * Q + 2 * i + odd;
-            m[h * Q + Q / 2 + i] = L + h * Q + 2 * i + odd;
-        }
-    return __builtin_shuffle(a, b, m);
-}
 
 /* The horizontal window maxima of one input row p for the strip whose first window starts at
  * column base (stride 2: in deinterleaved order). ORs into *bad the lanes of loads that hold
