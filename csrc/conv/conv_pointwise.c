@@ -13,6 +13,9 @@
 
 enum { MR = ASYMO_INDIRECT_MR16, NR = ASYMO_INDIRECT_NR };
 
+/* A block of runs: B rows of at most this many bytes, at most this many runs */
+enum { BLOCK_BYTES = 16 << 10, MAX_BLOCK_RUNS = 16 };
+
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -74,8 +77,10 @@ void asymo_conv_pointwise_prepare_task(int64_t t, void *job_)
     }
 }
 
-/* Runs [t * runs_per_task, ...) of pixels: each run against every micro-panel (its K rows of
- * 64 bytes stay in L1 across them). */
+/* Runs [t * runs_per_task, ...) of pixels, in blocks of runs whose B rows (K x 64 bytes a run)
+ * fit in about half of L1: each block against every micro-panel, run by run, so a tile's
+ * rows of output are written as a block's contiguous stretch rather than 64 bytes apart by
+ * every micro-panel in turn (a layer with 96 output channels wrote 96 streams otherwise). */
 void asymo_conv_pointwise_task(int64_t t, void *job_)
 {
 #if defined(__x86_64__)
@@ -90,11 +95,17 @@ void asymo_conv_pointwise_task(int64_t t, void *job_)
     const float *res = (const float *)job->residual;
     float *y = (float *)job->y;
     const int64_t j0 = t * job->runs_per_task * NR, j1 = min64(n, j0 + job->runs_per_task * NR);
-    for (int64_t j = j0; j < j1; j += NR) {
-        const int cols = (int)min64(NR, j1 - j);
-        for (int64_t i0 = 0; i0 < m; i0 += MR)
-            ukr(k, apack + i0 * k, x + j, job->offsets, y + i0 * n + j, n, bias + i0,
-                res ? res + i0 * n + j : NULL, n, job->activation, (int)min64(MR, m - i0), cols);
+    int64_t block = BLOCK_BYTES / (k * NR * (int64_t)sizeof(float));
+    block = (block < 1 ? 1 : block > MAX_BLOCK_RUNS ? MAX_BLOCK_RUNS : block) * NR;
+    for (int64_t b0 = j0; b0 < j1; b0 += block) {
+        const int64_t b1 = min64(j1, b0 + block);
+        for (int64_t i0 = 0; i0 < m; i0 += MR) {
+            const int rows = (int)min64(MR, m - i0);
+            for (int64_t j = b0; j < b1; j += NR)
+                ukr(k, apack + i0 * k, x + j, job->offsets, y + i0 * n + j, n, bias + i0,
+                    res ? res + i0 * n + j : NULL, n, job->activation, rows,
+                    (int)min64(NR, b1 - j));
+        }
     }
 #else
     (void)t;
