@@ -420,3 +420,26 @@ def test_3x3_max_pooling_nan_at_every_column_of_a_strip():
                     max_pool2d(x, 3, s, p, ceil),
                     F.max_pool2d(torch.from_numpy(x), 3, s, p, ceil_mode=ceil).numpy(),
                     err_msg=f"{dtype.__name__} {h}x{w} s{s} p{p} {ceil}")
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+def test_3x3_max_pooling_reads_nothing_past_the_input():
+    # the strips' vector loads near the last column of the last row: the input ends a page
+    # (a load past it faults), the shapes of the CNNs' pools and odd widths with ceil-mode
+    # and padded windows
+    import mmap
+
+    rng = np.random.default_rng(14)
+    for dtype in (np.float32, np.float64):
+        for c, h, w, s, p, ceil in ((3, 111, 111, 2, 0, True), (2, 112, 112, 2, 1, False),
+                                    (2, 111, 111, 1, 1, False), (2, 28, 28, 1, 1, True),
+                                    (1, 9, 37, 2, 1, True), (1, 13, 17, 1, 1, True),
+                                    (1, 10, 33, 2, 0, True), (1, 10, 34, 2, 1, True)):
+            nbytes = c * h * w * np.dtype(dtype).itemsize
+            buf = mmap.mmap(-1, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
+            x = np.frombuffer(buf, dtype, offset=len(buf) - nbytes).reshape(1, c, h, w)
+            x[...] = rng.standard_normal(x.shape)
+            np.testing.assert_array_equal(
+                max_pool2d(x, 3, s, p, ceil),
+                F.max_pool2d(torch.from_numpy(x.copy()), 3, s, p, ceil_mode=ceil).numpy(),
+                err_msg=f"{dtype.__name__} {c}x{h}x{w} s{s} p{p} {ceil}")

@@ -100,7 +100,8 @@ INDIRECT_MIN_TAPS = 64
 # Where the convolution kernels run AVX-512: the 16-row indirect micro-kernel (bias and
 # activation fused, no padded rows for 32 / 64 output channels); False: the 6-row AVX2 one.
 INDIRECT_WIDE = True
-# ... in tasks of whole output rows, at most about this many FLOPs each (docs/tuning.md)
+# ... in tasks of whole output rows, at most about this many FLOPs each (docs/tuning.md; the
+# pointwise path's runs of pixels too)
 INDIRECT_TASK_FLOPS = 8e6
 # Pointwise layers (1x1, stride 1, no padding, one group, float32) with a multiple of 16
 # output channels, at most POINTWISE_MAX_OUT_CHANNELS of them, at most
@@ -587,6 +588,15 @@ class _WinogradConvPlan:
                                            method=WINOGRAD_METHOD)
 
 
+def _units_per_task(pool, units, flops):
+    """Units of work (output rows, runs of pixels) per task of an indirect or pointwise job:
+    TASKS_PER_WORKER tasks per worker at least, each of at most about INDIRECT_TASK_FLOPS. A
+    job ends with its last task, and a small last task is one that a slower (or stopped) core
+    finishes soon or a faster one steals before it starts."""
+    return max(1, min(-(-units // (TASKS_PER_WORKER * pool.nworkers)),
+                      int(INDIRECT_TASK_FLOPS * units // flops)))
+
+
 def _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
                   has_residual):
     """The job template of an indirect convolution for this layer (`INDIRECT`), or None."""
@@ -626,12 +636,7 @@ class _IndirectConvPlan:
         self.scratch_elems = int(lib.asymo_conv_indirect_scratch(job))
         self.nprep = int(lib.asymo_conv_indirect_prepare_tasks(job))
         flops = 2.0 * job.out_channels * oh * g.out_w * g.channels * g.kernel_h * g.kernel_w
-        # rows for TASKS_PER_WORKER tasks per worker at least, and tasks of at most
-        # INDIRECT_TASK_FLOPS: a job ends with its last task, and a small last task is one that
-        # a slower (or stopped) core finishes soon or a faster one steals before it starts
-        rows = max(1, min(-(-oh // (TASKS_PER_WORKER * pool.nworkers)),
-                          int(INDIRECT_TASK_FLOPS * oh // flops)))
-        job.rows_per_task = rows
+        job.rows_per_task = rows = _units_per_task(pool, oh, flops)
         self.ntasks = -(-oh // rows)
         fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
         self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
@@ -668,12 +673,8 @@ class _PointwisePlan:
         lib.asymo_conv_pointwise_offsets(job, self.offsets)
         job.offsets = self.offsets
         self.scratch_elems = int(lib.asymo_conv_pointwise_scratch(job))
-        runs = -(-int(job.pixels) // 16)
         flops = 2.0 * job.out_channels * job.channels * job.pixels
-        # as the indirect path's rows: TASKS_PER_WORKER tasks per worker at least, each of at
-        # most about INDIRECT_TASK_FLOPS (a job ends with its last task)
-        job.runs_per_task = max(1, min(-(-runs // (TASKS_PER_WORKER * pool.nworkers)),
-                                       int(INDIRECT_TASK_FLOPS * runs // flops)))
+        job.runs_per_task = _units_per_task(pool, -(-int(job.pixels) // 16), flops)
         self.ntasks = int(lib.asymo_conv_pointwise_tasks(job))
         fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
         self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
