@@ -425,8 +425,8 @@ def test_3x3_max_pooling_nan_at_every_column_of_a_strip():
 @pytest.mark.skipif(torch is None, reason="torch not installed")
 def test_3x3_max_pooling_reads_nothing_past_the_input():
     # the strips' vector loads near the last column of the last row: the input ends a page
-    # (a load past it faults), the shapes of the CNNs' pools and odd widths with ceil-mode
-    # and padded windows
+    # (a load past it faults), the shapes of the CNNs' pools (the wide ones in bands of
+    # output rows) and odd widths with ceil-mode and padded windows
     import mmap
 
     rng = np.random.default_rng(14)
@@ -443,3 +443,9 @@ def test_3x3_max_pooling_reads_nothing_past_the_input():
                 max_pool2d(x, 3, s, p, ceil),
                 F.max_pool2d(torch.from_numpy(x.copy()), 3, s, p, ceil_mode=ceil).numpy(),
                 err_msg=f"{dtype.__name__} {c}x{h}x{w} s{s} p{p} {ceil}")
+            # a NaN on the rows where the wide planes' bands of output rows meet
+            x[0, 0, 33:37:2, w // 3] = np.nan
+            np.testing.assert_array_equal(
+                max_pool2d(x, 3, s, p, ceil),
+                F.max_pool2d(torch.from_numpy(x.copy()), 3, s, p, ceil_mode=ceil).numpy(),
+                err_msg=f"NaN {dtype.__name__} {c}x{h}x{w} s{s} p{p} {ceil}")

@@ -29,6 +29,9 @@ ALWAYS_INLINE int64_t pmax(int64_t a, int64_t b) { return a > b ? a : b; }
 #define POOL_FLAT_S2_SIZE 2048
 #define POOL_FLAT_S2_SLACK 64
 
+/* 3x3 max pooling walks strips down planes of at most this many bytes (L1) */
+#define P3_MAX_PLANE_BYTES (32 << 10)
+
 /* the reduction a pass applies: sum, max letting NaN win, or the plain max (for inputs known
  * to hold no NaN) */
 enum { POOL_SUM = 0, POOL_MAX = 1, POOL_MAX_PLAIN = 2 };

@@ -678,14 +678,18 @@ static inline __attribute__((always_inline)) void FN(p3_strip)(
 }
 
 /* Whether p3_plane takes a plane of this geometry: max pooling by 3x3 windows, equal
- * strides 1 or 2, more than one vector of outputs per row */
+ * strides 1 or 2, more than one vector of outputs per row, and an input plane of at most
+ * P3_MAX_PLANE_BYTES. A larger plane outgrows L1, and inside a network (its input just
+ * written by the layer before, in L2 and L3) the strips' walk down its whole height ran
+ * slower than the row path's reads in memory order: docs/pooling.md. */
 static inline int FN(p3_fits)(const asymo_pool2d_job *job)
 {
     enum { L = sizeof(FN(vec)) / sizeof(T) };
     const asymo_conv_geometry *g = &job->geom;
     return job->kind == ASYMO_POOL_MAX && g->kernel_h == 3 && g->kernel_w == 3 &&
            g->stride_h == g->stride_w && (g->stride_w == 1 || g->stride_w == 2) &&
-           g->pad_h <= 1 && g->pad_w <= 1 && g->out_w > L;
+           g->pad_h <= 1 && g->pad_w <= 1 && g->out_w > L &&
+           g->height * g->width * (int64_t)sizeof(T) <= P3_MAX_PLANE_BYTES;
 }
 
 /* One plane (p3_fits): the strips left to right, the last one overlapping the one before
