@@ -930,9 +930,13 @@ class _NativeCalls:
         elif isinstance(plan, _WinogradConvPlan):
             self._winograd(plan, has_bias, y, residual, pool)
         elif isinstance(plan, _IndirectConvPlan):
-            self._indirect(plan, x, has_bias, y, pool)
+            self._prepared_jobs(plan, "asymo_conv_indirect_job *", _INDIRECT_PREPARE_TASK,
+                                _INDIRECT_TASK, plan.nprep, False, x, has_bias, y, None, pool)
         elif isinstance(plan, _PointwisePlan):
-            self._pointwise(plan, x, has_bias, y, residual, pool)
+            # (the one-task prepare in the calling thread)
+            self._pointwise_jobs = self._prepared_jobs(
+                plan, "asymo_conv_pointwise_job *", _POINTWISE_PREPARE_TASK, _POINTWISE_TASK,
+                1, True, x, has_bias, y, residual, pool)
         else:
             self._gemm(plan, x, has_bias, y, residual, pool)
         if self._col_elems and bound:
@@ -1015,38 +1019,19 @@ class _NativeCalls:
         self.calls.append(_tasks_call(pool, _winograd.WINOGRAD_TASK, job, wp.ntasks,
                                       wp.counts, wp.inline))
 
-    def _indirect(self, plan, x, has_bias, y, pool):
-        # the phase planes and packed weights: a bound call's own scratch, else the thread's
-        # workspace (the _COL slot); per image a prepare job, then the output rows
+    def _prepared_jobs(self, plan, ctype, prepare, task, nprep, prep_inline, x, has_bias, y,
+                       residual, pool):
+        """The indirect and pointwise paths' calls: per image a job that fills the scratch
+        (packed weights, phase planes: a bound call's own, else the thread's workspace, the
+        _COL slot), then the plan's tasks. Returns the per-image jobs."""
         self._col_elems = plan.scratch_elems
         n, c, h, w = x.shape
-        es = x.itemsize
+        jobs = []
         for i in range(n):
-            job = ffi.new("asymo_conv_indirect_job *", plan.job[0])
+            job = ffi.new(ctype, plan.job[0])
             self._keep.append(job)
-            self._at(job, "x", _X, i * c * h * w * es)
-            self._at(job, "weight", _W)
-            if has_bias:
-                self._at(job, "bias", _B)
-            self._at(job, "y", _Y, i * y.strides[0])
-            self._at(job, "scratch", _COL)
-            self.calls.append(_tasks_call(pool, _INDIRECT_PREPARE_TASK, job, plan.nprep,
-                                          plan.prep_counts, False))
-            self.calls.append(_tasks_call(pool, _INDIRECT_TASK, job, plan.ntasks, plan.counts,
-                                          False))
-
-    def _pointwise(self, plan, x, has_bias, y, residual, pool):
-        # the bias and weight panels: a bound call's own scratch, else the thread's workspace
-        # (the _COL slot); per image the one-task prepare job (in the calling thread), then
-        # the runs of pixels
-        self._col_elems = plan.scratch_elems
-        n, c, h, w = x.shape
-        es = x.itemsize
-        for i in range(n):
-            job = ffi.new("asymo_conv_pointwise_job *", plan.job[0])
-            self._keep.append(job)
-            self._pointwise_jobs.append(job)
-            self._at(job, "x", _X, i * c * h * w * es)
+            jobs.append(job)
+            self._at(job, "x", _X, i * c * h * w * x.itemsize)
             self._at(job, "weight", _W)
             if has_bias:
                 self._at(job, "bias", _B)
@@ -1054,10 +1039,10 @@ class _NativeCalls:
             if residual is not None:  # C-contiguous (_prepare made it so)
                 self._at(job, "residual", _R, i * residual.strides[0])
             self._at(job, "scratch", _COL)
-            self.calls.append(_tasks_call(pool, _POINTWISE_PREPARE_TASK, job, 1,
-                                          plan.prep_counts, True))
-            self.calls.append(_tasks_call(pool, _POINTWISE_TASK, job, plan.ntasks, plan.counts,
-                                          False))
+            self.calls.append(_tasks_call(pool, prepare, job, nprep, plan.prep_counts,
+                                          prep_inline))
+            self.calls.append(_tasks_call(pool, task, job, plan.ntasks, plan.counts, False))
+        return jobs
 
     def _gemm_args(self, template, m, k, n, rsb, rsc):
         if template is None:
