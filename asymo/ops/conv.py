@@ -331,7 +331,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         settings = _plan_settings()
         limit = lib.asymo_pool_get_limit(pool._handle)
         plan, plan_key = c.plan_for(pool, settings, limit)
-        calls = _NativeCalls(plan, c.xb, c.b, c.target, c.residual, pool)
+        calls = _NativeCalls(plan, c.xb, c.b, c.target, c.residual, pool,
+                             prepacked=c.packed is not None)
         keep = calls.fill(c.xb, c.w, c.packed, c.b, c.target, c.residual)
         _run_calls(calls.calls)
         del keep
@@ -663,9 +664,9 @@ def _pointwise_job(xshape, wshape, dtype, stride, pads, dilation, groups, activa
 
 
 class _PointwisePlan:
-    """In-place pointwise convolution (asymo/conv.h): per image, a one-task job that puts the
-    bias (and the weights' micro-panels, unless a PackedConvWeight brings them) into scratch,
-    then one whose tasks are runs of pixels, every output channel."""
+    """In-place pointwise convolution (asymo/conv.h): per image, unless a PackedConvWeight
+    brings the weights' micro-panels, a one-task job that packs them into scratch; then one
+    whose tasks are runs of pixels, every output channel."""
 
     def __init__(self, pool, job):
         self.job = job
@@ -679,6 +680,7 @@ class _PointwisePlan:
         fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
         self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
         self.prep_counts = _task_counts(pool, 1, fastest_only=True)
+        self.nprep = 1
 
 
 class _DepthwisePlan:
@@ -915,7 +917,7 @@ class _NativeCalls:
     __slots__ = ("calls", "_slots", "_sources", "_apacked", "_pointwise_jobs", "_packed",
                  "_keep", "_col_elems", "_col", "_dtype", "_tile", "_plan")
 
-    def __init__(self, plan, x, b, y, residual, pool, *, bound=False):
+    def __init__(self, plan, x, b, y, residual, pool, *, bound=False, prepacked=False):
         # the plan owns C data the calls point at (column bounds, task counts, GEMM plans):
         # it lives as long as they do, whatever the plan cache evicts
         self._plan = plan
@@ -931,12 +933,14 @@ class _NativeCalls:
             self._winograd(plan, has_bias, y, residual, pool)
         elif isinstance(plan, _IndirectConvPlan):
             self._prepared_jobs(plan, "asymo_conv_indirect_job *", _INDIRECT_PREPARE_TASK,
-                                _INDIRECT_TASK, plan.nprep, False, x, has_bias, y, None, pool)
+                                False, _INDIRECT_TASK, x, has_bias, y, None, pool)
         elif isinstance(plan, _PointwisePlan):
-            # (the one-task prepare in the calling thread)
+            # weights of a PackedConvWeight (``prepacked``; fill points the jobs at its panels)
+            # need no prepare job; plain ones are packed by one, in the calling thread
             self._pointwise_jobs = self._prepared_jobs(
-                plan, "asymo_conv_pointwise_job *", _POINTWISE_PREPARE_TASK, _POINTWISE_TASK,
-                1, True, x, has_bias, y, residual, pool)
+                plan, "asymo_conv_pointwise_job *",
+                None if prepacked else _POINTWISE_PREPARE_TASK, True, _POINTWISE_TASK, x,
+                has_bias, y, residual, pool)
         else:
             self._gemm(plan, x, has_bias, y, residual, pool)
         if self._col_elems and bound:
@@ -964,28 +968,21 @@ class _NativeCalls:
                 bases[src] = _base(arrays[src])
         for struct, field, src, offset in self._slots:
             setattr(struct, field, bases[src] + offset if offset else bases[src])
-        if (packed is not None and self._apacked
+        if (packed is not None and (self._apacked or self._pointwise_jobs)
                 and (self._packed is None or self._packed() is not packed)):
-            # the weights' packed A panels (asymo.prepack), made once per PackedConvWeight
-            # (which never changes: set again only for another one); otherwise the GEMM packs
-            # them per call
-            pa = packed.gemm_a()
-            for args, gp in self._apacked:
-                args.a_packed = pa.cdata_for(gp)
-            self._packed = weakref.ref(packed)
-        if self._pointwise_jobs:
-            # a PackedConvWeight's micro-panels (made once); plain weights: packed per call
-            ref = self._packed
-            if packed is None:
-                if ref is not None:
-                    for job in self._pointwise_jobs:
-                        job.apack = ffi.NULL
-                    self._packed = None
-            elif ref is None or ref() is not packed:
+            # the weights' packed panels (the GEMM's A, asymo.prepack; the pointwise path's),
+            # made once per PackedConvWeight (which never changes: set again only for
+            # another one); otherwise the GEMM packs them per call, and a pointwise call's
+            # calls were made with a prepare job (calls are cached per weight type)
+            if self._apacked:
+                pa = packed.gemm_a()
+                for args, gp in self._apacked:
+                    args.a_packed = pa.cdata_for(gp)
+            if self._pointwise_jobs:
                 panels = ffi.from_buffer(packed.pointwise_panels())
                 for job in self._pointwise_jobs:
                     job.apack = panels
-                self._packed = weakref.ref(packed)
+            self._packed = weakref.ref(packed)
         return arrays, bases
 
     def _depthwise(self, plan, has_bias, y, residual, pool):
@@ -1019,12 +1016,14 @@ class _NativeCalls:
         self.calls.append(_tasks_call(pool, _winograd.WINOGRAD_TASK, job, wp.ntasks,
                                       wp.counts, wp.inline))
 
-    def _prepared_jobs(self, plan, ctype, prepare, task, nprep, prep_inline, x, has_bias, y,
-                       residual, pool):
+    def _prepared_jobs(self, plan, ctype, prepare, prep_inline, task, x, has_bias, y, residual,
+                       pool):
         """The indirect and pointwise paths' calls: per image a job that fills the scratch
         (packed weights, phase planes: a bound call's own, else the thread's workspace, the
-        _COL slot), then the plan's tasks. Returns the per-image jobs."""
-        self._col_elems = plan.scratch_elems
+        _COL slot; none when ``prepare`` is None), then the plan's tasks. Returns the
+        per-image jobs."""
+        if prepare is not None:
+            self._col_elems = plan.scratch_elems
         n, c, h, w = x.shape
         jobs = []
         for i in range(n):
@@ -1038,9 +1037,10 @@ class _NativeCalls:
             self._at(job, "y", _Y, i * y.strides[0])
             if residual is not None:  # C-contiguous (_prepare made it so)
                 self._at(job, "residual", _R, i * residual.strides[0])
-            self._at(job, "scratch", _COL)
-            self.calls.append(_tasks_call(pool, prepare, job, nprep, plan.prep_counts,
-                                          prep_inline))
+            if prepare is not None:
+                self._at(job, "scratch", _COL)
+                self.calls.append(_tasks_call(pool, prepare, job, plan.nprep, plan.prep_counts,
+                                              prep_inline))
             self.calls.append(_tasks_call(pool, task, job, plan.ntasks, plan.counts, False))
         return jobs
 
@@ -1199,7 +1199,8 @@ def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
         return BoundConv2d([], [], fallback=lambda: None)
     if pool is None or not _in_place(c, x, packed.array, bias, residual, out):
         return BoundConv2d([], [c], fallback=fallback)
-    calls = _NativeCalls(c.plan_for(pool)[0], c.xb, c.b, c.target, c.residual, pool, bound=True)
+    calls = _NativeCalls(c.plan_for(pool)[0], c.xb, c.b, c.target, c.residual, pool, bound=True,
+                         prepacked=True)
     keep = [x, packed, bias, residual, out, c, calls,
             calls.fill(c.xb, c.w, packed, c.b, c.target, c.residual)]
     return BoundConv2d(calls.calls, keep)

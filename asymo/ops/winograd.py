@@ -128,19 +128,18 @@ class PackedConvWeight:
 
     def pointwise_panels(self):
         """The weights of a 1x1 float32 layer as the in-place pointwise path's 16-row
-        micro-panels (``ceil(Cout / 16) x C x 16``, zero rows past Cout; made once)."""
+        micro-panels (``asymo_conv_pack_panels``, the C packer the path's prepare job runs;
+        made once)."""
         a = self._transforms.get("pointwise")
         if a is None:
             with self._lock:
                 a = self._transforms.get("pointwise")
                 if a is None:
-                    w = self.array.reshape(self.array.shape[0], -1)
-                    m, k = w.shape
-                    mpad = -(-m // 16) * 16
-                    padded = np.zeros((mpad, k), np.float32)
-                    padded[:m] = w
-                    a = self._transforms["pointwise"] = np.ascontiguousarray(
-                        padded.reshape(mpad // 16, 16, k).transpose(0, 2, 1))
+                    m, k = self.array.shape[0], self.array[0].size
+                    a = np.empty(-(-m // 16) * 16 * k, np.float32)
+                    lib.asymo_conv_pack_panels(ffi.from_buffer("float[]", self.array), m, k,
+                                               16, ffi.from_buffer("float[]", a))
+                    self._transforms["pointwise"] = a
         return a
 
     def winograd(self, m):

@@ -98,14 +98,8 @@ void asymo_conv_indirect_prepare_task(int64_t t, void *job_)
     float *scratch = (float *)job->scratch;
     const int64_t nplanes = g->channels * L.s * L.s;
     if (t == nplanes) {
-        const float *w = (const float *)job->weight;
-        const int64_t m = job->out_channels, mr = L.mr;
-        for (int64_t i0 = 0; i0 < L.mpad; i0 += mr) {
-            float *a = scratch + i0 * L.k;
-            for (int64_t p = 0; p < L.k; p++)
-                for (int64_t i = 0; i < mr; i++)
-                    a[p * mr + i] = i0 + i < m ? w[(i0 + i) * L.k + p] : 0.0f;
-        }
+        const int64_t m = job->out_channels;
+        asymo_conv_pack_panels((const float *)job->weight, m, L.k, L.mr, scratch);
         if (job->wide) {
             float *bias = scratch + L.mpad * L.k;
             for (int64_t i = 0; i < L.mpad; i++)
@@ -138,6 +132,21 @@ void asymo_conv_indirect_prepare_task(int64_t t, void *job_)
             for (int64_t q = q0; q < q1; q++)
                 d[q] = src[q * L.s];
         memset(d + q1, 0, (size_t)(L.wq - q1) * sizeof(float));
+    }
+}
+
+void asymo_conv_pack_panels(const float *w, int64_t m, int64_t k, int64_t mr, float *panels)
+{
+    /* row by row: contiguous reads, writes within one panel */
+    const int64_t mpad = cdiv(m, mr) * mr;
+    for (int64_t row = 0; row < mpad; row++) {
+        float *a = panels + row / mr * mr * k + row % mr;
+        if (row < m)
+            for (int64_t p = 0; p < k; p++)
+                a[p * mr] = w[row * k + p];
+        else
+            for (int64_t p = 0; p < k; p++)
+                a[p * mr] = 0.0f;
     }
 }
 

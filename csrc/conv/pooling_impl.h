@@ -97,16 +97,22 @@ static inline __attribute__((always_inline)) FN(vec) FN(load_deinterleaved)(cons
     return FN(deinterleave)(*(const FN(uvec) *)src, *(const FN(uvec) *)(src + L), odd);
 }
 
-/* a[lane of output o], o < L: the outputs of load_deinterleaved vectors in order (their first
- * half from the first vector's elements, the second from the second's) */
-static inline __attribute__((always_inline)) FN(vec) FN(deinterleaved_order)(FN(vec) a)
+/* The lane of output k (< L) in a deinterleave's result: its first half from the first
+ * vector's elements, the second from the second's, within 128-bit lanes */
+static inline __attribute__((always_inline)) int FN(dpos)(int k)
 {
     enum { L = sizeof(FN(vec)) / sizeof(T), Q = 16 / sizeof(T) };
+    const int hi = k >= L / 2, j = k % (L / 2);
+    return (j / (Q / 2)) * Q + (hi ? Q / 2 : 0) + j % (Q / 2);
+}
+
+/* a[lane of output o], o < L: the outputs of load_deinterleaved vectors in order */
+static inline __attribute__((always_inline)) FN(vec) FN(deinterleaved_order)(FN(vec) a)
+{
+    enum { L = sizeof(FN(vec)) / sizeof(T) };
     FN(ivec) m;
-    for (int o = 0; o < L; o++) {
-        const int k = o % (L / 2);
-        m[o] = (k / (Q / 2)) * Q + (o >= L / 2 ? Q / 2 : 0) + k % (Q / 2);
-    }
+    for (int o = 0; o < L; o++)
+        m[o] = FN(dpos)(o);
     return __builtin_shuffle(a, m);
 }
 
@@ -549,14 +555,6 @@ static inline __attribute__((always_inline)) FN(ivec) FN(unord)(FN(vec) a, FN(ve
 #else
     return (a != a) | (b != b);
 #endif
-}
-
-/* The position of output k in a deinterleave's result (see deinterleaved_order) */
-static inline __attribute__((always_inline)) int FN(dpos)(int k)
-{
-    enum { L = sizeof(FN(vec)) / sizeof(T), Q = 16 / sizeof(T) };
-    const int hi = k >= L / 2, j = k % (L / 2);
-    return (j / (Q / 2)) * Q + (hi ? Q / 2 : 0) + j % (Q / 2);
 }
 
 

@@ -13,10 +13,10 @@ typedef void (*asymo_ukr_indirect_fn)(int64_t k, const float *a, const float *b,
 
 enum { ASYMO_INDIRECT_MR = 6, ASYMO_INDIRECT_NR = 16 };
 
-/* The AVX-512 form: a 16 x 16 tile (a[p * 16 + i]), accumulators started at bias[0:16], the
- * shortcut res (row stride rsr; NULL: none) added and act (ASYMO_ACT_*) applied before the
- * store of the first `rows` rows' first `cols` (1..16) columns; only the first `cols`
- * elements of each B row (and of the shortcut's first `rows` rows) are read. */
+/* The AVX-512 form: a 16 x 16 tile (a[p * 16 + i]), accumulators started at bias[0:16]
+ * (NULL: zero), the shortcut res (row stride rsr; NULL: none) added and act (ASYMO_ACT_*)
+ * applied before the store of the first `rows` rows' first `cols` (1..16) columns; only the
+ * first `cols` elements of each B row (and of the shortcut's first `rows` rows) are read. */
 typedef void (*asymo_ukr_indirect16_fn)(int64_t k, const float *a, const float *b,
                                         const int64_t *off, float *c, int64_t rsc,
                                         const float *bias, const float *res, int64_t rsr,

@@ -154,23 +154,28 @@ void asymo_conv_indirect_offsets(const asymo_conv_indirect_job *job, int64_t *of
 void asymo_conv_indirect_prepare_task(int64_t task, void *job);
 void asymo_conv_indirect_task(int64_t task, void *job);
 
+/* The weights of the indirect and pointwise paths as micro-panels: out_channels x k
+ * row-major weights into ceil(out_channels / mr) panels of k x mr (panels[p * mr + i] of each,
+ * zero rows past out_channels). */
+void asymo_conv_pack_panels(const float *weight, int64_t out_channels, int64_t k, int64_t mr,
+                            float *panels);
+
 /* Pointwise convolution in place (float32, 1x1, stride 1, no padding, one group): a layer
  * with few input channels, y[M x N] = act(W[M x K] @ x[K x N] + bias + residual) over the
- * N = height x width pixels of one image. The GEMM path packs B from x and, for a handful of rows of A,
- * that copy and the GEMM's edge tiles cost a large part of the layer; here the 16 x 16
- * indirect micro-kernel reads runs of 16 pixels of x where they are (tap p at offset p * N),
- * every 16-row panel of weights against each run while it is in L1, bias, shortcut and
- * activation before the one store. A run shorter than 16 pixels (the image's last) is loaded with a lane
- * mask, so no load passes the end of x.
+ * N = height x width pixels of one image. The GEMM path packs B from x and, for a handful of
+ * rows of A, that copy and the GEMM's edge tiles cost a large part of the layer; here the
+ * 16 x 16 indirect micro-kernel reads runs of 16 pixels of x where they are (tap p at offset
+ * p * N), every 16-row panel of weights against each run while it is in L1, bias, shortcut
+ * and activation before the one store. A run shorter than 16 pixels (the image's last) is
+ * loaded with a lane mask, so no load passes the end of x. M is a multiple of 16: no panel
+ * has rows to pad, and the bias is read where it is.
  *
- * Two jobs per image: asymo_conv_pointwise_prepare_task (one task: the bias, zero past
- * out_channels, and, unless apack is given, the weights packed into 16-row micro-panels, into
- * scratch), then
- * asymo_conv_pointwise_task (ceil(runs / runs_per_task) tasks: runs of pixels, every output
- * channel). */
+ * Per image: when apack is NULL, asymo_conv_pointwise_prepare_task (one task: the weights'
+ * micro-panels into scratch); then asymo_conv_pointwise_task (ceil(runs / runs_per_task)
+ * tasks: runs of pixels, every output channel). */
 typedef struct {
     int64_t channels;           /* K: input channels */
-    int64_t out_channels;       /* M */
+    int64_t out_channels;       /* M, a multiple of 16 */
     int64_t pixels;             /* N: height x width */
     int32_t activation;
     const void *x;              /* channels x pixels, one image */
@@ -178,19 +183,18 @@ typedef struct {
     const void *bias;           /* out_channels values or NULL */
     const void *residual;       /* out_channels x pixels (a shortcut added before the
                                    activation) or NULL */
-    const void *apack;          /* the weights as 16-row micro-panels, ceil(out_channels / 16)
-                                   panels of channels x 16 (a[p * 16 + i], zero rows past
-                                   out_channels): made once for weights that
-                                   do not change; NULL: the prepare task packs them */
+    const void *apack;          /* the weights as 16-row micro-panels (asymo_conv_pack_panels,
+                                   mr 16), made once for weights that do not change; NULL: the
+                                   prepare task packs them into scratch */
     void *y;                    /* out_channels x pixels */
-    void *scratch;              /* asymo_conv_pointwise_scratch(job) floats, 64-byte aligned */
+    void *scratch;              /* asymo_conv_pointwise_scratch(job) floats (apack NULL) */
     int64_t runs_per_task;      /* 16-pixel runs per task */
     const int64_t *offsets;     /* p * pixels per input channel p: made once per plan by
                                    asymo_conv_pointwise_offsets */
 } asymo_conv_pointwise_job;
 
-/* Whether a layer can take the path on this CPU: channels, out_channels and pixels >= 1, and
- * AVX-512 (the only form of the kernel). */
+/* Whether a layer can take the path on this CPU: channels and pixels >= 1, out_channels a
+ * positive multiple of 16, and AVX-512 (the only form of the kernel). */
 int asymo_conv_pointwise_supported(const asymo_conv_pointwise_job *job);
 int64_t asymo_conv_pointwise_scratch(const asymo_conv_pointwise_job *job);
 int64_t asymo_conv_pointwise_tasks(const asymo_conv_pointwise_job *job);

@@ -17,7 +17,7 @@
 
 #define REP16(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) \
     X(14) X(15)
-#define DECL(i) __m512 c##i = _mm512_set1_ps(bias[i]);
+#define DECL(i) __m512 c##i = bias ? _mm512_set1_ps(bias[i]) : _mm512_setzero_ps();
 #define FMA_ROW(i) c##i = _mm512_fmadd_ps(_mm512_set1_ps(a[i]), b0, c##i);
 #define ACT(i) c##i = act == ASYMO_ACT_RELU6 ? _mm512_min_ps(six, _mm512_max_ps(zero, c##i)) \
                       : act == ASYMO_ACT_RELU ? _mm512_max_ps(zero, c##i) : c##i;
