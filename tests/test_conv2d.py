@@ -876,7 +876,7 @@ def test_indirect_path_off_gives_the_gemm_path(monkeypatch):
             assert isinstance(plan, conv_mod._GemmConvPlan), isa
 
 
-# ---- the in-place pointwise path (1x1 layers with few input channels) ------------------------
+# ---- the in-place pointwise path (1x1 layers: the runs and rows forms) ----------------------
 def _pointwise_available():
     from asymo.ops import conv as conv_mod
 
@@ -906,6 +906,7 @@ def test_pointwise_convolution_against_float64(spec, monkeypatch):
 
     monkeypatch.setattr(conv_mod, "POINTWISE_MAX_RUN_WASTE", 16.0)
     monkeypatch.setattr(conv_mod, "POINTWISE_MAX_OUT_CHANNELS", 384)
+    monkeypatch.setattr(conv_mod, "POINTWISE_ROWS_MAX_PIXELS", 0)  # the runs form throughout
     rng = np.random.default_rng(41)
     layers = [(32, 16, 112, 112), (16, 96, 7, 9), (64, 48, 5, 5), (3, 16, 1, 1), (2, 32, 4, 4),
               (24, 144, 13, 13), (64, 384, 14, 14), (8, 32, 1, 17), (40, 64, 3, 11)]
@@ -924,6 +925,7 @@ def test_pointwise_convolution_against_float64(spec, monkeypatch):
                 plan, _ = conv_mod._conv_plan(pool, x.shape, wt.shape, x.dtype, (1, 1),
                                               ((0, 0), (0, 0)), (1, 1), 1, act, bias, res)
                 assert isinstance(plan, conv_mod._PointwisePlan), (cin, cout, h, w)
+                assert plan.job.form == conv_mod.lib.ASYMO_POINTWISE_RUNS
                 ref = reference.conv2d(x, wt, b) + (0 if r is None else r)
                 ref = {None: ref, "relu": np.maximum(ref, 0),
                        "relu6": np.clip(ref, 0, 6)}[act]
@@ -942,10 +944,82 @@ def test_pointwise_convolution_against_float64(spec, monkeypatch):
 
 
 @needs_pointwise
+@pytest.mark.parametrize("panel", [32, 48, 64])
+def test_pointwise_rows_form_against_float64(panel, monkeypatch):
+    # the rows form (pixels as broadcast rows, output channels as lanes): tiles of every
+    # height from 1 pixel to the width's maximum (12, 8, 6) and planes cut into uneven tiles,
+    # output channels below, at and past a panel (the last panel's extra lanes are neither
+    # read from the bias nor stored), every epilogue, batches, the input at the end of a
+    # page, plain and prepacked weights, the output a channel slice, the bound form, and
+    # one to three workers on symmetric and asymmetric pools
+    import mmap
+
+    from asymo.ops import conv as conv_mod
+
+    monkeypatch.setattr(conv_mod, "POINTWISE_ROWS_PANELS", (panel,))
+    rng = np.random.default_rng(43 + panel)
+    layers = [(64, 48, 1, 1), (70, 33, 1, 5), (64, panel, 3, 3), (96, panel + 1, 2, 7),
+              (65, 2 * panel - 5, 7, 7), (128, 100, 13, 13), (80, 17, 16, 16), (64, 3, 1, 12)]
+    for spec in ("c0:0", "c0:0-1", "c0:0@1,c1:1@0.5"):
+        with asymo.Pool(spec) as pool, conv_mod.use_kernel_isa("avx512"):
+            for cin, cout, h, w in layers:
+                for n, bias, act, res in ((1, True, "relu", False), (2, False, None, True),
+                                          (1, True, "relu6", True), (1, False, "relu6", False)):
+                    nbytes = n * cin * h * w * 4
+                    buf = mmap.mmap(-1, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
+                    x = np.frombuffer(buf, np.float32, offset=len(buf) - nbytes).reshape(
+                        n, cin, h, w)
+                    x[...] = rng.standard_normal(x.shape)
+                    wt = rng.standard_normal((cout, cin, 1, 1)).astype(np.float32)
+                    b = rng.standard_normal(cout).astype(np.float32) if bias else None
+                    r = rng.standard_normal((n, cout, h, w)).astype(np.float32) if res else None
+                    plan, _ = conv_mod._conv_plan(pool, x.shape, wt.shape, x.dtype, (1, 1),
+                                                  ((0, 0), (0, 0)), (1, 1), 1, act, bias, res)
+                    assert isinstance(plan, conv_mod._PointwisePlan), (cin, cout, h, w)
+                    assert plan.job.form == conv_mod.lib.ASYMO_POINTWISE_ROWS
+                    assert plan.job.panel_rows == panel
+                    ref = reference.conv2d(x, wt, b) + (0 if r is None else r)
+                    ref = {None: ref, "relu": np.maximum(ref, 0),
+                           "relu6": np.clip(ref, 0, 6)}[act]
+                    for weight in (wt, asymo.prepack_conv(wt)):
+                        big = np.full((n, cout + 3, h, w), np.nan, np.float32)
+                        y = conv2d(x, weight, b, activation=act, residual=r,
+                                   out=big[:, 2:2 + cout], pool=pool)
+                        _close(y, ref, np.float32)
+                        assert np.isnan(big[:, :2]).all() and np.isnan(big[:, 2 + cout:]).all()
+                        out = np.full(ref.shape, np.nan, np.float32)
+                        bound = conv_mod.bind_conv2d(x, weight, b, activation=act, residual=r,
+                                                     out=out, pool=pool)
+                        with asymo.runtime.pool.hold(pool):
+                            bound()
+                        _close(out, ref, np.float32)
+
+
+@needs_pointwise
+def test_pointwise_rows_form_propagates_nan():
+    # a NaN input channel reaches every output of its pixel through ReLU and ReLU6 (vmaxps
+    # and the transposed store keep it), whatever the panel
+    from asymo.ops import conv as conv_mod
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 64, 5, 5)).astype(np.float32)
+    x[0, 10, 2, 3] = np.nan
+    w = rng.standard_normal((40, 64, 1, 1)).astype(np.float32)
+    with conv_mod.use_kernel_isa("avx512"):
+        for act in (None, "relu", "relu6"):
+            y = conv2d(x, w, activation=act)
+            assert np.isnan(y[0, :, 2, 3]).all()
+            assert not np.isnan(np.delete(y.reshape(40, 25), 13, axis=1)).any()
+
+
+@needs_pointwise
 def test_pointwise_path_only_where_it_applies(monkeypatch):
-    # the GEMM for: more weights than POINTWISE_MAX_WEIGHT_BYTES, more output channels than
-    # POINTWISE_MAX_OUT_CHANNELS, a plane whose last run wastes too much (7 x 7), output
-    # channels not a multiple of 16, stride or padding,
+    # the rows form for planes of at most POINTWISE_ROWS_MAX_PIXELS pixels with at least
+    # POINTWISE_ROWS_MIN_CHANNELS input channels (any output channels); the runs form for
+    # larger planes within its limits; the GEMM for: more weights than
+    # POINTWISE_MAX_WEIGHT_BYTES, more output channels than POINTWISE_MAX_OUT_CHANNELS, a
+    # plane whose last run wastes too much, output channels not a multiple of 16 (all three
+    # past the rows form's planes), small planes with few input channels, stride or padding,
     # groups, float64, "off", AVX2 kernels (a residual is fused)
     from asymo.ops import conv as conv_mod
 
@@ -956,18 +1030,26 @@ def test_pointwise_path_only_where_it_applies(monkeypatch):
         return conv_mod._conv_plan(pool, xs, ws, np.dtype(dtype), stride, pads, (1, 1), groups,
                                    None, False, residual)[0]
 
+    def form(p):
+        assert isinstance(p, conv_mod._PointwisePlan)
+        return {conv_mod.lib.ASYMO_POINTWISE_ROWS: "rows",
+                conv_mod.lib.ASYMO_POINTWISE_RUNS: "runs"}[p.job.form]
+
     with conv_mod.use_kernel_isa("avx512"):
-        assert isinstance(plan((1, 64, 8, 8), (32, 64, 1, 1)), conv_mod._PointwisePlan)
-        assert isinstance(plan((1, 512, 14, 14), (64, 512, 1, 1)), conv_mod._PointwisePlan)
-        assert isinstance(plan((1, 64, 8, 8), (32, 64, 1, 1), residual=True),
-                          conv_mod._PointwisePlan)
-        for p in (plan((1, 513, 14, 14), (64, 513, 1, 1)), plan((1, 64, 7, 7), (32, 64, 1, 1)),
-                  plan((1, 16, 16, 16), (208, 16, 1, 1)),
-                  plan((1, 32, 9, 9), (24, 32, 1, 1)),
+        assert form(plan((1, 64, 8, 8), (32, 64, 1, 1))) == "rows"
+        assert form(plan((1, 512, 14, 14), (64, 512, 1, 1))) == "rows"
+        assert form(plan((1, 513, 14, 14), (1000, 513, 1, 1))) == "rows"
+        assert form(plan((1, 64, 7, 7), (30, 64, 1, 1), residual=True)) == "rows"
+        assert form(plan((1, 64, 16, 17), (32, 64, 1, 1))) == "runs"
+        assert form(plan((1, 32, 16, 16), (32, 32, 1, 1))) == "runs"
+        assert form(plan((1, 512, 20, 20), (64, 512, 1, 1))) == "runs"
+        for p in (plan((1, 513, 20, 20), (64, 513, 1, 1)), plan((1, 32, 7, 7), (32, 32, 1, 1)),
+                  plan((1, 16, 20, 20), (208, 16, 1, 1)),
+                  plan((1, 32, 20, 20), (24, 32, 1, 1)),
                   plan((1, 32, 10, 9), (32, 32, 1, 1), stride=(2, 2)),
                   plan((1, 32, 11, 9), (32, 32, 1, 1), pads=((1, 1), (1, 1))),
-                  plan((1, 32, 12, 9), (32, 16, 1, 1), groups=2),
-                  plan((1, 32, 13, 9), (32, 32, 1, 1), dtype=np.float64)):
+                  plan((1, 64, 12, 9), (32, 32, 1, 1), groups=2),
+                  plan((1, 64, 13, 9), (32, 64, 1, 1), dtype=np.float64)):
             assert isinstance(p, conv_mod._GemmConvPlan)
         monkeypatch.setattr(conv_mod, "POINTWISE", "off")
         assert isinstance(plan((1, 64, 8, 8), (32, 64, 1, 1)), conv_mod._GemmConvPlan)

@@ -103,17 +103,25 @@ INDIRECT_WIDE = True
 # ... in tasks of whole output rows, at most about this many FLOPs each (docs/tuning.md; the
 # pointwise path's runs of pixels too)
 INDIRECT_TASK_FLOPS = 8e6
-# Pointwise layers (1x1, stride 1, no padding, one group, float32) with a multiple of 16
-# output channels, at most POINTWISE_MAX_OUT_CHANNELS of them, at most
-# POINTWISE_MAX_WEIGHT_BYTES of weights and at most POINTWISE_MAX_RUN_WASTE of their pixels'
-# 16-wide runs past the image: "auto" runs them in place where the convolution kernels run
-# AVX-512 (asymo/conv.h: the 16-row indirect micro-kernel reads runs of 16 pixels where they
-# are; bias, shortcut and activation fused, no B panel packed, no edge tile); "off": as GEMMs.
-# What the path saves is mostly the GEMM's packing of B, whose share falls as the rows of A
-# that reuse a packed panel grow; every run reads all the weights, so with more the GEMM's
-# blocking pays again; a 7 x 7 plane computes 64 columns for 49. Measured:
-# docs/conv-and-zoo.md.
+# Pointwise layers (1x1, stride 1, no padding, one group, float32) run in place where the
+# convolution kernels run AVX-512 (asymo/conv.h; "off": as GEMMs), in one of two forms:
+# - planes of at most POINTWISE_ROWS_MAX_PIXELS pixels, with at least
+#   POINTWISE_ROWS_MIN_CHANNELS input channels, in the rows form: tiles of up to 12
+#   pixels (each input value broadcast) by 32, 48 or 64 output channels (vector lanes; the
+#   width among POINTWISE_ROWS_PANELS that pads the fewest channels), transposed into the
+#   output. No pixel lane is padded (a 7 x 7 plane is 49 rows, not 64 lanes) and no B panel
+#   is packed.
+# - larger planes with a multiple of 16 output channels, at most POINTWISE_MAX_OUT_CHANNELS of
+#   them, at most POINTWISE_MAX_WEIGHT_BYTES of weights and at most POINTWISE_MAX_RUN_WASTE of
+#   their pixels' 16-wide runs past the image, in the runs form (the 16-row indirect
+#   micro-kernel reads runs of 16 pixels where they are). What it saves is mostly the GEMM's
+#   packing of B, whose share falls as the rows of A that reuse a packed panel grow; every
+#   run reads all the weights, so with more the GEMM's blocking pays again.
+# Both fuse bias, shortcut and activation. Measured: docs/conv-and-zoo.md.
 POINTWISE = "auto"
+POINTWISE_ROWS_MAX_PIXELS = 256
+POINTWISE_ROWS_MIN_CHANNELS = 64
+POINTWISE_ROWS_PANELS = (64, 48, 32)
 POINTWISE_MAX_OUT_CHANNELS = 192
 POINTWISE_MAX_WEIGHT_BYTES = 128 << 10
 POINTWISE_MAX_RUN_WASTE = 0.125
@@ -652,30 +660,56 @@ def _pointwise_job(xshape, wshape, dtype, stride, pads, dilation, groups, activa
     cout, cin_g, kh, kw = wshape
     if (POINTWISE == "off" or dtype != np.float32 or groups != 1
             or (kh, kw) != (1, 1) or stride != (1, 1) or pads != ((0, 0), (0, 0))
-            or dilation != (1, 1) or cout % 16 or cout > POINTWISE_MAX_OUT_CHANNELS
-            or cout * c * 4 > POINTWISE_MAX_WEIGHT_BYTES
-            or -(-h * w // 16) * 16 > (1 + POINTWISE_MAX_RUN_WASTE) * h * w
-            or kernel_isa() != "avx512"):
+            or dilation != (1, 1) or kernel_isa() != "avx512"):
         return None
     job = ffi.new("asymo_conv_pointwise_job *")
     job.channels, job.out_channels, job.pixels = c, cout, h * w
     job.activation = ACTIVATION_CODES[activation]
+    if h * w <= POINTWISE_ROWS_MAX_PIXELS and c >= POINTWISE_ROWS_MIN_CHANNELS:
+        job.form = lib.ASYMO_POINTWISE_ROWS
+        # the fewest padded channels in the last panel; the widest panel among equals
+        job.panel_rows = min(POINTWISE_ROWS_PANELS, key=lambda cb: (-cout % cb, -cb))
+    elif (cout % 16 or cout > POINTWISE_MAX_OUT_CHANNELS
+            or cout * c * 4 > POINTWISE_MAX_WEIGHT_BYTES
+            or -(-h * w // 16) * 16 > (1 + POINTWISE_MAX_RUN_WASTE) * h * w):
+        return None
+    else:
+        job.form = lib.ASYMO_POINTWISE_RUNS
+        job.panel_rows = 16
     return job if lib.asymo_conv_pointwise_supported(job) else None
 
 
 class _PointwisePlan:
     """In-place pointwise convolution (asymo/conv.h): per image, unless a PackedConvWeight
     brings the weights' micro-panels, a one-task job that packs them into scratch; then one
-    whose tasks are runs of pixels, every output channel."""
+    whose tasks are runs of pixels with every output channel (runs form) or panels of output
+    channels by tiles of pixels (rows form)."""
 
     def __init__(self, pool, job):
         self.job = job
-        self.offsets = ffi.new("int64_t[]", int(job.channels))
-        lib.asymo_conv_pointwise_offsets(job, self.offsets)
-        job.offsets = self.offsets
+        self.offsets = None
         self.scratch_elems = int(lib.asymo_conv_pointwise_scratch(job))
         flops = 2.0 * job.out_channels * job.channels * job.pixels
-        job.runs_per_task = _units_per_task(pool, -(-int(job.pixels) // 16), flops)
+        if job.form == lib.ASYMO_POINTWISE_ROWS:
+            # split the larger operand, so each core reads only its share of it: the weights
+            # (panels: a 7 x 7 layer's weights outweigh its image) or the image (tiles); the
+            # other only as far as needed for the tasks wanted
+            panels = -(-int(job.out_channels) // int(job.panel_rows))
+            tiles = int(lib.asymo_conv_pointwise_tiles(job))
+            want = max(TASKS_PER_WORKER * pool.nworkers, int(flops // INDIRECT_TASK_FLOPS))
+            if job.out_channels >= job.pixels:
+                panel_groups = min(panels, want)
+                tile_groups = min(tiles, -(-want // panel_groups))
+            else:
+                tile_groups = min(tiles, want)
+                panel_groups = min(panels, -(-want // tile_groups))
+            job.panels_per_task = -(-panels // panel_groups)
+            job.tiles_per_task = -(-tiles // tile_groups)
+        else:
+            self.offsets = ffi.new("int64_t[]", int(job.channels))
+            lib.asymo_conv_pointwise_offsets(job, self.offsets)
+            job.offsets = self.offsets
+            job.runs_per_task = _units_per_task(pool, -(-int(job.pixels) // 16), flops)
         self.ntasks = int(lib.asymo_conv_pointwise_tasks(job))
         fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
         self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
@@ -979,7 +1013,8 @@ class _NativeCalls:
                 for args, gp in self._apacked:
                     args.a_packed = pa.cdata_for(gp)
             if self._pointwise_jobs:
-                panels = ffi.from_buffer(packed.pointwise_panels())
+                panels = ffi.from_buffer(packed.pointwise_panels(
+                    int(self._pointwise_jobs[0].panel_rows)))
                 for job in self._pointwise_jobs:
                     job.apack = panels
             self._packed = weakref.ref(packed)
@@ -1232,7 +1267,9 @@ def _plan_settings():
             WINOGRAD_MIN_CHANNELS, WINOGRAD_F4_MAX_WEIGHT_BYTES, COL_CHUNK_BYTES,
             COL_CHUNK_COLUMNS, IM2COL_METHOD, IMPLICIT_CHUNK_BYTES, INDIRECT,
             INDIRECT_MAX_CHANNELS, INDIRECT_MIN_TAPS, INDIRECT_WIDE, POINTWISE,
-            POINTWISE_MAX_OUT_CHANNELS, POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE,
+            POINTWISE_ROWS_MAX_PIXELS, POINTWISE_ROWS_MIN_CHANNELS, POINTWISE_ROWS_PANELS,
+            POINTWISE_MAX_OUT_CHANNELS,
+            POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE,
             _split_cost.emulated_period())
 
 

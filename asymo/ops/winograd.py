@@ -126,20 +126,21 @@ class PackedConvWeight:
                         self.array.reshape(self.array.shape[0], -1), side="a")
         return pa
 
-    def pointwise_panels(self):
-        """The weights of a 1x1 float32 layer as the in-place pointwise path's 16-row
-        micro-panels (``asymo_conv_pack_panels``, the C packer the path's prepare job runs;
-        made once)."""
-        a = self._transforms.get("pointwise")
+    def pointwise_panels(self, mr=16):
+        """The weights of a 1x1 float32 layer as the in-place pointwise path's micro-panels of
+        ``mr`` output channels (``asymo_conv_pack_panels``, the C packer the path's prepare job
+        runs; made once per ``mr``)."""
+        key = ("pointwise", mr)
+        a = self._transforms.get(key)
         if a is None:
             with self._lock:
-                a = self._transforms.get("pointwise")
+                a = self._transforms.get(key)
                 if a is None:
                     m, k = self.array.shape[0], self.array[0].size
-                    a = np.empty(-(-m // 16) * 16 * k, np.float32)
+                    a = np.empty(-(-m // mr) * mr * k, np.float32)
                     lib.asymo_conv_pack_panels(ffi.from_buffer("float[]", self.array), m, k,
-                                               16, ffi.from_buffer("float[]", a))
-                    self._transforms["pointwise"] = a
+                                               mr, ffi.from_buffer("float[]", a))
+                    self._transforms[key] = a
         return a
 
     def winograd(self, m):

@@ -1,9 +1,12 @@
-/* Pointwise convolution in place (asymo/conv.h): the 16 x 16 indirect micro-kernel
- * (kernels/conv_indirect.h) reading runs of 16 pixels of the image where they are. Scratch
- * (when the job brings no apack): the weights' micro-panels, out_channels x K floats. */
+/* Pointwise convolution in place (asymo/conv.h), in its two forms: runs (the 16 x 16
+ * indirect micro-kernel, kernels/conv_indirect.h, reading runs of 16 pixels of the image where
+ * they are) and rows (the pixel-row micro-kernels, kernels/conv_pointwise.h). Scratch (when
+ * the job brings no apack): the weights' micro-panels, out_channels (rounded up to
+ * panel_rows) x K floats. */
 #include "asymo/conv.h"
 #include "asymo/isa.h"
 #include "kernels/conv_indirect.h"
+#include "kernels/conv_pointwise.h"
 
 #include <stddef.h>
 
@@ -15,11 +18,27 @@ enum { BLOCK_BYTES = 16 << 10, MAX_BLOCK_RUNS = 16 };
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+#if defined(__x86_64__)
+/* The rows form's kernels for the job's panel width, or NULL */
+static const asymo_pixel_rows_family *rows_family(const asymo_conv_pointwise_job *job)
+{
+    for (int i = 0; i < 3; i++)
+        if (asymo_pixel_rows_avx512_f32[i].cb == job->panel_rows)
+            return &asymo_pixel_rows_avx512_f32[i];
+    return NULL;
+}
+#endif
+
 int asymo_conv_pointwise_supported(const asymo_conv_pointwise_job *job)
 {
 #if defined(__x86_64__)
-    return (asymo_isa_supported() & (1u << ASYMO_ISA_AVX512)) && job->channels >= 1
-           && job->out_channels >= MR && job->out_channels % MR == 0 && job->pixels >= 1;
+    if (!(asymo_isa_supported() & (1u << ASYMO_ISA_AVX512)) || job->channels < 1
+        || job->out_channels < 1 || job->pixels < 1)
+        return 0;
+    if (job->form == ASYMO_POINTWISE_ROWS)
+        return rows_family(job) != NULL;
+    return job->form == ASYMO_POINTWISE_RUNS && job->panel_rows == MR
+           && job->out_channels % MR == 0;
 #else
     (void)job;
     return 0;
@@ -28,11 +47,25 @@ int asymo_conv_pointwise_supported(const asymo_conv_pointwise_job *job)
 
 int64_t asymo_conv_pointwise_scratch(const asymo_conv_pointwise_job *job)
 {
-    return job->out_channels * job->channels;
+    return cdiv(job->out_channels, job->panel_rows) * job->panel_rows * job->channels;
+}
+
+int64_t asymo_conv_pointwise_tiles(const asymo_conv_pointwise_job *job)
+{
+#if defined(__x86_64__)
+    const asymo_pixel_rows_family *f = rows_family(job);
+    return f ? cdiv(job->pixels, f->max_rows) : 0;
+#else
+    (void)job;
+    return 0;
+#endif
 }
 
 int64_t asymo_conv_pointwise_tasks(const asymo_conv_pointwise_job *job)
 {
+    if (job->form == ASYMO_POINTWISE_ROWS)
+        return cdiv(cdiv(job->out_channels, job->panel_rows), job->panels_per_task)
+               * cdiv(asymo_conv_pointwise_tiles(job), job->tiles_per_task);
     return cdiv(cdiv(job->pixels, NR), job->runs_per_task);
 }
 
@@ -46,18 +79,56 @@ void asymo_conv_pointwise_prepare_task(int64_t t, void *job_)
 {
     const asymo_conv_pointwise_job *job = (const asymo_conv_pointwise_job *)job_;
     (void)t;
-    asymo_conv_pack_panels((const float *)job->weight, job->out_channels, job->channels, MR,
-                           (float *)job->scratch);
+    asymo_conv_pack_panels((const float *)job->weight, job->out_channels, job->channels,
+                           job->panel_rows, (float *)job->scratch);
 }
 
 /* Runs [t * runs_per_task, ...) of pixels, in blocks of runs whose B rows (K x 64 bytes a run)
  * fit in about half of L1: each block against every micro-panel, run by run, so a tile's
  * rows of output are written as a block's contiguous stretch rather than 64 bytes apart by
  * every micro-panel in turn (a layer with 96 output channels wrote 96 streams otherwise). */
+#if defined(__x86_64__)
+/* Rows form: panels [pg * panels_per_task, ...) of output channels by tiles
+ * [tg * tiles_per_task, ...) of pixels, panel by panel (its K x panel_rows weights stay in L2
+ * across the tiles; a tile's inputs are K values from one or two cache lines each). */
+static void rows_task(int64_t t, const asymo_conv_pointwise_job *job)
+{
+    const asymo_pixel_rows_family *f = rows_family(job);
+    const int64_t m = job->out_channels, k = job->channels, n = job->pixels;
+    const int64_t cb = job->panel_rows, ntiles = asymo_conv_pointwise_tiles(job);
+    const int64_t tgroups = cdiv(ntiles, job->tiles_per_task);
+    const int64_t pg = t / tgroups, tg = t % tgroups;
+    const int64_t panel0 = pg * job->panels_per_task;
+    const int64_t panel1 = min64(cdiv(m, cb), panel0 + job->panels_per_task);
+    const int64_t tile0 = tg * job->tiles_per_task;
+    const int64_t tile1 = min64(ntiles, tile0 + job->tiles_per_task);
+    const float *bias = (const float *)job->bias;
+    const float *apack = (const float *)(job->apack ? job->apack : job->scratch);
+    const float *x = (const float *)job->x;
+    const float *res = (const float *)job->residual;
+    float *y = (float *)job->y;
+    for (int64_t panel = panel0; panel < panel1; panel++) {
+        const int64_t c0 = panel * cb;
+        const int chans = (int)min64(cb, m - c0);
+        for (int64_t i = tile0; i < tile1; i++) {
+            /* tiles as even as possible: sizes differ by at most one pixel */
+            const int64_t p0 = i * n / ntiles, p1 = (i + 1) * n / ntiles;
+            f->fn[p1 - p0](k, x + p0, n, apack + c0 * k, y + c0 * n + p0, n,
+                           bias ? bias + c0 : NULL, res ? res + c0 * n + p0 : NULL, n,
+                           job->activation, chans);
+        }
+    }
+}
+#endif
+
 void asymo_conv_pointwise_task(int64_t t, void *job_)
 {
 #if defined(__x86_64__)
     const asymo_conv_pointwise_job *job = (const asymo_conv_pointwise_job *)job_;
+    if (job->form == ASYMO_POINTWISE_ROWS) {
+        rows_task(t, job);
+        return;
+    }
     /* (asymo_conv_pointwise_supported accepts a job only where the CPU has AVX-512) */
     const asymo_ukr_indirect16_fn ukr = asymo_ukr_indirect_avx512_f32;
     const int64_t m = job->out_channels, k = job->channels, n = job->pixels;

@@ -160,43 +160,62 @@ void asymo_conv_indirect_task(int64_t task, void *job);
 void asymo_conv_pack_panels(const float *weight, int64_t out_channels, int64_t k, int64_t mr,
                             float *panels);
 
-/* Pointwise convolution in place (float32, 1x1, stride 1, no padding, one group): a layer
- * with few input channels, y[M x N] = act(W[M x K] @ x[K x N] + bias + residual) over the
- * N = height x width pixels of one image. The GEMM path packs B from x and, for a handful of
- * rows of A, that copy and the GEMM's edge tiles cost a large part of the layer; here the
- * 16 x 16 indirect micro-kernel reads runs of 16 pixels of x where they are (tap p at offset
- * p * N), every 16-row panel of weights against each run while it is in L1, bias, shortcut
- * and activation before the one store. A run shorter than 16 pixels (the image's last) is
- * loaded with a lane mask, so no load passes the end of x. M is a multiple of 16: no panel
- * has rows to pad, and the bias is read where it is.
+/* Pointwise convolution in place (float32, 1x1, stride 1, no padding, one group),
+ * y[M x N] = act(W[M x K] @ x[K x N] + bias + residual) over the N = height x width pixels of
+ * one image, x and y read and written where they are (no packed B, no edge tile, no epilogue
+ * pass: bias, shortcut and activation are applied before the one store). Two forms:
+ *
+ * - runs (ASYMO_POINTWISE_RUNS): the 16 x 16 indirect micro-kernel, 16 output channels by a
+ *   run of 16 pixels (tap p at offset p * N); every 16-row panel of weights against each run
+ *   while it is in L1. A run shorter than 16 pixels (the image's last) is loaded with a lane
+ *   mask, so no load passes the end of x. M is a multiple of 16: no panel has rows to pad, and
+ *   the bias is read where it is. For large planes with few output channels.
+ * - rows (ASYMO_POINTWISE_ROWS): the pixel-row micro-kernels (kernels/conv_pointwise.h), a
+ *   tile of up to 12 pixels by panel_rows (32, 48, 64) output channels, each input value
+ *   broadcast, the tile transposed into y. No pixel lane is padded, so small planes (7 x 7,
+ *   14 x 14) waste nothing; any M (the last panel's extra channels are neither read nor
+ *   stored).
  *
  * Per image: when apack is NULL, asymo_conv_pointwise_prepare_task (one task: the weights'
- * micro-panels into scratch); then asymo_conv_pointwise_task (ceil(runs / runs_per_task)
- * tasks: runs of pixels, every output channel). */
+ * micro-panels into scratch); then asymo_conv_pointwise_task (asymo_conv_pointwise_tasks:
+ * runs form, runs of pixels with every output channel; rows form, panels of output channels
+ * by tiles of pixels, panel-major). */
+enum { ASYMO_POINTWISE_RUNS = 0, ASYMO_POINTWISE_ROWS = 1 };
+
 typedef struct {
     int64_t channels;           /* K: input channels */
-    int64_t out_channels;       /* M, a multiple of 16 */
+    int64_t out_channels;       /* M (runs form: a multiple of 16) */
     int64_t pixels;             /* N: height x width */
     int32_t activation;
+    int32_t form;               /* ASYMO_POINTWISE_RUNS or ASYMO_POINTWISE_ROWS */
+    int64_t panel_rows;         /* output channels per weight micro-panel: 16 (runs form);
+                                   32, 48 or 64 (rows form) */
     const void *x;              /* channels x pixels, one image */
     const void *weight;         /* out_channels x channels */
     const void *bias;           /* out_channels values or NULL */
     const void *residual;       /* out_channels x pixels (a shortcut added before the
                                    activation) or NULL */
-    const void *apack;          /* the weights as 16-row micro-panels (asymo_conv_pack_panels,
-                                   mr 16), made once for weights that do not change; NULL: the
-                                   prepare task packs them into scratch */
+    const void *apack;          /* the weights as micro-panels (asymo_conv_pack_panels, mr
+                                   panel_rows), made once for weights that do not change;
+                                   NULL: the prepare task packs them into scratch */
     void *y;                    /* out_channels x pixels */
     void *scratch;              /* asymo_conv_pointwise_scratch(job) floats (apack NULL) */
-    int64_t runs_per_task;      /* 16-pixel runs per task */
-    const int64_t *offsets;     /* p * pixels per input channel p: made once per plan by
-                                   asymo_conv_pointwise_offsets */
+    int64_t runs_per_task;      /* runs form: 16-pixel runs per task */
+    int64_t panels_per_task;    /* rows form: micro-panels of output channels per task */
+    int64_t tiles_per_task;     /* rows form: tiles of pixels per task (of
+                                   asymo_conv_pointwise_tiles) */
+    const int64_t *offsets;     /* runs form: p * pixels per input channel p, made once per
+                                   plan by asymo_conv_pointwise_offsets */
 } asymo_conv_pointwise_job;
 
-/* Whether a layer can take the path on this CPU: channels and pixels >= 1, out_channels a
- * positive multiple of 16, and AVX-512 (the only form of the kernel). */
+/* Whether a layer can take the path in its form on this CPU: channels, out_channels and
+ * pixels >= 1; runs form, out_channels a multiple of 16; rows form, panel_rows 32, 48 or 64;
+ * and AVX-512 (the only form of the kernels). */
 int asymo_conv_pointwise_supported(const asymo_conv_pointwise_job *job);
 int64_t asymo_conv_pointwise_scratch(const asymo_conv_pointwise_job *job);
+/* rows form: the tiles the pixels are cut into (as even as possible, each at most the
+ * panel width's maximum rows) */
+int64_t asymo_conv_pointwise_tiles(const asymo_conv_pointwise_job *job);
 int64_t asymo_conv_pointwise_tasks(const asymo_conv_pointwise_job *job);
 void asymo_conv_pointwise_offsets(const asymo_conv_pointwise_job *job, int64_t *offsets);
 void asymo_conv_pointwise_prepare_task(int64_t task, void *job);

@@ -1,0 +1,34 @@
+/* Internal: the pixel-row micro-kernels of the pointwise path's row form
+ * (conv/conv_pointwise.c). Not part of the cffi API. */
+#ifndef ASYMO_CONV_POINTWISE_KERNELS_H
+#define ASYMO_CONV_POINTWISE_KERNELS_H
+
+#include <stdint.h>
+
+/* A tile of `rows` pixels by `chans` output channels of a 1x1 convolution, read from and
+ * written to NCHW planes in place:
+ *     y[c * ldy + r] = act(sum_p x[p * ldx + r] * w[p * cb + c] + bias[c] + res[c * ldr + r])
+ * for r < rows, c < chans <= cb. The pixels are the tile's rows (each x value is broadcast,
+ * so nothing is padded to a vector of pixels and a 7 x 7 plane wastes no lanes); the output
+ * channels are its vector lanes, cb = 16 x (vectors per row) of them, from a micro-panel of
+ * the weights (asymo_conv_pack_panels, mr cb: w[p * cb + c]). The tile is transposed on its
+ * way to y. bias and res may be NULL; act is ASYMO_ACT_*. Only the first `chans` values of
+ * bias and the first `rows` values of each residual row are read. */
+typedef void (*asymo_ukr_pixel_rows_fn)(int64_t k, const float *x, int64_t ldx,
+                                        const float *w, float *y, int64_t ldy,
+                                        const float *bias, const float *res, int64_t ldr,
+                                        int act, int chans);
+
+/* The kernels of one width: cb output channels, fn[rows] for rows = 1..max_rows. */
+typedef struct {
+    int cb;
+    int max_rows;
+    asymo_ukr_pixel_rows_fn fn[13];
+} asymo_pixel_rows_family;
+
+#if defined(__x86_64__)
+/* AVX-512: cb 32 (12 rows), 48 (8 rows), 64 (6 rows); 24 accumulators each */
+extern const asymo_pixel_rows_family asymo_pixel_rows_avx512_f32[3];
+#endif
+
+#endif

@@ -1,0 +1,161 @@
+/* AVX-512 pixel-row micro-kernels of the pointwise path's row form, float32 (see
+ * kernels/conv_pointwise.h and conv/conv_pointwise.c).
+ *
+ * A tile is R pixels (rows) by NV zmm of output channels; each k step loads NV weight
+ * vectors and broadcasts R input values, so the input is read where it is, one value per
+ * pixel and input channel, and no pixel lane is padded. Three widths share one body: NV 2, 3,
+ * 4 with at most 12, 8, 6 rows (24 accumulators; the rest of the 32 registers hold the
+ * weights and the broadcast). Bias and, without a shortcut, the activation are applied to the
+ * accumulators; the tile is then transposed in registers, eight rows at a time, into the NCHW
+ * output (a shortcut is added and the activation applied there, in order). */
+#if defined(__x86_64__)
+
+#include "asymo/conv.h"
+#include "kernels/conv_pointwise.h"
+#include "kernels/x86_templates.h"
+
+#define MAX_ROWS 16
+
+ATTR_AVX512 static inline __attribute__((always_inline)) __m512 act_ps(__m512 v, int act)
+{
+    /* vmaxps / vminps return the second operand when either is NaN: NaN propagates */
+    const __m512 zero = _mm512_setzero_ps();
+    if (act == ASYMO_ACT_RELU)
+        return _mm512_max_ps(zero, v);
+    if (act == ASYMO_ACT_RELU6)
+        return _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_max_ps(zero, v));
+    return v;
+}
+
+ATTR_AVX512 static inline __attribute__((always_inline)) __m256 act_ps8(__m256 v, int act)
+{
+    const __m256 zero = _mm256_setzero_ps();
+    if (act == ASYMO_ACT_RELU)
+        return _mm256_max_ps(zero, v);
+    if (act == ASYMO_ACT_RELU6)
+        return _mm256_min_ps(_mm256_set1_ps(6.0f), _mm256_max_ps(zero, v));
+    return v;
+}
+
+/* Eight rows of 16 channels, transposed: out[j] holds channel j of rows 0..7 (j < 16). Two
+ * channels per register after the in-lane 4 x 4 transposes and one cross-lane permute per
+ * pair; the caller stores each half. */
+ATTR_AVX512 static inline __attribute__((always_inline)) void
+transpose_8x16(const __m512 r[8], __m256 out[16])
+{
+    __m512 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[j] (j < 4): channel 4L + j of rows 0..3 in lane L; u[4 + j]: rows 4..7 */
+    for (int h = 0; h < 2; h++) {
+        u[4 * h + 0] = _mm512_shuffle_ps(t[4 * h + 0], t[4 * h + 2], 0x44);
+        u[4 * h + 1] = _mm512_shuffle_ps(t[4 * h + 0], t[4 * h + 2], 0xEE);
+        u[4 * h + 2] = _mm512_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+        u[4 * h + 3] = _mm512_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
+    }
+    const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i hi = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29,
+                                         30, 31);
+    for (int j = 0; j < 4; j++) {
+        const __m512 a = _mm512_permutex2var_ps(u[j], lo, u[4 + j]);
+        const __m512 b = _mm512_permutex2var_ps(u[j], hi, u[4 + j]);
+        out[j] = _mm512_castps512_ps256(a);
+        out[4 + j] = _mm512_extractf32x8_ps(a, 1);
+        out[8 + j] = _mm512_castps512_ps256(b);
+        out[12 + j] = _mm512_extractf32x8_ps(b, 1);
+    }
+}
+
+ATTR_AVX512 static inline __attribute__((always_inline)) void
+pixel_rows(const int R, const int NV, int64_t k, const float *x, int64_t ldx, const float *w,
+           float *y, int64_t ldy, const float *bias, const float *res, int64_t ldr, int act,
+           int chans)
+{
+    __m512 acc[MAX_ROWS][4];
+    _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < k; p++) {
+        __m512 wv[4];
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)
+            wv[v] = _mm512_loadu_ps(w + p * NV * 16 + v * 16);
+        const float *xp = x + p * ldx;
+        _Pragma("GCC unroll 12") for (int r = 0; r < R; r++) {
+            const __m512 xb = _mm512_set1_ps(xp[r]);
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)
+                acc[r][v] = _mm512_fmadd_ps(xb, wv[v], acc[r][v]);
+        }
+    }
+    /* the bias, and the activation when no shortcut comes between, on the accumulators */
+    if (bias) {
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {
+            const int left = chans - v * 16;
+            const __mmask16 m = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1u) : 0;
+            const __m512 bv = _mm512_maskz_loadu_ps(m, bias + v * 16);
+            _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)
+                acc[r][v] = _mm512_add_ps(acc[r][v], bv);
+        }
+    }
+    if (!res && act != ASYMO_ACT_NONE) {
+        _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)
+                acc[r][v] = act_ps(acc[r][v], act);
+    }
+    /* transposed into y, eight rows at a time: channel c's rows are contiguous there */
+    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {
+        if (v * 16 >= chans)
+            break;
+        const int nch = chans - v * 16 < 16 ? chans - v * 16 : 16;
+        _Pragma("GCC unroll 2") for (int g = 0; g * 8 < R; g++) {
+            __m512 rows8[8];
+            __m256 out[16];
+            _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++)
+                rows8[i] = g * 8 + i < R ? acc[g * 8 + i][v] : _mm512_setzero_ps();
+            transpose_8x16(rows8, out);
+            const int left = R - g * 8;
+            const __mmask8 m = (__mmask8)(left >= 8 ? 0xff : (1u << left) - 1u);
+            float *yc = y + (int64_t)v * 16 * ldy + g * 8;
+            if (res) {
+                const float *rc = res + (int64_t)v * 16 * ldr + g * 8;
+                _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++)
+                    if (j < nch)
+                        _mm256_mask_storeu_ps(yc + j * ldy, m, act_ps8(_mm256_add_ps(
+                            out[j], _mm256_maskz_loadu_ps(m, rc + j * ldr)), act));
+            } else {
+                _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++)
+                    if (j < nch)
+                        _mm256_mask_storeu_ps(yc + j * ldy, m, out[j]);
+            }
+        }
+    }
+}
+
+#define KERNEL(NV, R)                                                                        \
+    ATTR_AVX512 static void pixel_rows_##NV##_##R(                                           \
+        int64_t k, const float *x, int64_t ldx, const float *w, float *y, int64_t ldy,       \
+        const float *bias, const float *res, int64_t ldr, int act, int chans)                \
+    {                                                                                        \
+        pixel_rows(R, NV, k, x, ldx, w, y, ldy, bias, res, ldr, act, chans);                 \
+    }
+#define ROWS6(NV) KERNEL(NV, 1) KERNEL(NV, 2) KERNEL(NV, 3) KERNEL(NV, 4) KERNEL(NV, 5)      \
+    KERNEL(NV, 6)
+#define ROWS8(NV) ROWS6(NV) KERNEL(NV, 7) KERNEL(NV, 8)
+#define ROWS12(NV) ROWS8(NV) KERNEL(NV, 9) KERNEL(NV, 10) KERNEL(NV, 11) KERNEL(NV, 12)
+ROWS12(2)
+ROWS8(3)
+ROWS6(4)
+
+#define FN6(NV) pixel_rows_##NV##_1, pixel_rows_##NV##_2, pixel_rows_##NV##_3,               \
+    pixel_rows_##NV##_4, pixel_rows_##NV##_5, pixel_rows_##NV##_6
+#define FN8(NV) FN6(NV), pixel_rows_##NV##_7, pixel_rows_##NV##_8
+#define FN12(NV) FN8(NV), pixel_rows_##NV##_9, pixel_rows_##NV##_10, pixel_rows_##NV##_11,   \
+    pixel_rows_##NV##_12
+
+const asymo_pixel_rows_family asymo_pixel_rows_avx512_f32[3] = {
+    {32, 12, {NULL, FN12(2)}},
+    {48, 8, {NULL, FN8(3)}},
+    {64, 6, {NULL, FN6(4)}},
+};
+
+#endif /* __x86_64__ */
