@@ -602,7 +602,7 @@ def _units_per_task(pool, units, flops):
     TASKS_PER_WORKER tasks per worker at least, each of at most about INDIRECT_TASK_FLOPS. A
     job ends with its last task, and a small last task is one that a slower (or stopped) core
     finishes soon or a faster one steals before it starts."""
-    return max(1, min(-(-units // (TASKS_PER_WORKER * pool.nworkers)),
+    return max(1, min(units // (TASKS_PER_WORKER * pool.nworkers),
                       int(INDIRECT_TASK_FLOPS * units // flops)))
 
 
@@ -698,13 +698,11 @@ class _PointwisePlan:
             tiles = int(lib.asymo_conv_pointwise_tiles(job))
             want = max(TASKS_PER_WORKER * pool.nworkers, int(flops // INDIRECT_TASK_FLOPS))
             if job.out_channels >= job.pixels:
-                panel_groups = min(panels, want)
-                tile_groups = min(tiles, -(-want // panel_groups))
+                job.panels_per_task = per = max(1, panels // want)
+                job.tiles_per_task = max(1, tiles // -(-want // -(-panels // per)))
             else:
-                tile_groups = min(tiles, want)
-                panel_groups = min(panels, -(-want // tile_groups))
-            job.panels_per_task = -(-panels // panel_groups)
-            job.tiles_per_task = -(-tiles // tile_groups)
+                job.tiles_per_task = per = max(1, tiles // want)
+                job.panels_per_task = max(1, panels // -(-want // -(-tiles // per)))
         else:
             self.offsets = ffi.new("int64_t[]", int(job.channels))
             lib.asymo_conv_pointwise_offsets(job, self.offsets)
