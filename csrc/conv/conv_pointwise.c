@@ -17,6 +17,7 @@ enum { BLOCK_BYTES = 16 << 10, MAX_BLOCK_RUNS = 16 };
 
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 #if defined(__x86_64__)
 /* The rows form's kernels for the job's panel width, or NULL */
@@ -63,10 +64,11 @@ int64_t asymo_conv_pointwise_tiles(const asymo_conv_pointwise_job *job)
 
 int64_t asymo_conv_pointwise_tasks(const asymo_conv_pointwise_job *job)
 {
+    /* (a per-task count left at zero counts as one) */
     if (job->form == ASYMO_POINTWISE_ROWS)
-        return cdiv(cdiv(job->out_channels, job->panel_rows), job->panels_per_task)
-               * cdiv(asymo_conv_pointwise_tiles(job), job->tiles_per_task);
-    return cdiv(cdiv(job->pixels, NR), job->runs_per_task);
+        return cdiv(cdiv(job->out_channels, job->panel_rows), max64(1, job->panels_per_task))
+               * cdiv(asymo_conv_pointwise_tiles(job), max64(1, job->tiles_per_task));
+    return cdiv(cdiv(job->pixels, NR), max64(1, job->runs_per_task));
 }
 
 void asymo_conv_pointwise_offsets(const asymo_conv_pointwise_job *job, int64_t *off)
@@ -83,10 +85,6 @@ void asymo_conv_pointwise_prepare_task(int64_t t, void *job_)
                            job->panel_rows, (float *)job->scratch);
 }
 
-/* Runs [t * runs_per_task, ...) of pixels, in blocks of runs whose B rows (K x 64 bytes a run)
- * fit in about half of L1: each block against every micro-panel, run by run, so a tile's
- * rows of output are written as a block's contiguous stretch rather than 64 bytes apart by
- * every micro-panel in turn (a layer with 96 output channels wrote 96 streams otherwise). */
 #if defined(__x86_64__)
 /* Rows form: panels [pg * panels_per_task, ...) of output channels by tiles
  * [tg * tiles_per_task, ...) of pixels, panel by panel (its K x panel_rows weights stay in L2
@@ -96,12 +94,11 @@ static void rows_task(int64_t t, const asymo_conv_pointwise_job *job)
     const asymo_pixel_rows_family *f = rows_family(job);
     const int64_t m = job->out_channels, k = job->channels, n = job->pixels;
     const int64_t cb = job->panel_rows, ntiles = asymo_conv_pointwise_tiles(job);
-    const int64_t tgroups = cdiv(ntiles, job->tiles_per_task);
+    const int64_t ppt = max64(1, job->panels_per_task), tpt = max64(1, job->tiles_per_task);
+    const int64_t tgroups = cdiv(ntiles, tpt);
     const int64_t pg = t / tgroups, tg = t % tgroups;
-    const int64_t panel0 = pg * job->panels_per_task;
-    const int64_t panel1 = min64(cdiv(m, cb), panel0 + job->panels_per_task);
-    const int64_t tile0 = tg * job->tiles_per_task;
-    const int64_t tile1 = min64(ntiles, tile0 + job->tiles_per_task);
+    const int64_t panel0 = pg * ppt, panel1 = min64(cdiv(m, cb), panel0 + ppt);
+    const int64_t tile0 = tg * tpt, tile1 = min64(ntiles, tile0 + tpt);
     const float *bias = (const float *)job->bias;
     const float *apack = (const float *)(job->apack ? job->apack : job->scratch);
     const float *x = (const float *)job->x;
@@ -121,6 +118,11 @@ static void rows_task(int64_t t, const asymo_conv_pointwise_job *job)
 }
 #endif
 
+/* Runs form: runs [t * runs_per_task, ...) of pixels, in blocks of runs whose B rows (K x 64
+ * bytes a run) fit in about half of L1: each block against every micro-panel, run by run, so
+ * a tile's rows of output are written as a block's contiguous stretch rather than 64 bytes
+ * apart by every micro-panel in turn (a layer with 96 output channels wrote 96 streams
+ * otherwise). */
 void asymo_conv_pointwise_task(int64_t t, void *job_)
 {
 #if defined(__x86_64__)
@@ -137,7 +139,8 @@ void asymo_conv_pointwise_task(int64_t t, void *job_)
     const float *x = (const float *)job->x;
     const float *res = (const float *)job->residual;
     float *y = (float *)job->y;
-    const int64_t j0 = t * job->runs_per_task * NR, j1 = min64(n, j0 + job->runs_per_task * NR);
+    const int64_t rpt = max64(1, job->runs_per_task);
+    const int64_t j0 = t * rpt * NR, j1 = min64(n, j0 + rpt * NR);
     int64_t block = BLOCK_BYTES / (k * NR * (int64_t)sizeof(float));
     block = (block < 1 ? 1 : block > MAX_BLOCK_RUNS ? MAX_BLOCK_RUNS : block) * NR;
     for (int64_t b0 = j0; b0 < j1; b0 += block) {
