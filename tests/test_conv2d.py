@@ -891,56 +891,63 @@ needs_pointwise = pytest.mark.skipif(not _pointwise_available(),
                                      reason="no in-place pointwise kernel for this CPU")
 
 
+def _check_pointwise_layers(pool, layers, epilogues, rng, form, panel=16):
+    """Each 1x1 layer (cin, cout, h, w) with each epilogue (batch, bias, activation, shortcut)
+    through the pointwise path in ``form``, against float64: the input at the very end of an
+    anonymous mapping (a load past it faults), plain and prepacked weights, the output a
+    channel slice of a larger array (its neighbours untouched), and the bound form (a
+    model's node)."""
+    import mmap
+
+    from asymo.ops import conv as conv_mod
+
+    for cin, cout, h, w in layers:
+        for n, bias, act, res in epilogues:
+            nbytes = n * cin * h * w * 4
+            buf = mmap.mmap(-1, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
+            x = np.frombuffer(buf, np.float32, offset=len(buf) - nbytes).reshape(n, cin, h, w)
+            x[...] = rng.standard_normal(x.shape)
+            wt = rng.standard_normal((cout, cin, 1, 1)).astype(np.float32)
+            b = rng.standard_normal(cout).astype(np.float32) if bias else None
+            r = rng.standard_normal((n, cout, h, w)).astype(np.float32) if res else None
+            plan, _ = conv_mod._conv_plan(pool, x.shape, wt.shape, x.dtype, (1, 1),
+                                          ((0, 0), (0, 0)), (1, 1), 1, act, bias, res)
+            assert isinstance(plan, conv_mod._PointwisePlan), (cin, cout, h, w)
+            assert (plan.job.form, plan.job.panel_rows) == (form, panel), (cin, cout, h, w)
+            ref = reference.conv2d(x, wt, b) + (0 if r is None else r)
+            ref = {None: ref, "relu": np.maximum(ref, 0), "relu6": np.clip(ref, 0, 6)}[act]
+            for weight in (wt, asymo.prepack_conv(wt)):
+                big = np.full((n, cout + 3, h, w), np.nan, np.float32)
+                y = conv2d(x, weight, b, activation=act, residual=r, out=big[:, 2:2 + cout],
+                           pool=pool)
+                _close(y, ref, np.float32)
+                assert np.isnan(big[:, :2]).all() and np.isnan(big[:, 2 + cout:]).all()
+                out = np.full(ref.shape, np.nan, np.float32)
+                bound = conv_mod.bind_conv2d(x, weight, b, activation=act, residual=r, out=out,
+                                             pool=pool)
+                with asymo.runtime.pool.hold(pool):
+                    bound()
+                _close(out, ref, np.float32)
+
+
 @needs_pointwise
 @pytest.mark.parametrize("spec", ["c0:0", "c0:0-1", "c0:0@1,c1:1@0.5"])
 def test_pointwise_convolution_against_float64(spec, monkeypatch):
-    # pixel counts below, at and past a 16-pixel run and with a partial last run (its masked
-    # loads must not read past the image: the input ends a page; small planes are let take
-    # the path), 2 to 64 input channels, 16 to 384 output channels, batches, every epilogue,
-    # plain and prepacked weights, the output a channel slice of a larger array, and the
-    # bound form (a model's node)
-    import mmap
-
+    # the runs form: pixel counts below, at and past a 16-pixel run and with a partial last
+    # run (its masked loads must not read past the image; small planes are let take the
+    # form), 2 to 64 input channels, 16 to 384 output channels, batches, every epilogue
     from asymo.hw.topology import parse_spec
     from asymo.ops import conv as conv_mod
 
     monkeypatch.setattr(conv_mod, "POINTWISE_MAX_RUN_WASTE", 16.0)
     monkeypatch.setattr(conv_mod, "POINTWISE_MAX_OUT_CHANNELS", 384)
-    monkeypatch.setattr(conv_mod, "POINTWISE_ROWS_MAX_PIXELS", 0)  # the runs form throughout
-    rng = np.random.default_rng(41)
+    monkeypatch.setattr(conv_mod, "POINTWISE_ROWS_MAX_PIXELS", 0)
     layers = [(32, 16, 112, 112), (16, 96, 7, 9), (64, 48, 5, 5), (3, 16, 1, 1), (2, 32, 4, 4),
               (24, 144, 13, 13), (64, 384, 14, 14), (8, 32, 1, 17), (40, 64, 3, 11)]
+    epilogues = ((1, True, "relu", False), (2, False, None, True), (1, True, "relu6", True))
     with asymo.Pool(topology=parse_spec(spec)) as pool, conv_mod.use_kernel_isa("avx512"):
-        for cin, cout, h, w in layers:
-            for n, bias, act, res in ((1, True, "relu", False), (2, False, None, True),
-                                      (1, True, "relu6", True)):
-                # the input at the very end of an anonymous mapping: a load past it faults
-                nbytes = n * cin * h * w * 4
-                buf = mmap.mmap(-1, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
-                x = np.frombuffer(buf, np.float32, offset=len(buf) - nbytes).reshape(n, cin, h, w)
-                x[...] = rng.standard_normal(x.shape)
-                wt = rng.standard_normal((cout, cin, 1, 1)).astype(np.float32)
-                b = rng.standard_normal(cout).astype(np.float32) if bias else None
-                r = rng.standard_normal((n, cout, h, w)).astype(np.float32) if res else None
-                plan, _ = conv_mod._conv_plan(pool, x.shape, wt.shape, x.dtype, (1, 1),
-                                              ((0, 0), (0, 0)), (1, 1), 1, act, bias, res)
-                assert isinstance(plan, conv_mod._PointwisePlan), (cin, cout, h, w)
-                assert plan.job.form == conv_mod.lib.ASYMO_POINTWISE_RUNS
-                ref = reference.conv2d(x, wt, b) + (0 if r is None else r)
-                ref = {None: ref, "relu": np.maximum(ref, 0),
-                       "relu6": np.clip(ref, 0, 6)}[act]
-                for weight in (wt, asymo.prepack_conv(wt)):
-                    big = np.full((n, cout + 3, h, w), np.nan, np.float32)
-                    y = conv2d(x, weight, b, activation=act, residual=r,
-                               out=big[:, 2:2 + cout], pool=pool)
-                    _close(y, ref, np.float32)
-                    assert np.isnan(big[:, :2]).all() and np.isnan(big[:, 2 + cout:]).all()
-                    out = np.full(ref.shape, np.nan, np.float32)
-                    bound = conv_mod.bind_conv2d(x, weight, b, activation=act, residual=r,
-                                                 out=out, pool=pool)
-                    with asymo.runtime.pool.hold(pool):
-                        bound()
-                    _close(out, ref, np.float32)
+        _check_pointwise_layers(pool, layers, epilogues, np.random.default_rng(41),
+                                conv_mod.lib.ASYMO_POINTWISE_RUNS)
 
 
 @needs_pointwise
@@ -949,50 +956,19 @@ def test_pointwise_rows_form_against_float64(panel, monkeypatch):
     # the rows form (pixels as broadcast rows, output channels as lanes): tiles of every
     # height from 1 pixel to the width's maximum (12, 8, 6) and planes cut into uneven tiles,
     # output channels below, at and past a panel (the last panel's extra lanes are neither
-    # read from the bias nor stored), every epilogue, batches, the input at the end of a
-    # page, plain and prepacked weights, the output a channel slice, the bound form, and
-    # one to three workers on symmetric and asymmetric pools
-    import mmap
-
+    # read from the bias nor stored), every epilogue, batches, on one to three workers of
+    # symmetric and asymmetric pools
     from asymo.ops import conv as conv_mod
 
     monkeypatch.setattr(conv_mod, "POINTWISE_ROWS_PANELS", (panel,))
-    rng = np.random.default_rng(43 + panel)
     layers = [(64, 48, 1, 1), (70, 33, 1, 5), (64, panel, 3, 3), (96, panel + 1, 2, 7),
               (65, 2 * panel - 5, 7, 7), (128, 100, 13, 13), (80, 17, 16, 16), (64, 3, 1, 12)]
+    epilogues = ((1, True, "relu", False), (2, False, None, True), (1, True, "relu6", True),
+                 (1, False, "relu6", False))
     for spec in ("c0:0", "c0:0-1", "c0:0@1,c1:1@0.5"):
         with asymo.Pool(spec) as pool, conv_mod.use_kernel_isa("avx512"):
-            for cin, cout, h, w in layers:
-                for n, bias, act, res in ((1, True, "relu", False), (2, False, None, True),
-                                          (1, True, "relu6", True), (1, False, "relu6", False)):
-                    nbytes = n * cin * h * w * 4
-                    buf = mmap.mmap(-1, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
-                    x = np.frombuffer(buf, np.float32, offset=len(buf) - nbytes).reshape(
-                        n, cin, h, w)
-                    x[...] = rng.standard_normal(x.shape)
-                    wt = rng.standard_normal((cout, cin, 1, 1)).astype(np.float32)
-                    b = rng.standard_normal(cout).astype(np.float32) if bias else None
-                    r = rng.standard_normal((n, cout, h, w)).astype(np.float32) if res else None
-                    plan, _ = conv_mod._conv_plan(pool, x.shape, wt.shape, x.dtype, (1, 1),
-                                                  ((0, 0), (0, 0)), (1, 1), 1, act, bias, res)
-                    assert isinstance(plan, conv_mod._PointwisePlan), (cin, cout, h, w)
-                    assert plan.job.form == conv_mod.lib.ASYMO_POINTWISE_ROWS
-                    assert plan.job.panel_rows == panel
-                    ref = reference.conv2d(x, wt, b) + (0 if r is None else r)
-                    ref = {None: ref, "relu": np.maximum(ref, 0),
-                           "relu6": np.clip(ref, 0, 6)}[act]
-                    for weight in (wt, asymo.prepack_conv(wt)):
-                        big = np.full((n, cout + 3, h, w), np.nan, np.float32)
-                        y = conv2d(x, weight, b, activation=act, residual=r,
-                                   out=big[:, 2:2 + cout], pool=pool)
-                        _close(y, ref, np.float32)
-                        assert np.isnan(big[:, :2]).all() and np.isnan(big[:, 2 + cout:]).all()
-                        out = np.full(ref.shape, np.nan, np.float32)
-                        bound = conv_mod.bind_conv2d(x, weight, b, activation=act, residual=r,
-                                                     out=out, pool=pool)
-                        with asymo.runtime.pool.hold(pool):
-                            bound()
-                        _close(out, ref, np.float32)
+            _check_pointwise_layers(pool, layers, epilogues, np.random.default_rng(43 + panel),
+                                    conv_mod.lib.ASYMO_POINTWISE_ROWS, panel)
 
 
 @needs_pointwise
