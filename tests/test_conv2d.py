@@ -716,6 +716,47 @@ def test_depthwise_3x3_small_planes_every_size(isa):
                     _close(y, ref, dt)
 
 
+@needs_torch
+@pytest.mark.parametrize("isa", _dw_isas())
+def test_depthwise_3x3_stride2_every_size(isa):
+    """The stride-2 kernel (AVX-512): rows of up to 8 outputs two to a vector (widths up to
+    where a row's taps leave its first 16 columns: 15 / 16 with padding 0 / 1), longer rows in
+    16-output chunks (widths around 32 and 64 columns, the chunk's 33rd column), odd and even
+    heights and output row counts, row ranges split between tasks, padding 0 and 1, bias /
+    residual / activation, NaN and inf passing through like torch."""
+    import asymo
+    import asymo.ops.conv as conv_mod
+
+    rng = np.random.default_rng(43)
+    widths = list(range(1, 19)) + [27, 28, 29, 31, 32, 33, 34, 35, 56, 63, 64, 65, 66, 112]
+    heights = (1, 2, 3, 4, 5, 7, 8, 14, 15, 28)
+    acts = (None, "relu", "relu6")
+    pools = [asymo.get_pool(), asymo.Pool("fast:0", spin_us=0)]
+    i = 0
+    with conv_mod.use_kernel_isa(isa):
+        for pad in (0, 1):
+            for w in widths:
+                for h in heights[i % 3::3]:
+                    i += 1
+                    if min(h, w) + 2 * pad < 3:
+                        continue
+                    c = (3, 16, 19, 40)[i % 4]
+                    x = rng.standard_normal((1 + i % 2, c, h, w)).astype(np.float32)
+                    if i % 3 == 0:  # NaN and inf at the plane's corners
+                        x[0, 0, 0, 0], x[0, -1, -1, -1] = np.nan, np.inf
+                    wt = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+                    b = rng.standard_normal(c).astype(np.float32) if i % 2 else None
+                    oshape = conv_mod.conv_output_shape((h, w), 3, 2, pad)
+                    res = (rng.standard_normal(x.shape[:2] + oshape).astype(np.float32)
+                           if i % 4 == 1 else None)
+                    act = acts[i % 3]
+                    ref = _dw_torch_ref(x, wt, b, 2, pad, act, res)
+                    for pool in pools:
+                        y = conv2d(x, wt, b, 2, pad, 1, c, activation=act, residual=res,
+                                   pool=pool)
+                        _close(y, ref, np.float32)
+
+
 @st.composite
 def _dw3x3_configs(draw):
     stride = (draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2])))

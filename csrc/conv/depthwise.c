@@ -92,11 +92,15 @@ static asymo_dw3x3_fn select_dw3x3(const asymo_dwconv_job *job)
 #if defined(__x86_64__)
     /* AVX-512 machines run the AVX2 kernel (the row loop is bound by memory, not vector
        width) except on small "same" planes, where the flat kernel's masked loads remove the
-       per-row setup that dominated them (docs/conv-and-zoo.md) */
+       per-row setup that dominated them, and at stride 2, where masked loads and two-source
+       permutes split the input rows in registers instead of staging them
+       (docs/conv-and-zoo.md) */
     switch (asymo_conv_isa()) {
     case ASYMO_ISA_AVX512:
         if (!f64 && asymo_dw3x3_flat_applies(job))
             return asymo_dw3x3_f32_avx512_flat;
+        if (!f64 && asymo_dw3x3_s2_applies(job))
+            return asymo_dw3x3_f32_avx512_s2;
         /* fall through */
     case ASYMO_ISA_AVX2_FMA: return f64 ? asymo_dw3x3_f64_avx2 : asymo_dw3x3_f32_avx2;
     default: break;

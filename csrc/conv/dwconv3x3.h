@@ -40,6 +40,13 @@ static inline int asymo_dw3x3_flat_applies(const asymo_dwconv_job *job)
            && g->height * g->width <= ASYMO_DW3X3_FLAT_MAX;
 }
 
+/* Whether the stride-2 AVX-512 kernel applies (on top of asymo_dw3x3_applies): stride 2 each
+ * way, any plane size. */
+static inline int asymo_dw3x3_s2_applies(const asymo_dwconv_job *job)
+{
+    return job->geom.stride_h == 2 && job->geom.stride_w == 2;
+}
+
 typedef void (*asymo_dw3x3_fn)(const asymo_dwconv_job *job, int64_t n, int64_t oc0,
                                int64_t oc1, int64_t oy0, int64_t oy1);
 
@@ -54,6 +61,8 @@ void asymo_dw3x3_f64_avx2(const asymo_dwconv_job *job, int64_t n, int64_t oc0, i
                           int64_t oy0, int64_t oy1);
 void asymo_dw3x3_f32_avx512_flat(const asymo_dwconv_job *job, int64_t n, int64_t oc0,
                                  int64_t oc1, int64_t oy0, int64_t oy1);
+void asymo_dw3x3_f32_avx512_s2(const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1,
+                               int64_t oy0, int64_t oy1);
 #endif
 
 #endif

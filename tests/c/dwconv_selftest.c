@@ -89,7 +89,8 @@ static int run_case(int N, int C, int H, int W, int s, int pad, int act, int wit
 int main(void)
 {
     static const int sizes[][2] = {{1, 1}, {2, 2}, {3, 3}, {7, 7}, {14, 14}, {5, 9},
-                                   {4, 17}, {6, 40}, {3, 300}};
+                                   {4, 17}, {6, 40}, {3, 300}, {15, 15}, {16, 16},
+                                   {13, 33}, {9, 34}};
     int fails = 0, cases = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         for (int s = 1; s <= 2; s++)

@@ -1,6 +1,8 @@
-/* Direct 3x3 depthwise kernel for small planes with AVX-512, stride 1, padding 1, output
- * plane = input plane (see conv/dwconv3x3.h, asymo_dw3x3_flat_applies).
+/* Direct 3x3 depthwise kernels with AVX-512 (see conv/dwconv3x3.h): small stride-1 "same"
+ * planes as flat arrays (asymo_dw3x3_f32_avx512_flat), and stride 2 each way on planes of any
+ * size (asymo_dw3x3_f32_avx512_s2).
  *
+ * Flat planes (stride 1, padding 1, output plane = input plane, asymo_dw3x3_flat_applies).
  * The row kernels (kernels/x86_avx2/dwconv3x3_avx2.c) pay a row's setup (staging its input
  * rows, a partial last vector) for every output row: on MobileNet's 7x7 and 14x14 planes that
  * is most of the work (a 7-wide row fills 7 of 8 lanes of one vector). Here a plane is one
@@ -11,7 +13,18 @@
  * column). Those lanes are masked off in the tap's load (an AVX-512 masked load reads zero
  * there and never faults, even before or past the plane), with masks made once per task for
  * all its channels. 49 outputs of a 7x7 plane are 4 vectors, 196 of a 14x14 plane 13.
- * Bias, residual and activation are applied before the one store. */
+ * Bias, residual and activation are applied before the one store.
+ *
+ * Stride 2. The AVX2 row kernel stages every input row through a buffer, split into even and
+ * odd columns, and then reads it back; on the small planes of MobileNet's stride-2 layers
+ * (14x14 -> 7x7, 28x28 -> 14x14) that staging, its masked AVX2 loads and the per-row setup
+ * cost more than the arithmetic. Here the 16 outputs of a row chunk take their taps from 33
+ * consecutive input columns, read straight from the plane with masked loads (zero outside the
+ * row, no fault) into two vectors and one lane, and split in registers by two-source permutes
+ * (vpermt2ps: even columns, odd columns) and a one-lane shift; nothing goes through memory.
+ * A chunk walks down the plane: each input row's three tap vectors are made once and kept in
+ * registers for the second output row that reads them (rows 2i + 1 - pad_h serve output rows
+ * i and i + 1). */
 #include "conv/dwconv3x3.h"
 
 #include <stdint.h>
@@ -22,6 +35,18 @@
 #define ATTR __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma")))
 
 enum { FLAT_MAX_VECS = (ASYMO_DW3X3_FLAT_MAX + 15) / 16 };
+
+/* The activation (a constant in each inlined copy): vmaxps / vminps return the second operand
+ * when either is NaN, so NaN propagates as in torch. */
+ATTR static inline __attribute__((always_inline)) __m512 activate(__m512 acc, const int act)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    if (act == ASYMO_ACT_RELU)
+        return _mm512_max_ps(zero, acc);
+    if (act == ASYMO_ACT_RELU6)
+        return _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_max_ps(zero, acc));
+    return acc;
+}
 
 /* p + d floats as an address (p + d may lie outside the plane: only masked loads use it) */
 static inline const float *shifted(const float *p, int64_t d)
@@ -37,7 +62,7 @@ ATTR static inline __attribute__((always_inline)) void channels(
 {
     const asymo_conv_geometry *g = &job->geom;
     const int64_t W = g->width, C = g->channels, HW = g->height * W;
-    const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
+    const __m512 zero = _mm512_setzero_ps();
     for (int64_t oc = oc0; oc < oc1; oc++) {
         const float *x = (const float *)job->x + (n * C + oc) * HW + o0;
         float *y = (float *)job->y + n * job->y_image_stride + oc * HW + o0;
@@ -63,13 +88,8 @@ ATTR static inline __attribute__((always_inline)) void channels(
                     part[a] = _mm512_fmadd_ps(
                         _mm512_maskz_loadu_ps(mv[3 * a + b], shifted(p, (a - 1) * W + b - 1)),
                         wk[3 * a + b], part[a]);
-            __m512 acc = _mm512_add_ps(_mm512_add_ps(part[0], part[1]), part[2]);
-            /* vmaxps / vminps return the second operand when either is NaN: NaN propagates
-               as in torch */
-            if (act == ASYMO_ACT_RELU)
-                acc = _mm512_max_ps(zero, acc);
-            else if (act == ASYMO_ACT_RELU6)
-                acc = _mm512_min_ps(six, _mm512_max_ps(zero, acc));
+            const __m512 acc =
+                activate(_mm512_add_ps(_mm512_add_ps(part[0], part[1]), part[2]), act);
             if (mst[v] == (__mmask16)0xFFFF)
                 _mm512_storeu_ps(y + 16 * v, acc);
             else
@@ -126,6 +146,191 @@ ATTR void asymo_dw3x3_f32_avx512_flat(const asymo_dwconv_job *job, int64_t n, in
     case ASYMO_ACT_RELU: channels(job, n, oc0, oc1, o0, nv, m, mst, ASYMO_ACT_RELU); break;
     case ASYMO_ACT_RELU6: channels(job, n, oc0, oc1, o0, nv, m, mst, ASYMO_ACT_RELU6); break;
     default: channels(job, n, oc0, oc1, o0, nv, m, mst, ASYMO_ACT_NONE); break;
+    }
+}
+
+/* Lanes of columns [c, c + 16) that lie inside a row of W columns. */
+static inline __mmask16 inside16(int64_t c, int64_t W)
+{
+    const int64_t lo = c < 0 ? -c : 0, hi = W - c < 16 ? W - c : 16;
+    if (hi <= lo)
+        return 0;
+    return (__mmask16)((((uint32_t)1 << hi) - 1u) & ~(((uint32_t)1 << lo) - 1u));
+}
+
+/* Column masks of a 16-output chunk whose first tap is column c (see s2_taps). */
+typedef struct {
+    __mmask16 lo, hi, next;
+} s2_cols;
+
+/* t[b] = the tap-b inputs of a 16-output chunk from input row p (NULL: a padding row), whose
+ * first tap is column c: t[b][j] = p[c + 2 j + b], zero outside the row. */
+ATTR static inline __attribute__((always_inline)) void s2_taps(__m512 *t, const float *p,
+                                                               int64_t c, s2_cols m)
+{
+    if (!p) {
+        t[0] = t[1] = t[2] = _mm512_setzero_ps();
+        return;
+    }
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                           28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const __m512 lo = _mm512_maskz_loadu_ps(m.lo, shifted(p, c));
+    const __m512 hi = _mm512_maskz_loadu_ps(m.hi, shifted(p, c + 16));
+    /* column c + 32 (tap 2 of the chunk's last output) in lane 0 */
+    const __m512 next = _mm512_maskz_loadu_ps(m.next, shifted(p, c + 32));
+    t[0] = _mm512_permutex2var_ps(lo, even, hi);
+    t[1] = _mm512_permutex2var_ps(lo, odd, hi);
+    t[2] = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(next),
+                                                   _mm512_castps_si512(t[0]), 1));
+}
+
+/* Output channels [oc0, oc1), rows [oy0, oy1) of image n, stride 2. */
+ATTR static inline __attribute__((always_inline)) void s2_channels(
+    const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1, int64_t oy0, int64_t oy1,
+    const int act)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t H = g->height, W = g->width, C = g->channels, ow = g->out_w;
+    const int64_t plane = g->out_h * ow, ph = g->pad_h, pw = g->pad_w;
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t oc = oc0; oc < oc1; oc++) {
+        const float *x = (const float *)job->x + (n * C + oc) * H * W;
+        float *y = (float *)job->y + n * job->y_image_stride + oc * plane;
+        const float *res = job->residual ? (const float *)job->residual
+                                               + n * job->residual_image_stride + oc * plane
+                                         : NULL;
+        const float *wt = (const float *)job->weight + oc * 9;
+        __m512 wk[9];
+        for (int t = 0; t < 9; t++)
+            wk[t] = _mm512_set1_ps(wt[t]);
+        const __m512 bias = _mm512_set1_ps(job->bias ? ((const float *)job->bias)[oc] : 0.0f);
+        for (int64_t ox = 0; ox < ow; ox += 16) {
+            const int64_t c = 2 * ox - pw;
+            const s2_cols m = {inside16(c, W), inside16(c + 16, W),
+                               (__mmask16)(inside16(c + 32, W) & 1)};
+            const __mmask16 mst = ow - ox >= 16 ? (__mmask16)0xFFFF
+                                                : (__mmask16)((1u << (ow - ox)) - 1u);
+            /* tap vectors of input rows 2 oy - ph + 0, 1, 2; row 2 becomes the next row 0 */
+            __m512 t[3][3];
+            int64_t r = 2 * oy0 - ph;
+            s2_taps(t[0], r >= 0 && r < H ? x + r * W : NULL, c, m);
+            for (int64_t oy = oy0; oy < oy1; oy++) {
+                r = 2 * oy - ph;
+                s2_taps(t[1], r + 1 >= 0 && r + 1 < H ? x + (r + 1) * W : NULL, c, m);
+                s2_taps(t[2], r + 2 >= 0 && r + 2 < H ? x + (r + 2) * W : NULL, c, m);
+                /* one chain per input row: a 9-FMA chain's latency would bound short rows */
+                __m512 part[3];
+                part[0] = res ? _mm512_add_ps(bias, _mm512_maskz_loadu_ps(mst, res + oy * ow + ox))
+                              : bias;
+                part[1] = zero;
+                part[2] = zero;
+                for (int a = 0; a < 3; a++)
+                    for (int b = 0; b < 3; b++)
+                        part[a] = _mm512_fmadd_ps(t[a][b], wk[3 * a + b], part[a]);
+                const __m512 acc =
+                    activate(_mm512_add_ps(_mm512_add_ps(part[0], part[1]), part[2]), act);
+                _mm512_mask_storeu_ps(y + oy * ow + ox, mst, acc);
+                for (int b = 0; b < 3; b++)
+                    t[0][b] = t[2][b];
+            }
+        }
+    }
+}
+
+/* Output rows of at most 8 columns, all of whose taps lie in the first 16 columns of their
+ * input rows (2 ow - pad_w <= 15: MobileNet's 14x14 -> 7x7): two output rows per vector,
+ * lanes [0, ow) row i and [ow, 2 ow) row i + 1, which are also consecutive in the output and
+ * residual planes (one load, one store). A row chunk would fill 7 of 16 lanes; here the lanes
+ * of tap (a, b) come from input rows 2 i - ph + a and 2 i + 2 - ph + a by one two-source
+ * permute, each input row loaded once (masked: zero past the row). */
+ATTR static inline __attribute__((always_inline)) void s2_pairs(
+    const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1, int64_t oy0, int64_t oy1,
+    const int act)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t H = g->height, W = g->width, C = g->channels, ow = g->out_w;
+    const int64_t plane = g->out_h * ow, ph = g->pad_h, pw = g->pad_w;
+    const __m512 zero = _mm512_setzero_ps();
+    const __mmask16 mrow = inside16(0, W);
+    /* tap b of lane l: column 2 j + b - pw of the first row (l = j < ow) or the second
+       (l = ow + j, index + 16); lanes of column -1 masked off */
+    __m512i idx[3];
+    __mmask16 mtap[3];
+    {
+        const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
+                                               15);
+        const __mmask16 second = _mm512_cmpge_epi32_mask(iota, _mm512_set1_epi32((int32_t)ow));
+        const __m512i j = _mm512_mask_sub_epi32(iota, second, iota,
+                                                _mm512_set1_epi32((int32_t)ow));
+        const __m512i base = _mm512_mask_add_epi32(_mm512_add_epi32(j, j), second,
+                                                   _mm512_add_epi32(j, j),
+                                                   _mm512_set1_epi32(16));
+        for (int b = 0; b < 3; b++) {
+            idx[b] = _mm512_add_epi32(base, _mm512_set1_epi32((int32_t)(b - pw)));
+            mtap[b] = b - pw < 0 ? _mm512_cmpneq_epi32_mask(j, _mm512_setzero_si512())
+                                 : (__mmask16)0xFFFF;
+        }
+    }
+    for (int64_t oc = oc0; oc < oc1; oc++) {
+        const float *x = (const float *)job->x + (n * C + oc) * H * W;
+        float *y = (float *)job->y + n * job->y_image_stride + oc * plane;
+        const float *res = job->residual ? (const float *)job->residual
+                                               + n * job->residual_image_stride + oc * plane
+                                         : NULL;
+        const float *wt = (const float *)job->weight + oc * 9;
+        __m512 wk[9];
+        for (int t = 0; t < 9; t++)
+            wk[t] = _mm512_set1_ps(wt[t]);
+        const __m512 bias = _mm512_set1_ps(job->bias ? ((const float *)job->bias)[oc] : 0.0f);
+        /* input rows 2 i - ph + k, k = 0..4; row 4 becomes the next pair's row 0 */
+        __m512 q[5];
+#define S2_ROW(r) ((r) >= 0 && (r) < H ? _mm512_maskz_loadu_ps(mrow, x + (r) * W) : zero)
+        q[0] = S2_ROW(2 * oy0 - ph);
+        for (int64_t oy = oy0; oy < oy1; oy += 2) {
+            const int64_t r = 2 * oy - ph;
+            for (int k = 1; k < 5; k++)
+                q[k] = S2_ROW(r + k);
+            const int64_t nout = (oy + 1 < oy1 ? 2 : 1) * ow;
+            const __mmask16 mst = (__mmask16)((1u << nout) - 1u);
+            __m512 part[3];
+            part[0] = res ? _mm512_add_ps(bias, _mm512_maskz_loadu_ps(mst, res + oy * ow))
+                          : bias;
+            part[1] = zero;
+            part[2] = zero;
+            for (int a = 0; a < 3; a++)
+                for (int b = 0; b < 3; b++)
+                    part[a] = _mm512_fmadd_ps(
+                        _mm512_maskz_permutex2var_ps(mtap[b], q[a], idx[b], q[a + 2]),
+                        wk[3 * a + b], part[a]);
+            const __m512 acc =
+                activate(_mm512_add_ps(_mm512_add_ps(part[0], part[1]), part[2]), act);
+            _mm512_mask_storeu_ps(y + oy * ow, mst, acc);
+            q[0] = q[4];
+        }
+#undef S2_ROW
+    }
+}
+
+ATTR static inline __attribute__((always_inline)) void s2_form(
+    const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1, int64_t oy0, int64_t oy1,
+    int pairs, const int act)
+{
+    if (pairs)
+        s2_pairs(job, n, oc0, oc1, oy0, oy1, act);
+    else
+        s2_channels(job, n, oc0, oc1, oy0, oy1, act);
+}
+
+ATTR void asymo_dw3x3_f32_avx512_s2(const asymo_dwconv_job *job, int64_t n, int64_t oc0,
+                                    int64_t oc1, int64_t oy0, int64_t oy1)
+{
+    /* the form and the activation as constants in each copy of the channel loop */
+    const int pairs = 2 * job->geom.out_w - job->geom.pad_w <= 15;
+    switch (job->activation) {
+    case ASYMO_ACT_RELU: s2_form(job, n, oc0, oc1, oy0, oy1, pairs, ASYMO_ACT_RELU); break;
+    case ASYMO_ACT_RELU6: s2_form(job, n, oc0, oc1, oy0, oy1, pairs, ASYMO_ACT_RELU6); break;
+    default: s2_form(job, n, oc0, oc1, oy0, oy1, pairs, ASYMO_ACT_NONE); break;
     }
 }
 
