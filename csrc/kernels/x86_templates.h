@@ -9,6 +9,20 @@
 #define ATTR_AVX2 __attribute__((target("avx2,fma")))
 #define ATTR_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma")))
 
+/* ASYMO_ACT_* (asymo/conv.h: 0 none, 1 ReLU, 2 ReLU6) on 16 floats, act a constant in each
+ * inlined copy. vmaxps / vminps return the second operand when either is NaN, so NaN
+ * propagates as in torch. */
+ATTR_AVX512 static inline __attribute__((always_inline)) __m512 activate_ps512(__m512 v,
+                                                                              const int act)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    if (act == 1)
+        return _mm512_max_ps(zero, v);
+    if (act == 2)
+        return _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_max_ps(zero, v));
+    return v;
+}
+
 #define REP6(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #define REP12(X) REP6(X) X(6) X(7) X(8) X(9) X(10) X(11)
 

@@ -16,17 +16,7 @@
 
 #define MAX_ROWS 16
 
-ATTR_AVX512 static inline __attribute__((always_inline)) __m512 act_ps(__m512 v, int act)
-{
-    /* vmaxps / vminps return the second operand when either is NaN: NaN propagates */
-    const __m512 zero = _mm512_setzero_ps();
-    if (act == ASYMO_ACT_RELU)
-        return _mm512_max_ps(zero, v);
-    if (act == ASYMO_ACT_RELU6)
-        return _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_max_ps(zero, v));
-    return v;
-}
-
+/* activate_ps512 on the 8-wide stores of the transposed tile */
 ATTR_AVX512 static inline __attribute__((always_inline)) __m256 act_ps8(__m256 v, int act)
 {
     const __m256 zero = _mm256_setzero_ps();
@@ -100,7 +90,7 @@ pixel_rows(const int R, const int NV, int64_t k, const float *x, int64_t ldx, co
     if (!res && act != ASYMO_ACT_NONE) {
         _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)
-                acc[r][v] = act_ps(acc[r][v], act);
+                acc[r][v] = activate_ps512(acc[r][v], act);
     }
     /* transposed into y, eight rows at a time: channel c's rows are contiguous there */
     _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {

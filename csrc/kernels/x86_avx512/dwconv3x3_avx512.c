@@ -32,21 +32,11 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "kernels/x86_templates.h"
+
 #define ATTR __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma")))
 
 enum { FLAT_MAX_VECS = (ASYMO_DW3X3_FLAT_MAX + 15) / 16 };
-
-/* The activation (a constant in each inlined copy): vmaxps / vminps return the second operand
- * when either is NaN, so NaN propagates as in torch. */
-ATTR static inline __attribute__((always_inline)) __m512 activate(__m512 acc, const int act)
-{
-    const __m512 zero = _mm512_setzero_ps();
-    if (act == ASYMO_ACT_RELU)
-        return _mm512_max_ps(zero, acc);
-    if (act == ASYMO_ACT_RELU6)
-        return _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_max_ps(zero, acc));
-    return acc;
-}
 
 /* p + d floats as an address (p + d may lie outside the plane: only masked loads use it) */
 static inline const float *shifted(const float *p, int64_t d)
@@ -89,7 +79,7 @@ ATTR static inline __attribute__((always_inline)) void channels(
                         _mm512_maskz_loadu_ps(mv[3 * a + b], shifted(p, (a - 1) * W + b - 1)),
                         wk[3 * a + b], part[a]);
             const __m512 acc =
-                activate(_mm512_add_ps(_mm512_add_ps(part[0], part[1]), part[2]), act);
+                activate_ps512(_mm512_add_ps(_mm512_add_ps(part[0], part[1]), part[2]), act);
             if (mst[v] == (__mmask16)0xFFFF)
                 _mm512_storeu_ps(y + 16 * v, acc);
             else
@@ -185,26 +175,38 @@ ATTR static inline __attribute__((always_inline)) void s2_taps(__m512 *t, const 
                                                    _mm512_castps_si512(t[0]), 1));
 }
 
+/* Channel oc of image n at stride 2: its input, output and shortcut (NULL: none) planes, its
+ * nine taps and its bias, broadcast. */
+ATTR static inline __attribute__((always_inline)) void s2_channel(
+    const asymo_dwconv_job *job, int64_t n, int64_t oc, const float **x, float **y,
+    const float **res, __m512 wk[9], __m512 *bias)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t plane = g->out_h * g->out_w;
+    *x = (const float *)job->x + (n * g->channels + oc) * g->height * g->width;
+    *y = (float *)job->y + n * job->y_image_stride + oc * plane;
+    *res = job->residual ? (const float *)job->residual + n * job->residual_image_stride
+                               + oc * plane
+                         : NULL;
+    const float *wt = (const float *)job->weight + oc * 9;
+    for (int t = 0; t < 9; t++)
+        wk[t] = _mm512_set1_ps(wt[t]);
+    *bias = _mm512_set1_ps(job->bias ? ((const float *)job->bias)[oc] : 0.0f);
+}
+
 /* Output channels [oc0, oc1), rows [oy0, oy1) of image n, stride 2. */
 ATTR static inline __attribute__((always_inline)) void s2_channels(
     const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1, int64_t oy0, int64_t oy1,
     const int act)
 {
     const asymo_conv_geometry *g = &job->geom;
-    const int64_t H = g->height, W = g->width, C = g->channels, ow = g->out_w;
-    const int64_t plane = g->out_h * ow, ph = g->pad_h, pw = g->pad_w;
+    const int64_t H = g->height, W = g->width, ow = g->out_w, ph = g->pad_h, pw = g->pad_w;
     const __m512 zero = _mm512_setzero_ps();
     for (int64_t oc = oc0; oc < oc1; oc++) {
-        const float *x = (const float *)job->x + (n * C + oc) * H * W;
-        float *y = (float *)job->y + n * job->y_image_stride + oc * plane;
-        const float *res = job->residual ? (const float *)job->residual
-                                               + n * job->residual_image_stride + oc * plane
-                                         : NULL;
-        const float *wt = (const float *)job->weight + oc * 9;
-        __m512 wk[9];
-        for (int t = 0; t < 9; t++)
-            wk[t] = _mm512_set1_ps(wt[t]);
-        const __m512 bias = _mm512_set1_ps(job->bias ? ((const float *)job->bias)[oc] : 0.0f);
+        const float *x, *res;
+        float *y;
+        __m512 wk[9], bias;
+        s2_channel(job, n, oc, &x, &y, &res, wk, &bias);
         for (int64_t ox = 0; ox < ow; ox += 16) {
             const int64_t c = 2 * ox - pw;
             const s2_cols m = {inside16(c, W), inside16(c + 16, W),
@@ -229,7 +231,7 @@ ATTR static inline __attribute__((always_inline)) void s2_channels(
                     for (int b = 0; b < 3; b++)
                         part[a] = _mm512_fmadd_ps(t[a][b], wk[3 * a + b], part[a]);
                 const __m512 acc =
-                    activate(_mm512_add_ps(_mm512_add_ps(part[0], part[1]), part[2]), act);
+                    activate_ps512(_mm512_add_ps(_mm512_add_ps(part[0], part[1]), part[2]), act);
                 _mm512_mask_storeu_ps(y + oy * ow + ox, mst, acc);
                 for (int b = 0; b < 3; b++)
                     t[0][b] = t[2][b];
@@ -249,8 +251,7 @@ ATTR static inline __attribute__((always_inline)) void s2_pairs(
     const int act)
 {
     const asymo_conv_geometry *g = &job->geom;
-    const int64_t H = g->height, W = g->width, C = g->channels, ow = g->out_w;
-    const int64_t plane = g->out_h * ow, ph = g->pad_h, pw = g->pad_w;
+    const int64_t H = g->height, W = g->width, ow = g->out_w, ph = g->pad_h, pw = g->pad_w;
     const __m512 zero = _mm512_setzero_ps();
     const __mmask16 mrow = inside16(0, W);
     /* tap b of lane l: column 2 j + b - pw of the first row (l = j < ow) or the second
@@ -273,16 +274,10 @@ ATTR static inline __attribute__((always_inline)) void s2_pairs(
         }
     }
     for (int64_t oc = oc0; oc < oc1; oc++) {
-        const float *x = (const float *)job->x + (n * C + oc) * H * W;
-        float *y = (float *)job->y + n * job->y_image_stride + oc * plane;
-        const float *res = job->residual ? (const float *)job->residual
-                                               + n * job->residual_image_stride + oc * plane
-                                         : NULL;
-        const float *wt = (const float *)job->weight + oc * 9;
-        __m512 wk[9];
-        for (int t = 0; t < 9; t++)
-            wk[t] = _mm512_set1_ps(wt[t]);
-        const __m512 bias = _mm512_set1_ps(job->bias ? ((const float *)job->bias)[oc] : 0.0f);
+        const float *x, *res;
+        float *y;
+        __m512 wk[9], bias;
+        s2_channel(job, n, oc, &x, &y, &res, wk, &bias);
         /* input rows 2 i - ph + k, k = 0..4; row 4 becomes the next pair's row 0 */
         __m512 q[5];
 #define S2_ROW(r) ((r) >= 0 && (r) < H ? _mm512_maskz_loadu_ps(mrow, x + (r) * W) : zero)
@@ -304,7 +299,7 @@ ATTR static inline __attribute__((always_inline)) void s2_pairs(
                         _mm512_maskz_permutex2var_ps(mtap[b], q[a], idx[b], q[a + 2]),
                         wk[3 * a + b], part[a]);
             const __m512 acc =
-                activate(_mm512_add_ps(_mm512_add_ps(part[0], part[1]), part[2]), act);
+                activate_ps512(_mm512_add_ps(_mm512_add_ps(part[0], part[1]), part[2]), act);
             _mm512_mask_storeu_ps(y + oy * ow, mst, acc);
             q[0] = q[4];
         }
