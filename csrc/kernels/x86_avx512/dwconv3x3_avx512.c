@@ -194,139 +194,160 @@ ATTR static inline __attribute__((always_inline)) void s2_channel(
     *bias = _mm512_set1_ps(job->bias ? ((const float *)job->bias)[oc] : 0.0f);
 }
 
-/* Output channels [oc0, oc1), rows [oy0, oy1) of image n, stride 2. */
-ATTR static inline __attribute__((always_inline)) void s2_channels(
-    const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1, int64_t oy0, int64_t oy1,
-    const int act)
+/* An output vector's sum starts at the bias plus its shortcut lanes m (none: res NULL); one
+ * chain per input row follows, since a 9-FMA chain's latency would bound short rows. */
+ATTR static inline __attribute__((always_inline)) __m512 s2_start(__m512 bias, const float *res,
+                                                                  __mmask16 m)
 {
-    const asymo_conv_geometry *g = &job->geom;
-    const int64_t H = g->height, W = g->width, ow = g->out_w, ph = g->pad_h, pw = g->pad_w;
-    const __m512 zero = _mm512_setzero_ps();
-    for (int64_t oc = oc0; oc < oc1; oc++) {
-        const float *x, *res;
-        float *y;
-        __m512 wk[9], bias;
-        s2_channel(job, n, oc, &x, &y, &res, wk, &bias);
-        for (int64_t ox = 0; ox < ow; ox += 16) {
-            const int64_t c = 2 * ox - pw;
-            const s2_cols m = {inside16(c, W), inside16(c + 16, W),
-                               (__mmask16)(inside16(c + 32, W) & 1)};
-            const __mmask16 mst = ow - ox >= 16 ? (__mmask16)0xFFFF
-                                                : (__mmask16)((1u << (ow - ox)) - 1u);
-            /* tap vectors of input rows 2 oy - ph + 0, 1, 2; row 2 becomes the next row 0 */
-            __m512 t[3][3];
-            int64_t r = 2 * oy0 - ph;
-            s2_taps(t[0], r >= 0 && r < H ? x + r * W : NULL, c, m);
-            for (int64_t oy = oy0; oy < oy1; oy++) {
-                r = 2 * oy - ph;
-                s2_taps(t[1], r + 1 >= 0 && r + 1 < H ? x + (r + 1) * W : NULL, c, m);
-                s2_taps(t[2], r + 2 >= 0 && r + 2 < H ? x + (r + 2) * W : NULL, c, m);
-                /* one chain per input row: a 9-FMA chain's latency would bound short rows */
-                __m512 part[3];
-                part[0] = res ? _mm512_add_ps(bias, _mm512_maskz_loadu_ps(mst, res + oy * ow + ox))
-                              : bias;
-                part[1] = zero;
-                part[2] = zero;
-                for (int a = 0; a < 3; a++)
-                    for (int b = 0; b < 3; b++)
-                        part[a] = _mm512_fmadd_ps(t[a][b], wk[3 * a + b], part[a]);
-                const __m512 acc =
-                    activate_ps512(_mm512_add_ps(_mm512_add_ps(part[0], part[1]), part[2]), act);
-                _mm512_mask_storeu_ps(y + oy * ow + ox, mst, acc);
-                for (int b = 0; b < 3; b++)
-                    t[0][b] = t[2][b];
-            }
-        }
-    }
+    return res ? _mm512_add_ps(bias, _mm512_maskz_loadu_ps(m, res)) : bias;
 }
 
-/* Output rows of at most 8 columns, all of whose taps lie in the first 16 columns of their
- * input rows (2 ow - pad_w <= 15: MobileNet's 14x14 -> 7x7): two output rows per vector,
- * lanes [0, ow) row i and [ow, 2 ow) row i + 1, which are also consecutive in the output and
- * residual planes (one load, one store). A row chunk would fill 7 of 16 lanes; here the lanes
- * of tap (a, b) come from input rows 2 i - ph + a and 2 i + 2 - ph + a by one two-source
- * permute, each input row loaded once (masked: zero past the row). */
-ATTR static inline __attribute__((always_inline)) void s2_pairs(
-    const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1, int64_t oy0, int64_t oy1,
-    const int act)
+/* The vector's one store: act(the three rows' chains), lanes m. */
+ATTR static inline __attribute__((always_inline)) void s2_store(float *y, __mmask16 m,
+                                                                const __m512 part[3],
+                                                                const int act)
 {
-    const asymo_conv_geometry *g = &job->geom;
+    _mm512_mask_storeu_ps(
+        y, m, activate_ps512(_mm512_add_ps(_mm512_add_ps(part[0], part[1]), part[2]), act));
+}
+
+/* One channel's output rows [oy0, oy1) in chunks of 16 outputs (x, y, res: its planes). */
+ATTR static inline __attribute__((always_inline)) void s2_rows(
+    const asymo_conv_geometry *g, const float *x, float *y, const float *res, const __m512 wk[9],
+    __m512 bias, int64_t oy0, int64_t oy1, const int act)
+{
     const int64_t H = g->height, W = g->width, ow = g->out_w, ph = g->pad_h, pw = g->pad_w;
-    const __m512 zero = _mm512_setzero_ps();
-    const __mmask16 mrow = inside16(0, W);
-    /* tap b of lane l: column 2 j + b - pw of the first row (l = j < ow) or the second
-       (l = ow + j, index + 16); lanes of column -1 masked off */
-    __m512i idx[3];
-    __mmask16 mtap[3];
-    {
-        const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
-                                               15);
-        const __mmask16 second = _mm512_cmpge_epi32_mask(iota, _mm512_set1_epi32((int32_t)ow));
-        const __m512i j = _mm512_mask_sub_epi32(iota, second, iota,
-                                                _mm512_set1_epi32((int32_t)ow));
-        const __m512i base = _mm512_mask_add_epi32(_mm512_add_epi32(j, j), second,
-                                                   _mm512_add_epi32(j, j),
-                                                   _mm512_set1_epi32(16));
-        for (int b = 0; b < 3; b++) {
-            idx[b] = _mm512_add_epi32(base, _mm512_set1_epi32((int32_t)(b - pw)));
-            mtap[b] = b - pw < 0 ? _mm512_cmpneq_epi32_mask(j, _mm512_setzero_si512())
-                                 : (__mmask16)0xFFFF;
-        }
-    }
-    for (int64_t oc = oc0; oc < oc1; oc++) {
-        const float *x, *res;
-        float *y;
-        __m512 wk[9], bias;
-        s2_channel(job, n, oc, &x, &y, &res, wk, &bias);
-        /* input rows 2 i - ph + k, k = 0..4; row 4 becomes the next pair's row 0 */
-        __m512 q[5];
-#define S2_ROW(r) ((r) >= 0 && (r) < H ? _mm512_maskz_loadu_ps(mrow, x + (r) * W) : zero)
-        q[0] = S2_ROW(2 * oy0 - ph);
-        for (int64_t oy = oy0; oy < oy1; oy += 2) {
-            const int64_t r = 2 * oy - ph;
-            for (int k = 1; k < 5; k++)
-                q[k] = S2_ROW(r + k);
-            const int64_t nout = (oy + 1 < oy1 ? 2 : 1) * ow;
-            const __mmask16 mst = (__mmask16)((1u << nout) - 1u);
-            __m512 part[3];
-            part[0] = res ? _mm512_add_ps(bias, _mm512_maskz_loadu_ps(mst, res + oy * ow))
-                          : bias;
-            part[1] = zero;
-            part[2] = zero;
+    for (int64_t ox = 0; ox < ow; ox += 16) {
+        const int64_t c = 2 * ox - pw;
+        const s2_cols m = {inside16(c, W), inside16(c + 16, W),
+                           (__mmask16)(inside16(c + 32, W) & 1)};
+        const __mmask16 mst = ow - ox >= 16 ? (__mmask16)0xFFFF
+                                            : (__mmask16)((1u << (ow - ox)) - 1u);
+        /* tap vectors of input rows 2 oy - ph + 0, 1, 2; row 2 becomes the next row 0 */
+        __m512 t[3][3];
+        int64_t r = 2 * oy0 - ph;
+        s2_taps(t[0], r >= 0 && r < H ? x + r * W : NULL, c, m);
+        for (int64_t oy = oy0; oy < oy1; oy++) {
+            r = 2 * oy - ph;
+            s2_taps(t[1], r + 1 >= 0 && r + 1 < H ? x + (r + 1) * W : NULL, c, m);
+            s2_taps(t[2], r + 2 >= 0 && r + 2 < H ? x + (r + 2) * W : NULL, c, m);
+            __m512 part[3] = {s2_start(bias, res ? res + oy * ow + ox : NULL, mst),
+                              _mm512_setzero_ps(), _mm512_setzero_ps()};
             for (int a = 0; a < 3; a++)
                 for (int b = 0; b < 3; b++)
-                    part[a] = _mm512_fmadd_ps(
-                        _mm512_maskz_permutex2var_ps(mtap[b], q[a], idx[b], q[a + 2]),
-                        wk[3 * a + b], part[a]);
-            const __m512 acc =
-                activate_ps512(_mm512_add_ps(_mm512_add_ps(part[0], part[1]), part[2]), act);
-            _mm512_mask_storeu_ps(y + oy * ow, mst, acc);
-            q[0] = q[4];
+                    part[a] = _mm512_fmadd_ps(t[a][b], wk[3 * a + b], part[a]);
+            s2_store(y + oy * ow + ox, mst, part, act);
+            for (int b = 0; b < 3; b++)
+                t[0][b] = t[2][b];
         }
-#undef S2_ROW
     }
 }
 
+/* The pair form's lanes (see s2_pairs): tap b of lane l is column 2 j + b - pw of the first
+ * row (l = j < ow) or the second (l = ow + j, index + 16); lanes of column -1 masked off. */
+typedef struct {
+    __m512i idx[3];
+    __mmask16 mtap[3], mrow;
+} s2_pair_lanes;
+
+ATTR static inline __attribute__((always_inline)) s2_pair_lanes
+s2_pair_lanes_of(const asymo_conv_geometry *g)
+{
+    const int64_t ow = g->out_w, pw = g->pad_w;
+    s2_pair_lanes L;
+    L.mrow = inside16(0, g->width);
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __mmask16 second = _mm512_cmpge_epi32_mask(iota, _mm512_set1_epi32((int32_t)ow));
+    const __m512i j = _mm512_mask_sub_epi32(iota, second, iota, _mm512_set1_epi32((int32_t)ow));
+    const __m512i base = _mm512_mask_add_epi32(_mm512_add_epi32(j, j), second,
+                                               _mm512_add_epi32(j, j), _mm512_set1_epi32(16));
+    for (int b = 0; b < 3; b++) {
+        L.idx[b] = _mm512_add_epi32(base, _mm512_set1_epi32((int32_t)(b - pw)));
+        L.mtap[b] = b - pw < 0 ? _mm512_cmpneq_epi32_mask(j, _mm512_setzero_si512())
+                               : (__mmask16)0xFFFF;
+    }
+    return L;
+}
+
+/* One channel's output rows [oy0, oy1) when rows have at most 8 columns, all of whose taps lie
+ * in the first 16 columns of their input rows (2 ow - pad_w <= 15: MobileNet's 14x14 ->
+ * 7x7): two output rows per vector, lanes [0, ow) row i and [ow, 2 ow) row i + 1, which are
+ * also consecutive in the output and residual planes (one load, one store). A row chunk
+ * would fill 7 of 16 lanes; here the lanes of tap (a, b) come from input rows 2 i - ph + a
+ * and 2 i + 2 - ph + a by one two-source permute, each input row loaded once (masked: zero
+ * past the row). */
+ATTR static inline __attribute__((always_inline)) void s2_pairs(
+    const asymo_conv_geometry *g, const s2_pair_lanes *L, const float *x, float *y,
+    const float *res, const __m512 wk[9], __m512 bias, int64_t oy0, int64_t oy1, const int act)
+{
+    const int64_t H = g->height, W = g->width, ow = g->out_w, ph = g->pad_h;
+    const __m512 zero = _mm512_setzero_ps();
+    /* (the lanes in registers for the channel's rows, not reloaded from *L) */
+    const __m512i idx[3] = {L->idx[0], L->idx[1], L->idx[2]};
+    const __mmask16 mtap[3] = {L->mtap[0], L->mtap[1], L->mtap[2]}, mrow = L->mrow;
+    /* input rows 2 i - ph + k, k = 0..4; row 4 becomes the next pair's row 0 */
+    __m512 q[5];
+#define S2_ROW(r) ((r) >= 0 && (r) < H ? _mm512_maskz_loadu_ps(mrow, x + (r) * W) : zero)
+    q[0] = S2_ROW(2 * oy0 - ph);
+    for (int64_t oy = oy0; oy < oy1; oy += 2) {
+        const int64_t r = 2 * oy - ph;
+        for (int k = 1; k < 5; k++)
+            q[k] = S2_ROW(r + k);
+        const int64_t nout = (oy + 1 < oy1 ? 2 : 1) * ow;
+        const __mmask16 mst = (__mmask16)((1u << nout) - 1u);
+        __m512 part[3] = {s2_start(bias, res ? res + oy * ow : NULL, mst), zero, zero};
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 3; b++)
+                part[a] = _mm512_fmadd_ps(
+                    _mm512_maskz_permutex2var_ps(mtap[b], q[a], idx[b], q[a + 2]),
+                    wk[3 * a + b], part[a]);
+        s2_store(y + oy * ow, mst, part, act);
+        q[0] = q[4];
+    }
+#undef S2_ROW
+}
+
+/* Output channels [oc0, oc1), rows [oy0, oy1) of image n, stride 2, in one form. */
 ATTR static inline __attribute__((always_inline)) void s2_form(
     const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1, int64_t oy0, int64_t oy1,
     int pairs, const int act)
 {
+    const asymo_conv_geometry *g = &job->geom;
+    s2_pair_lanes L;
     if (pairs)
-        s2_pairs(job, n, oc0, oc1, oy0, oy1, act);
-    else
-        s2_channels(job, n, oc0, oc1, oy0, oy1, act);
+        L = s2_pair_lanes_of(g);
+    for (int64_t oc = oc0; oc < oc1; oc++) {
+        const float *x, *res;
+        float *y;
+        __m512 wk[9], bias;
+        s2_channel(job, n, oc, &x, &y, &res, wk, &bias);
+        if (pairs)
+            s2_pairs(g, &L, x, y, res, wk, bias, oy0, oy1, act);
+        else
+            s2_rows(g, x, y, res, wk, bias, oy0, oy1, act);
+    }
 }
 
-ATTR void asymo_dw3x3_f32_avx512_s2(const asymo_dwconv_job *job, int64_t n, int64_t oc0,
-                                    int64_t oc1, int64_t oy0, int64_t oy1)
+/* the activation as a constant in each copy of the channel loop */
+ATTR static inline __attribute__((always_inline)) void s2_act(
+    const asymo_dwconv_job *job, int64_t n, int64_t oc0, int64_t oc1, int64_t oy0, int64_t oy1,
+    const int pairs)
 {
-    /* the form and the activation as constants in each copy of the channel loop */
-    const int pairs = 2 * job->geom.out_w - job->geom.pad_w <= 15;
     switch (job->activation) {
     case ASYMO_ACT_RELU: s2_form(job, n, oc0, oc1, oy0, oy1, pairs, ASYMO_ACT_RELU); break;
     case ASYMO_ACT_RELU6: s2_form(job, n, oc0, oc1, oy0, oy1, pairs, ASYMO_ACT_RELU6); break;
     default: s2_form(job, n, oc0, oc1, oy0, oy1, pairs, ASYMO_ACT_NONE); break;
     }
+}
+
+ATTR void asymo_dw3x3_f32_avx512_s2(const asymo_dwconv_job *job, int64_t n, int64_t oc0,
+                                    int64_t oc1, int64_t oy0, int64_t oy1)
+{
+    /* the form a constant too */
+    if (2 * job->geom.out_w - job->geom.pad_w <= 15)
+        s2_act(job, n, oc0, oc1, oy0, oy1, 1);
+    else
+        s2_act(job, n, oc0, oc1, oy0, oy1, 0);
 }
 
 #endif
