@@ -51,6 +51,6 @@ build:
 	$(PYTHON) csrc/build_native.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info asymo/_native*.so asymo/lab/_occupy*.so \
-		asymo/_matmul_fast*.so asymo/_native.c asymo/lab/_occupy.c asymo/*.o
+	rm -rf $(VENV) build *.egg-info asymo/_native*.so asymo/lab/_native*.so \
+		asymo/_matmul_fast*.so asymo/_native.c asymo/lab/_native.c asymo/*.o
 	find csrc -name '*.o' -delete

@@ -1,5 +1,5 @@
-"""Build script: compiles csrc/ into ``asymo._native`` (the runtime) and ``asymo.lab._occupy``
-(the emulator) through cffi (out-of-line API mode); see csrc/build_native.py.
+"""Build script: compiles csrc/ into ``asymo._native`` (the runtime) and ``asymo.lab._native``
+(the emulator, the cross-core transfer probe) through cffi (out-of-line API mode); see csrc/build_native.py.
 
 Everything else lives in pyproject.toml; setup.py only exists because setuptools reads
 ``cffi_modules`` from here. It also adds ``asymo._matmul_fast`` (asymo.matmul's C fast path, built against the

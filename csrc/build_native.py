@@ -1,4 +1,5 @@
-"""cffi builders for ``asymo._native`` (the runtime) and ``asymo.lab._occupy`` (the emulator).
+"""cffi builders for ``asymo._native`` (the runtime) and ``asymo.lab._native`` (the emulator and
+the cross-core transfer probe).
 
 The C API is declared in headers; each header marks the part cffi must see between
 ``/* CDEF BEGIN */`` and ``/* CDEF END */`` (plain declarations, no preprocessor), so the
@@ -9,13 +10,14 @@ Tree (see csrc/include/asymo/asymo.h for the public API)::
     include/asymo/  public headers          pool/    the thread pool
     gemm/           GEMM frame              conv/    convolution, depthwise, pooling frames
     config/         kernel tables, quirks   kernels/ micro-kernels, one directory per ISA
-    lab/            emulator, task tracing  python/  asymo._matmul_fast (a CPython extension)
+    lab/            emulator, probes, tracing  python/  asymo._matmul_fast (a CPython extension)
 
 ``asymo._native`` is every C file outside lab/ and python/, plus lab/trace.c: tracing takes
 over a live pool's jobs and acts as one of its workers, so it needs the pool's internals and
 the pool object Python holds, which only the same module can give it. Its declarations stay in
-lab/trace.h, which the public header does not include. ``asymo.lab._occupy`` is the emulator
-alone (lab/emulate.c): a helper process runs it, it shares no state with the runtime, and as a
+lab/trace.h, which the public header does not include. ``asymo.lab._native`` holds the emulator
+(lab/emulate.c), which a helper process runs, and the cross-core transfer probe the benchmarks
+take beside their figures (lab/crosscore.c): they share no state with the runtime, and as a
 module of the lab package it is never loaded by ``import asymo`` (tests/test_layout.py checks
 that no ``asymo.lab`` module is).
 
@@ -38,8 +40,8 @@ NATIVE_HEADERS = ["include/asymo/isa.h", "include/asymo/pool.h", "include/asymo/
                   "include/asymo/pooling.h", "lab/trace.h"]
 NATIVE_DIRS = ["pool", "gemm", "conv", "config", "kernels"]
 NATIVE_EXTRA = ["lab/trace.c"]
-LAB_HEADERS = ["lab/emulate.h"]
-LAB_SOURCES = ["lab/emulate.c"]
+LAB_HEADERS = ["lab/emulate.h", "lab/crosscore.h"]
+LAB_SOURCES = ["lab/emulate.c", "lab/crosscore.c"]
 
 COMPILE_ARGS = ["-O3", "-std=gnu11", "-pthread", "-fno-strict-aliasing", "-Wall",
                 "-Wno-unused-function"]
@@ -88,8 +90,8 @@ def _builder(name, headers, sources, prelude):
 
 ffibuilder = _builder("asymo._native", NATIVE_HEADERS, native_sources(),
                       '#include "asymo/asymo.h"\n#include "lab/trace.h"\n')
-lab_ffibuilder = _builder("asymo.lab._occupy", LAB_HEADERS, [_rel(p) for p in LAB_SOURCES],
-                          '#include "lab/emulate.h"\n')
+lab_ffibuilder = _builder("asymo.lab._native", LAB_HEADERS, [_rel(p) for p in LAB_SOURCES],
+                          '#include "lab/emulate.h"\n#include "lab/crosscore.h"\n')
 
 if __name__ == "__main__":
     ffibuilder.compile(verbose=False)

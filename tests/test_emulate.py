@@ -13,7 +13,7 @@ import pytest
 
 import asymo.lab.emulate as E
 from asymo.hw import topology as topo
-from asymo.lab._occupy import ffi, lib  # the emulator (csrc/lab/emulate.c)
+from asymo.lab._native import ffi, lib  # the emulator (csrc/lab/emulate.c)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AFFINITY = sorted(os.sched_getaffinity(0))

@@ -9,7 +9,11 @@ alone (pinned, one thread), side by side in one process:
 - thread counts and pinning are set before a library's round, never inside the timed loop;
 - a pause (``PAUSE_S``) between libraries, because OpenMP / ONNX Runtime threads keep spinning
   for a while after a call and would steal the next library's cores;
-- the machine, the threads and the emulation are printed beside the figures.
+- the machine, the threads and the emulation are printed beside the figures;
+- on a machine run as it is (no emulation), the cost of writing cache lines another core
+  holds is read before every repeat and after the last (:mod:`asymo.lab.transfer`): the
+  development VM triples it for tens of seconds at a time, which slows every library's
+  all-core runs; the repeats it marks are listed, with the ratios over the others.
 
 The contenders: ``asymo`` (its pinned pool on all cores), ``asymo 1 core`` (a pool on the
 fastest core), ``ort`` (ONNX Runtime, CPU provider, intra-op threads = cores),
@@ -32,6 +36,10 @@ __all__ = ["compare", "format_table", "machine_description", "Contender", "PAUSE
 
 PAUSE_S = 0.3
 LIBRARIES = ("ort", "torch")
+#: a round is marked as met by dearer transfers between cores when the probe beside it reads
+#: this many times the run's cheapest (asymo.lab.transfer; the development VM's two states
+#: read about 2x and 5-8x)
+SLOW_TRANSFER_FACTOR = 1.6
 
 
 class Contender:
@@ -134,7 +142,9 @@ def _contenders(model, x, compare, pool, single_pool, fast_cpu, onnx_bytes, torc
     return out
 
 
-def _measure(contenders, repeats, min_time, pause, progress):
+def _measure(contenders, repeats, min_time, pause, progress, probe=None):
+    """Medians and samples per contender; with ``probe`` (a callable), also its readings
+    before each repeat and after the last (one more than ``repeats``)."""
     inner = {}
     for c in contenders:
         c.enter()
@@ -150,7 +160,10 @@ def _measure(contenders, repeats, min_time, pause, progress):
         if progress is not None:
             progress.update(1)
     samples = {c.name: [] for c in contenders}
+    readings = []
     for r in range(repeats):
+        if probe is not None:
+            readings.append(probe())
         order = contenders if r % 2 == 0 else contenders[::-1]
         for c in order:
             c.enter()
@@ -164,7 +177,50 @@ def _measure(contenders, repeats, min_time, pause, progress):
             time.sleep(pause)
             if progress is not None:
                 progress.update(1)
-    return {k: statistics.median(v) for k, v in samples.items()}, samples
+    if probe is not None:
+        readings.append(probe())
+    return {k: statistics.median(v) for k, v in samples.items()}, samples, readings
+
+
+def _transfer_probe(pool, fast_cpu, emulation):
+    """``(cpus, probe)``: a callable giving the cross-core transfer ratio between the fastest
+    core and another core of ``pool``, or ``(None, None)`` where it means nothing (one core,
+    or an emulated core that the emulator stops mid-probe)."""
+    if emulation is not None:
+        return None, None
+    other = [c for cl in pool.topology.clusters for c in cl.cpus if c != fast_cpu]
+    if not other:
+        return None, None
+    try:
+        from asymo.lab.transfer import transfer_cost
+
+        transfer_cost(fast_cpu, other[0], reps=1)
+    except (ImportError, OSError, ValueError):
+        return None, None
+    return (fast_cpu, other[0]), lambda: transfer_cost(fast_cpu, other[0]).ratio
+
+
+def _transfer_summary(cpus, readings, samples):
+    """The probe's readings and the repeats they mark (a repeat is marked when the reading
+    before or after it is SLOW_TRANSFER_FACTOR times the run's lowest), with the ratios over
+    the unmarked repeats when both kinds occurred."""
+    from asymo.lab.transfer import DEFAULT_BYTES
+
+    low = min(readings)
+    marked = [r for r in range(len(readings) - 1)
+              if max(readings[r], readings[r + 1]) > SLOW_TRANSFER_FACTOR * low]
+    out = {"cpus": list(cpus), "nbytes": DEFAULT_BYTES, "readings": readings,
+           "marked_repeats": marked}
+    steady = [r for r in range(len(readings) - 1) if r not in marked]
+    if marked and steady:
+        med = {k: statistics.median(v[r] for r in steady) for k, v in samples.items()}
+        others = {k: v for k, v in med.items() if not k.startswith("asymo")}
+        best = min(others, key=others.get) if others else None
+        out["steady"] = {"repeats": steady, "seconds": med,
+                         "ratio": {k: v / med["asymo"] for k, v in med.items() if k != "asymo"},
+                         "best_other": best,
+                         "vs_best_other": others[best] / med["asymo"] if best else None}
+    return out
 
 
 def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, pool=None,
@@ -213,7 +269,8 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
                     break
                 model(x, pool=pool)
             clusters = model.chosen_clusters(pool, x.shape[0])
-        med, samples = _measure(cons, repeats, min_time, pause, bar)
+        cpus, probe = _transfer_probe(pool, fast_cpu, emulation)
+        med, samples, readings = _measure(cons, repeats, min_time, pause, bar, probe)
         # (a decided choice is checked again during the rounds: GraphModel's _Choice.observe)
         clusters_end = (model.chosen_clusters(pool, x.shape[0]) if clusters is not None
                         else None)
@@ -255,6 +312,7 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
         "max_rel_diff_vs_asymo": diffs,
         "asymo_clusters": clusters,
         "asymo_clusters_end": clusters_end,
+        "transfer": _transfer_summary(cpus, readings, samples) if readings else None,
     }
 
 
@@ -300,6 +358,21 @@ def format_table(results):
             lines.append(f"{'':<18}asymo ran {where} (median of its first calls: all "
                          f"clusters {cl['all_s'] * 1e3:.2f} ms, fastest alone "
                          f"{cl['fastest_s'] * 1e3:.2f} ms{mix})")
+        tr = r.get("transfer")
+        if tr:
+            a, b = tr["cpus"]
+            lines.append(f"{'':<18}cross-core writes (cpu {a} -> {b}, {tr['nbytes'] // 1024} "
+                         f"KiB, asymo.lab.transfer): "
+                         + " ".join(f"{v:.1f}x" for v in tr["readings"])
+                         + " a local write, beside the repeats")
+            if tr["marked_repeats"]:
+                st = tr.get("steady")
+                mk = ", ".join(str(i + 1) for i in tr["marked_repeats"])
+                tail = (": without them " + "  ".join(f"{k} {v:.2f}x" for k, v in
+                                                      st["ratio"].items())
+                        if st else "")
+                lines.append(f"{'':<18}repeat(s) {mk} met dearer transfers (>= "
+                             f"{SLOW_TRANSFER_FACTOR:g}x the run's lowest){tail}")
         end = r.get("asymo_clusters_end") or {}
         if end.get("rechecks"):
             lines.append(f"{'':<18}during the timed rounds the choice was found slower than "

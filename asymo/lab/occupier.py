@@ -52,7 +52,7 @@ def main(argv=None):
         _report(args.ready_fd, f"error cpu_busy {errno.EBUSY}\n")
         return EXIT_SETUP_FAILED
 
-    from asymo.lab._occupy import ffi, lib  # compiled from csrc/lab/emulate.c
+    from asymo.lab._native import ffi, lib  # compiled from csrc/lab/emulate.c
 
     params = ffi.new("asymo_occupy_params *", {
         "cpu": args.cpu,

@@ -1,0 +1,35 @@
+/* Cross-core transfer probe: what it costs one core to write cache lines another core holds.
+ *
+ * Work split between cores moves data between them: a consumer reads what a producer wrote,
+ * and a buffer written by one core in one layer is written by another in the next. Each such
+ * line is a transfer between the cores' caches, and its cost is a property of the machine at
+ * that moment: across clusters of a big.LITTLE CPU it is higher than within one, and on a
+ * virtual machine it changes when the host moves the vCPUs (docs/emulation.md, "the VM's slow
+ * state"). Benchmarks record it beside their figures (asymo.cli.bench_model).
+ *
+ * asymo_transfer_probe() starts two threads pinned to cpu_a and cpu_b. In each repetition A
+ * writes a buffer of `nbytes` (its lines now modified in A's caches), then B writes the same
+ * buffer twice: the first pass takes every line from A, the second writes lines B already
+ * holds. The medians over the repetitions are returned; their ratio is the cost of a line
+ * written across the cores relative to one written locally. The threads are joined before
+ * the call returns; the caller's own affinity is never changed. */
+#ifndef ASYMO_CROSSCORE_H
+#define ASYMO_CROSSCORE_H
+
+#include <stdint.h>
+
+/* CDEF BEGIN */
+typedef struct {
+    int64_t cross_ns;  /* median time for B to write the buffer A had just written */
+    int64_t own_ns;    /* median time for B to write it again (lines already B's) */
+    int reps;          /* repetitions measured */
+} asymo_transfer_result;
+
+/* Returns 0, or -EINVAL (bad arguments: cpus equal or negative, nbytes outside
+ * [4096, 64 MiB], reps outside [1, 1000]), -ENOMEM, or -errno from pinning a thread (a cpu
+ * the process may not use) or from starting it. */
+int asymo_transfer_probe(int cpu_a, int cpu_b, int64_t nbytes, int reps,
+                         asymo_transfer_result *out);
+/* CDEF END */
+
+#endif

@@ -1,0 +1,88 @@
+"""The cross-core transfer probe (asymo.lab.transfer, csrc/lab/crosscore.c) and how the model
+benchmark records it beside its repeats."""
+import errno
+import os
+
+import pytest
+
+from asymo.cli.bench_model import SLOW_TRANSFER_FACTOR, _transfer_summary, format_table
+from asymo.lab._native import ffi, lib
+from asymo.lab.transfer import TransferCost, transfer_cost
+
+CPUS = sorted(os.sched_getaffinity(0))
+two_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="the probe needs two cpus")
+
+
+@two_cpus
+def test_probe_times_both_writes():
+    before = os.sched_getaffinity(0)
+    c = transfer_cost(CPUS[0], CPUS[1], nbytes=64 * 1024, reps=5)
+    assert isinstance(c, TransferCost)
+    assert (c.cpu_from, c.cpu_to, c.nbytes) == (CPUS[0], CPUS[1], 64 * 1024)
+    # 64 KiB written line by line takes microseconds, not nothing and not seconds
+    assert 1e-7 < c.own_s < 1e-2 and 1e-7 < c.cross_s < 1e-2
+    assert c.ratio == pytest.approx(c.cross_s / c.own_s)
+    assert set(c.to_dict()) == {"cpu_from", "cpu_to", "nbytes", "cross_s", "own_s", "ratio"}
+    assert os.sched_getaffinity(0) == before  # the caller's affinity is untouched
+
+
+def test_probe_rejects_bad_arguments():
+    a = CPUS[0]
+    with pytest.raises(ValueError, match="two cpus"):
+        transfer_cost(a, a)
+    with pytest.raises(ValueError, match="may use"):
+        transfer_cost(a, max(CPUS) + 1)
+    with pytest.raises(TypeError, match="int"):
+        transfer_cost(a, True)
+    with pytest.raises(TypeError, match="int"):
+        transfer_cost(a, 1.0)
+    if len(CPUS) > 1:
+        with pytest.raises(ValueError, match="nbytes"):
+            transfer_cost(CPUS[0], CPUS[1], nbytes=100)
+        with pytest.raises(ValueError, match="reps"):
+            transfer_cost(CPUS[0], CPUS[1], reps=0)
+
+
+def test_native_probe_fails_cleanly_on_a_cpu_it_cannot_pin():
+    """A side that cannot pin itself stops both sides: an error code, no hang."""
+    out = ffi.new("asymo_transfer_result *")
+    bad = 1000  # < CPU_SETSIZE, beyond any cpu of this machine
+    assert lib.asymo_transfer_probe(CPUS[0], bad, 65536, 3, out) == -errno.EINVAL
+    assert lib.asymo_transfer_probe(bad, CPUS[0], 65536, 3, out) == -errno.EINVAL
+    assert lib.asymo_transfer_probe(CPUS[0], CPUS[0], 65536, 3, out) == -errno.EINVAL
+    assert lib.asymo_transfer_probe(-1, CPUS[0], 65536, 3, out) == -errno.EINVAL
+    assert lib.asymo_transfer_probe(CPUS[0], bad, 1024, 3, out) == -errno.EINVAL
+    assert lib.asymo_transfer_probe(CPUS[0], bad, 65536, 0, out) == -errno.EINVAL
+    assert lib.asymo_transfer_probe(CPUS[0], bad, 65536, 3, ffi.NULL) == -errno.EINVAL
+
+
+def _result(readings, asymo, ort):
+    samples = {"asymo": asymo, "ort": ort}
+    return {"model": "m", "gflop": 1.0, "seconds": {"asymo": 1.0, "ort": 1.0},
+            "ratio": {"ort": 1.0}, "best_other": "ort", "vs_best_other": 1.0,
+            "machine": {"cpu": "x", "cpus": 2, "affinity": [0, 1], "pool_workers": 2,
+                        "topology": "c0:0-1", "emulation": "none"},
+            "method": "m", "transfer": _transfer_summary((0, 1), readings, samples)}
+
+
+def test_summary_marks_repeats_beside_dear_readings():
+    # readings before repeats 0..3 and after the last; repeats 1 and 2 touch the 6.0
+    tr = _transfer_summary((0, 1), [2.0, 2.1, 6.0, 2.0, 2.2],
+                           {"asymo": [1.0, 2.0, 2.0, 1.1], "ort": [1.1, 3.0, 3.0, 1.1]})
+    assert tr["marked_repeats"] == [1, 2]
+    st = tr["steady"]
+    assert st["repeats"] == [0, 3]
+    assert st["seconds"]["asymo"] == pytest.approx(1.05)
+    assert st["ratio"]["ort"] == pytest.approx(1.1 / 1.05)
+    assert st["best_other"] == "ort"
+    # a reading just under the factor marks nothing, and no 'steady' figures are made
+    calm = _transfer_summary((0, 1), [2.0, 2.0 * SLOW_TRANSFER_FACTOR - 0.01, 2.0],
+                             {"asymo": [1.0, 1.0], "ort": [1.0, 1.0]})
+    assert calm["marked_repeats"] == [] and "steady" not in calm
+
+
+def test_table_lists_readings_and_marked_repeats():
+    text = format_table(_result([2.0, 6.0, 2.0, 2.0], [2.0, 2.0, 1.0], [3.0, 3.0, 1.2]))
+    assert "cross-core writes (cpu 0 -> 1" in text
+    assert "2.0x 6.0x 2.0x 2.0x" in text
+    assert "repeat(s) 1, 2 met dearer transfers" in text and "without them ort 1.20x" in text
