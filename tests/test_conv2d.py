@@ -906,8 +906,9 @@ def test_indirect_path_off_gives_the_gemm_path(monkeypatch):
     assert isinstance(plan, conv_mod._GemmConvPlan)
     _close(conv2d(x, w, stride=2, padding=3), y_ind, np.float32)
     # too few taps for the path (a 3x3 stem): the GEMM, whatever INDIRECT says, with either
-    # kernel (plans are cached by shape, not by ISA: a new shape per ISA)
+    # kernel (plans are cached by shape, not by ISA: a new shape per ISA), the direct path off
     monkeypatch.setattr(conv_mod, "INDIRECT", "auto")
+    monkeypatch.setattr(conv_mod, "DIRECT", "off")
     for i, isa in enumerate(_indirect_isas()):
         with conv_mod.use_kernel_isa(isa):
             xs = (1, 3, 41 + i, 40)
@@ -1084,6 +1085,7 @@ def test_indirect_3x3_stems_with_either_kernel(monkeypatch):
     from asymo.ops import conv as conv_mod
 
     monkeypatch.setattr(conv_mod, "INDIRECT_MIN_TAPS", 27)
+    monkeypatch.setattr(conv_mod, "DIRECT", "off")
     rng = np.random.default_rng(25)
     x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
     for wide in (True, False):
@@ -1151,3 +1153,122 @@ def test_indirect_plan_made_with_avx2_stays_correct_under_another_isa():
         plan, _ = conv_mod._conv_plan(asymo.get_pool(), (1, 3, 31, 31), w.shape, x.dtype,
                                       (2, 2), ((3, 3), (3, 3)), (1, 1), 1, None, False, False)
         assert isinstance(plan, conv_mod._GemmConvPlan)
+
+
+def _direct_available():
+    from asymo.ops import conv as conv_mod
+
+    if "avx512" not in _supported_isas():
+        return False
+    with conv_mod.use_kernel_isa("avx512"):
+        return conv_mod._direct_job((1, 3, 8, 8), (4, 3, 3, 3), np.dtype(np.float32), (2, 2),
+                                    ((1, 1), (1, 1)), (1, 1), 1, None, False) is not None
+
+
+needs_direct = pytest.mark.skipif(not _direct_available(),
+                                  reason="no direct stride-2 kernel for this CPU")
+
+
+@needs_direct
+@pytest.mark.parametrize("spec", ["c0:0", "c0:0-1", "c0:0@1,c1:1@0.5"])
+def test_direct_stride2_convolution_against_float64(spec):
+    # 1 to 3 input channels; output widths below, at and past a 16-pixel vector and past a
+    # segment of eight (the second segment's taps and its runs of lines); output channels
+    # below, at and past a block of eight; padding 0, 1, 2, unlike per axis; each
+    # epilogue; the input at the very end of an anonymous mapping (the masked loads of the
+    # last column must not read past it), the output a channel slice of a larger array, and
+    # the bound form (a model's node)
+    import mmap
+
+    from asymo.hw.topology import parse_spec
+    from asymo.ops import conv as conv_mod
+
+    rng = np.random.default_rng(53)
+    layers = [  # cin, cout, h, w, (pad_h, pad_w); one input channel is the depthwise path's
+        (3, 32, 224, 224, (1, 1)), (3, 64, 37, 35, (0, 0)), (2, 5, 9, 33, (1, 1)),
+        (2, 9, 40, 35, (2, 2)), (3, 8, 5, 5, (0, 1)), (3, 17, 6, 290, (1, 1)),
+        (3, 1, 3, 3, (0, 0)), (2, 16, 4, 63, (1, 0))]
+    epilogues = ((1, True, "relu"), (2, False, None), (1, True, "relu6"))
+    with asymo.Pool(topology=parse_spec(spec)) as pool, conv_mod.use_kernel_isa("avx512"):
+        for cin, cout, h, w, pads in layers:
+            for n, bias, act in epilogues:
+                nbytes = n * cin * h * w * 4
+                buf = mmap.mmap(-1, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
+                x = np.frombuffer(buf, np.float32, offset=len(buf) - nbytes).reshape(
+                    n, cin, h, w)
+                x[...] = rng.standard_normal(x.shape)
+                wt = rng.standard_normal((cout, cin, 3, 3)).astype(np.float32)
+                b = rng.standard_normal(cout).astype(np.float32) if bias else None
+                plan, _ = conv_mod._conv_plan(pool, x.shape, wt.shape, x.dtype, (2, 2),
+                                              ((pads[0],) * 2, (pads[1],) * 2), (1, 1), 1, act,
+                                              bias, False)
+                assert isinstance(plan, conv_mod._DirectPlan), (cin, cout, h, w, pads)
+                ref = reference.conv2d(x, wt, b, 2, pads)
+                ref = {None: ref, "relu": np.maximum(ref, 0), "relu6": np.clip(ref, 0, 6)}[act]
+                big = np.full((n, cout + 3) + ref.shape[2:], np.nan, np.float32)
+                y = conv2d(x, wt, b, stride=2, padding=pads, activation=act,
+                           out=big[:, 2:2 + cout], pool=pool)
+                _close(y, ref, np.float32)
+                assert np.isnan(big[:, :2]).all() and np.isnan(big[:, 2 + cout:]).all()
+                out = np.full(ref.shape, np.nan, np.float32)
+                bound = conv_mod.bind_conv2d(x, wt, b, stride=2, padding=pads, activation=act,
+                                             out=out, pool=pool)
+                with asymo.runtime.pool.hold(pool):
+                    bound()
+                _close(out, ref, np.float32)
+
+
+@needs_direct
+def test_direct_stride2_propagates_nan_and_inf():
+    # a NaN input reaches the outputs whose window holds it, and only those (ReLU and ReLU6
+    # keep it); an inf gives inf or NaN (inf - inf) there, as float64 does
+    from asymo.ops import conv as conv_mod
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 3, 20, 40)).astype(np.float32)
+    x[0, 1, 7, 21] = np.nan
+    w = rng.standard_normal((10, 3, 3, 3)).astype(np.float32)
+    with conv_mod.use_kernel_isa("avx512"):
+        for act in (None, "relu", "relu6"):
+            y = conv2d(x, w, stride=2, padding=1, activation=act)
+            # input row 7, column 21 is tap (ky, kx) of outputs (oy, ox) with
+            # 2 oy - 1 + ky = 7, 2 ox - 1 + kx = 21: oy in {3, 4}, ox in {10, 11}
+            hit = np.zeros(y.shape[2:], bool)
+            hit[3:5, 10:12] = True
+            assert np.isnan(y[0][:, hit]).all() and not np.isnan(y[0][:, ~hit]).any()
+        x[0, 1, 7, 21] = np.inf
+        y = conv2d(x, w, stride=2, padding=1)
+        ref = reference.conv2d(x, w, None, 2, 1)
+        assert np.array_equal(np.isinf(y), np.isinf(ref))
+        assert np.array_equal(np.isnan(y), np.isnan(ref))
+
+
+@needs_direct
+def test_direct_path_only_where_it_applies(monkeypatch):
+    # 3x3 stride 2, 1 to 3 input channels, float32, one group, dilation 1, no residual,
+    # AVX-512 kernels; anything else goes elsewhere, and "off" turns it off
+    from asymo.ops import conv as conv_mod
+
+    pool = asymo.get_pool()
+
+    def plan(xs, ws, stride=(2, 2), dilation=(1, 1), groups=1, residual=False,
+             dtype=np.float32):
+        return conv_mod._conv_plan(pool, xs, ws, np.dtype(dtype), stride, ((1, 1), (1, 1)),
+                                   dilation, groups, "relu", True, residual)[0]
+
+    with conv_mod.use_kernel_isa("avx512"):
+        assert isinstance(plan((1, 3, 224, 224), (32, 3, 3, 3)), conv_mod._DirectPlan)
+        assert isinstance(plan((1, 2, 9, 9), (4, 2, 3, 3)), conv_mod._DirectPlan)
+        for p in (plan((1, 4, 32, 32), (8, 4, 3, 3)), plan((1, 3, 32, 32), (8, 3, 3, 3), (1, 1)),
+                  plan((1, 3, 32, 32), (8, 3, 5, 5)),
+                  plan((1, 3, 32, 32), (8, 3, 3, 3), dilation=(2, 2)),
+                  plan((1, 3, 32, 32), (6, 1, 3, 3), groups=3),
+                  plan((1, 3, 32, 32), (8, 3, 3, 3), residual=True),
+                  plan((1, 3, 32, 32), (8, 3, 3, 3), dtype=np.float64)):
+            assert not isinstance(p, conv_mod._DirectPlan)
+        monkeypatch.setattr(conv_mod, "DIRECT", "off")
+        assert not isinstance(plan((1, 3, 224, 224), (32, 3, 3, 3)), conv_mod._DirectPlan)
+    if "avx2_fma" in _supported_isas():
+        monkeypatch.setattr(conv_mod, "DIRECT", "auto")
+        with conv_mod.use_kernel_isa("avx2_fma"):  # (plans are cached by shape: a new one)
+            assert not isinstance(plan((1, 3, 226, 224), (32, 3, 3, 3)), conv_mod._DirectPlan)

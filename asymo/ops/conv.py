@@ -91,6 +91,12 @@ WINOGRAD_METHOD = 0
 # docs/conv-and-zoo.md.
 INDIRECT = "auto"
 INDIRECT_MAX_CHANNELS = 4
+# 3x3 stride-2 layers of at most 3 input channels (MobileNet's, SqueezeNet's stems), float32,
+# one group, dilation 1, no residual: "auto" runs them as direct convolutions where the
+# convolution kernels run AVX-512 (16 output pixels a vector, their 27 tap vectors read from
+# the image rows once for every output channel, asymo/conv.h); "off": by the paths below.
+# Measured: docs/conv-and-zoo.md.
+DIRECT = "auto"
 # ... and at least this many taps (channels x kernel): a 3x3 stem's 27 are too few to repay
 # the extra job and the micro-kernel's per-tile cost (measured even with the packing GEMM).
 # With the 16-row AVX-512 kernel a 3x3 stem alone ran 1.3-1.45x faster than its GEMM, but
@@ -497,6 +503,9 @@ def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, acti
     if cin_g == 1 and groups == c:
         plan = _DepthwisePlan(pool, xshape, wshape, dtype, stride, pads, dilation, activation,
                               has_residual)
+    elif (job := _direct_job(xshape, wshape, dtype, stride, pads, dilation, groups,
+                             activation, has_residual)) is not None:
+        plan = _DirectPlan(pool, job)
     elif tile:
         plan = _WinogradConvPlan(pool, xshape, wshape, pads, tile, activation)
     elif (job := _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups,
@@ -604,6 +613,43 @@ def _units_per_task(pool, units, flops):
     finishes soon or a faster one steals before it starts."""
     return max(1, min(units // (TASKS_PER_WORKER * pool.nworkers),
                       int(INDIRECT_TASK_FLOPS * units // flops)))
+
+
+def _direct_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
+                has_residual):
+    """The job template of a direct stride-2 convolution for this layer (`DIRECT`), or
+    None."""
+    n, c, h, w = xshape
+    cout, cin_g, kh, kw = wshape
+    if (DIRECT == "off" or dtype != np.float32 or groups != 1 or has_residual
+            or c > lib.ASYMO_DIRECT_MAX_CHANNELS or (kh, kw) != (3, 3) or stride != (2, 2)
+            or dilation != (1, 1) or kernel_isa() != "avx512"):
+        return None
+    oh, ow = _out_hw(h, w, kh, kw, stride, pads, dilation)
+    job = ffi.new("asymo_conv_direct_job *")
+    _geometry(job.geom, c, h, w, (kh, kw), stride, pads, dilation, oh, ow)
+    job.activation = ACTIVATION_CODES[activation]
+    job.out_channels = cout
+    job.rows_per_task = 1
+    return job if lib.asymo_conv_direct_supported(job) else None
+
+
+class _DirectPlan:
+    """Direct stride-2 convolution of few input channels (asymo/conv.h): per image, one job
+    whose tasks are blocks of output rows, every output channel, bias and activation fused.
+    Nothing is prepared: the kernel reads the image and the weights as they are."""
+
+    nprep, prep_counts, scratch_elems, offsets = 0, None, 0, None
+
+    def __init__(self, pool, job):
+        g = job.geom
+        oh = int(g.out_h)
+        self.job = job
+        flops = 2.0 * job.out_channels * oh * g.out_w * g.channels * 9
+        job.rows_per_task = rows = _units_per_task(pool, oh, flops)
+        self.ntasks = -(-oh // rows)
+        fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
+        self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
 
 
 def _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
@@ -963,6 +1009,9 @@ class _NativeCalls:
             self._depthwise(plan, has_bias, y, residual, pool)
         elif isinstance(plan, _WinogradConvPlan):
             self._winograd(plan, has_bias, y, residual, pool)
+        elif isinstance(plan, _DirectPlan):
+            self._prepared_jobs(plan, "asymo_conv_direct_job *", None, False, _DIRECT_TASK, x,
+                                has_bias, y, None, pool)
         elif isinstance(plan, _IndirectConvPlan):
             self._prepared_jobs(plan, "asymo_conv_indirect_job *", _INDIRECT_PREPARE_TASK,
                                 False, _INDIRECT_TASK, x, has_bias, y, None, pool)
@@ -1263,7 +1312,7 @@ def _plan_settings():
     cache's key and checked by the call cache."""
     return (DEPTHWISE_METHOD, WINOGRAD, WINOGRAD_METHOD, WINOGRAD_F4_MIN_SIZE,
             WINOGRAD_MIN_CHANNELS, WINOGRAD_F4_MAX_WEIGHT_BYTES, COL_CHUNK_BYTES,
-            COL_CHUNK_COLUMNS, IM2COL_METHOD, IMPLICIT_CHUNK_BYTES, INDIRECT,
+            COL_CHUNK_COLUMNS, IM2COL_METHOD, IMPLICIT_CHUNK_BYTES, DIRECT, INDIRECT,
             INDIRECT_MAX_CHANNELS, INDIRECT_MIN_TAPS, INDIRECT_WIDE, POINTWISE,
             POINTWISE_ROWS_MAX_PIXELS, POINTWISE_ROWS_MIN_CHANNELS, POINTWISE_ROWS_PANELS,
             POINTWISE_MAX_OUT_CHANNELS,
@@ -1390,5 +1439,6 @@ _DWCONV_TASK = task_fn("asymo_dwconv_task")
 _BIAS_ACT_TASK = task_fn("asymo_bias_act_task")
 _INDIRECT_PREPARE_TASK = task_fn("asymo_conv_indirect_prepare_task")
 _INDIRECT_TASK = task_fn("asymo_conv_indirect_task")
+_DIRECT_TASK = task_fn("asymo_conv_direct_task")
 _POINTWISE_PREPARE_TASK = task_fn("asymo_conv_pointwise_prepare_task")
 _POINTWISE_TASK = task_fn("asymo_conv_pointwise_task")

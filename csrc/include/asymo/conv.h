@@ -154,6 +154,34 @@ void asymo_conv_indirect_offsets(const asymo_conv_indirect_job *job, int64_t *of
 void asymo_conv_indirect_prepare_task(int64_t task, void *job);
 void asymo_conv_indirect_task(int64_t task, void *job);
 
+/* Direct 3x3 stride-2 convolution of few input channels (float32, one group, dilation 1; a
+ * CNN's first layer: MobileNet's, SqueezeNet's, EfficientNet's stems). K = channels x 9 is
+ * too small for a GEMM to amortise packing its B (the whole image, nine times over) and a
+ * micro-tile's stores. Here 16 consecutive output pixels of a row are one vector: their
+ * channels x 9 tap vectors are read straight from the NCHW rows (kernels/x86_avx512/
+ * stride2_taps.h) once, then every output channel is a chain of channels x 9 multiply-adds
+ * of those vectors by its broadcast weights, stored to its plane in place: no packing, no
+ * transposed store, no padding copy. y = act(conv(x) + bias). A task is rows_per_task
+ * output rows of one image, every output channel (ceil(out_h / rows_per_task) tasks a job,
+ * one job per image). */
+enum { ASYMO_DIRECT_MAX_CHANNELS = 3 };
+
+typedef struct {
+    asymo_conv_geometry geom;   /* kernel 3x3, stride 2x2, dilation 1 */
+    int32_t activation;
+    int64_t out_channels;
+    const void *x;              /* channels x height x width, one image */
+    const void *weight;         /* out_channels x channels x 3 x 3, as given */
+    const void *bias;           /* out_channels values or NULL */
+    void *y;                    /* out_channels x out_h x out_w */
+    int64_t rows_per_task;
+} asymo_conv_direct_job;
+
+/* Whether a layer can take the path on this CPU: the geometry above, 1 <= channels <=
+ * ASYMO_DIRECT_MAX_CHANNELS, pads below 3, and AVX-512. */
+int asymo_conv_direct_supported(const asymo_conv_direct_job *job);
+void asymo_conv_direct_task(int64_t task, void *job);
+
 /* The weights of the indirect and pointwise paths as micro-panels: out_channels x k
  * row-major weights into ceil(out_channels / mr) panels of k x mr (panels[p * mr + i] of each,
  * zero rows past out_channels). */
