@@ -1,9 +1,9 @@
 /* Direct 3x3 stride-2 convolution of few input channels with AVX-512 (asymo/conv.h,
- * asymo_conv_direct_job). For each 16 output pixels of a row, the channels x 9 tap vectors
- * are made once from the input rows (stride2_taps.h) and kept in registers; the output
- * channels then go through them eight at a time, eight independent chains of channels x 9
- * multiply-adds by broadcast weights (two FMA pipes of four cycles' latency need eight), each
- * chain ending in its channel's one masked store. */
+ * asymo_conv_direct_job). 16 output pixels of a row are one vector: their channels x 9 tap
+ * vectors are made once from the input rows (stride2_taps.h), then the output channels go
+ * through them eight at a time, eight independent chains of channels x 9 multiply-adds by
+ * broadcast weights (two FMA pipes of four cycles' latency need eight), each chain ending in
+ * its channel's one masked store. */
 #include "kernels/conv_direct.h"
 
 #include <stdint.h>
@@ -57,7 +57,8 @@ ATTR static inline __attribute__((always_inline)) void rows(const asymo_conv_dir
     __m512 taps[SEGMENT][MAX_TAPS];
     for (int64_t oy = oy0; oy < oy1; oy++) {
         for (int64_t ox0 = 0; ox0 < ow; ox0 += 16 * SEGMENT) {
-            const int nv = (int)((ow - ox0 + 15) / 16 < SEGMENT ? (ow - ox0 + 15) / 16 : SEGMENT);
+            const int64_t left_v = (ow - ox0 + 15) / 16;
+            const int nv = (int)(left_v < SEGMENT ? left_v : SEGMENT);
             for (int v = 0; v < nv; v++) {
                 const int64_t c = 2 * (ox0 + 16 * v) - pw;
                 const s2_cols m = {inside16(c, W), inside16(c + 16, W),
