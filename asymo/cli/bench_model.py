@@ -12,8 +12,9 @@ alone (pinned, one thread), side by side in one process:
 - the machine, the threads and the emulation are printed beside the figures;
 - on a machine run as it is (no emulation), the cost of writing cache lines another core
   holds is read before every repeat and after the last (:mod:`asymo.lab.transfer`): the
-  development VM triples it for tens of seconds at a time, which slows every library's
-  all-core runs; the repeats it marks are listed, with the ratios over the others.
+  development VM makes it several times dearer for tens of seconds at a time, which slows
+  every library's all-core runs; the repeats it marks are listed, with the ratios over the
+  others (the VM has slow two-core states the probe does not see: docs/emulation.md).
 
 The contenders: ``asymo`` (its pinned pool on all cores), ``asymo 1 core`` (a pool on the
 fastest core), ``ort`` (ONNX Runtime, CPU provider, intra-op threads = cores),
@@ -214,13 +215,18 @@ def _transfer_summary(cpus, readings, samples):
     steady = [r for r in range(len(readings) - 1) if r not in marked]
     if marked and steady:
         med = {k: statistics.median(v[r] for r in steady) for k, v in samples.items()}
-        others = {k: v for k, v in med.items() if not k.startswith("asymo")}
-        best = min(others, key=others.get) if others else None
-        out["steady"] = {"repeats": steady, "seconds": med,
-                         "ratio": {k: v / med["asymo"] for k, v in med.items() if k != "asymo"},
-                         "best_other": best,
-                         "vs_best_other": others[best] / med["asymo"] if best else None}
+        out["steady"] = {"repeats": steady, "seconds": med, **_versus(med)}
     return out
+
+
+def _versus(med):
+    """``ratio`` (each other contender's time / asymo's), ``best_other`` (the fastest library
+    other than asymo, all cores or one core) and ``vs_best_other`` from median seconds."""
+    ta = med["asymo"]
+    others = {k: v for k, v in med.items() if not k.startswith("asymo")}
+    best = min(others, key=others.get) if others else None
+    return {"ratio": {k: v / ta for k, v in med.items() if k != "asymo"}, "best_other": best,
+            "vs_best_other": (others[best] / ta) if best else None}
 
 
 def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, pool=None,
@@ -295,9 +301,6 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
             single.close()
         if own_pool:
             pool.close()
-    ta = med["asymo"]
-    others = {k: v for k, v in med.items() if not k.startswith("asymo")}
-    best = min(others, key=others.get) if others else None
     return {
         "model": label or model.name, "batch": int(x.shape[0]),
         "input_shape": list(x.shape), "gflop": model.flops * x.shape[0] / 1e9,
@@ -305,9 +308,7 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
         "method": f"medians of {repeats} interleaved rounds of >= {min_time:g} s, "
                   f"{pause:g} s pause between libraries, threads and pinning set outside "
                   "the timed loops",
-        "seconds": med, "samples": samples, "notes": notes,
-        "ratio": {k: v / ta for k, v in med.items() if k != "asymo"},
-        "best_other": best, "vs_best_other": (others[best] / ta) if best else None,
+        "seconds": med, "samples": samples, "notes": notes, **_versus(med),
         "output_shape": list(ref.shape),
         "max_rel_diff_vs_asymo": diffs,
         "asymo_clusters": clusters,

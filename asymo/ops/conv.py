@@ -619,27 +619,33 @@ def _direct_job(xshape, wshape, dtype, stride, pads, dilation, groups, activatio
                 has_residual):
     """The job template of a direct stride-2 convolution for this layer (`DIRECT`), or
     None."""
-    n, c, h, w = xshape
-    cout, cin_g, kh, kw = wshape
     if (DIRECT == "off" or dtype != np.float32 or groups != 1 or has_residual
-            or c > lib.ASYMO_DIRECT_MAX_CHANNELS or (kh, kw) != (3, 3) or stride != (2, 2)
-            or dilation != (1, 1) or kernel_isa() != "avx512"):
+            or xshape[1] > lib.ASYMO_DIRECT_MAX_CHANNELS or tuple(wshape[2:]) != (3, 3)
+            or stride != (2, 2) or dilation != (1, 1) or kernel_isa() != "avx512"):
         return None
+    job = _layer_job("asymo_conv_direct_job *", xshape, wshape, stride, pads, dilation,
+                     activation)
+    job.rows_per_task = 1
+    return job if lib.asymo_conv_direct_supported(job) else None
+
+
+def _layer_job(ctype, xshape, wshape, stride, pads, dilation, activation):
+    """A new job struct of C type ``ctype`` holding the layer's geometry, activation and
+    output channels."""
+    n, c, h, w = xshape
+    cout, _cin_g, kh, kw = wshape
     oh, ow = _out_hw(h, w, kh, kw, stride, pads, dilation)
-    job = ffi.new("asymo_conv_direct_job *")
+    job = ffi.new(ctype)
     _geometry(job.geom, c, h, w, (kh, kw), stride, pads, dilation, oh, ow)
     job.activation = ACTIVATION_CODES[activation]
     job.out_channels = cout
-    job.rows_per_task = 1
-    return job if lib.asymo_conv_direct_supported(job) else None
+    return job
 
 
 class _DirectPlan:
     """Direct stride-2 convolution of few input channels (asymo/conv.h): per image, one job
     whose tasks are blocks of output rows, every output channel, bias and activation fused.
     Nothing is prepared: the kernel reads the image and the weights as they are."""
-
-    nprep, prep_counts, scratch_elems, offsets = 0, None, 0, None
 
     def __init__(self, pool, job):
         g = job.geom
@@ -655,8 +661,7 @@ class _DirectPlan:
 def _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
                   has_residual):
     """The job template of an indirect convolution for this layer (`INDIRECT`), or None."""
-    n, c, h, w = xshape
-    cout, cin_g, kh, kw = wshape
+    c, (kh, kw) = xshape[1], wshape[2:]
     if (INDIRECT == "off" or dtype != np.float32 or groups != 1 or has_residual
             or c > INDIRECT_MAX_CHANNELS or c * kh * kw < INDIRECT_MIN_TAPS
             or stride not in ((1, 1), (2, 2)) or dilation != (1, 1)):
@@ -666,11 +671,8 @@ def _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups, activat
 
     if best_isa() != "avx2_fma":  # (the kernel is AVX2's tile; AVX-512 GEMMs are wider)
         return None
-    oh, ow = _out_hw(h, w, kh, kw, stride, pads, dilation)
-    job = ffi.new("asymo_conv_indirect_job *")
-    _geometry(job.geom, c, h, w, (kh, kw), stride, pads, dilation, oh, ow)
-    job.activation = ACTIVATION_CODES[activation]
-    job.out_channels = cout
+    job = _layer_job("asymo_conv_indirect_job *", xshape, wshape, stride, pads, dilation,
+                     activation)
     job.wide = wide
     return job if lib.asymo_conv_indirect_supported(job) else None
 

@@ -64,14 +64,22 @@ static int await_step(probe_t *p, int s)
     return 1;
 }
 
+/* Pin a side to its cpu; if it cannot be, tell the other side to stop. */
+static int pin_side(side_t *me)
+{
+    if ((me->err = pin(me->cpu)) != 0) {
+        atomic_store(&me->p->failed, 1);
+        return 0;
+    }
+    return 1;
+}
+
 static void *side_b(void *arg)
 {
     side_t *me = arg;
     probe_t *p = me->p;
-    if ((me->err = pin(me->cpu)) != 0) {
-        atomic_store(&p->failed, 1);
+    if (!pin_side(me))
         return NULL;
-    }
     for (int r = 0; r < p->reps; r++) {
         if (!await_step(p, 2 * r + 1))
             return NULL;
@@ -91,10 +99,8 @@ static void *side_a(void *arg)
 {
     side_t *me = arg;
     probe_t *p = me->p;
-    if ((me->err = pin(me->cpu)) != 0) {
-        atomic_store(&p->failed, 1);
+    if (!pin_side(me))
         return NULL;
-    }
     for (int r = 0; r < p->reps; r++) {
         if (!await_step(p, 2 * r))
             return NULL;
