@@ -625,7 +625,6 @@ def _direct_job(xshape, wshape, dtype, stride, pads, dilation, groups, activatio
         return None
     job = _layer_job("asymo_conv_direct_job *", xshape, wshape, stride, pads, dilation,
                      activation)
-    job.rows_per_task = 1
     return job if lib.asymo_conv_direct_supported(job) else None
 
 
@@ -648,14 +647,21 @@ class _DirectPlan:
     Nothing is prepared: the kernel reads the image and the weights as they are."""
 
     def __init__(self, pool, job):
-        g = job.geom
-        oh = int(g.out_h)
         self.job = job
-        flops = 2.0 * job.out_channels * oh * g.out_w * g.channels * 9
-        job.rows_per_task = rows = _units_per_task(pool, oh, flops)
-        self.ntasks = -(-oh // rows)
-        fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
-        self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
+        self.ntasks, self.counts, _fastest = _row_tasks(pool, job)
+
+
+def _row_tasks(pool, job):
+    """Split a job whose tasks are blocks of whole output rows (every output channel): sets
+    ``job.rows_per_task``; returns the task count, the per-cluster counts and whether the job
+    stays on the fastest cluster."""
+    g = job.geom
+    oh = int(g.out_h)
+    flops = 2.0 * job.out_channels * oh * g.out_w * g.channels * g.kernel_h * g.kernel_w
+    job.rows_per_task = rows = _units_per_task(pool, oh, flops)
+    ntasks = -(-oh // rows)
+    fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
+    return ntasks, _task_counts(pool, ntasks, fastest_only=fastest), fastest
 
 
 def _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
@@ -684,7 +690,6 @@ class _IndirectConvPlan:
 
     def __init__(self, pool, job):
         g = job.geom
-        oh = int(g.out_h)
         self.job = job
         # the taps' B rows in the phase planes, once (the job copies point at them)
         self.offsets = ffi.new("int64_t[]", int(g.channels * g.kernel_h * g.kernel_w))
@@ -692,11 +697,7 @@ class _IndirectConvPlan:
         job.offsets = self.offsets
         self.scratch_elems = int(lib.asymo_conv_indirect_scratch(job))
         self.nprep = int(lib.asymo_conv_indirect_prepare_tasks(job))
-        flops = 2.0 * job.out_channels * oh * g.out_w * g.channels * g.kernel_h * g.kernel_w
-        job.rows_per_task = rows = _units_per_task(pool, oh, flops)
-        self.ntasks = -(-oh // rows)
-        fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
-        self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
+        self.ntasks, self.counts, fastest = _row_tasks(pool, job)
         self.prep_counts = _task_counts(pool, self.nprep, fastest_only=fastest)
 
 
