@@ -39,6 +39,7 @@ from asymo.ops import winograd as _winograd
 from asymo.ops.winograd import PackedConvWeight, prepack_conv
 from asymo.plan import split_cost as _split_cost
 from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.partition import even_block_size as _even_block_size
 from asymo.runtime.pool import Pool as _Pool
 from asymo.runtime.pool import acquire as _acquire_pool
 from asymo.runtime.pool import hold as _hold
@@ -68,6 +69,10 @@ IMPLICIT_CHUNK_BYTES = 128 << 20
 # matmul and convolutions alike ("depthwise": FLOPs, "epilogue": bytes of output).
 # Aim for this many tasks per worker in element-wise kernels (load balance vs overhead).
 TASKS_PER_WORKER = 4
+# ... and cut the work into more blocks (up to twice as many) until its tasks leave the
+# workers at most this share of the job idle, counting tasks as equal (nine tasks on two
+# workers: 1/9; asymo.runtime.partition.even_block_size). Measured: docs/tuning.md.
+TASK_IDLE = 0.1
 # Depthwise kernel: 0 = the best for the layer (the direct 3x3 row kernel where it applies,
 # else the channel-interleaved vector kernel), 1 = plain per-plane loop (the kernel's own
 # fallback when scratch memory is short), 2 = the channel-interleaved kernel for every layer
@@ -550,7 +555,8 @@ def _bias_act_plan(pool, channels, plane, dtype, activation):
     job.residual_image_stride = 0
     # at least ~16 KB per task: below that the pool's overhead dominates the pass
     min_channels = max(1, (16384 // dtype.itemsize) // max(plane, 1))
-    per = max(min_channels, -(-channels // (TASKS_PER_WORKER * pool.nworkers)))
+    per = max(min_channels, _even_block_size(channels, TASKS_PER_WORKER * pool.nworkers,
+                                             pool.nworkers, tolerance=TASK_IDLE))
     job.channels_per_task = per
     job.channel_blocks = -(-channels // per)
     nbytes = channels * plane * dtype.itemsize
@@ -611,8 +617,9 @@ def _units_per_task(pool, units, flops):
     TASKS_PER_WORKER tasks per worker at least, each of at most about INDIRECT_TASK_FLOPS. A
     job ends with its last task, and a small last task is one that a slower (or stopped) core
     finishes soon or a faster one steals before it starts."""
-    return max(1, min(units // (TASKS_PER_WORKER * pool.nworkers),
-                      int(INDIRECT_TASK_FLOPS * units // flops)))
+    per = max(1, min(units // (TASKS_PER_WORKER * pool.nworkers),
+                     int(INDIRECT_TASK_FLOPS * units // flops)))
+    return _even_block_size(units, -(-units // per), pool.nworkers, tolerance=TASK_IDLE)
 
 
 def _direct_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
@@ -748,10 +755,15 @@ class _PointwisePlan:
             want = max(TASKS_PER_WORKER * pool.nworkers, int(flops // INDIRECT_TASK_FLOPS))
             if job.out_channels >= job.pixels:
                 job.panels_per_task = per = max(1, panels // want)
-                job.tiles_per_task = max(1, tiles // -(-want // -(-panels // per)))
+                groups = -(-panels // per)
+                job.tiles_per_task = _even_block_size(tiles, -(-want // groups), pool.nworkers,
+                                                      fixed=groups, tolerance=TASK_IDLE)
             else:
                 job.tiles_per_task = per = max(1, tiles // want)
-                job.panels_per_task = max(1, panels // -(-want // -(-tiles // per)))
+                groups = -(-tiles // per)
+                job.panels_per_task = _even_block_size(panels, -(-want // groups),
+                                                       pool.nworkers, fixed=groups,
+                                                       tolerance=TASK_IDLE)
         else:
             self.offsets = ffi.new("int64_t[]", int(job.channels))
             lib.asymo_conv_pointwise_offsets(job, self.offsets)
@@ -786,7 +798,8 @@ class _DepthwisePlan:
         want = TASKS_PER_WORKER * pool.nworkers
         row_blocks = max(1, min(oh, -(-want // blocks)))
         min_rows = -(-65536 // max(1, lanes * ow * kh * kw))
-        rows = max(min_rows, -(-oh // row_blocks))
+        rows = max(min_rows, _even_block_size(oh, row_blocks, pool.nworkers, fixed=blocks,
+                                               tolerance=TASK_IDLE))
         job.rows_per_task = rows
         self.ntasks = blocks * -(-oh // rows)
         itemsize = dtype.itemsize

@@ -8,9 +8,10 @@ import weakref
 
 import numpy as np
 
-from asymo.ops.conv import (CALL_CACHE_SIZE, TASKS_PER_WORKER, _geometry, _int_pair, _pair,
-                            _ptr, _tasks_call, remember_call)
+from asymo.ops.conv import (CALL_CACHE_SIZE, TASK_IDLE, TASKS_PER_WORKER, _geometry,
+                            _int_pair, _pair, _ptr, _tasks_call, remember_call)
 from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.partition import even_block_size as _even_block_size
 from asymo.runtime.pool import hold as _hold
 from asymo.runtime.tasks import DTYPE_CODES, INLINE_BYTES, run_tasks, task_fn
 
@@ -55,7 +56,9 @@ class _Call:
         limit = lib.asymo_pool_get_limit(pool._handle)
         s = self._split
         if s is None or s[0]() is not pool or s[1] != limit:
-            per = max(self.min_planes, -(-self.planes // (TASKS_PER_WORKER * pool.nworkers)))
+            per = max(self.min_planes, _even_block_size(
+                self.planes, TASKS_PER_WORKER * pool.nworkers, pool.nworkers,
+                tolerance=TASK_IDLE))
             ntasks = -(-self.planes // per)
             counts = ffi.NULL if pool.nclusters == 1 else ffi.new(
                 "int64_t[]", pool.split_counts(ntasks))

@@ -1,8 +1,10 @@
-"""Splitting a count over clusters in proportion to weights: the largest-remainder rule.
+"""Splitting work: a count over clusters in proportion to weights (the largest-remainder
+rule), and units of work into blocks that share out evenly over workers.
 
 The pool (:meth:`asymo.Pool.split_counts`), the GEMM planner (:mod:`asymo.plan.gemm`) and the
-simulator of the pool (``asymo.lab.sim``) all split tasks or blocks this one way, so that a
-plan, the pool's default split and the simulated split agree to the task.
+simulator of the pool (``asymo.lab.sim``) all split tasks or blocks by the largest-remainder
+rule, so that a plan, the pool's default split and the simulated split agree to the task.
+The operators' planners size their tasks with `even_block_size`.
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import math
 import numbers
 from fractions import Fraction
 
-__all__ = ["largest_remainder"]
+__all__ = ["largest_remainder", "even_block_size"]
 
 
 def largest_remainder(n, weights):
@@ -50,3 +52,51 @@ def largest_remainder(n, weights):
     for i in order[:short]:
         counts[i] += 1
     return counts
+
+
+def even_block_size(units, blocks, workers, *, fixed=1, tolerance=0.1):
+    """Units per block when cutting ``units`` into at least ``blocks`` blocks, so that the
+    job's tasks share out evenly over ``workers``.
+
+    A job ends with its last task. Nine equal tasks on two workers keep one worker busy for
+    five of them while the other idles for one: a tenth of the job. The job's tasks are
+    ``fixed`` x (number of blocks); from ``blocks`` blocks up to twice as many, this takes
+    the fewest whose tasks leave the workers at most ``tolerance`` of their time idle,
+    counting tasks as equal (``workers * ceil(tasks / workers) / tasks - 1``), else the most
+    even of them (the fewest blocks among equals).
+
+    Parameters
+    ----------
+    units : int
+        Units of work to cut (rows, tiles, channel blocks), >= 1.
+    blocks : int
+        The fewest blocks wanted (clipped to ``[1, units]``).
+    workers : int
+        Workers the tasks are shared over (>= 1).
+    fixed : int
+        Tasks per block: the job's other, already chosen, dimension (>= 1).
+    tolerance : float
+        Idle share accepted (>= 0).
+
+    Returns
+    -------
+    int
+        Units per block, between 1 and ``ceil(units / blocks)``.
+    """
+    for name, v in (("units", units), ("blocks", blocks), ("workers", workers),
+                    ("fixed", fixed)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if not tolerance >= 0:
+        raise ValueError(f"tolerance must be >= 0, got {tolerance!r}")
+    blocks = min(int(blocks), int(units))
+    best = None
+    for want in range(blocks, min(2 * blocks, units) + 1):
+        per = -(-units // want)
+        tasks = fixed * -(-units // per)
+        idle = workers * -(-tasks // workers) / tasks - 1
+        if best is None or idle < best[0] - 1e-12:
+            best = (idle, per)
+        if idle <= tolerance:
+            break
+    return best[1]
