@@ -753,17 +753,18 @@ class _PointwisePlan:
             panels = -(-int(job.out_channels) // int(job.panel_rows))
             tiles = int(lib.asymo_conv_pointwise_tiles(job))
             want = max(TASKS_PER_WORKER * pool.nworkers, int(flops // INDIRECT_TASK_FLOPS))
+            split, other = (panels, tiles) if job.out_channels >= job.pixels else (tiles, panels)
+            per = max(1, split // want)
+            if other == 1:  # nothing to even the split out with but the split itself
+                per = _even_block_size(split, -(-split // per), pool.nworkers,
+                                       tolerance=TASK_IDLE)
+            groups = -(-split // per)
+            per_other = _even_block_size(other, -(-want // groups), pool.nworkers,
+                                         fixed=groups, tolerance=TASK_IDLE)
             if job.out_channels >= job.pixels:
-                job.panels_per_task = per = max(1, panels // want)
-                groups = -(-panels // per)
-                job.tiles_per_task = _even_block_size(tiles, -(-want // groups), pool.nworkers,
-                                                      fixed=groups, tolerance=TASK_IDLE)
+                job.panels_per_task, job.tiles_per_task = per, per_other
             else:
-                job.tiles_per_task = per = max(1, tiles // want)
-                groups = -(-tiles // per)
-                job.panels_per_task = _even_block_size(panels, -(-want // groups),
-                                                       pool.nworkers, fixed=groups,
-                                                       tolerance=TASK_IDLE)
+                job.tiles_per_task, job.panels_per_task = per, per_other
         else:
             self.offsets = ffi.new("int64_t[]", int(job.channels))
             lib.asymo_conv_pointwise_offsets(job, self.offsets)
