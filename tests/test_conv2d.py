@@ -1004,7 +1004,8 @@ def test_pointwise_rows_form_against_float64(panel, monkeypatch):
 
     monkeypatch.setattr(conv_mod, "POINTWISE_ROWS_PANELS", (panel,))
     layers = [(64, 48, 1, 1), (70, 33, 1, 5), (64, panel, 3, 3), (96, panel + 1, 2, 7),
-              (65, 2 * panel - 5, 7, 7), (128, 100, 13, 13), (80, 17, 16, 16), (64, 3, 1, 12)]
+              (65, 2 * panel - 5, 7, 7), (128, 100, 13, 13), (80, 17, 16, 16), (64, 3, 1, 12),
+              (200, panel, 23, 29)]  # (a large plane: POINTWISE_ROWS_ANY_PLANE_CHANNELS)
     epilogues = ((1, True, "relu", False), (2, False, None, True), (1, True, "relu6", True),
                  (1, False, "relu6", False))
     for spec in ("c0:0", "c0:0-1", "c0:0@1,c1:1@0.5"):
@@ -1033,7 +1034,9 @@ def test_pointwise_rows_form_propagates_nan():
 @needs_pointwise
 def test_pointwise_path_only_where_it_applies(monkeypatch):
     # the rows form for planes of at most POINTWISE_ROWS_MAX_PIXELS pixels with at least
-    # POINTWISE_ROWS_MIN_CHANNELS input channels (any output channels); the runs form for
+    # POINTWISE_ROWS_MIN_CHANNELS input channels (any output channels), and for planes of any
+    # size with at least POINTWISE_ROWS_ANY_PLANE_CHANNELS input channels where the last panel
+    # pads at most an eighth of the output channels; the runs form for
     # larger planes within its limits; the GEMM for: more weights than
     # POINTWISE_MAX_WEIGHT_BYTES, more output channels than POINTWISE_MAX_OUT_CHANNELS, a
     # plane whose last run wastes too much, output channels not a multiple of 16 (all three
@@ -1060,8 +1063,12 @@ def test_pointwise_path_only_where_it_applies(monkeypatch):
         assert form(plan((1, 64, 7, 7), (30, 64, 1, 1), residual=True)) == "rows"
         assert form(plan((1, 64, 16, 17), (32, 64, 1, 1))) == "runs"
         assert form(plan((1, 32, 16, 16), (32, 32, 1, 1))) == "runs"
-        assert form(plan((1, 512, 20, 20), (64, 512, 1, 1))) == "runs"
-        for p in (plan((1, 513, 20, 20), (64, 513, 1, 1)), plan((1, 32, 7, 7), (32, 32, 1, 1)),
+        assert form(plan((1, 191, 20, 20), (64, 191, 1, 1))) == "runs"
+        assert form(plan((1, 192, 20, 20), (64, 192, 1, 1))) == "rows"
+        assert form(plan((1, 513, 20, 20), (64, 513, 1, 1))) == "rows"
+        assert form(plan((1, 256, 56, 56), (1000, 256, 1, 1))) == "rows"
+        assert form(plan((1, 192, 28, 28), (16, 192, 1, 1))) == "runs"  # half a panel padded
+        for p in (plan((1, 191, 20, 20), (176, 191, 1, 1)), plan((1, 32, 7, 7), (32, 32, 1, 1)),
                   plan((1, 16, 20, 20), (208, 16, 1, 1)),
                   plan((1, 32, 20, 20), (24, 32, 1, 1)),
                   plan((1, 32, 10, 9), (32, 32, 1, 1), stride=(2, 2)),

@@ -315,7 +315,7 @@ def test_packed_weight_on_the_gemm_paths(case):
     one-group GEMM paths; the result is the unpacked one."""
     rng = np.random.default_rng(12)
     xs, ws, stride, pad, groups = {
-        "pointwise": ((1, 600, 20, 20), (64, 600, 1, 1), 1, 0, 1),  # (150 KB: the GEMM)
+        "pointwise": ((1, 160, 20, 20), (208, 160, 1, 1), 1, 0, 1),  # (130 KB: the GEMM)
         "implicit": ((1, 32, 20, 20), (48, 32, 3, 3), 2, 1, 1),
         "explicit": ((1, 8, 40, 40), (16, 8, 7, 7), 2, 3, 1),
         "grouped": ((1, 16, 12, 12), (16, 8, 3, 3), 2, 1, 2)}[case]

@@ -128,11 +128,16 @@ INDIRECT_TASK_FLOPS = 8e6
 #   micro-kernel reads runs of 16 pixels where they are). What it saves is mostly the GEMM's
 #   packing of B, whose share falls as the rows of A that reuse a packed panel grow; every
 #   run reads all the weights, so with more the GEMM's blocking pays again.
+# - planes of any size with at least POINTWISE_ROWS_ANY_PLANE_CHANNELS input channels also
+#   in the rows form, where its last panel pads at most an eighth of the output channels: with
+#   that many multiply-adds per output value the transposed store is a small share, and the
+#   runs form's 16 x 16 tile or the GEMM's packing cost more (docs/tuning.md).
 # Both fuse bias, shortcut and activation. Measured: docs/conv-and-zoo.md.
 POINTWISE = "auto"
 POINTWISE_ROWS_MAX_PIXELS = 256
 POINTWISE_ROWS_MIN_CHANNELS = 64
 POINTWISE_ROWS_PANELS = (64, 48, 32)
+POINTWISE_ROWS_ANY_PLANE_CHANNELS = 192
 POINTWISE_MAX_OUT_CHANNELS = 192
 POINTWISE_MAX_WEIGHT_BYTES = 128 << 10
 POINTWISE_MAX_RUN_WASTE = 0.125
@@ -721,10 +726,13 @@ def _pointwise_job(xshape, wshape, dtype, stride, pads, dilation, groups, activa
     job = ffi.new("asymo_conv_pointwise_job *")
     job.channels, job.out_channels, job.pixels = c, cout, h * w
     job.activation = ACTIVATION_CODES[activation]
-    if h * w <= POINTWISE_ROWS_MAX_PIXELS and c >= POINTWISE_ROWS_MIN_CHANNELS:
+    # the rows form's panel width: the fewest padded channels in the last panel; the widest
+    # panel among equals
+    panel = min(POINTWISE_ROWS_PANELS, key=lambda cb: (-cout % cb, -cb))
+    if ((h * w <= POINTWISE_ROWS_MAX_PIXELS and c >= POINTWISE_ROWS_MIN_CHANNELS)
+            or (c >= POINTWISE_ROWS_ANY_PLANE_CHANNELS and 8 * (-cout % panel) <= cout)):
         job.form = lib.ASYMO_POINTWISE_ROWS
-        # the fewest padded channels in the last panel; the widest panel among equals
-        job.panel_rows = min(POINTWISE_ROWS_PANELS, key=lambda cb: (-cout % cb, -cb))
+        job.panel_rows = panel
     elif (cout % 16 or cout > POINTWISE_MAX_OUT_CHANNELS
             or cout * c * 4 > POINTWISE_MAX_WEIGHT_BYTES
             or -(-h * w // 16) * 16 > (1 + POINTWISE_MAX_RUN_WASTE) * h * w):
@@ -1332,8 +1340,8 @@ def _plan_settings():
             COL_CHUNK_COLUMNS, IM2COL_METHOD, IMPLICIT_CHUNK_BYTES, DIRECT, INDIRECT,
             INDIRECT_MAX_CHANNELS, INDIRECT_MIN_TAPS, INDIRECT_WIDE, POINTWISE,
             POINTWISE_ROWS_MAX_PIXELS, POINTWISE_ROWS_MIN_CHANNELS, POINTWISE_ROWS_PANELS,
-            POINTWISE_MAX_OUT_CHANNELS,
-            POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE,
+            POINTWISE_ROWS_ANY_PLANE_CHANNELS, POINTWISE_MAX_OUT_CHANNELS,
+            POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE, TASKS_PER_WORKER, TASK_IDLE,
             _split_cost.emulated_period())
 
 
