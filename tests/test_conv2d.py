@@ -385,7 +385,8 @@ def _forced_implicit(blocks=None, isa=None, split_dim=None):
     import asymo.ops.conv_gemm as cg
     from asymo.plan.gemm import plan_gemm
 
-    saved = (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache, conv_mod.INDIRECT)
+    saved = (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache, conv_mod.INDIRECT,
+             conv_mod.ROWS)
 
     def forced(m, k, n, dtype, pool, **_):
         return plan_gemm(m, k, n, np.dtype(dtype).name, pool, kind="mm", blocks=blocks,
@@ -394,12 +395,13 @@ def _forced_implicit(blocks=None, isa=None, split_dim=None):
     cg.plan_conv_gemm = forced
     conv_mod.IM2COL_METHOD = "implicit"     # the packer for every layer, none by choice
     conv_mod.INDIRECT = "off"               # (stems too)
+    conv_mod.ROWS = "off"                   # (and the rest)
     conv_mod._plan_cache = weakref.WeakKeyDictionary()
     try:
         yield conv_mod
     finally:
         (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache,
-         conv_mod.INDIRECT) = saved
+         conv_mod.INDIRECT, conv_mod.ROWS) = saved
 
 
 def _implicit_plans(conv_mod):
@@ -493,6 +495,7 @@ def test_both_im2col_methods_on_a_packed_gemm_layer(method, monkeypatch):
 
     monkeypatch.setattr(conv_mod, "IM2COL_METHOD", method)
     monkeypatch.setattr(conv_mod, "WINOGRAD", "off")   # the GEMM path (Winograd: test_winograd)
+    monkeypatch.setattr(conv_mod, "ROWS", "off")       # (and the rows path: test_conv_rows)
     monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
     rng = np.random.default_rng(23)
     for dt in (np.float32, np.float64):
@@ -524,6 +527,7 @@ def test_implicit_products_split_columns_between_clusters(two_cluster_pool, monk
     # the layer through conv2d: its implicit product splits along N, the result is right
     monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
     monkeypatch.setattr(conv_mod, "INDIRECT", "off")
+    monkeypatch.setattr(conv_mod, "ROWS", "off")  # (the rows path would take the layer)
     rng = np.random.default_rng(31)
     x = rng.standard_normal((1, 256, 28, 28)).astype(np.float32)
     w = (rng.standard_normal((256, 256, 3, 3)) / 48).astype(np.float32)
@@ -580,6 +584,7 @@ def test_auto_im2col_method_per_layer(monkeypatch):
 
     monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
     monkeypatch.setattr(conv_mod, "INDIRECT", "off")  # (the stem would take the indirect path)
+    monkeypatch.setattr(conv_mod, "ROWS", "off")  # (and the rows path the other layers)
     assert conv_mod.IM2COL_METHOD == "auto"
     rng = np.random.default_rng(31)
     for c, k, ks, stride, packed in ((3, 16, 7, 2, True), (24, 16, 3, 2, True),
@@ -901,6 +906,7 @@ def test_indirect_path_off_gives_the_gemm_path(monkeypatch):
     w = rng.standard_normal((16, 3, 7, 7)).astype(np.float32)
     y_ind = conv2d(x, w, stride=2, padding=3)
     monkeypatch.setattr(conv_mod, "INDIRECT", "off")
+    monkeypatch.setattr(conv_mod, "ROWS", "off")  # (which would take the layer next)
     plan, _ = conv_mod._conv_plan(asymo.get_pool(), x.shape, w.shape, x.dtype, (2, 2),
                                   ((3, 3), (3, 3)), (1, 1), 1, None, False, False)
     assert isinstance(plan, conv_mod._GemmConvPlan)
@@ -1044,6 +1050,7 @@ def test_pointwise_path_only_where_it_applies(monkeypatch):
     # groups, float64, "off", AVX2 kernels (a residual is fused)
     from asymo.ops import conv as conv_mod
 
+    monkeypatch.setattr(conv_mod, "ROWS", "off")  # (strided or padded 1x1: test_conv_rows)
     pool = asymo.get_pool()
 
     def plan(xs, ws, stride=(1, 1), pads=((0, 0), (0, 0)), groups=1, residual=False,

@@ -204,7 +204,7 @@ def test_cache_is_bounded_and_follows_the_settings(monkeypatch):
     monkeypatch.setattr(conv_mod, "WINOGRAD", "off")
     _close(conv2d(x, w, padding=1), _ref(x, w, None, 1, 1, 1, 1))
     (entry,) = [e for k, e in conv_mod._call_local.entries.items() if k[0] == x.shape]
-    assert isinstance(entry.plan, conv_mod._GemmConvPlan)
+    assert isinstance(entry.plan, (conv_mod._GemmConvPlan, conv_mod._RowsConvPlan))
 
 
 def test_threads_share_a_signature():

@@ -138,6 +138,21 @@ POINTWISE_ROWS_MAX_PIXELS = 256
 POINTWISE_ROWS_MIN_CHANNELS = 64
 POINTWISE_ROWS_PANELS = (64, 48, 32)
 POINTWISE_ROWS_ANY_PLANE_CHANNELS = 192
+# Other float32 convolutions of one group, dilation 1 and stride 1 or 2 run in the pointwise
+# path's rows form over their taps where the convolution kernels run AVX-512 (asymo/conv.h: the image read in place, or a
+# zero-padded copy of it when the windows reach past it; "off": as GEMMs): ResNet's stride-2
+# 3x3 and 1x1 layers, whose GEMM packs B from the image for every call. Layers the paths
+# above take (Winograd, indirect, pointwise) stay there. Measured: docs/tuning.md.
+ROWS = "auto"
+# ... in panels of output channels whose kernel's tiles are at least this many pixels where
+# another panel width allows (a 7-pixel row is two tiles of 3 and 4 pixels with 64-channel
+# panels, whose weights are then read once per 3.5 pixels; one of 7 with 32-channel ones)
+ROWS_MIN_TILE = 5
+# ... and layers Winograd would take whose output rows are at most this many pixels wide (at
+# 7 x 7 Winograd's 2 x 2 tiles pad the plane to 8 x 8 and its transforms outweigh its saving)
+ROWS_OVER_WINOGRAD_WIDTH = 7
+# ... the padded copy in tasks of about this many bytes
+ROWS_COPY_TASK_BYTES = 32 << 10
 POINTWISE_MAX_OUT_CHANNELS = 192
 POINTWISE_MAX_WEIGHT_BYTES = 128 << 10
 POINTWISE_MAX_RUN_WASTE = 0.125
@@ -516,6 +531,11 @@ def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, acti
     elif (job := _direct_job(xshape, wshape, dtype, stride, pads, dilation, groups,
                              activation, has_residual)) is not None:
         plan = _DirectPlan(pool, job)
+    elif (tile and _out_hw(h, w, *wshape[2:], stride, pads, dilation)[1]
+            <= ROWS_OVER_WINOGRAD_WIDTH
+            and (job := _rows_job(xshape, wshape, dtype, stride, pads, dilation, groups,
+                                  activation)) is not None):
+        plan = _RowsConvPlan(pool, job)
     elif tile:
         plan = _WinogradConvPlan(pool, xshape, wshape, pads, tile, activation)
     elif (job := _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups,
@@ -524,6 +544,9 @@ def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, acti
     elif (job := _pointwise_job(xshape, wshape, dtype, stride, pads, dilation, groups,
                                 activation, has_residual)) is not None:
         plan = _PointwisePlan(pool, job)
+    elif (job := _rows_job(xshape, wshape, dtype, stride, pads, dilation, groups,
+                           activation)) is not None:
+        plan = _RowsConvPlan(pool, job)
     else:
         plan = _GemmConvPlan(pool, xshape, wshape, dtype, stride, pads, dilation, groups,
                              activation, has_bias, has_residual)
@@ -755,24 +778,10 @@ class _PointwisePlan:
         self.scratch_elems = int(lib.asymo_conv_pointwise_scratch(job))
         flops = 2.0 * job.out_channels * job.channels * job.pixels
         if job.form == lib.ASYMO_POINTWISE_ROWS:
-            # split the larger operand, so each core reads only its share of it: the weights
-            # (panels: a 7 x 7 layer's weights outweigh its image) or the image (tiles); the
-            # other only as far as needed for the tasks wanted
-            panels = -(-int(job.out_channels) // int(job.panel_rows))
-            tiles = int(lib.asymo_conv_pointwise_tiles(job))
-            want = max(TASKS_PER_WORKER * pool.nworkers, int(flops // INDIRECT_TASK_FLOPS))
-            split, other = (panels, tiles) if job.out_channels >= job.pixels else (tiles, panels)
-            per = max(1, split // want)
-            if other == 1:  # nothing to even the split out with but the split itself
-                per = _even_block_size(split, -(-split // per), pool.nworkers,
-                                       tolerance=TASK_IDLE)
-            groups = -(-split // per)
-            per_other = _even_block_size(other, -(-want // groups), pool.nworkers,
-                                         fixed=groups, tolerance=TASK_IDLE)
-            if job.out_channels >= job.pixels:
-                job.panels_per_task, job.tiles_per_task = per, per_other
-            else:
-                job.tiles_per_task, job.panels_per_task = per, per_other
+            job.panels_per_task, job.tiles_per_task = _panel_tile_split(
+                pool, -(-int(job.out_channels) // int(job.panel_rows)),
+                int(lib.asymo_conv_pointwise_tiles(job)), flops,
+                job.out_channels >= job.pixels)
         else:
             self.offsets = ffi.new("int64_t[]", int(job.channels))
             lib.asymo_conv_pointwise_offsets(job, self.offsets)
@@ -783,6 +792,75 @@ class _PointwisePlan:
         self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
         self.prep_counts = _task_counts(pool, 1, fastest_only=True)
         self.nprep = 1
+
+
+def _panel_tile_split(pool, panels, tiles, flops, by_panels):
+    """(panels per task, tiles per task) of a rows-form job: the larger operand split, so each
+    core reads only its share of it -- the weights (``by_panels``: a 7 x 7 layer's weights
+    outweigh its image) or the image (tiles) -- the other only as far as needed for the tasks
+    wanted, and the task count evened out over the workers."""
+    want = max(TASKS_PER_WORKER * pool.nworkers, int(flops // INDIRECT_TASK_FLOPS))
+    split, other = (panels, tiles) if by_panels else (tiles, panels)
+    per = max(1, split // want)
+    if other == 1:  # nothing to even the split out with but the split itself
+        per = _even_block_size(split, -(-split // per), pool.nworkers, tolerance=TASK_IDLE)
+    groups = -(-split // per)
+    per_other = _even_block_size(other, -(-want // groups), pool.nworkers, fixed=groups,
+                                 tolerance=TASK_IDLE)
+    return (per, per_other) if by_panels else (per_other, per)
+
+
+def _rows_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation):
+    """The job template of a rows-form convolution for this layer (`ROWS`), or None."""
+    if (ROWS == "off" or dtype != np.float32 or groups != 1 or dilation != (1, 1)
+            or stride not in ((1, 1), (2, 2)) or kernel_isa() != "avx512"):
+        return None
+    job = _layer_job("asymo_conv_rows_job *", xshape, wshape, stride, pads, dilation,
+                     activation)
+    cout, ow = int(wshape[0]), int(job.geom.out_w)
+
+    def smallest_tile(cb):  # (a row's tiles differ by at most one pixel)
+        job.panel_rows = cb
+        return ow // max(1, int(lib.asymo_conv_rows_tiles(job)) // int(job.geom.out_h))
+
+    # the fewest padded channels in the last panel; then tiles of at least ROWS_MIN_TILE
+    # pixels; the widest panel among equals
+    job.panel_rows = min(POINTWISE_ROWS_PANELS, key=lambda cb: (
+        -cout % cb, smallest_tile(cb) < ROWS_MIN_TILE, -cb))
+    return job if lib.asymo_conv_rows_supported(job) else None
+
+
+class _RowsConvPlan:
+    """A convolution in the rows form over its taps (asymo/conv.h): per image, a job that
+    copies the image padded (when the windows reach past it) and, unless a PackedConvWeight
+    brings them, packs the weights' micro-panels; then one whose tasks are panels of output
+    channels by tiles of output pixels, bias, shortcut and activation fused."""
+
+    def __init__(self, pool, job):
+        g = job.geom
+        self.job = job
+        self.offsets = ffi.new("int64_t[]", int(g.channels * g.kernel_h * g.kernel_w))
+        lib.asymo_conv_rows_offsets(job, self.offsets)
+        job.offsets = self.offsets
+        self.padded = bool(lib.asymo_conv_rows_padded(job))
+        job.copy_channels = max(1, ROWS_COPY_TASK_BYTES // (4 * lib.asymo_conv_rows_plane(job)))
+        self.scratch_elems = int(lib.asymo_conv_rows_scratch(job))
+        k = int(g.channels * g.kernel_h * g.kernel_w)
+        pixels = int(g.out_h * g.out_w)
+        flops = 2.0 * job.out_channels * k * pixels
+        job.panels_per_task, job.tiles_per_task = _panel_tile_split(
+            pool, -(-int(job.out_channels) // int(job.panel_rows)),
+            int(lib.asymo_conv_rows_tiles(job)), flops, job.out_channels >= pixels)
+        self.ntasks = int(lib.asymo_conv_rows_tasks(job))
+        fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
+        self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
+        # (the template's apack is NULL: its prepare tasks include packing the weights, which
+        # a PackedConvWeight's panels make unneeded)
+        self.nprep = int(lib.asymo_conv_rows_prepare_tasks(job))
+        self.nprep_packed = self.nprep - 1
+        self.prep_counts = _task_counts(pool, self.nprep, fastest_only=fastest)
+        self.prep_counts_packed = (_task_counts(pool, self.nprep_packed, fastest_only=fastest)
+                                   if self.nprep_packed else None)
 
 
 class _DepthwisePlan:
@@ -1017,7 +1095,7 @@ class _NativeCalls:
     the structs are rewritten by every fill.
     """
 
-    __slots__ = ("calls", "_slots", "_sources", "_apacked", "_pointwise_jobs", "_packed",
+    __slots__ = ("calls", "_slots", "_sources", "_apacked", "_panel_jobs", "_packed",
                  "_keep", "_col_elems", "_col", "_dtype", "_tile", "_plan")
 
     def __init__(self, plan, x, b, y, residual, pool, *, bound=False, prepacked=False):
@@ -1025,7 +1103,7 @@ class _NativeCalls:
         # it lives as long as they do, whatever the plan cache evicts
         self._plan = plan
         self.calls, self._slots, self._apacked, self._keep = [], [], [], []
-        self._pointwise_jobs = []
+        self._panel_jobs = []
         self._packed = None
         self._col_elems, self._col, self._dtype = 0, None, x.dtype
         self._tile = 0
@@ -1043,10 +1121,18 @@ class _NativeCalls:
         elif isinstance(plan, _PointwisePlan):
             # weights of a PackedConvWeight (``prepacked``; fill points the jobs at its panels)
             # need no prepare job; plain ones are packed by one, in the calling thread
-            self._pointwise_jobs = self._prepared_jobs(
+            self._panel_jobs = self._prepared_jobs(
                 plan, "asymo_conv_pointwise_job *",
                 None if prepacked else _POINTWISE_PREPARE_TASK, True, _POINTWISE_TASK, x,
                 has_bias, y, residual, pool)
+        elif isinstance(plan, _RowsConvPlan):
+            # the same weights' panels; the prepare job copies the image padded (on the pool),
+            # and packs plain weights in its last task
+            nprep = plan.nprep_packed if prepacked else plan.nprep
+            self._panel_jobs = self._prepared_jobs(
+                plan, "asymo_conv_rows_job *", _ROWS_PREPARE_TASK if nprep else None, False,
+                _ROWS_TASK, x, has_bias, y, residual, pool, nprep=nprep,
+                prep_counts=plan.prep_counts_packed if prepacked else plan.prep_counts)
         else:
             self._gemm(plan, x, has_bias, y, residual, pool)
         if self._col_elems and bound:
@@ -1074,20 +1160,21 @@ class _NativeCalls:
                 bases[src] = _base(arrays[src])
         for struct, field, src, offset in self._slots:
             setattr(struct, field, bases[src] + offset if offset else bases[src])
-        if (packed is not None and (self._apacked or self._pointwise_jobs)
+        if (packed is not None and (self._apacked or self._panel_jobs)
                 and (self._packed is None or self._packed() is not packed)):
-            # the weights' packed panels (the GEMM's A, asymo.prepack; the pointwise path's),
-            # made once per PackedConvWeight (which never changes: set again only for
-            # another one); otherwise the GEMM packs them per call, and a pointwise call's
-            # calls were made with a prepare job (calls are cached per weight type)
+            # the weights' packed panels (the GEMM's A, asymo.prepack; the pointwise and rows
+            # paths'), made once per PackedConvWeight (which never changes: set again only
+            # for another one); otherwise the GEMM packs them per call, and a pointwise or
+            # rows call's calls were made with a prepare job that packs them (calls are
+            # cached per weight type)
             if self._apacked:
                 pa = packed.gemm_a()
                 for args, gp in self._apacked:
                     args.a_packed = pa.cdata_for(gp)
-            if self._pointwise_jobs:
+            if self._panel_jobs:
                 panels = ffi.from_buffer(packed.pointwise_panels(
-                    int(self._pointwise_jobs[0].panel_rows)))
-                for job in self._pointwise_jobs:
+                    int(self._panel_jobs[0].panel_rows)))
+                for job in self._panel_jobs:
                     job.apack = panels
             self._packed = weakref.ref(packed)
         return arrays, bases
@@ -1124,11 +1211,13 @@ class _NativeCalls:
                                       wp.counts, wp.inline))
 
     def _prepared_jobs(self, plan, ctype, prepare, prep_inline, task, x, has_bias, y, residual,
-                       pool):
-        """The indirect and pointwise paths' calls: per image a job that fills the scratch
-        (packed weights, phase planes: a bound call's own, else the thread's workspace, the
-        _COL slot; none when ``prepare`` is None), then the plan's tasks. Returns the
-        per-image jobs."""
+                       pool, *, nprep=None, prep_counts=None):
+        """The direct, indirect, pointwise and rows paths' calls: per image a job that fills
+        the scratch (packed weights, phase planes, a padded image: a bound call's own, else
+        the thread's workspace, the _COL slot; none when ``prepare`` is None) in ``nprep``
+        tasks (default: the plan's), then the plan's tasks. Returns the per-image jobs."""
+        if nprep is None:
+            nprep, prep_counts = getattr(plan, "nprep", 0), getattr(plan, "prep_counts", None)
         if prepare is not None:
             self._col_elems = plan.scratch_elems
         n, c, h, w = x.shape
@@ -1146,7 +1235,7 @@ class _NativeCalls:
                 self._at(job, "residual", _R, i * residual.strides[0])
             if prepare is not None:
                 self._at(job, "scratch", _COL)
-                self.calls.append(_tasks_call(pool, prepare, job, plan.nprep, plan.prep_counts,
+                self.calls.append(_tasks_call(pool, prepare, job, nprep, prep_counts,
                                               prep_inline))
             self.calls.append(_tasks_call(pool, task, job, plan.ntasks, plan.counts, False))
         return jobs
@@ -1341,7 +1430,7 @@ def _plan_settings():
             INDIRECT_MAX_CHANNELS, INDIRECT_MIN_TAPS, INDIRECT_WIDE, POINTWISE,
             POINTWISE_ROWS_MAX_PIXELS, POINTWISE_ROWS_MIN_CHANNELS, POINTWISE_ROWS_PANELS,
             POINTWISE_ROWS_ANY_PLANE_CHANNELS, POINTWISE_MAX_OUT_CHANNELS,
-            POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE, TASKS_PER_WORKER, TASK_IDLE,
+            POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE, ROWS, ROWS_MIN_TILE, ROWS_OVER_WINOGRAD_WIDTH, ROWS_COPY_TASK_BYTES, TASKS_PER_WORKER, TASK_IDLE,
             _split_cost.emulated_period())
 
 
@@ -1467,3 +1556,5 @@ _INDIRECT_TASK = task_fn("asymo_conv_indirect_task")
 _DIRECT_TASK = task_fn("asymo_conv_direct_task")
 _POINTWISE_PREPARE_TASK = task_fn("asymo_conv_pointwise_prepare_task")
 _POINTWISE_TASK = task_fn("asymo_conv_pointwise_task")
+_ROWS_PREPARE_TASK = task_fn("asymo_conv_rows_prepare_task")
+_ROWS_TASK = task_fn("asymo_conv_rows_task")

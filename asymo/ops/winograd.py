@@ -127,9 +127,9 @@ class PackedConvWeight:
         return pa
 
     def pointwise_panels(self, mr=16):
-        """The weights of a 1x1 float32 layer as the in-place pointwise path's micro-panels of
-        ``mr`` output channels (``asymo_conv_pack_panels``, the C packer the path's prepare job
-        runs; made once per ``mr``)."""
+        """The weights of a float32 layer as the pointwise and rows paths' micro-panels of
+        ``mr`` output channels, over all of a filter's taps (``asymo_conv_pack_panels``, the C
+        packer the paths' prepare jobs run; made once per ``mr``)."""
         key = ("pointwise", mr)
         a = self._transforms.get(key)
         if a is None:

@@ -1,5 +1,5 @@
 /* Internal: the pixel-row micro-kernels of the pointwise path's row form
- * (conv/conv_pointwise.c). Not part of the cffi API. */
+ * (conv/conv_pointwise.c) and of the rows path (conv/conv_rows.c). Not part of the cffi API. */
 #ifndef ASYMO_CONV_POINTWISE_KERNELS_H
 #define ASYMO_CONV_POINTWISE_KERNELS_H
 
@@ -26,9 +26,25 @@ typedef struct {
     asymo_ukr_pixel_rows_fn fn[13];
 } asymo_pixel_rows_family;
 
+/* The same tile over any convolution's taps: input value p of pixel r at x[koff[p] + r * sx],
+ * sx the family's pixel stride (the convolution's stride: the tile's pixels are consecutive
+ * outputs of one row), the weights' row p the tap koff[p] belongs to. */
+typedef void (*asymo_ukr_taps_rows_fn)(int64_t k, const float *x, const int64_t *koff,
+                                       const float *w, float *y, int64_t ldy,
+                                       const float *bias, const float *res, int64_t ldr,
+                                       int act, int chans);
+
+typedef struct {
+    int cb;
+    int max_rows;
+    asymo_ukr_taps_rows_fn fn[13];
+} asymo_taps_rows_family;
+
 #if defined(__x86_64__)
 /* AVX-512: cb 32 (12 rows), 48 (8 rows), 64 (6 rows); 24 accumulators each */
 extern const asymo_pixel_rows_family asymo_pixel_rows_avx512_f32[3];
+/* [pixel stride - 1][width], the widths as above */
+extern const asymo_taps_rows_family asymo_taps_rows_avx512_f32[2][3];
 #endif
 
 #endif

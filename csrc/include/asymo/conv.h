@@ -249,6 +249,62 @@ void asymo_conv_pointwise_offsets(const asymo_conv_pointwise_job *job, int64_t *
 void asymo_conv_pointwise_prepare_task(int64_t task, void *job);
 void asymo_conv_pointwise_task(int64_t task, void *job);
 
+/* A convolution in the pointwise path's rows form (float32, one group, dilation 1, equal
+ * strides 1 or 2, any kernel), for layers whose GEMM spends its time packing B from the image
+ * (ResNet's stride-2 3x3 and 1x1 layers). The image is read where it is, or, when the
+ * windows reach past it (padding), from a zero-padded copy the prepare job makes per image:
+ * tap p = (c, ky, kx) of output pixel (oy, ox) is element offsets[p] + (oy * s) * row +
+ * ox * s of it (row: its row length), so a tile of up to 12 consecutive output pixels of one
+ * row reads each tap's values s apart, each value broadcast, against a micro-panel of
+ * panel_rows output channels of the weights (asymo_conv_pack_panels, mr panel_rows), and
+ * the tile is transposed into y. Bias, shortcut and activation are applied before the one
+ * store. y = act(conv(x) + bias + residual).
+ *
+ * Per image: a prepare job when the image is padded or apack is NULL
+ * (asymo_conv_rows_prepare_tasks: blocks of copy_channels channels of the padded copy, then
+ * one task packing the weights into scratch when apack is NULL), then asymo_conv_rows_task
+ * (asymo_conv_rows_tasks: panels_per_task panels of output channels by tiles_per_task tiles
+ * of asymo_conv_rows_tiles, panel-major). Scratch (asymo_conv_rows_scratch floats): the
+ * padded copy, then the weights' panels when apack is NULL. */
+typedef struct {
+    asymo_conv_geometry geom;   /* channels = input channels; stride_h == stride_w (1 or 2) */
+    int32_t activation;
+    int64_t out_channels;
+    int64_t panel_rows;         /* output channels per weight micro-panel: 32, 48 or 64 */
+    const void *x;              /* channels x height x width, one image */
+    const void *weight;         /* out_channels x channels x kernel_h x kernel_w */
+    const void *bias;           /* out_channels values or NULL */
+    const void *residual;       /* out_channels x out_h x out_w (added before the
+                                   activation) or NULL */
+    const void *apack;          /* the weights as micro-panels, made once for weights that do
+                                   not change; NULL: the prepare job packs them into scratch */
+    void *y;                    /* out_channels x out_h x out_w */
+    void *scratch;              /* asymo_conv_rows_scratch(job) floats, or NULL when there is
+                                   no prepare job */
+    int64_t copy_channels;      /* channels per task of the padded copy (0 counts as 1) */
+    int64_t panels_per_task;    /* micro-panels of output channels per task (0 counts as 1) */
+    int64_t tiles_per_task;     /* tiles of asymo_conv_rows_tiles per task (0 counts as 1) */
+    const int64_t *offsets;     /* per tap, made once per plan by asymo_conv_rows_offsets
+                                   (channels x kernel_h x kernel_w entries) */
+} asymo_conv_rows_job;
+
+/* Whether a layer can take the path on this CPU: the geometry above, out_channels >= 1,
+ * panel_rows 32, 48 or 64, and AVX-512. */
+int asymo_conv_rows_supported(const asymo_conv_rows_job *job);
+/* Whether the windows reach past the image (then the prepare job copies it, padded). */
+int asymo_conv_rows_padded(const asymo_conv_rows_job *job);
+/* Floats per channel of the image the taps are read from (the padded copy's or x's plane). */
+int64_t asymo_conv_rows_plane(const asymo_conv_rows_job *job);
+int64_t asymo_conv_rows_scratch(const asymo_conv_rows_job *job);
+/* Tiles per image: every output row cut into the fewest tiles of at most the panel width's
+ * rows, as even as possible. */
+int64_t asymo_conv_rows_tiles(const asymo_conv_rows_job *job);
+int64_t asymo_conv_rows_tasks(const asymo_conv_rows_job *job);
+int64_t asymo_conv_rows_prepare_tasks(const asymo_conv_rows_job *job);
+void asymo_conv_rows_offsets(const asymo_conv_rows_job *job, int64_t *offsets);
+void asymo_conv_rows_prepare_task(int64_t task, void *job);
+void asymo_conv_rows_task(int64_t task, void *job);
+
 /* The ISA variant (ASYMO_ISA_*) the convolution, depthwise and pooling kernels run: the best
  * the CPU supports unless set. asymo_conv_set_isa(isa) selects one (isa < 0: back to the
  * best); it returns 0, or -1 when the CPU cannot run it or the build lacks it. For tests and

@@ -1,5 +1,6 @@
-/* AVX-512 pixel-row micro-kernels of the pointwise path's row form, float32 (see
- * kernels/conv_pointwise.h and conv/conv_pointwise.c).
+/* AVX-512 pixel-row micro-kernels of the pointwise path's row form and of the rows path of
+ * other convolutions, float32 (see kernels/conv_pointwise.h, conv/conv_pointwise.c and
+ * conv/conv_rows.c).
  *
  * A tile is R pixels (rows) by NV zmm of output channels; each k step loads NV weight
  * vectors and broadcasts R input values, so the input is read where it is, one value per
@@ -7,7 +8,9 @@
  * 4 with at most 12, 8, 6 rows (24 accumulators; the rest of the 32 registers hold the
  * weights and the broadcast). Bias and, without a shortcut, the activation are applied to the
  * accumulators; the tile is then transposed in registers, eight rows at a time, into the NCHW
- * output (a shortcut is added and the activation applied there, in order). */
+ * output (a shortcut is added and the activation applied there, in order). The taps form
+ * reads input value p of pixel r at x[koff[p] + r * SX] instead of x[p * ldx + r]: any
+ * convolution's taps over an image, its output pixels SX apart there. */
 #if defined(__x86_64__)
 
 #include "asymo/conv.h"
@@ -59,9 +62,9 @@ transpose_8x16(const __m512 r[8], __m256 out[16])
 }
 
 ATTR_AVX512 static inline __attribute__((always_inline)) void
-pixel_rows(const int R, const int NV, int64_t k, const float *x, int64_t ldx, const float *w,
-           float *y, int64_t ldy, const float *bias, const float *res, int64_t ldr, int act,
-           int chans)
+pixel_rows(const int R, const int NV, const int SX, int64_t k, const float *x, int64_t ldx,
+           const int64_t *koff, const float *w, float *y, int64_t ldy, const float *bias,
+           const float *res, int64_t ldr, int act, int chans)
 {
     __m512 acc[MAX_ROWS][4];
     _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)
@@ -70,9 +73,9 @@ pixel_rows(const int R, const int NV, int64_t k, const float *x, int64_t ldx, co
         __m512 wv[4];
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)
             wv[v] = _mm512_loadu_ps(w + p * NV * 16 + v * 16);
-        const float *xp = x + p * ldx;
+        const float *xp = koff ? x + koff[p] : x + p * ldx;
         _Pragma("GCC unroll 12") for (int r = 0; r < R; r++) {
-            const __m512 xb = _mm512_set1_ps(xp[r]);
+            const __m512 xb = _mm512_set1_ps(xp[r * SX]);
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)
                 acc[r][v] = _mm512_fmadd_ps(xb, wv[v], acc[r][v]);
         }
@@ -126,7 +129,19 @@ pixel_rows(const int R, const int NV, int64_t k, const float *x, int64_t ldx, co
         int64_t k, const float *x, int64_t ldx, const float *w, float *y, int64_t ldy,       \
         const float *bias, const float *res, int64_t ldr, int act, int chans)                \
     {                                                                                        \
-        pixel_rows(R, NV, k, x, ldx, w, y, ldy, bias, res, ldr, act, chans);                 \
+        pixel_rows(R, NV, 1, k, x, ldx, NULL, w, y, ldy, bias, res, ldr, act, chans);        \
+    }                                                                                        \
+    ATTR_AVX512 static void taps_rows_##NV##_##R(                                            \
+        int64_t k, const float *x, const int64_t *koff, const float *w, float *y,            \
+        int64_t ldy, const float *bias, const float *res, int64_t ldr, int act, int chans)   \
+    {                                                                                        \
+        pixel_rows(R, NV, 1, k, x, 0, koff, w, y, ldy, bias, res, ldr, act, chans);          \
+    }                                                                                        \
+    ATTR_AVX512 static void taps_rows_s2_##NV##_##R(                                         \
+        int64_t k, const float *x, const int64_t *koff, const float *w, float *y,            \
+        int64_t ldy, const float *bias, const float *res, int64_t ldr, int act, int chans)   \
+    {                                                                                        \
+        pixel_rows(R, NV, 2, k, x, 0, koff, w, y, ldy, bias, res, ldr, act, chans);          \
     }
 #define ROWS6(NV) KERNEL(NV, 1) KERNEL(NV, 2) KERNEL(NV, 3) KERNEL(NV, 4) KERNEL(NV, 5)      \
     KERNEL(NV, 6)
@@ -136,16 +151,23 @@ ROWS12(2)
 ROWS8(3)
 ROWS6(4)
 
-#define FN6(NV) pixel_rows_##NV##_1, pixel_rows_##NV##_2, pixel_rows_##NV##_3,               \
-    pixel_rows_##NV##_4, pixel_rows_##NV##_5, pixel_rows_##NV##_6
-#define FN8(NV) FN6(NV), pixel_rows_##NV##_7, pixel_rows_##NV##_8
-#define FN12(NV) FN8(NV), pixel_rows_##NV##_9, pixel_rows_##NV##_10, pixel_rows_##NV##_11,   \
-    pixel_rows_##NV##_12
+#define FN6(P, NV) P##NV##_1, P##NV##_2, P##NV##_3, P##NV##_4, P##NV##_5, P##NV##_6
+#define FN8(P, NV) FN6(P, NV), P##NV##_7, P##NV##_8
+#define FN12(P, NV) FN8(P, NV), P##NV##_9, P##NV##_10, P##NV##_11, P##NV##_12
 
 const asymo_pixel_rows_family asymo_pixel_rows_avx512_f32[3] = {
-    {32, 12, {NULL, FN12(2)}},
-    {48, 8, {NULL, FN8(3)}},
-    {64, 6, {NULL, FN6(4)}},
+    {32, 12, {NULL, FN12(pixel_rows_, 2)}},
+    {48, 8, {NULL, FN8(pixel_rows_, 3)}},
+    {64, 6, {NULL, FN6(pixel_rows_, 4)}},
+};
+
+const asymo_taps_rows_family asymo_taps_rows_avx512_f32[2][3] = {
+    {{32, 12, {NULL, FN12(taps_rows_, 2)}},
+     {48, 8, {NULL, FN8(taps_rows_, 3)}},
+     {64, 6, {NULL, FN6(taps_rows_, 4)}}},
+    {{32, 12, {NULL, FN12(taps_rows_s2_, 2)}},
+     {48, 8, {NULL, FN8(taps_rows_s2_, 3)}},
+     {64, 6, {NULL, FN6(taps_rows_s2_, 4)}}},
 };
 
 #endif /* __x86_64__ */

@@ -1,0 +1,197 @@
+/* The rows path (asymo/conv.h): a convolution through the pointwise path's pixel-row
+ * micro-kernels, in their taps form (kernels/conv_pointwise.h), over the image read where it
+ * is or over a zero-padded copy of it. */
+#include "asymo/conv.h"
+#include "asymo/isa.h"
+#include "kernels/conv_pointwise.h"
+
+#include <stddef.h>
+#include <string.h>
+
+static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* The image the taps are read from: x itself, or the padded copy at the start of scratch,
+ * `rows` rows of `row` floats per channel (the rows and columns the windows span). */
+typedef struct {
+    int padded;
+    int64_t rows, row, plane;
+    int64_t copy_floats; /* the padded copy's floats in scratch (64-byte multiple), or 0 */
+} image_layout;
+
+static image_layout image_of(const asymo_conv_rows_job *job)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t hp = (g->out_h - 1) * g->stride_h + g->kernel_h;
+    const int64_t wp = (g->out_w - 1) * g->stride_w + g->kernel_w;
+    image_layout L;
+    L.padded = g->pad_h > 0 || g->pad_w > 0 || hp > g->height || wp > g->width;
+    L.rows = L.padded ? hp : g->height;
+    L.row = L.padded ? wp : g->width;
+    L.plane = L.rows * L.row;
+    L.copy_floats = L.padded ? cdiv(g->channels * L.plane, 16) * 16 : 0;
+    return L;
+}
+
+static int64_t taps(const asymo_conv_rows_job *job)
+{
+    return job->geom.channels * job->geom.kernel_h * job->geom.kernel_w;
+}
+
+#if defined(__x86_64__)
+/* The kernels for the job's stride and panel width, or NULL */
+static const asymo_taps_rows_family *family(const asymo_conv_rows_job *job)
+{
+    const int64_t s = job->geom.stride_h;
+    if (s != 1 && s != 2)
+        return NULL;
+    for (int i = 0; i < 3; i++)
+        if (asymo_taps_rows_avx512_f32[s - 1][i].cb == job->panel_rows)
+            return &asymo_taps_rows_avx512_f32[s - 1][i];
+    return NULL;
+}
+#endif
+
+int asymo_conv_rows_supported(const asymo_conv_rows_job *job)
+{
+#if defined(__x86_64__)
+    const asymo_conv_geometry *g = &job->geom;
+    return (asymo_isa_supported() & (1u << ASYMO_ISA_AVX512)) && family(job) != NULL
+           && g->stride_w == g->stride_h && g->dilation_h == 1 && g->dilation_w == 1
+           && g->channels >= 1 && g->height >= 1 && g->width >= 1 && g->kernel_h >= 1
+           && g->kernel_w >= 1 && g->pad_h >= 0 && g->pad_w >= 0 && g->out_h >= 1
+           && g->out_w >= 1 && job->out_channels >= 1
+           /* every window starts inside the padded image */
+           && (g->out_h - 1) * g->stride_h < g->height + g->pad_h
+           && (g->out_w - 1) * g->stride_w < g->width + g->pad_w;
+#else
+    (void)job;
+    return 0;
+#endif
+}
+
+int asymo_conv_rows_padded(const asymo_conv_rows_job *job) { return image_of(job).padded; }
+
+int64_t asymo_conv_rows_plane(const asymo_conv_rows_job *job) { return image_of(job).plane; }
+
+int64_t asymo_conv_rows_scratch(const asymo_conv_rows_job *job)
+{
+    /* the panels' part is never touched when apack is set */
+    return image_of(job).copy_floats + cdiv(job->out_channels, job->panel_rows)
+                                           * job->panel_rows * taps(job);
+}
+
+int64_t asymo_conv_rows_tiles(const asymo_conv_rows_job *job)
+{
+#if defined(__x86_64__)
+    const asymo_taps_rows_family *f = family(job);
+    return f ? job->geom.out_h * cdiv(job->geom.out_w, f->max_rows) : 0;
+#else
+    (void)job;
+    return 0;
+#endif
+}
+
+int64_t asymo_conv_rows_tasks(const asymo_conv_rows_job *job)
+{
+    return cdiv(cdiv(job->out_channels, job->panel_rows), max64(1, job->panels_per_task))
+           * cdiv(asymo_conv_rows_tiles(job), max64(1, job->tiles_per_task));
+}
+
+int64_t asymo_conv_rows_prepare_tasks(const asymo_conv_rows_job *job)
+{
+    const int64_t copies = image_of(job).padded
+                           ? cdiv(job->geom.channels, max64(1, job->copy_channels)) : 0;
+    return copies + (job->apack ? 0 : 1);
+}
+
+void asymo_conv_rows_offsets(const asymo_conv_rows_job *job, int64_t *off)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const image_layout L = image_of(job);
+    for (int64_t p = 0; p < taps(job); p++) {
+        const int64_t kx = p % g->kernel_w, ky = p / g->kernel_w % g->kernel_h;
+        const int64_t c = p / (g->kernel_w * g->kernel_h);
+        off[p] = c * L.plane + ky * L.row + kx;
+    }
+}
+
+/* Task t below the copy's tasks: channels [t * copy_channels, ...) of the padded copy; the
+ * next (when apack is NULL): the weights' micro-panels, after the copy. */
+void asymo_conv_rows_prepare_task(int64_t t, void *job_)
+{
+    const asymo_conv_rows_job *job = (const asymo_conv_rows_job *)job_;
+    const asymo_conv_geometry *g = &job->geom;
+    const image_layout L = image_of(job);
+    float *scratch = (float *)job->scratch;
+    const int64_t cc = max64(1, job->copy_channels);
+    const int64_t copies = L.padded ? cdiv(g->channels, cc) : 0;
+    if (t >= copies) {
+        asymo_conv_pack_panels((const float *)job->weight, job->out_channels, taps(job),
+                               job->panel_rows, scratch + L.copy_floats);
+        return;
+    }
+    const int64_t H = g->height, W = g->width;
+    /* columns q of a copied row hold image column q - pad_w: [q0, q1) inside the image */
+    const int64_t q0 = min64(g->pad_w, L.row), q1 = max64(q0, min64(L.row, g->pad_w + W));
+    for (int64_t c = t * cc; c < min64(g->channels, (t + 1) * cc); c++) {
+        const float *src = (const float *)job->x + c * H * W;
+        float *dst = scratch + c * L.plane;
+        for (int64_t r = 0; r < L.rows; r++) {
+            float *d = dst + r * L.row;
+            const int64_t iy = r - g->pad_h;
+            if (iy < 0 || iy >= H || q1 == q0) {
+                memset(d, 0, (size_t)L.row * sizeof(float));
+                continue;
+            }
+            memset(d, 0, (size_t)q0 * sizeof(float));
+            memcpy(d + q0, src + iy * W + (q0 - g->pad_w), (size_t)(q1 - q0) * sizeof(float));
+            memset(d + q1, 0, (size_t)(L.row - q1) * sizeof(float));
+        }
+    }
+}
+
+/* Panels [pg * panels_per_task, ...) of output channels by tiles [tg * tiles_per_task, ...),
+ * panel by panel: its K x panel_rows weights stay in L2 across the tiles, which go along the
+ * output rows (a tile's taps are a few lines of each channel, shared with the next tile's). */
+void asymo_conv_rows_task(int64_t t, void *job_)
+{
+#if defined(__x86_64__)
+    const asymo_conv_rows_job *job = (const asymo_conv_rows_job *)job_;
+    const asymo_conv_geometry *g = &job->geom;
+    /* (asymo_conv_rows_supported accepts a job only where family() has its kernels) */
+    const asymo_taps_rows_family *f = family(job);
+    const image_layout L = image_of(job);
+    const int64_t m = job->out_channels, k = taps(job), cb = job->panel_rows;
+    const int64_t s = g->stride_h, ow = g->out_w, ohw = g->out_h * ow;
+    const int64_t per_row = cdiv(ow, f->max_rows), ntiles = g->out_h * per_row;
+    const int64_t ppt = max64(1, job->panels_per_task), tpt = max64(1, job->tiles_per_task);
+    const int64_t tgroups = cdiv(ntiles, tpt);
+    const int64_t pg = t / tgroups, tg = t % tgroups;
+    const int64_t panel0 = pg * ppt, panel1 = min64(cdiv(m, cb), panel0 + ppt);
+    const int64_t tile0 = tg * tpt, tile1 = min64(ntiles, tile0 + tpt);
+    const float *img = L.padded ? (const float *)job->scratch : (const float *)job->x;
+    const float *apack = job->apack ? (const float *)job->apack
+                                    : (const float *)job->scratch + L.copy_floats;
+    const float *bias = (const float *)job->bias;
+    const float *res = (const float *)job->residual;
+    float *y = (float *)job->y;
+    for (int64_t panel = panel0; panel < panel1; panel++) {
+        const int64_t c0 = panel * cb;
+        const int chans = (int)min64(cb, m - c0);
+        for (int64_t i = tile0; i < tile1; i++) {
+            /* a row's tiles as even as possible: sizes differ by at most one pixel */
+            const int64_t oy = i / per_row, j = i % per_row;
+            const int64_t ox0 = j * ow / per_row, ox1 = (j + 1) * ow / per_row;
+            const int64_t at = c0 * ohw + oy * ow + ox0;
+            f->fn[ox1 - ox0](k, img + oy * s * L.row + ox0 * s, job->offsets, apack + c0 * k,
+                             y + at, ohw, bias ? bias + c0 : NULL, res ? res + at : NULL, ohw,
+                             job->activation, chans);
+        }
+    }
+#else
+    (void)t;
+    (void)job_;
+#endif
+}

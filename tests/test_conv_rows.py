@@ -1,0 +1,209 @@
+"""The rows path of convolutions (asymo/conv.h, conv/conv_rows.c): the pointwise path's
+pixel-row micro-kernels over any convolution's taps, the image read in place or from a padded
+copy; against float64."""
+import mmap
+
+import numpy as np
+import pytest
+
+import asymo
+from asymo.models import reference
+from asymo.ops import conv as conv_mod
+from asymo.ops.conv import conv2d
+from asymo.plan.gemm import supported_isas
+
+
+def _available():
+    if "avx512" not in supported_isas():
+        return False
+    with conv_mod.use_kernel_isa("avx512"):
+        return conv_mod._rows_job((1, 64, 9, 9), (32, 64, 3, 3), np.dtype(np.float32), (2, 2),
+                                  ((1, 1), (1, 1)), (1, 1), 1, None) is not None
+
+
+pytestmark = pytest.mark.skipif(not _available(), reason="no AVX-512 rows kernels here")
+
+
+def _pads(p):
+    return ((p[0], p[0]), (p[1], p[1]))
+
+
+def _reference(x, w, b, stride, pads, act, r):
+    ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64),
+                           None if b is None else b.astype(np.float64), stride, pads)
+    ref = ref + (0 if r is None else r)
+    return {None: ref, "relu": np.maximum(ref, 0), "relu6": np.clip(ref, 0, 6)}[act]
+
+
+def _close(y, ref, k):
+    scale = max(1.0, float(np.abs(ref).max()))
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=2e-6 * np.sqrt(k) * scale)
+
+
+def _plan(pool, xs, ws, stride, pads, act=None, bias=False, res=False):
+    return conv_mod._conv_plan(pool, xs, ws, np.dtype(np.float32), stride, pads, (1, 1), 1,
+                               act, bias, res)[0]
+
+
+# (cin, cout, h, w, kernel, stride, pads): stride-2 3x3 with padding on the top and left only
+# (even planes) and on all sides (odd), 1x1 stride 2 read in place, 5x5 stride 1 padded, 3x3
+# stride 1 unpadded (read in place, windows short of the bottom-right), a 2x3 kernel padded
+# on the left and right only, a 7x7 stride-2 layer, a plane narrower than a tile and one of a
+# single row
+LAYERS = [
+    (32, 40, 14, 14, (3, 3), (2, 2), (1, 1)),
+    (29, 64, 13, 11, (3, 3), (2, 2), (1, 1)),
+    (256, 96, 13, 14, (1, 1), (2, 2), (0, 0)),
+    (12, 50, 11, 9, (5, 5), (1, 1), (2, 2)),
+    (30, 33, 10, 12, (3, 3), (1, 1), (0, 0)),
+    (20, 48, 9, 10, (2, 3), (2, 2), (0, 1)),
+    (8, 70, 23, 19, (7, 7), (2, 2), (3, 3)),
+    (40, 31, 5, 3, (3, 3), (1, 1), (1, 1)),
+    (64, 40, 1, 30, (1, 3), (2, 2), (0, 1)),
+]
+EPILOGUES = [(1, True, "relu", False), (2, False, None, True), (1, True, "relu6", True),
+             (1, False, "relu6", False)]
+
+
+def _check(pool, layers, epilogues, rng, panel):
+    for cin, cout, h, w, kern, stride, padding in layers:
+        pads = _pads(padding)
+        for n, bias, act, res in epilogues:
+            nbytes = n * cin * h * w * 4
+            # the input at the very end of an anonymous mapping: a load past it faults
+            buf = mmap.mmap(-1, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
+            x = np.frombuffer(buf, np.float32, offset=len(buf) - nbytes).reshape(n, cin, h, w)
+            x[...] = rng.standard_normal(x.shape)
+            wt = (rng.standard_normal((cout, cin) + kern) / np.sqrt(cin)).astype(np.float32)
+            b = rng.standard_normal(cout).astype(np.float32) if bias else None
+            oh = (h + sum(pads[0]) - kern[0]) // stride[0] + 1
+            ow = (w + sum(pads[1]) - kern[1]) // stride[1] + 1
+            r = rng.standard_normal((n, cout, oh, ow)).astype(np.float32) if res else None
+            plan = _plan(pool, x.shape, wt.shape, stride, pads, act, bias, res)
+            assert isinstance(plan, conv_mod._RowsConvPlan), (cin, cout, h, w, kern)
+            assert plan.job.panel_rows == panel
+            ref = _reference(x, wt, b, stride, pads, act, r)
+            k = cin * kern[0] * kern[1]
+            for weight in (wt, asymo.prepack_conv(wt)):
+                big = np.full((n, cout + 3, oh, ow), np.nan, np.float32)
+                y = conv2d(x, weight, b, stride, padding, activation=act, residual=r,
+                           out=big[:, 2:2 + cout], pool=pool)
+                _close(y, ref, k)
+                assert np.isnan(big[:, :2]).all() and np.isnan(big[:, 2 + cout:]).all()
+                out = np.full(ref.shape, np.nan, np.float32)
+                bound = conv_mod.bind_conv2d(x, weight, b, stride, padding, activation=act,
+                                             residual=r, out=out, pool=pool)
+                with asymo.runtime.pool.hold(pool):
+                    bound()
+                    bound()  # (a second call: the padded copy and panels made again)
+                _close(out, ref, k)
+
+
+@pytest.mark.parametrize("panel", [32, 48, 64])
+def test_rows_path_against_float64(panel, monkeypatch):
+    # every panel width (tiles of 1 to 12, 8 or 6 pixels, rows cut into even tiles), output
+    # channels below, at and past a panel, every epilogue, batches, plain and prepacked
+    # weights, on one to two workers of symmetric and asymmetric pools, the copy in tasks of
+    # one and of several channels
+    monkeypatch.setattr(conv_mod, "POINTWISE_ROWS_PANELS", (panel,))
+    monkeypatch.setattr(conv_mod, "WINOGRAD", "off")  # (3x3 stride 1 here too)
+    rng = np.random.default_rng(50 + panel)
+    for spec, copy_bytes in (("c0:0", 32 << 10), ("c0:0-1", 1), ("c0:0@1,c1:1@0.5", 1 << 20)):
+        monkeypatch.setattr(conv_mod, "ROWS_COPY_TASK_BYTES", copy_bytes)
+        with asymo.Pool(spec) as pool, conv_mod.use_kernel_isa("avx512"):
+            _check(pool, LAYERS, EPILOGUES, rng, panel)
+
+
+def test_rows_path_propagates_nan_and_inf():
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 64, 9, 9)).astype(np.float32)
+    x[0, 5, 4, 4] = np.nan
+    x[0, 6, 0, 8] = np.inf
+    w = rng.standard_normal((40, 64, 3, 3)).astype(np.float32)
+    with conv_mod.use_kernel_isa("avx512"):
+        assert isinstance(_plan(asymo.get_pool(), x.shape, w.shape, (2, 2), ((1, 1), (1, 1))),
+                          conv_mod._RowsConvPlan)
+        for act in (None, "relu", "relu6"):
+            y = conv2d(x, w, None, 2, 1, activation=act)
+            ref = _reference(x, w, None, (2, 2), ((1, 1), (1, 1)), act, None)
+            np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+            fin = np.isfinite(ref)
+            np.testing.assert_allclose(y[fin], ref[fin], rtol=1e-4, atol=1e-3)
+
+
+def test_rows_path_only_where_it_applies(monkeypatch):
+    # stride 1 or 2, dilation 1, one group, float32, AVX-512 kernels; the paths before it
+    # keep their layers (Winograd's 3x3 stride 1, the
+    # indirect stems, the pointwise 1x1 stride 1); "off": the GEMM
+    pool = asymo.get_pool()
+    with conv_mod.use_kernel_isa("avx512"):
+        assert isinstance(_plan(pool, (1, 128, 56, 56), (128, 128, 3, 3), (2, 2),
+                                ((1, 1), (1, 1))), conv_mod._RowsConvPlan)
+        assert isinstance(_plan(pool, (1, 256, 56, 56), (512, 256, 1, 1), (2, 2),
+                                ((0, 0), (0, 0))), conv_mod._RowsConvPlan)
+        assert isinstance(_plan(pool, (1, 32, 28, 28), (96, 32, 5, 5), (1, 1),
+                                ((2, 2), (2, 2))), conv_mod._RowsConvPlan)
+        assert isinstance(_plan(pool, (1, 64, 28, 28), (64, 64, 3, 3), (1, 1),
+                                ((1, 1), (1, 1))), conv_mod._WinogradConvPlan)
+        # ... but not at 7 x 7 (ROWS_OVER_WINOGRAD_WIDTH)
+        assert isinstance(_plan(pool, (1, 64, 7, 7), (64, 64, 3, 3), (1, 1),
+                                ((1, 1), (1, 1))), conv_mod._RowsConvPlan)
+        assert isinstance(_plan(pool, (1, 64, 8, 8), (64, 64, 3, 3), (1, 1),
+                                ((1, 1), (1, 1))), conv_mod._WinogradConvPlan)
+        assert not isinstance(_plan(pool, (1, 3, 224, 224), (64, 3, 7, 7), (2, 2),
+                                    ((3, 3), (3, 3))), conv_mod._RowsConvPlan)
+        assert isinstance(_plan(pool, (1, 64, 28, 28), (64, 64, 1, 1), (1, 1),
+                                ((0, 0), (0, 0))), conv_mod._PointwisePlan)
+        assert isinstance(_plan(pool, (1, 16, 20, 20), (32, 16, 3, 3), (2, 2),
+                                ((1, 1), (1, 1))), conv_mod._RowsConvPlan)  # (144 taps)
+        assert isinstance(_plan(pool, (1, 64, 20, 20), (32, 64, 3, 3), (3, 3),
+                                ((1, 1), (1, 1))), conv_mod._GemmConvPlan)
+        assert conv_mod._rows_job((1, 64, 20, 20), (32, 64, 3, 3), np.dtype(np.float64),
+                                  (2, 2), ((1, 1), (1, 1)), (1, 1), 1, None) is None
+        assert conv_mod._rows_job((1, 64, 20, 20), (32, 32, 3, 3), np.dtype(np.float32),
+                                  (2, 2), ((1, 1), (1, 1)), (1, 1), 2, None) is None
+        assert conv_mod._rows_job((1, 64, 20, 20), (32, 64, 3, 3), np.dtype(np.float32),
+                                  (2, 2), ((1, 1), (1, 1)), (2, 2), 1, None) is None
+        monkeypatch.setattr(conv_mod, "ROWS", "off")
+        assert isinstance(_plan(pool, (1, 128, 56, 56), (128, 128, 3, 3), (2, 2),
+                                ((1, 1), (1, 1))), conv_mod._GemmConvPlan)
+    with conv_mod.use_kernel_isa("avx2_fma"):
+        monkeypatch.setattr(conv_mod, "ROWS", "auto")
+        assert conv_mod._rows_job((1, 128, 56, 56), (128, 128, 3, 3), np.dtype(np.float32),
+                                  (2, 2), ((1, 1), (1, 1)), (1, 1), 1, None) is None
+
+
+def test_rows_path_panel_width_keeps_tiles_whole():
+    # the fewest padded channels first; then tiles of at least ROWS_MIN_TILE pixels (a
+    # 7-pixel row: one tile of 7 with 32-channel panels, not 3 + 4 with 64-channel ones);
+    # the widest panel among equals
+    with conv_mod.use_kernel_isa("avx512"):
+        def width(xs, ws, s, p):
+            return int(conv_mod._rows_job(xs, ws, np.dtype(np.float32), (s, s), ((p, p),) * 2,
+                                          (1, 1), 1, None).panel_rows)
+
+        assert width((1, 512, 14, 14), (512, 512, 3, 3), 2, 1) == 32   # 7 wide
+        assert width((1, 256, 28, 28), (256, 256, 3, 3), 2, 1) == 32   # 14 wide: 3 x 4-5
+        assert width((1, 128, 56, 56), (128, 128, 3, 3), 2, 1) == 64   # 28 wide: 5 x 5-6
+        assert width((1, 32, 28, 28), (96, 32, 5, 5), 1, 2) == 48      # 96 = 2 x 48
+
+
+def test_rows_path_tasks_and_copy():
+    # the padded copy only where the windows reach past the image; task counts cover every
+    # panel and tile; the copy in tasks of about ROWS_COPY_TASK_BYTES
+    pool = asymo.Pool("c0:0-1")
+    try:
+        with conv_mod.use_kernel_isa("avx512"):
+            p = _plan(pool, (1, 128, 56, 56), (128, 128, 3, 3), (2, 2), ((1, 1), (1, 1)))
+            assert p.padded and p.nprep == p.nprep_packed + 1
+            assert p.nprep_packed == -(-128 // int(p.job.copy_channels))
+            assert p.ntasks % 2 == 0 and p.ntasks >= 8
+            q = _plan(pool, (1, 256, 56, 56), (512, 256, 1, 1), (2, 2), ((0, 0), (0, 0)))
+            assert not q.padded and q.nprep == 1 and q.nprep_packed == 0
+            j = q.job
+            tiles = int(conv_mod.lib.asymo_conv_rows_tiles(j))
+            assert int(j.panel_rows) == 64 and tiles == 28 * -(-28 // 6)
+            assert q.ntasks == (-(-512 // 64 // j.panels_per_task)
+                                * -(-tiles // j.tiles_per_task))
+    finally:
+        pool.close()
