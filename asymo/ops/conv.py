@@ -138,11 +138,15 @@ POINTWISE_ROWS_MAX_PIXELS = 256
 POINTWISE_ROWS_MIN_CHANNELS = 64
 POINTWISE_ROWS_PANELS = (64, 48, 32)
 POINTWISE_ROWS_ANY_PLANE_CHANNELS = 192
+POINTWISE_MAX_OUT_CHANNELS = 192
+POINTWISE_MAX_WEIGHT_BYTES = 128 << 10
+POINTWISE_MAX_RUN_WASTE = 0.125
 # Other float32 convolutions of one group, dilation 1 and stride 1 or 2 run in the pointwise
-# path's rows form over their taps where the convolution kernels run AVX-512 (asymo/conv.h: the image read in place, or a
-# zero-padded copy of it when the windows reach past it; "off": as GEMMs): ResNet's stride-2
-# 3x3 and 1x1 layers, whose GEMM packs B from the image for every call. Layers the paths
-# above take (Winograd, indirect, pointwise) stay there. Measured: docs/tuning.md.
+# path's rows form over their taps where the convolution kernels run AVX-512 (asymo/conv.h:
+# the image read in place, or a zero-padded copy of it when the windows reach past it; "off":
+# as GEMMs): ResNet's stride-2 3x3 and 1x1 layers, GoogLeNet's 5x5 layers, whose GEMM packs B
+# from the image for every call. Layers the paths above take (Winograd, indirect, pointwise)
+# stay there, but for ROWS_OVER_WINOGRAD_WIDTH. Measured: docs/conv-and-zoo.md.
 ROWS = "auto"
 # ... in panels of output channels whose kernel's tiles are at least this many pixels where
 # another panel width allows (a 7-pixel row is two tiles of 3 and 4 pixels with 64-channel
@@ -151,11 +155,9 @@ ROWS_MIN_TILE = 5
 # ... and layers Winograd would take whose output rows are at most this many pixels wide (at
 # 7 x 7 Winograd's 2 x 2 tiles pad the plane to 8 x 8 and its transforms outweigh its saving)
 ROWS_OVER_WINOGRAD_WIDTH = 7
-# ... the padded copy in tasks of about this many bytes
+# ... the padded copy in tasks of about this many bytes (not tuned: a copy is a few percent
+# of its layer)
 ROWS_COPY_TASK_BYTES = 32 << 10
-POINTWISE_MAX_OUT_CHANNELS = 192
-POINTWISE_MAX_WEIGHT_BYTES = 128 << 10
-POINTWISE_MAX_RUN_WASTE = 0.125
 
 
 def kernel_isa():
@@ -817,16 +819,13 @@ def _rows_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation)
         return None
     job = _layer_job("asymo_conv_rows_job *", xshape, wshape, stride, pads, dilation,
                      activation)
-    cout, ow = int(wshape[0]), int(job.geom.out_w)
-
-    def smallest_tile(cb):  # (a row's tiles differ by at most one pixel)
-        job.panel_rows = cb
-        return ow // max(1, int(lib.asymo_conv_rows_tiles(job)) // int(job.geom.out_h))
-
-    # the fewest padded channels in the last panel; then tiles of at least ROWS_MIN_TILE
-    # pixels; the widest panel among equals
-    job.panel_rows = min(POINTWISE_ROWS_PANELS, key=lambda cb: (
-        -cout % cb, smallest_tile(cb) < ROWS_MIN_TILE, -cb))
+    cout, oh, ow = int(wshape[0]), int(job.geom.out_h), int(job.geom.out_w)
+    small = {}  # panel width -> whether a row's tiles (even to a pixel) fall short of ROWS_MIN_TILE
+    for cb in POINTWISE_ROWS_PANELS:
+        job.panel_rows = cb  # (the kernel family, and so a tile's most pixels, follows it)
+        small[cb] = ow // max(1, int(lib.asymo_conv_rows_tiles(job)) // oh) < ROWS_MIN_TILE
+    # the fewest padded channels in the last panel; then whole tiles; the widest among equals
+    job.panel_rows = min(POINTWISE_ROWS_PANELS, key=lambda cb: (-cout % cb, small[cb], -cb))
     return job if lib.asymo_conv_rows_supported(job) else None
 
 
@@ -1430,7 +1429,8 @@ def _plan_settings():
             INDIRECT_MAX_CHANNELS, INDIRECT_MIN_TAPS, INDIRECT_WIDE, POINTWISE,
             POINTWISE_ROWS_MAX_PIXELS, POINTWISE_ROWS_MIN_CHANNELS, POINTWISE_ROWS_PANELS,
             POINTWISE_ROWS_ANY_PLANE_CHANNELS, POINTWISE_MAX_OUT_CHANNELS,
-            POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE, ROWS, ROWS_MIN_TILE, ROWS_OVER_WINOGRAD_WIDTH, ROWS_COPY_TASK_BYTES, TASKS_PER_WORKER, TASK_IDLE,
+            POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE, ROWS, ROWS_MIN_TILE,
+            ROWS_OVER_WINOGRAD_WIDTH, ROWS_COPY_TASK_BYTES, TASKS_PER_WORKER, TASK_IDLE,
             _split_cost.emulated_period())
 
 
