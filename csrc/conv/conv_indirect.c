@@ -13,6 +13,7 @@
 #include "asymo/conv.h"
 #include "asymo/gemm.h"
 #include "asymo/isa.h"
+#include "conv/padded_plane.h"
 #include "gemm/epilogue.h"
 #include "kernels/conv_indirect.h"
 
@@ -108,31 +109,9 @@ void asymo_conv_indirect_prepare_task(int64_t t, void *job_)
         return;
     }
     const int64_t c = t / (L.s * L.s), py = t / L.s % L.s, px = t % L.s;
-    const int64_t H = g->height, W = g->width;
-    const float *xc = (const float *)job->x + c * H * W;
-    float *dst = scratch + L.apack + t * L.plane;
-    /* columns q of a plane row read image column q * s + px - pad_w: [q0, q1) inside */
-    const int64_t off = px - g->pad_w;
-    int64_t q0 = off >= 0 ? 0 : cdiv(-off, L.s);
-    int64_t q1 = W - off <= 0 ? 0 : cdiv(W - off, L.s);
-    q0 = min64(q0, L.wq);
-    q1 = q1 < q0 ? q0 : min64(q1, L.wq);
-    for (int64_t r = 0; r < L.hq; r++) {
-        float *d = dst + r * L.wq;
-        const int64_t iy = r * L.s + py - g->pad_h;
-        if (iy < 0 || iy >= H || q1 == q0) {
-            memset(d, 0, (size_t)L.wq * sizeof(float));
-            continue;
-        }
-        const float *src = xc + iy * W + off;
-        memset(d, 0, (size_t)q0 * sizeof(float));
-        if (L.s == 1)
-            memcpy(d + q0, src + q0, (size_t)(q1 - q0) * sizeof(float));
-        else
-            for (int64_t q = q0; q < q1; q++)
-                d[q] = src[q * L.s];
-        memset(d + q1, 0, (size_t)(L.wq - q1) * sizeof(float));
-    }
+    asymo_copy_plane_padded(scratch + L.apack + t * L.plane, L.hq, L.wq,
+                            (const float *)job->x + c * g->height * g->width, g->height,
+                            g->width, L.s, py - g->pad_h, px - g->pad_w);
 }
 
 void asymo_conv_pack_panels(const float *w, int64_t m, int64_t k, int64_t mr, float *panels)

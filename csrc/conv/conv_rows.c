@@ -3,10 +3,10 @@
  * is or over a zero-padded copy of it. */
 #include "asymo/conv.h"
 #include "asymo/isa.h"
+#include "conv/padded_plane.h"
 #include "kernels/conv_pointwise.h"
 
 #include <stddef.h>
-#include <string.h>
 
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -132,24 +132,10 @@ void asymo_conv_rows_prepare_task(int64_t t, void *job_)
                                job->panel_rows, scratch + L.copy_floats);
         return;
     }
-    const int64_t H = g->height, W = g->width;
-    /* columns q of a copied row hold image column q - pad_w: [q0, q1) inside the image */
-    const int64_t q0 = min64(g->pad_w, L.row), q1 = max64(q0, min64(L.row, g->pad_w + W));
-    for (int64_t c = t * cc; c < min64(g->channels, (t + 1) * cc); c++) {
-        const float *src = (const float *)job->x + c * H * W;
-        float *dst = scratch + c * L.plane;
-        for (int64_t r = 0; r < L.rows; r++) {
-            float *d = dst + r * L.row;
-            const int64_t iy = r - g->pad_h;
-            if (iy < 0 || iy >= H || q1 == q0) {
-                memset(d, 0, (size_t)L.row * sizeof(float));
-                continue;
-            }
-            memset(d, 0, (size_t)q0 * sizeof(float));
-            memcpy(d + q0, src + iy * W + (q0 - g->pad_w), (size_t)(q1 - q0) * sizeof(float));
-            memset(d + q1, 0, (size_t)(L.row - q1) * sizeof(float));
-        }
-    }
+    for (int64_t c = t * cc; c < min64(g->channels, (t + 1) * cc); c++)
+        asymo_copy_plane_padded(scratch + c * L.plane, L.rows, L.row,
+                                (const float *)job->x + c * g->height * g->width, g->height,
+                                g->width, 1, -g->pad_h, -g->pad_w);
 }
 
 /* Panels [pg * panels_per_task, ...) of output channels by tiles [tg * tiles_per_task, ...),
