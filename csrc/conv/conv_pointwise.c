@@ -94,23 +94,21 @@ static void rows_task(int64_t t, const asymo_conv_pointwise_job *job)
     const asymo_pixel_rows_family *f = rows_family(job);
     const int64_t m = job->out_channels, k = job->channels, n = job->pixels;
     const int64_t cb = job->panel_rows, ntiles = asymo_conv_pointwise_tiles(job);
-    const int64_t ppt = max64(1, job->panels_per_task), tpt = max64(1, job->tiles_per_task);
-    const int64_t tgroups = cdiv(ntiles, tpt);
-    const int64_t pg = t / tgroups, tg = t % tgroups;
-    const int64_t panel0 = pg * ppt, panel1 = min64(cdiv(m, cb), panel0 + ppt);
-    const int64_t tile0 = tg * tpt, tile1 = min64(ntiles, tile0 + tpt);
+    int64_t r[4];
+    asymo_pixel_rows_task_range(t, cdiv(m, cb), ntiles, job->panels_per_task,
+                                job->tiles_per_task, r);
     const float *bias = (const float *)job->bias;
     const float *apack = (const float *)(job->apack ? job->apack : job->scratch);
     const float *x = (const float *)job->x;
     const float *res = (const float *)job->residual;
     float *y = (float *)job->y;
-    for (int64_t panel = panel0; panel < panel1; panel++) {
+    for (int64_t panel = r[0]; panel < r[1]; panel++) {
         const int64_t c0 = panel * cb;
         const int chans = (int)min64(cb, m - c0);
-        for (int64_t i = tile0; i < tile1; i++) {
+        for (int64_t i = r[2]; i < r[3]; i++) {
             /* tiles as even as possible: sizes differ by at most one pixel */
             const int64_t p0 = i * n / ntiles, p1 = (i + 1) * n / ntiles;
-            f->fn[p1 - p0](k, x + p0, n, apack + c0 * k, y + c0 * n + p0, n,
+            f->fn[p1 - p0](k, x + p0, n, NULL, apack + c0 * k, y + c0 * n + p0, n,
                            bias ? bias + c0 : NULL, res ? res + c0 * n + p0 : NULL, n,
                            job->activation, chans);
         }

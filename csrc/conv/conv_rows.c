@@ -41,7 +41,7 @@ static int64_t taps(const asymo_conv_rows_job *job)
 
 #if defined(__x86_64__)
 /* The kernels for the job's stride and panel width, or NULL */
-static const asymo_taps_rows_family *family(const asymo_conv_rows_job *job)
+static const asymo_pixel_rows_family *family(const asymo_conv_rows_job *job)
 {
     const int64_t s = job->geom.stride_h;
     if (s != 1 && s != 2)
@@ -85,7 +85,7 @@ int64_t asymo_conv_rows_scratch(const asymo_conv_rows_job *job)
 int64_t asymo_conv_rows_tiles(const asymo_conv_rows_job *job)
 {
 #if defined(__x86_64__)
-    const asymo_taps_rows_family *f = family(job);
+    const asymo_pixel_rows_family *f = family(job);
     return f ? job->geom.out_h * cdiv(job->geom.out_w, f->max_rows) : 0;
 #else
     (void)job;
@@ -147,33 +147,31 @@ void asymo_conv_rows_task(int64_t t, void *job_)
     const asymo_conv_rows_job *job = (const asymo_conv_rows_job *)job_;
     const asymo_conv_geometry *g = &job->geom;
     /* (asymo_conv_rows_supported accepts a job only where family() has its kernels) */
-    const asymo_taps_rows_family *f = family(job);
+    const asymo_pixel_rows_family *f = family(job);
     const image_layout L = image_of(job);
     const int64_t m = job->out_channels, k = taps(job), cb = job->panel_rows;
     const int64_t s = g->stride_h, ow = g->out_w, ohw = g->out_h * ow;
     const int64_t per_row = cdiv(ow, f->max_rows), ntiles = g->out_h * per_row;
-    const int64_t ppt = max64(1, job->panels_per_task), tpt = max64(1, job->tiles_per_task);
-    const int64_t tgroups = cdiv(ntiles, tpt);
-    const int64_t pg = t / tgroups, tg = t % tgroups;
-    const int64_t panel0 = pg * ppt, panel1 = min64(cdiv(m, cb), panel0 + ppt);
-    const int64_t tile0 = tg * tpt, tile1 = min64(ntiles, tile0 + tpt);
+    int64_t r[4];
+    asymo_pixel_rows_task_range(t, cdiv(m, cb), ntiles, job->panels_per_task,
+                                job->tiles_per_task, r);
     const float *img = L.padded ? (const float *)job->scratch : (const float *)job->x;
     const float *apack = job->apack ? (const float *)job->apack
                                     : (const float *)job->scratch + L.copy_floats;
     const float *bias = (const float *)job->bias;
     const float *res = (const float *)job->residual;
     float *y = (float *)job->y;
-    for (int64_t panel = panel0; panel < panel1; panel++) {
+    for (int64_t panel = r[0]; panel < r[1]; panel++) {
         const int64_t c0 = panel * cb;
         const int chans = (int)min64(cb, m - c0);
-        for (int64_t i = tile0; i < tile1; i++) {
+        for (int64_t i = r[2]; i < r[3]; i++) {
             /* a row's tiles as even as possible: sizes differ by at most one pixel */
             const int64_t oy = i / per_row, j = i % per_row;
             const int64_t ox0 = j * ow / per_row, ox1 = (j + 1) * ow / per_row;
             const int64_t at = c0 * ohw + oy * ow + ox0;
-            f->fn[ox1 - ox0](k, img + oy * s * L.row + ox0 * s, job->offsets, apack + c0 * k,
-                             y + at, ohw, bias ? bias + c0 : NULL, res ? res + at : NULL, ohw,
-                             job->activation, chans);
+            f->fn[ox1 - ox0](k, img + oy * s * L.row + ox0 * s, 0, job->offsets,
+                             apack + c0 * k, y + at, ohw, bias ? bias + c0 : NULL,
+                             res ? res + at : NULL, ohw, job->activation, chans);
         }
     }
 #else

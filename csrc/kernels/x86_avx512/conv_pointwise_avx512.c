@@ -124,29 +124,24 @@ pixel_rows(const int R, const int NV, const int SX, int64_t k, const float *x, i
     }
 }
 
-#define KERNEL(NV, R)                                                                        \
-    ATTR_AVX512 static void pixel_rows_##NV##_##R(                                           \
-        int64_t k, const float *x, int64_t ldx, const float *w, float *y, int64_t ldy,       \
-        const float *bias, const float *res, int64_t ldr, int act, int chans)                \
+/* One signature for both forms (kernels/conv_pointwise.h); TAPS and SX are literals, so each
+ * instance keeps only its own addressing. */
+#define KERNEL(P, SX, TAPS, NV, R)                                                           \
+    ATTR_AVX512 static void P##NV##_##R(                                                     \
+        int64_t k, const float *x, int64_t ldx, const int64_t *koff, const float *w,         \
+        float *y, int64_t ldy, const float *bias, const float *res, int64_t ldr, int act,    \
+        int chans)                                                                           \
     {                                                                                        \
-        pixel_rows(R, NV, 1, k, x, ldx, NULL, w, y, ldy, bias, res, ldr, act, chans);        \
-    }                                                                                        \
-    ATTR_AVX512 static void taps_rows_##NV##_##R(                                            \
-        int64_t k, const float *x, const int64_t *koff, const float *w, float *y,            \
-        int64_t ldy, const float *bias, const float *res, int64_t ldr, int act, int chans)   \
-    {                                                                                        \
-        pixel_rows(R, NV, 1, k, x, 0, koff, w, y, ldy, bias, res, ldr, act, chans);          \
-    }                                                                                        \
-    ATTR_AVX512 static void taps_rows_s2_##NV##_##R(                                         \
-        int64_t k, const float *x, const int64_t *koff, const float *w, float *y,            \
-        int64_t ldy, const float *bias, const float *res, int64_t ldr, int act, int chans)   \
-    {                                                                                        \
-        pixel_rows(R, NV, 2, k, x, 0, koff, w, y, ldy, bias, res, ldr, act, chans);          \
+        pixel_rows(R, NV, SX, k, x, ldx, TAPS ? koff : NULL, w, y, ldy, bias, res, ldr, act, \
+                   chans);                                                                   \
     }
-#define ROWS6(NV) KERNEL(NV, 1) KERNEL(NV, 2) KERNEL(NV, 3) KERNEL(NV, 4) KERNEL(NV, 5)      \
-    KERNEL(NV, 6)
-#define ROWS8(NV) ROWS6(NV) KERNEL(NV, 7) KERNEL(NV, 8)
-#define ROWS12(NV) ROWS8(NV) KERNEL(NV, 9) KERNEL(NV, 10) KERNEL(NV, 11) KERNEL(NV, 12)
+#define KERNELS(NV, R)                                                                       \
+    KERNEL(pixel_rows_, 1, 0, NV, R) KERNEL(taps_rows_, 1, 1, NV, R)                         \
+    KERNEL(taps_rows_s2_, 2, 1, NV, R)
+#define ROWS6(NV) KERNELS(NV, 1) KERNELS(NV, 2) KERNELS(NV, 3) KERNELS(NV, 4) KERNELS(NV, 5)  \
+    KERNELS(NV, 6)
+#define ROWS8(NV) ROWS6(NV) KERNELS(NV, 7) KERNELS(NV, 8)
+#define ROWS12(NV) ROWS8(NV) KERNELS(NV, 9) KERNELS(NV, 10) KERNELS(NV, 11) KERNELS(NV, 12)
 ROWS12(2)
 ROWS8(3)
 ROWS6(4)
@@ -161,7 +156,7 @@ const asymo_pixel_rows_family asymo_pixel_rows_avx512_f32[3] = {
     {64, 6, {NULL, FN6(pixel_rows_, 4)}},
 };
 
-const asymo_taps_rows_family asymo_taps_rows_avx512_f32[2][3] = {
+const asymo_pixel_rows_family asymo_taps_rows_avx512_f32[2][3] = {
     {{32, 12, {NULL, FN12(taps_rows_, 2)}},
      {48, 8, {NULL, FN8(taps_rows_, 3)}},
      {64, 6, {NULL, FN6(taps_rows_, 4)}}},
