@@ -1,13 +1,23 @@
 """``asymo.conv2d``: 2-D convolution with the semantics of ``torch.nn.functional.conv2d``.
 
-How it runs (NCHW, per image and group):
+How it runs (NCHW, per image and group), the first path that takes a layer (each path's
+rule is with its settings below; measurements in docs/conv-and-zoo.md):
 
 - a depthwise convolution (one input channel per group) runs a direct C kernel: a pool task
   is a block of 16 channels (one vector lane each) and output rows, bias and activation fused;
-- a 1x1 convolution with stride 1 and no padding is a GEMM on the image itself:
-  ``weight[Cout x Cin] @ x[Cin x H*W]``;
-- any other convolution is ``weight[Cout/groups x K] @ col[K x N]`` (``K = Cin/groups * kh *
-  kw``, ``N = OH * OW``) with the column matrix never written: the GEMM's tasks pack their
+- a 3x3 stride-2 layer of at most 3 input channels (a stem), the direct path (`DIRECT`);
+- 3x3 stride-1 layers of planes at most ROWS_OVER_WINOGRAD_WIDTH wide, the rows path (below);
+  wider ones, Winograd F(2x2) or F(4x4) (`WINOGRAD`, docs/winograd.md);
+- layers of at most INDIRECT_MAX_CHANNELS input channels (stems), the indirect path: the
+  image split into stride-phase planes read in place by a GEMM micro-kernel (`INDIRECT`);
+- 1x1 stride-1 unpadded layers, the pointwise path in place: runs of 16 pixels or tiles of
+  pixel rows against micro-panels of the weights (`POINTWISE`);
+- other float32 layers of one group, dilation 1 and stride 1 or 2, the rows path: the same
+  pixel-row micro-kernels over the layer's taps, the image read in place or from a padded
+  copy (`ROWS`);
+- any other convolution is a GEMM: a 1x1 stride-1 one on the image itself
+  (``weight[Cout x Cin] @ x[Cin x H*W]``), the others ``weight[Cout/groups x K] @ col[K x N]``
+  (``K = Cin/groups * kh * kw``, ``N = OH * OW``) with the column matrix never written: the GEMM's tasks pack their
   B panels straight from the image (implicit im2col, ``asymo_im2col_pack_b``), on the cluster
   that consumes them, so a convolution is one pool job (plus the epilogue). When the GEMM plan
   does not pack B (skinny shapes) it falls back to explicit im2col + GEMM: the C im2col
@@ -15,8 +25,8 @@ How it runs (NCHW, per image and group):
   produced by that cluster's tasks, then ``weight @ col`` lands in the output, which is
   already NCHW. The column matrix is produced and consumed in chunks
   of output rows (about COL_CHUNK_COLUMNS columns), so it stays in cache;
-- bias, ReLU / ReLU6 and a residual are applied in one pass over each output image right after
-  its GEMM.
+- bias, ReLU / ReLU6 and a residual are fused into every path's kernels, or applied by the
+  GEMM to each block of the output right after its last K panel.
 
 Everything that depends only on the shapes and the pool (GEMM plans, task splits, job
 geometry) is computed once and cached per pool. On top of that each thread keeps the native
