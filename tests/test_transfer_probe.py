@@ -56,8 +56,16 @@ def test_native_probe_fails_cleanly_on_a_cpu_it_cannot_pin():
     assert lib.asymo_transfer_probe(CPUS[0], bad, 65536, 3, ffi.NULL) == -errno.EINVAL
 
 
+def _costs(ratios, cross_us=None):
+    """Probe readings with these ratios (and cross-core times, 9 us each by default)."""
+    cross_us = cross_us or [9.0] * len(ratios)
+    return [TransferCost(0, 1, 1 << 18, us * 1e-6, us * 1e-6 / q)
+            for q, us in zip(ratios, cross_us)]
+
+
 def _result(readings, asymo, ort):
     samples = {"asymo": asymo, "ort": ort}
+    readings = _costs(readings)
     return {"model": "m", "gflop": 1.0, "seconds": {"asymo": 1.0, "ort": 1.0},
             "ratio": {"ort": 1.0}, "best_other": "ort", "vs_best_other": 1.0,
             "machine": {"cpu": "x", "cpus": 2, "affinity": [0, 1], "pool_workers": 2,
@@ -67,7 +75,7 @@ def _result(readings, asymo, ort):
 
 def test_summary_marks_repeats_beside_dear_readings():
     # readings before repeats 0..3 and after the last; repeats 1 and 2 touch the 6.0
-    tr = _transfer_summary((0, 1), [2.0, 2.1, 6.0, 2.0, 2.2],
+    tr = _transfer_summary((0, 1), _costs([2.0, 2.1, 6.0, 2.0, 2.2]),
                            {"asymo": [1.0, 2.0, 2.0, 1.1], "ort": [1.1, 3.0, 3.0, 1.1]})
     assert tr["marked_repeats"] == [1, 2]
     st = tr["steady"]
@@ -76,13 +84,27 @@ def test_summary_marks_repeats_beside_dear_readings():
     assert st["ratio"]["ort"] == pytest.approx(1.1 / 1.05)
     assert st["best_other"] == "ort"
     # a reading just under the factor marks nothing, and no 'steady' figures are made
-    calm = _transfer_summary((0, 1), [2.0, 2.0 * SLOW_TRANSFER_FACTOR - 0.01, 2.0],
+    calm = _transfer_summary((0, 1), _costs([2.0, 2.0 * SLOW_TRANSFER_FACTOR - 0.01, 2.0]),
                              {"asymo": [1.0, 1.0], "ort": [1.0, 1.0]})
     assert calm["marked_repeats"] == [] and "steady" not in calm
+    assert calm["readings"] == pytest.approx([2.0, 2.0 * SLOW_TRANSFER_FACTOR - 0.01, 2.0])
+    assert calm["cross_us"] == pytest.approx([9.0, 9.0, 9.0])
+
+
+def test_summary_marks_dearer_writes_at_an_unchanged_ratio():
+    # both writes twice as dear (the VM state the ratio misses): the cross-core time marks
+    # the repeat after it; a time just under the factor marks nothing
+    tr = _transfer_summary((0, 1), _costs([2.0, 2.0, 2.0, 2.0], [9.0, 9.2, 18.0, 9.1]),
+                           {"asymo": [1.0, 2.0, 1.0], "ort": [1.0, 2.5, 1.0]})
+    assert tr["marked_repeats"] == [1, 2]
+    assert tr["steady"]["repeats"] == [0]
+    calm = _transfer_summary((0, 1), _costs([2.0, 2.0], [9.0, 9.0 * SLOW_TRANSFER_FACTOR - 0.1]),
+                             {"asymo": [1.0], "ort": [1.0]})
+    assert calm["marked_repeats"] == []
 
 
 def test_table_lists_readings_and_marked_repeats():
     text = format_table(_result([2.0, 6.0, 2.0, 2.0], [2.0, 2.0, 1.0], [3.0, 3.0, 1.2]))
     assert "cross-core writes (cpu 0 -> 1" in text
-    assert "2.0x 6.0x 2.0x 2.0x" in text
+    assert "2.0x (9.0 us) 6.0x (9.0 us) 2.0x (9.0 us) 2.0x (9.0 us)" in text
     assert "repeat(s) 1, 2 met dearer transfers" in text and "without them ort 1.20x" in text

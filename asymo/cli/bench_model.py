@@ -38,8 +38,9 @@ __all__ = ["compare", "format_table", "machine_description", "Contender", "PAUSE
 PAUSE_S = 0.3
 LIBRARIES = ("ort", "torch")
 #: a round is marked as met by dearer transfers between cores when the probe beside it reads
-#: this many times the run's cheapest (asymo.lab.transfer; the development VM's two states
-#: read about 2x and 5-8x)
+#: this many times the run's cheapest, as a ratio to a local write or as the cross-core
+#: write's own time (asymo.lab.transfer; the development VM's states read about 2x and 5-8x,
+#: and one doubles both writes, 8.9 -> 17-18 us, at a ratio of 2x)
 SLOW_TRANSFER_FACTOR = 1.6
 
 
@@ -184,9 +185,10 @@ def _measure(contenders, repeats, min_time, pause, progress, probe=None):
 
 
 def _transfer_probe(pool, fast_cpu, emulation):
-    """``(cpus, probe)``: a callable giving the cross-core transfer ratio between the fastest
-    core and another core of ``pool``, or ``(None, None)`` where it means nothing (one core,
-    or an emulated core that the emulator stops mid-probe)."""
+    """``(cpus, probe)``: a callable giving the cross-core transfer cost (a
+    `asymo.lab.transfer.TransferCost`) between the fastest core and another core of ``pool``,
+    or ``(None, None)`` where it means nothing (one core, or an emulated core that the
+    emulator stops mid-probe)."""
     if emulation is not None:
         return None, None
     other = [c for cl in pool.topology.clusters for c in cl.cpus if c != fast_cpu]
@@ -198,20 +200,26 @@ def _transfer_probe(pool, fast_cpu, emulation):
         transfer_cost(fast_cpu, other[0], reps=1)
     except (ImportError, OSError, ValueError):
         return None, None
-    return (fast_cpu, other[0]), lambda: transfer_cost(fast_cpu, other[0]).ratio
+    return (fast_cpu, other[0]), lambda: transfer_cost(fast_cpu, other[0])
 
 
-def _transfer_summary(cpus, readings, samples):
-    """The probe's readings and the repeats they mark (a repeat is marked when the reading
-    before or after it is SLOW_TRANSFER_FACTOR times the run's lowest), with the ratios over
-    the unmarked repeats when both kinds occurred."""
+def _transfer_summary(cpus, costs, samples):
+    """The probe's readings (``costs``: `TransferCost` objects, one before each repeat and one
+    after the last) and the repeats they mark: a repeat is marked when the reading before or
+    after it is SLOW_TRANSFER_FACTOR times the run's lowest, as a ratio (``readings``) or as
+    the cross-core write's time (``cross_us``). With the ratios over the unmarked repeats when
+    both kinds occurred."""
     from asymo.lab.transfer import DEFAULT_BYTES
 
-    low = min(readings)
-    marked = [r for r in range(len(readings) - 1)
-              if max(readings[r], readings[r + 1]) > SLOW_TRANSFER_FACTOR * low]
+    readings = [c.ratio for c in costs]
+    cross_us = [c.cross_s * 1e6 for c in costs]
+
+    def dear(v, r):
+        return max(v[r], v[r + 1]) > SLOW_TRANSFER_FACTOR * min(v)
+
+    marked = [r for r in range(len(costs) - 1) if dear(readings, r) or dear(cross_us, r)]
     out = {"cpus": list(cpus), "nbytes": DEFAULT_BYTES, "readings": readings,
-           "marked_repeats": marked}
+           "cross_us": cross_us, "marked_repeats": marked}
     steady = [r for r in range(len(readings) - 1) if r not in marked]
     if marked and steady:
         med = {k: statistics.median(v[r] for r in steady) for k, v in samples.items()}
@@ -362,9 +370,11 @@ def format_table(results):
         tr = r.get("transfer")
         if tr:
             a, b = tr["cpus"]
+            cross = tr.get("cross_us") or [None] * len(tr["readings"])
             lines.append(f"{'':<18}cross-core writes (cpu {a} -> {b}, {tr['nbytes'] // 1024} "
                          f"KiB, asymo.lab.transfer): "
-                         + " ".join(f"{v:.1f}x" for v in tr["readings"])
+                         + " ".join(f"{v:.1f}x" + (f" ({us:.1f} us)" if us is not None else "")
+                                    for v, us in zip(tr["readings"], cross))
                          + " a local write, beside the repeats")
             if tr["marked_repeats"]:
                 st = tr.get("steady")
@@ -373,7 +383,8 @@ def format_table(results):
                                                       st["ratio"].items())
                         if st else "")
                 lines.append(f"{'':<18}repeat(s) {mk} met dearer transfers (>= "
-                             f"{SLOW_TRANSFER_FACTOR:g}x the run's lowest){tail}")
+                             f"{SLOW_TRANSFER_FACTOR:g}x the run's lowest ratio or "
+                             f"cross-core time){tail}")
         end = r.get("asymo_clusters_end") or {}
         if end.get("rechecks"):
             lines.append(f"{'':<18}during the timed rounds the choice was found slower than "
