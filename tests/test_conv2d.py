@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 import asymo
 from asymo.ops.conv import conv2d
 from asymo.models import reference
+from _conv_checks import check_layer, input_at_mapping_end
 
 try:
     import torch
@@ -941,20 +942,14 @@ needs_pointwise = pytest.mark.skipif(not _pointwise_available(),
 
 def _check_pointwise_layers(pool, layers, epilogues, rng, form, panel=16):
     """Each 1x1 layer (cin, cout, h, w) with each epilogue (batch, bias, activation, shortcut)
-    through the pointwise path in ``form``, against float64: the input at the very end of an
-    anonymous mapping (a load past it faults), plain and prepacked weights, the output a
-    channel slice of a larger array (its neighbours untouched), and the bound form (a
-    model's node)."""
-    import mmap
-
+    through the pointwise path in ``form``, against float64, plain and prepacked weights
+    (tests/_conv_checks.py: the input at the end of a mapping, the output a channel slice,
+    the bound form)."""
     from asymo.ops import conv as conv_mod
 
     for cin, cout, h, w in layers:
         for n, bias, act, res in epilogues:
-            nbytes = n * cin * h * w * 4
-            buf = mmap.mmap(-1, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
-            x = np.frombuffer(buf, np.float32, offset=len(buf) - nbytes).reshape(n, cin, h, w)
-            x[...] = rng.standard_normal(x.shape)
+            x = input_at_mapping_end(rng, (n, cin, h, w))
             wt = rng.standard_normal((cout, cin, 1, 1)).astype(np.float32)
             b = rng.standard_normal(cout).astype(np.float32) if bias else None
             r = rng.standard_normal((n, cout, h, w)).astype(np.float32) if res else None
@@ -962,20 +957,8 @@ def _check_pointwise_layers(pool, layers, epilogues, rng, form, panel=16):
                                           ((0, 0), (0, 0)), (1, 1), 1, act, bias, res)
             assert isinstance(plan, conv_mod._PointwisePlan), (cin, cout, h, w)
             assert (plan.job.form, plan.job.panel_rows) == (form, panel), (cin, cout, h, w)
-            ref = reference.conv2d(x, wt, b) + (0 if r is None else r)
-            ref = {None: ref, "relu": np.maximum(ref, 0), "relu6": np.clip(ref, 0, 6)}[act]
-            for weight in (wt, asymo.prepack_conv(wt)):
-                big = np.full((n, cout + 3, h, w), np.nan, np.float32)
-                y = conv2d(x, weight, b, activation=act, residual=r, out=big[:, 2:2 + cout],
-                           pool=pool)
-                _close(y, ref, np.float32)
-                assert np.isnan(big[:, :2]).all() and np.isnan(big[:, 2 + cout:]).all()
-                out = np.full(ref.shape, np.nan, np.float32)
-                bound = conv_mod.bind_conv2d(x, weight, b, activation=act, residual=r, out=out,
-                                             pool=pool)
-                with asymo.runtime.pool.hold(pool):
-                    bound()
-                _close(out, ref, np.float32)
+            check_layer(pool, x, (wt, asymo.prepack_conv(wt)), b, 1, 0, act, r,
+                        lambda y, ref: _close(y, ref, np.float32))
 
 
 @needs_pointwise
@@ -1192,8 +1175,6 @@ def test_direct_stride2_convolution_against_float64(spec):
     # epilogue; the input at the very end of an anonymous mapping (the masked loads of the
     # last column must not read past it), the output a channel slice of a larger array, and
     # the bound form (a model's node)
-    import mmap
-
     from asymo.hw.topology import parse_spec
     from asymo.ops import conv as conv_mod
 
@@ -1206,30 +1187,15 @@ def test_direct_stride2_convolution_against_float64(spec):
     with asymo.Pool(topology=parse_spec(spec)) as pool, conv_mod.use_kernel_isa("avx512"):
         for cin, cout, h, w, pads in layers:
             for n, bias, act in epilogues:
-                nbytes = n * cin * h * w * 4
-                buf = mmap.mmap(-1, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
-                x = np.frombuffer(buf, np.float32, offset=len(buf) - nbytes).reshape(
-                    n, cin, h, w)
-                x[...] = rng.standard_normal(x.shape)
+                x = input_at_mapping_end(rng, (n, cin, h, w))
                 wt = rng.standard_normal((cout, cin, 3, 3)).astype(np.float32)
                 b = rng.standard_normal(cout).astype(np.float32) if bias else None
                 plan, _ = conv_mod._conv_plan(pool, x.shape, wt.shape, x.dtype, (2, 2),
                                               ((pads[0],) * 2, (pads[1],) * 2), (1, 1), 1, act,
                                               bias, False)
                 assert isinstance(plan, conv_mod._DirectPlan), (cin, cout, h, w, pads)
-                ref = reference.conv2d(x, wt, b, 2, pads)
-                ref = {None: ref, "relu": np.maximum(ref, 0), "relu6": np.clip(ref, 0, 6)}[act]
-                big = np.full((n, cout + 3) + ref.shape[2:], np.nan, np.float32)
-                y = conv2d(x, wt, b, stride=2, padding=pads, activation=act,
-                           out=big[:, 2:2 + cout], pool=pool)
-                _close(y, ref, np.float32)
-                assert np.isnan(big[:, :2]).all() and np.isnan(big[:, 2 + cout:]).all()
-                out = np.full(ref.shape, np.nan, np.float32)
-                bound = conv_mod.bind_conv2d(x, wt, b, stride=2, padding=pads, activation=act,
-                                             out=out, pool=pool)
-                with asymo.runtime.pool.hold(pool):
-                    bound()
-                _close(out, ref, np.float32)
+                check_layer(pool, x, (wt,), b, 2, pads, act, None,
+                            lambda y, ref: _close(y, ref, np.float32))
 
 
 @needs_direct

@@ -1,8 +1,6 @@
 """The rows path of convolutions (asymo/conv.h, conv/conv_rows.c): the pointwise path's
 pixel-row micro-kernels over any convolution's taps, the image read in place or from a padded
 copy; against float64."""
-import mmap
-
 import numpy as np
 import pytest
 
@@ -11,6 +9,7 @@ from asymo.models import reference
 from asymo.ops import conv as conv_mod
 from asymo.ops.conv import conv2d
 from asymo.plan.gemm import supported_isas
+from _conv_checks import check_layer, input_at_mapping_end
 
 
 def _available():
@@ -69,11 +68,7 @@ def _check(pool, layers, epilogues, rng, panel):
     for cin, cout, h, w, kern, stride, padding in layers:
         pads = _pads(padding)
         for n, bias, act, res in epilogues:
-            nbytes = n * cin * h * w * 4
-            # the input at the very end of an anonymous mapping: a load past it faults
-            buf = mmap.mmap(-1, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
-            x = np.frombuffer(buf, np.float32, offset=len(buf) - nbytes).reshape(n, cin, h, w)
-            x[...] = rng.standard_normal(x.shape)
+            x = input_at_mapping_end(rng, (n, cin, h, w))
             wt = (rng.standard_normal((cout, cin) + kern) / np.sqrt(cin)).astype(np.float32)
             b = rng.standard_normal(cout).astype(np.float32) if bias else None
             oh = (h + sum(pads[0]) - kern[0]) // stride[0] + 1
@@ -82,21 +77,10 @@ def _check(pool, layers, epilogues, rng, panel):
             plan = _plan(pool, x.shape, wt.shape, stride, pads, act, bias, res)
             assert isinstance(plan, conv_mod._RowsConvPlan), (cin, cout, h, w, kern)
             assert plan.job.panel_rows == panel
-            ref = _reference(x, wt, b, stride, pads, act, r)
             k = cin * kern[0] * kern[1]
-            for weight in (wt, asymo.prepack_conv(wt)):
-                big = np.full((n, cout + 3, oh, ow), np.nan, np.float32)
-                y = conv2d(x, weight, b, stride, padding, activation=act, residual=r,
-                           out=big[:, 2:2 + cout], pool=pool)
-                _close(y, ref, k)
-                assert np.isnan(big[:, :2]).all() and np.isnan(big[:, 2 + cout:]).all()
-                out = np.full(ref.shape, np.nan, np.float32)
-                bound = conv_mod.bind_conv2d(x, weight, b, stride, padding, activation=act,
-                                             residual=r, out=out, pool=pool)
-                with asymo.runtime.pool.hold(pool):
-                    bound()
-                    bound()  # (a second call: the padded copy and panels made again)
-                _close(out, ref, k)
+            # (the bound form twice: the padded copy and panels made again)
+            check_layer(pool, x, (wt, asymo.prepack_conv(wt)), b, stride, padding, act, r,
+                        lambda y, ref: _close(y, ref, k), bound_calls=2)
 
 
 @pytest.mark.parametrize("panel", [32, 48, 64])
@@ -195,11 +179,13 @@ def test_rows_path_tasks_and_copy():
     try:
         with conv_mod.use_kernel_isa("avx512"):
             p = _plan(pool, (1, 128, 56, 56), (128, 128, 3, 3), (2, 2), ((1, 1), (1, 1)))
-            assert p.padded and p.nprep == p.nprep_packed + 1
-            assert p.nprep_packed == -(-128 // int(p.job.copy_channels))
+            assert conv_mod.lib.asymo_conv_rows_padded(p.job)
+            assert p.prepare[False][0] == p.prepare[True][0] + 1
+            assert p.prepare[True][0] == -(-128 // int(p.job.copy_channels))
             assert p.ntasks % 2 == 0 and p.ntasks >= 8
             q = _plan(pool, (1, 256, 56, 56), (512, 256, 1, 1), (2, 2), ((0, 0), (0, 0)))
-            assert not q.padded and q.nprep == 1 and q.nprep_packed == 0
+            assert not conv_mod.lib.asymo_conv_rows_padded(q.job)
+            assert q.prepare[False][0] == 1 and q.prepare[True][0] == 0
             j = q.job
             tiles = int(conv_mod.lib.asymo_conv_rows_tiles(j))
             assert int(j.panel_rows) == 64 and tiles == 28 * -(-28 // 6)

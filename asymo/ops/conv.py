@@ -17,9 +17,10 @@ rule is with its settings below; measurements in docs/conv-and-zoo.md):
   copy (`ROWS`);
 - any other convolution is a GEMM: a 1x1 stride-1 one on the image itself
   (``weight[Cout x Cin] @ x[Cin x H*W]``), the others ``weight[Cout/groups x K] @ col[K x N]``
-  (``K = Cin/groups * kh * kw``, ``N = OH * OW``) with the column matrix never written: the GEMM's tasks pack their
-  B panels straight from the image (implicit im2col, ``asymo_im2col_pack_b``), on the cluster
-  that consumes them, so a convolution is one pool job (plus the epilogue). When the GEMM plan
+  (``K = Cin/groups * kh * kw``, ``N = OH * OW``) with the column matrix never written: the
+  GEMM's tasks pack their B panels straight from the image (implicit im2col,
+  ``asymo_im2col_pack_b``), on the cluster that consumes them, so a convolution is one pool
+  job (plus the epilogue). When the GEMM plan
   does not pack B (skinny shapes) it falls back to explicit im2col + GEMM: the C im2col
   kernel writes the column matrix as pool tasks, the columns each cluster will consume
   produced by that cluster's tasks, then ``weight @ col`` lands in the output, which is
@@ -80,8 +81,9 @@ IMPLICIT_CHUNK_BYTES = 128 << 20
 # Aim for this many tasks per worker in element-wise kernels (load balance vs overhead).
 TASKS_PER_WORKER = 4
 # ... and cut the work into more blocks (up to twice as many) until its tasks leave the
-# workers at most this share of the job idle, counting tasks as equal (nine tasks on two
-# workers: 1/9; asymo.runtime.partition.even_block_size). Measured: docs/tuning.md.
+# workers idle for at most this fraction of the time they work, counting tasks as equal (nine
+# tasks on two workers: 1/9; asymo.runtime.partition.even_block_size). Measured:
+# docs/tuning.md.
 TASK_IDLE = 0.1
 # Depthwise kernel: 0 = the best for the layer (the direct 3x3 row kernel where it applies,
 # else the channel-interleaved vector kernel), 1 = plain per-plane loop (the kernel's own
@@ -537,17 +539,15 @@ def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, acti
     n, c, h, w = xshape
     cout, cin_g = wshape[:2]
     tile = _winograd_tile(xshape, wshape, dtype, stride, pads, dilation, groups)
+    rows = _rows_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation)
+    if tile and rows is not None and rows.geom.out_w <= ROWS_OVER_WINOGRAD_WIDTH:
+        tile = 0  # (the rows path takes narrow planes: ROWS_OVER_WINOGRAD_WIDTH)
     if cin_g == 1 and groups == c:
         plan = _DepthwisePlan(pool, xshape, wshape, dtype, stride, pads, dilation, activation,
                               has_residual)
     elif (job := _direct_job(xshape, wshape, dtype, stride, pads, dilation, groups,
                              activation, has_residual)) is not None:
         plan = _DirectPlan(pool, job)
-    elif (tile and _out_hw(h, w, *wshape[2:], stride, pads, dilation)[1]
-            <= ROWS_OVER_WINOGRAD_WIDTH
-            and (job := _rows_job(xshape, wshape, dtype, stride, pads, dilation, groups,
-                                  activation)) is not None):
-        plan = _RowsConvPlan(pool, job)
     elif tile:
         plan = _WinogradConvPlan(pool, xshape, wshape, pads, tile, activation)
     elif (job := _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups,
@@ -556,9 +556,8 @@ def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, acti
     elif (job := _pointwise_job(xshape, wshape, dtype, stride, pads, dilation, groups,
                                 activation, has_residual)) is not None:
         plan = _PointwisePlan(pool, job)
-    elif (job := _rows_job(xshape, wshape, dtype, stride, pads, dilation, groups,
-                           activation)) is not None:
-        plan = _RowsConvPlan(pool, job)
+    elif rows is not None:
+        plan = _RowsConvPlan(pool, rows)
     else:
         plan = _GemmConvPlan(pool, xshape, wshape, dtype, stride, pads, dilation, groups,
                              activation, has_bias, has_residual)
@@ -830,7 +829,7 @@ def _rows_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation)
     job = _layer_job("asymo_conv_rows_job *", xshape, wshape, stride, pads, dilation,
                      activation)
     cout, oh, ow = int(wshape[0]), int(job.geom.out_h), int(job.geom.out_w)
-    small = {}  # panel width -> whether a row's tiles (even to a pixel) fall short of ROWS_MIN_TILE
+    small = {}  # panel width -> whether a row's tiles (even to a pixel) are under ROWS_MIN_TILE
     for cb in POINTWISE_ROWS_PANELS:
         job.panel_rows = cb  # (the kernel family, and so a tile's most pixels, follows it)
         small[cb] = ow // max(1, int(lib.asymo_conv_rows_tiles(job)) // oh) < ROWS_MIN_TILE
@@ -851,7 +850,6 @@ class _RowsConvPlan:
         self.offsets = ffi.new("int64_t[]", int(g.channels * g.kernel_h * g.kernel_w))
         lib.asymo_conv_rows_offsets(job, self.offsets)
         job.offsets = self.offsets
-        self.padded = bool(lib.asymo_conv_rows_padded(job))
         job.copy_channels = max(1, ROWS_COPY_TASK_BYTES // (4 * lib.asymo_conv_rows_plane(job)))
         self.scratch_elems = int(lib.asymo_conv_rows_scratch(job))
         k = int(g.channels * g.kernel_h * g.kernel_w)
@@ -863,13 +861,11 @@ class _RowsConvPlan:
         self.ntasks = int(lib.asymo_conv_rows_tasks(job))
         fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
         self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
-        # (the template's apack is NULL: its prepare tasks include packing the weights, which
-        # a PackedConvWeight's panels make unneeded)
-        self.nprep = int(lib.asymo_conv_rows_prepare_tasks(job))
-        self.nprep_packed = self.nprep - 1
-        self.prep_counts = _task_counts(pool, self.nprep, fastest_only=fastest)
-        self.prep_counts_packed = (_task_counts(pool, self.nprep_packed, fastest_only=fastest)
-                                   if self.nprep_packed else None)
+        # the prepare job's (tasks, per-cluster counts) by whether the weights come prepacked:
+        # the template's apack is NULL, so its task count includes packing them
+        n = int(lib.asymo_conv_rows_prepare_tasks(job))
+        self.prepare = {False: (n, _task_counts(pool, n, fastest_only=fastest)),
+                        True: (n - 1, _task_counts(pool, n - 1, fastest_only=fastest))}
 
 
 class _DepthwisePlan:
@@ -1137,11 +1133,10 @@ class _NativeCalls:
         elif isinstance(plan, _RowsConvPlan):
             # the same weights' panels; the prepare job copies the image padded (on the pool),
             # and packs plain weights in its last task
-            nprep = plan.nprep_packed if prepacked else plan.nprep
+            nprep, counts = plan.prepare[prepacked]
             self._panel_jobs = self._prepared_jobs(
                 plan, "asymo_conv_rows_job *", _ROWS_PREPARE_TASK if nprep else None, False,
-                _ROWS_TASK, x, has_bias, y, residual, pool, nprep=nprep,
-                prep_counts=plan.prep_counts_packed if prepacked else plan.prep_counts)
+                _ROWS_TASK, x, has_bias, y, residual, pool, nprep=nprep, prep_counts=counts)
         else:
             self._gemm(plan, x, has_bias, y, residual, pool)
         if self._col_elems and bound:
@@ -1225,8 +1220,8 @@ class _NativeCalls:
         the scratch (packed weights, phase planes, a padded image: a bound call's own, else
         the thread's workspace, the _COL slot; none when ``prepare`` is None) in ``nprep``
         tasks (default: the plan's), then the plan's tasks. Returns the per-image jobs."""
-        if nprep is None:
-            nprep, prep_counts = getattr(plan, "nprep", 0), getattr(plan, "prep_counts", None)
+        if prepare is not None and nprep is None:
+            nprep, prep_counts = plan.nprep, plan.prep_counts
         if prepare is not None:
             self._col_elems = plan.scratch_elems
         n, c, h, w = x.shape

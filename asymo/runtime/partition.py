@@ -59,11 +59,12 @@ def even_block_size(units, blocks, workers, *, fixed=1, tolerance=0.1):
     job's tasks share out evenly over ``workers``.
 
     A job ends with its last task. Nine equal tasks on two workers keep one worker busy for
-    five of them while the other idles for one: a tenth of the job. The job's tasks are
-    ``fixed`` x (number of blocks); from ``blocks`` blocks up to twice as many, this takes
-    the fewest whose tasks leave the workers at most ``tolerance`` of their time idle,
-    counting tasks as equal (``workers * ceil(tasks / workers) / tasks - 1``), else the most
-    even of them (the fewest blocks among equals).
+    five of them while the other idles for one: the workers idle a ninth as long as they
+    work. The job's tasks are ``fixed`` x (number of blocks); from ``blocks`` blocks up to
+    twice as many, this takes the fewest whose tasks leave the workers idle for at most
+    ``tolerance`` of the time they work, counting tasks as equal
+    (``workers * ceil(tasks / workers) / tasks - 1``), else the most even of them (the fewest
+    blocks among equals).
 
     Parameters
     ----------
@@ -76,7 +77,7 @@ def even_block_size(units, blocks, workers, *, fixed=1, tolerance=0.1):
     fixed : int
         Tasks per block: the job's other, already chosen, dimension (>= 1).
     tolerance : float
-        Idle share accepted (>= 0).
+        Idle time accepted, as a fraction of the work (>= 0).
 
     Returns
     -------
