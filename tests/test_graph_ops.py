@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 import asymo  # noqa: E402
 from asymo.models.graph import GraphError  # noqa: E402
 from asymo.models.onnx_loader import OnnxError  # noqa: E402
+from asymo.runtime.pool import hold  # noqa: E402
 
 RNG = np.random.default_rng(0)
 
@@ -179,13 +180,14 @@ def test_arena_is_planned_once_and_shared():
     # tensors alive at the same time never overlap
     x = _w(4, 3, 8, 8)
     y1 = m(x)
-    inst = m._acquire(4)
-    arena_id = id(inst.arena)
-    m._release(4, inst)
-    y2 = m(x)
-    inst = m._acquire(4)
-    assert id(inst.arena) == arena_id  # reused, not reallocated
-    m._release(4, inst)
+    with hold(None) as pool:
+        inst = m._acquire(4, pool)
+        arena_id = id(inst.arena)
+        m._release(inst)
+        y2 = m(x)
+        inst = m._acquire(4, pool)
+        assert id(inst.arena) == arena_id  # reused, not reallocated
+        m._release(inst)
     np.testing.assert_array_equal(y1, y2)
     assert m.plan(4) is p
 

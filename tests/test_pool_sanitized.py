@@ -64,3 +64,57 @@ def test_submitter_moved_between_cores_never_strands_a_range(migrate_binary, pol
                        timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.startswith("ok 150000 jobs")
+
+
+def _build_backup(tmp_path_factory, flags):
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    if not {0, 1} <= os.sched_getaffinity(0):
+        pytest.skip("needs cpus 0 and 1")
+    out = str(tmp_path_factory.mktemp("backup") / "pool_backup")
+    cmd = [cc, *flags, "-std=gnu11", "-pthread", *INCLUDES,
+           os.path.join(HERE, "c", "pool_backup.c"), *POOL_SOURCES, "-o", out]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0 and "-fsanitize" in " ".join(flags):
+        pytest.skip(f"cannot build with {flags}: {r.stderr[-300:]}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    return out
+
+
+def _backup_counts(stdout):
+    # "ok N jobs, B backups, S superseded, E early"
+    words = stdout.replace(",", "").split()
+    return int(words[3]), int(words[5]), int(words[7])
+
+
+@pytest.mark.parametrize("queue", [0, 1], ids=["mutex", "chaselev"])
+@pytest.mark.parametrize("submitters", [1, 2])
+def test_backup_tasks_return_early_and_the_fence_waits(tmp_path_factory, queue, submitters):
+    # Worker 1 stops 3 ms in one task of every third job: the job returns with the late copy
+    # still running (early), every output there; the fence then waits for the copy.
+    binary = _build_backup(tmp_path_factory, ["-O2", "-Wall", "-Werror"])
+    r = subprocess.run([binary, str(queue), str(submitters), "300"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    backups, superseded, early = _backup_counts(r.stdout)
+    # a backup takes the late task and the ones its worker had taken but not begun
+    assert backups >= superseded >= early > 0
+    if submitters == 1:  # (two submitters on one core: only the one acting as its worker backs up)
+        assert early >= 50  # of 100 stopped jobs; the rest had the task stolen before it began
+
+
+@pytest.mark.parametrize("sanitizer", ["thread", "address"])
+def test_backup_tasks_under_sanitizers(tmp_path_factory, sanitizer):
+    # a late copy touching the job (on its submitter's stack) after the job returned, or the
+    # context after the fence let it go, is what these two catch
+    binary = _build_backup(tmp_path_factory, ["-O1", "-g", f"-fsanitize={sanitizer}"])
+    env = dict(os.environ, TSAN_OPTIONS="halt_on_error=1 exitcode=66",
+               ASAN_OPTIONS="detect_stack_use_after_return=1")
+    r = subprocess.run([binary, "0", "2", "150"], capture_output=True, text=True, timeout=120,
+                       env=env)
+    if "FATAL: ThreadSanitizer" in r.stderr:
+        pytest.skip(f"ThreadSanitizer cannot run here: {r.stderr[-200:]}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "WARNING:" not in r.stderr, r.stderr[-3000:]
+    assert _backup_counts(r.stdout)[0] > 0

@@ -40,6 +40,7 @@ from asymo.models.graph_plan import optimize
 from asymo.models.shapes import infer_shapes, ints, pad_amounts, slice_spec, split_sizes
 from asymo.ops.conv import PackedConvWeight
 from asymo.plan.split_cost import emulated_period
+from asymo.runtime.ffi import lib
 from asymo.runtime.pool import caller_on_fastest, hold
 
 __all__ = ["GraphModel", "ExecutionPlan", "ALIAS_OPS", "INPLACE_OPS"]
@@ -69,6 +70,13 @@ CHOICE_MAX_CALLS = 2 * (1 + CHOICE_SAMPLES) + 1 + 3 * CHOICE_SAMPLES
 #: the next check, so a machine that keeps changing is not measured without end.
 CHOICE_RECHECK_CALLS = 16
 CHOICE_RECHECK_MARGIN = 0.10
+#: On a pool of several clusters a convolution's tasks may be backed up (docs/pool.md, "Backup
+#: tasks"): a task a stopped core holds is run again on another and the node ends without
+#: waiting for it. Its late copy may go on into the next BACKUP_OVERLAP_NODES nodes; the arena
+#: of such a pool's instances keeps every tensor's memory that many nodes past its last reader
+#: (one-cluster pools keep the tighter arena: a larger one costs cache), and the runner fences
+#: before each node (and before an in-place one, for every late copy).
+BACKUP_OVERLAP_NODES = 2
 # operators that write a strided output (a channel slice of a concat) correctly
 SLICE_WRITERS = frozenset({"asymo.Conv", "MaxPool", "AveragePool", "Relu", "Clip", "Sigmoid",
                            "HardSigmoid", "HardSwish", "asymo.SiLU", "Tanh"})
@@ -82,7 +90,9 @@ class ExecutionPlan:
     (bytes), views and in-place results sharing their input's storage (``aliases``: tensor ->
     the tensor whose storage it uses); ``kernels``: node name -> kernel path;
     ``naive_bytes``: what one buffer per tensor would take; ``slices``: tensor -> ``(concat
-    output, first channel, end channel)`` for concat inputs written in place."""
+    output, first channel, end channel)`` for concat inputs written in place; ``overlap``: the
+    nodes past its last reader a tensor's memory is kept (a backed-up task's late copy may
+    still use it; BACKUP_OVERLAP_NODES on pools of several clusters, else 0)."""
 
     batch: int
     shapes: dict
@@ -92,6 +102,7 @@ class ExecutionPlan:
     naive_bytes: int = 0
     aliases: dict = field(default_factory=dict)
     slices: dict = field(default_factory=dict)
+    overlap: int = 0
 
     def to_dict(self):
         return {"batch": self.batch, "arena_bytes": self.arena_bytes,
@@ -123,7 +134,9 @@ def _kernel_path(node, shapes, consts):
     return "numpy"
 
 
-def _plan(graph, batch):
+def _plan(graph, batch, overlap=0):
+    """The ExecutionPlan of ``graph`` at ``batch``; a tensor's memory is kept ``overlap`` nodes
+    past its last reader (BACKUP_OVERLAP_NODES)."""
     shapes = infer_shapes(graph, batch)
     consts = graph.initializers
     nodes = graph.nodes
@@ -197,11 +210,12 @@ def _plan(graph, batch):
             members[y].append(t)
             birth[y] = min(birth[y], birth[t])
             c0 = c1
-    # first-fit placement of the roots, largest first
+    # first-fit placement of the roots, largest first (a root's memory kept `overlap` nodes
+    # past its last reader, for late copies of backed-up tasks)
     blocks = []
     for r, ms in members.items():
         nbytes = 4 * math.prod(shapes[r])
-        blocks.append((nbytes, birth[r], root_death(r), r))
+        blocks.append((nbytes, birth[r], root_death(r) + overlap, r))
     blocks.sort(key=lambda b: (-b[0], b[1]))
     placed, offsets = [], {}
     for nbytes, b0, d0, r in blocks:
@@ -228,7 +242,7 @@ def _plan(graph, batch):
             kernels[n.name] = "view (its inputs are written in place)"
     naive = sum(4 * math.prod(shapes[t]) for t in root)
     return ExecutionPlan(batch, {t: shapes[t] for t in root}, storage, arena, kernels, naive,
-                         aliases, slices)
+                         aliases, slices, overlap)
 
 
 # ---- node runners: make(node, V, C, graph) -> fn(pool) (convolutions: _ConvStep.bind) -----
@@ -236,9 +250,9 @@ class _ConvStep:
     """A convolution node: ``step.bind(pool)`` gives the `asymo.ops.conv.BoundConv2d` an
     instance calls on its hot path."""
 
-    __slots__ = ("x", "w", "b", "r", "y", "args")
+    __slots__ = ("x", "w", "b", "r", "y", "args", "backup")
 
-    def __init__(self, n, V, C, packed):
+    def __init__(self, n, V, C, packed, backup):
         self.x, self.y = V[n.inputs[0]], V[n.outputs[0]]
         self.w = packed  # the weights' PackedConvWeight, shared by the model's instances
         self.b = C[n.inputs[2]] if n.inputs[2] else None
@@ -247,12 +261,14 @@ class _ConvStep:
         self.args = dict(stride=a["strides"], padding=(a["pads"][0], a["pads"][1]),
                          dilation=a["dilations"], groups=a["group"],
                          activation=a["activation"])
+        self.backup = backup  # the instance's arena has room for late copies
 
     def bind(self, pool):
         from asymo.ops.conv import bind_conv2d
 
+        # backups on pools of several clusters (_Instance.run fences)
         return bind_conv2d(self.x, self.w, self.b, residual=self.r, out=self.y, pool=pool,
-                           **self.args)
+                           backup=self.backup and pool.nclusters > 1, **self.args)
 
 
 def _act(y, act):
@@ -692,7 +708,13 @@ class _Instance:
         for t, (y, c0, c1) in plan.slices.items():
             V[t] = V[y][:, c0:c1]
         self.views = V
+        self.batch = plan.batch
+        self.overlap = plan.overlap
         C = graph.initializers
+        # nodes writing over one of their inputs: no late copy may still read or write it
+        root = plan.aliases.get
+        self.in_place = [any(root(o, o) == root(i, i) for o in n.outputs if o
+                             for i in n.inputs if i) for n in graph.nodes]
         self.steps = []
         self._bindings = {}  # (id(pool), limit, emulator period) -> (weakref(pool), steps)
         self._mixed = (None, None)  # ((whole, fastest, placement), steps): the last mix
@@ -701,7 +723,7 @@ class _Instance:
                 self.steps.append(None)
                 continue
             if n.op == "asymo.Conv":
-                fn = _ConvStep(n, V, C, packed[n.inputs[1]])
+                fn = _ConvStep(n, V, C, packed[n.inputs[1]], plan.overlap > 0)
             elif n.op in _SHAPED_RUNNERS:
                 fn = _SHAPED_RUNNERS[n.op](n, V, C, graph, plan.shapes | dict(
                     (k, np.shape(v)) for k, v in C.items()))
@@ -740,6 +762,10 @@ class _Instance:
                                    [f if sel else s for s, f, sel in
                                     zip(whole, steps, on_fastest)])
                 steps = self._mixed[1]
+            if self.overlap and pool.nclusters > 1 and (fastest is None or
+                                                        on_fastest is not None):
+                self._run_fenced(steps, first, last, pool._handle, times)
+                return
             if times is None:
                 for fn in steps[first:last + 1]:
                     if fn is not None:
@@ -752,6 +778,32 @@ class _Instance:
                     t0 = clock()
                     fn()
                     times[i] += clock() - t0
+
+    def _run_fenced(self, steps, first, last, handle, times):
+        """Nodes ``first..last`` whose convolutions may leave backed-up tasks running: before
+        node k, every late copy of node k - overlap - 1 or earlier has returned (before an
+        in-place node and at the end, every late copy)."""
+        fence, everything = lib.asymo_pool_fence, (1 << 64) - 1
+        # before[k % D]: the last job number before node k - D began (all jobs of nodes
+        # before it are at or below it)
+        d = self.overlap
+        before = [0] * d
+        clock = time.perf_counter
+        try:
+            for i in range(first, last + 1):
+                fn = steps[i]
+                before[i % d] = fence(handle, everything if self.in_place[i]
+                                      else before[i % d])
+                if fn is None:
+                    continue
+                if times is None:
+                    fn()
+                else:
+                    t0 = clock()
+                    fn()
+                    times[i] += clock() - t0
+        finally:
+            fence(handle, everything)
 
 
 def _descriptor(n, shapes, consts):
@@ -872,28 +924,33 @@ class GraphModel(spec.LayerChain):
         return "\n".join(rows)
 
     # ---- planning -----------------------------------------------------------------------
-    def plan(self, batch=1):
-        """The :class:`ExecutionPlan` for ``batch`` images (made once, then cached)."""
-        batch = int(batch)
-        p = self._plans.get(batch)
+    def plan(self, batch=1, *, backups=False):
+        """The :class:`ExecutionPlan` for ``batch`` images (made once, then cached);
+        ``backups``: the one for pools of several clusters, whose arena has room for late
+        copies of backed-up tasks (``ExecutionPlan.overlap``)."""
+        key = (int(batch), bool(backups))
+        p = self._plans.get(key)
         if p is None:
             with self._lock:
-                p = self._plans.get(batch)
+                p = self._plans.get(key)
                 if p is None:
-                    p = self._plans[batch] = _plan(self.graph, batch)
+                    p = self._plans[key] = _plan(self.graph, key[0],
+                                                 BACKUP_OVERLAP_NODES if backups else 0)
         return p
 
-    def _acquire(self, batch):
-        plan = self.plan(batch)
+    def _acquire(self, batch, pool):
+        """An instance for ``batch`` images on ``pool`` (held)."""
+        key = (batch, pool.nclusters > 1)
+        plan = self.plan(batch, backups=key[1])
         with self._lock:
-            free = self._free.setdefault(batch, [])
+            free = self._free.setdefault(key, [])
             if free:
                 return free.pop()
         return _Instance(self.graph, plan, self._conv_weights)
 
-    def _release(self, batch, inst):
+    def _release(self, inst):
         with self._lock:
-            self._free.setdefault(batch, []).append(inst)
+            self._free.setdefault((inst.batch, inst.overlap > 0), []).append(inst)
 
     # ---- where calls run: all clusters or the fastest alone --------------------------------
     @property
@@ -1001,11 +1058,11 @@ class GraphModel(spec.LayerChain):
         if any(x.shape[0] != batch for x in xs):
             raise ValueError(f"{self.name}: inputs have different batch sizes "
                              f"{[x.shape[0] for x in xs]}")
-        inst = self._acquire(batch)
-        try:
-            for x, info in zip(xs, g.inputs):
-                np.copyto(inst.views[info.name], x)
-            with hold(pool if pool is not None else self.pool) as held:
+        with hold(pool if pool is not None else self.pool) as held:
+            inst = self._acquire(batch, held)
+            try:
+                for x, info in zip(xs, g.inputs):
+                    np.copyto(inst.views[info.name], x)
                 fastest, on_fastest, trial = self._target(held, batch)
                 timed = trial is not None and trial[1] is not None
                 # every node timed only where the choice reads node times (step 1): two clock
@@ -1021,9 +1078,9 @@ class GraphModel(spec.LayerChain):
                             trial[0].record(trial[1], times, dt)
                         else:
                             trial[0].observe(dt)
-            outs = [inst.views[t].copy() for t in g.outputs]
-        finally:
-            self._release(batch, inst)
+                outs = [inst.views[t].copy() for t in g.outputs]
+            finally:
+                self._release(inst)
         if unbatched:
             outs = [o[0] for o in outs]
         if torch_in:
@@ -1033,8 +1090,10 @@ class GraphModel(spec.LayerChain):
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def materialize(self):
-        """Plan batch 1 and make one arena instance now (the weights are loaded already)."""
-        self._release(1, self._acquire(1))
+        """Plan batch 1 and make one arena instance for the model's pool now (the weights are
+        loaded already)."""
+        with hold(self.pool) as held:
+            self._release(self._acquire(1, held))
         return self
 
     def run(self, x, *, pool=None):
@@ -1066,13 +1125,14 @@ class GraphModel(spec.LayerChain):
         if tuple(x.shape[1:]) != tuple(want):
             raise ValueError(f"{self.name}: layer {first} takes (N,) + {want}, got {x.shape}")
         batch = x.shape[0]
-        inst = self._acquire(batch)
-        try:
-            np.copyto(inst.views[tin], x)
-            inst.run(a, b, pool if pool is not None else self.pool)
-            y = inst.views[tout].copy()
-        finally:
-            self._release(batch, inst)
+        with hold(pool if pool is not None else self.pool) as held:
+            inst = self._acquire(batch, held)
+            try:
+                np.copyto(inst.views[tin], x)
+                inst.run(a, b, held)
+                y = inst.views[tout].copy()
+            finally:
+                self._release(inst)
         return y[0] if unbatched else y
 
     def node_range(self, first, last):

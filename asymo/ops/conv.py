@@ -1076,14 +1076,14 @@ def _base(a):
         return ffi.cast("char *", a.ctypes.data)
 
 
-def _tasks_call(pool, fn, job, ntasks, counts, inline):
+def _tasks_call(pool, fn, job, ntasks, counts, inline, backup=False):
     """One pool job as a ``(function, args)`` call returning a status code (``inline``: run
-    by the calling thread)."""
+    by the calling thread; ``backup``: its tasks may be backed up, ASYMO_RUN_BACKUP)."""
     if counts is None:
         counts = ffi.NULL if pool.nclusters == 1 else ffi.new(
             "int64_t[]", pool.split_counts(int(ntasks)))
-    return (lib.asymo_pool_run, (pool._handle, fn, job, int(ntasks), counts,
-                                 lib.ASYMO_RUN_INLINE if inline else 0))
+    flags = lib.ASYMO_RUN_INLINE if inline else lib.ASYMO_RUN_BACKUP if backup else 0
+    return (lib.asymo_pool_run, (pool._handle, fn, job, int(ntasks), counts, flags))
 
 
 def _gemm_call(handle, args, plan):
@@ -1101,9 +1101,13 @@ class _NativeCalls:
     """
 
     __slots__ = ("calls", "_slots", "_sources", "_apacked", "_panel_jobs", "_packed",
-                 "_keep", "_col_elems", "_col", "_dtype", "_tile", "_plan")
+                 "_keep", "_col_elems", "_col", "_dtype", "_tile", "_plan", "_backup")
 
-    def __init__(self, plan, x, b, y, residual, pool, *, bound=False, prepacked=False):
+    def __init__(self, plan, x, b, y, residual, pool, *, bound=False, prepacked=False,
+                 backup=False):
+        # backup: the jobs whose tasks write each output once, with its final value, are
+        # submitted with ASYMO_RUN_BACKUP (the caller fences; `bind_conv2d`)
+        self._backup = backup
         # the plan owns C data the calls point at (column bounds, task counts, GEMM plans):
         # it lives as long as they do, whatever the plan cache evicts
         self._plan = plan
@@ -1195,8 +1199,9 @@ class _NativeCalls:
         if residual is not None:  # C-contiguous (_prepare made it so); added inside the tasks
             self._at(job, "residual", _R)
             job.residual_image_stride = plan.plane
+        # (with a residual, kernels other than the 3x3 one write conv + bias, then add it)
         self.calls.append(_tasks_call(pool, _DWCONV_TASK, job, plan.ntasks, plan.counts,
-                                      plan.inline))
+                                      plan.inline, self._backup and residual is None))
 
     def _winograd(self, plan, has_bias, y, residual, pool):
         wp = plan.plan
@@ -1212,7 +1217,7 @@ class _NativeCalls:
         if y.shape[0] > 1:
             job.y_image_stride = y.strides[0] // y.itemsize
         self.calls.append(_tasks_call(pool, _winograd.WINOGRAD_TASK, job, wp.ntasks,
-                                      wp.counts, wp.inline))
+                                      wp.counts, wp.inline, self._backup))
 
     def _prepared_jobs(self, plan, ctype, prepare, prep_inline, task, x, has_bias, y, residual,
                        pool, *, nprep=None, prep_counts=None):
@@ -1225,6 +1230,11 @@ class _NativeCalls:
         if prepare is not None:
             self._col_elems = plan.scratch_elems
         n, c, h, w = x.shape
+        # Backups: not where images share the scratch (a late task of one image would read
+        # the next one's), nor for the indirect path's narrow form (its tasks write the
+        # output, then add bias and activation over it).
+        backup = self._backup and (n == 1 or prepare is None) and (
+            ctype != "asymo_conv_indirect_job *" or bool(plan.job[0].wide))
         jobs = []
         for i in range(n):
             job = ffi.new(ctype, plan.job[0])
@@ -1240,8 +1250,9 @@ class _NativeCalls:
             if prepare is not None:
                 self._at(job, "scratch", _COL)
                 self.calls.append(_tasks_call(pool, prepare, job, nprep, prep_counts,
-                                              prep_inline))
-            self.calls.append(_tasks_call(pool, task, job, plan.ntasks, plan.counts, False))
+                                              prep_inline, backup))
+            self.calls.append(_tasks_call(pool, task, job, plan.ntasks, plan.counts, False,
+                                          backup))
         return jobs
 
     def _gemm_args(self, template, m, k, n, rsb, rsc):
@@ -1377,7 +1388,7 @@ class BoundConv2d:
 
 
 def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
-                activation=None, residual=None, out, pool):
+                activation=None, residual=None, out, pool, backup=False):
     """Bind ``conv2d(x, weight, bias, ..., out=out, pool=pool)`` once; returns a
     `BoundConv2d` whose calls recompute ``out`` from the current contents of ``x`` (and
     ``residual``).
@@ -1386,6 +1397,12 @@ def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     whose arrays the kernels cannot use in place (a non-contiguous input, an output or
     residual that overlaps an operand, ...) are bound to `conv2d` itself: correct, just
     without the saving.
+
+    ``backup=True`` lets the pool run a late task again on another core and return without
+    waiting for it (`asymo.runtime.pool.Pool.fence`, docs/pool.md): a call may then leave a
+    task running that still reads ``x``, ``residual`` and the call's scratch and writes
+    ``out`` (the same values). The caller must fence the pool before it changes or frees
+    any of them, as a model's runner does between nodes.
     """
     packed = weight if isinstance(weight, PackedConvWeight) else PackedConvWeight(weight)
     # the checks and errors of conv2d, once
@@ -1400,7 +1417,7 @@ def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     if pool is None or not _in_place(c, x, packed.array, bias, residual, out):
         return BoundConv2d([], [c], fallback=fallback)
     calls = _NativeCalls(c.plan_for(pool)[0], c.xb, c.b, c.target, c.residual, pool, bound=True,
-                         prepacked=True)
+                         prepacked=True, backup=backup)
     keep = [x, packed, bias, residual, out, c, calls,
             calls.fill(c.xb, c.w, packed, c.b, c.target, c.residual)]
     return BoundConv2d(calls.calls, keep)

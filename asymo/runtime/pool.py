@@ -544,9 +544,11 @@ class Pool:
             worker has ``cpu``, ``cluster`` (index), ``cluster_name``, ``pinned``,
             ``tasks_run``, ``tasks_stolen``, ``stolen_from`` (victim cluster name -> tasks),
             ``steals`` (steal operations), ``tasks_inline`` (nested jobs run inline),
-            ``busy_s`` (time inside tasks), ``sleeps`` and ``tasks_caller`` (of
+            ``busy_s`` (time inside tasks), ``sleeps``, ``tasks_caller`` (of
             ``tasks_run``, those a submitting thread ran as this worker; see
-            `caller_helps`); each cluster the sums.
+            `caller_helps`), ``tasks_backup`` (of ``tasks_run``, backups of tasks another
+            worker was late with) and ``tasks_superseded`` (tasks it finished after a backup
+            had; see `fence`); each cluster the sums.
         """
         names = [c.name for c in self._topology.clusters]
         workers = []
@@ -566,6 +568,8 @@ class Pool:
                 "busy_s": s.busy_ns * 1e-9,
                 "sleeps": s.sleeps,
                 "tasks_caller": s.tasks_caller,
+                "tasks_backup": s.tasks_backup,
+                "tasks_superseded": s.tasks_superseded,
             })
         clusters = []
         for ci, name in enumerate(names):
@@ -581,9 +585,23 @@ class Pool:
                 "stolen_from": stolen_from,
                 "busy_s": sum(w["busy_s"] for w in mine),
                 "tasks_caller": sum(w["tasks_caller"] for w in mine),
+                "tasks_backup": sum(w["tasks_backup"] for w in mine),
+                "tasks_superseded": sum(w["tasks_superseded"] for w in mine),
             })
         return {"policy": self._policy, "nworkers": self.nworkers, "limit": self.limit,
                 "workers": workers, "clusters": clusters}
+
+    def fence(self, job=None):
+        """Wait until no worker still runs a task that a backup superseded (a job run with
+        ``ASYMO_RUN_BACKUP``, whose late copies outlive the job) of job number ``job`` or
+        lower (default: of every job so far). Returns the number of the last job submitted
+        when called.
+
+        The model runner calls it between nodes, so a late copy never meets memory that is
+        reused (see docs/runtime.md, "Backup tasks").
+        """
+        return int(self._call(lib.asymo_pool_fence,
+                              (1 << 64) - 1 if job is None else int(job)))
 
     def reset_stats(self):
         """Zero the counters reported by `stats`."""

@@ -31,6 +31,8 @@ static void pool_reset_after_fork(asymo_pool *p)
         w->thread_started = 0;
         atomic_store(&w->pinned, 0);
         atomic_store(&w->claimed, 0);
+        /* a superseded task was running in a thread the child does not have */
+        atomic_store(&w->bk_state, 0);
         zero_counters(w);
     }
 }

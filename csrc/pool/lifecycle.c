@@ -70,7 +70,7 @@ int ensure_threads(asymo_pool *p)
 void zero_counters(worker_t *w)
 {
     w->tasks_run = w->tasks_stolen = w->busy_ns = w->steals = w->tasks_inline = w->sleeps = 0;
-    w->tasks_caller = 0;
+    w->tasks_caller = w->tasks_backup = w->tasks_superseded = 0;
     memset(w->stolen_from, 0, sizeof w->stolen_from);
     memset(&w->base, 0, sizeof w->base);
 }
@@ -307,6 +307,8 @@ int asymo_pool_stats(const asymo_pool *pool, asymo_worker_stats *out, int n)
         s->tasks_inline = counter_get(&w->tasks_inline) - w->base.tasks_inline;
         s->sleeps = counter_get(&w->sleeps) - w->base.sleeps;
         s->tasks_caller = counter_get(&w->tasks_caller) - w->base.tasks_caller;
+        s->tasks_backup = counter_get(&w->tasks_backup) - w->base.tasks_backup;
+        s->tasks_superseded = counter_get(&w->tasks_superseded) - w->base.tasks_superseded;
     }
     pthread_mutex_unlock(&p->stats_lock);
     return n;
@@ -328,6 +330,8 @@ void asymo_pool_reset_stats(asymo_pool *pool)
         w->base.tasks_inline = counter_get(&w->tasks_inline);
         w->base.sleeps = counter_get(&w->sleeps);
         w->base.tasks_caller = counter_get(&w->tasks_caller);
+        w->base.tasks_backup = counter_get(&w->tasks_backup);
+        w->base.tasks_superseded = counter_get(&w->tasks_superseded);
     }
     pthread_mutex_unlock(&pool->stats_lock);
 }

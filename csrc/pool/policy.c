@@ -207,10 +207,10 @@ void policy_job_done(asymo_pool *p, job_t *j)
 /* ------------------------------------------------------------------------------------------ */
 /* stealing: who may take from whom */
 
-static int steal_from(worker_t *w, worker_t *v)
+static int steal_from(worker_t *w, worker_t *v, int up)
 {
     range_t r;
-    if (!wq_steal(w, v, &r))
+    if (!(up ? wq_steal_up(w, v, &r) : wq_steal(w, v, &r)))
         return 0;
     r.origin = v->cluster;
     counter_add(&w->steals, 1);
@@ -251,23 +251,32 @@ int policy_try_steal(asymo_pool *p, worker_t *w)
         return 0;
     switch (p->policy) {
     case ASYMO_POLICY_ASYMO:
-        /* own cluster first (longest queue), then slower clusters, nearest first; a faster
-         * cluster is never a victim */
+        /* own cluster first (longest queue), then slower clusters, nearest first */
         for (int c = w->cluster; c < p->nclusters; c++) {
             for (int attempt = 0; attempt < 2; attempt++) {
                 worker_t *v = longest_queue(p, c, w);
                 if (!v)
                     break;
-                if (steal_from(w, v))
+                if (steal_from(w, v, 0))
                     return 1;
             }
+        }
+        /* Faster clusters, nearest first: one task of a backup job, from a queue long enough
+         * that its owner would reach the task no sooner than this worker can finish it
+         * (wq_steal_up: a slower core that has finished its share early runs faster at the
+         * moment than its capacity said, as an emulated core between its pauses does);
+         * should it stop in the task, the submitter backs the task up. */
+        for (int c = w->cluster - 1; c >= 0; c--) {
+            worker_t *v = longest_queue(p, c, w);
+            if (v && steal_from(w, v, 1))
+                return 1;
         }
         return 0;
     case ASYMO_POLICY_STEAL:
         for (int i = 1; i < p->nworkers; i++) {
             worker_t *v = &p->workers[(w->index + i) % p->nworkers];
             if (wq_pending(v) > 0 &&
-                steal_from(w, v))
+                steal_from(w, v, 0))
                 return 1;
         }
         return 0;

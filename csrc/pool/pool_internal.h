@@ -14,6 +14,8 @@
  *   worker_queue.c    one interface over the two queue kinds
  *   queue_mutex.c     the mutex-protected ring of ranges (also the Chase-Lev kind's inbox)
  *   queue_chaselev.c  the lock-free Chase-Lev deque of ranges
+ *   backup.c          ASYMO_RUN_BACKUP: publishing the running task, running a late one
+ *                     again, the fence
  *   fork.c            the registry of live pools and the fork handlers
  *   tasks.c           diagnostic tasks
  */
@@ -48,6 +50,9 @@
 #define CHUNK_TARGET_NS ((int64_t)ASYMO_POOL_CHUNK_TARGET_NS)
 #define CHUNK_MAX ((int64_t)ASYMO_POOL_CHUNK_MAX)
 #define SUBMIT_SPIN_NS ((int64_t)ASYMO_POOL_SUBMIT_SPIN_NS)
+#define BACKUP_FACTOR ((int64_t)ASYMO_POOL_BACKUP_FACTOR)
+#define BACKUP_MIN_NS ((int64_t)ASYMO_POOL_BACKUP_MIN_NS)
+#define STEAL_UP_MIN ((int64_t)ASYMO_POOL_STEAL_UP_MIN)
 /* Spinning threads yield the core every this many polling rounds (16 pauses each). */
 #define YIELD_EVERY 8
 /* The queue kind ASYMO_QUEUE_DEFAULT stands for; chosen by measurement
@@ -129,6 +134,18 @@ typedef struct worker {
     /* scheduling state private to whoever acts as the worker (see `claimed`) */
     uint64_t chunk_seq;      /* job the chunk size was learnt on */
     int64_t chunk;           /* tasks the owner takes at once from its front range */
+    /* The task it runs of an ASYMO_RUN_BACKUP job (backup.c), read by that job's submitter.
+     * bk_state is (tag << 2) | BK_IDLE, BK_RUNNING or BK_TAKEN; the other fields describe
+     * the range of tag, written while the state is BK_IDLE, before the tag's BK_RUNNING. */
+    _Atomic uint64_t bk_state __attribute__((aligned(CACHELINE)));
+    _Atomic uint64_t bk_seq;     /* the job's number */
+    _Atomic int64_t bk_lo;       /* the task running */
+    _Atomic int64_t bk_hi;       /* one past the last task taken (lo + 1 .. hi - 1 not begun) */
+    _Atomic int64_t bk_start_ns; /* when task lo began */
+    uint64_t bk_tag;             /* last tag used; private to whoever acts as the worker */
+    /* the time per task of its last ASYMO_RUN_BACKUP job (the submitter's backup limit) */
+    _Atomic uint64_t est_seq;
+    _Atomic int64_t est_ns, est_tasks;
     /* counters: written by the thread acting as this worker only (see asymo_worker_stats) */
     int64_t tasks_run;
     int64_t tasks_stolen;
@@ -138,6 +155,8 @@ typedef struct worker {
     int64_t tasks_inline;
     int64_t sleeps;
     int64_t tasks_caller;
+    int64_t tasks_backup;
+    int64_t tasks_superseded;
     /* counter values at the last reset (under pool->stats_lock) */
     asymo_worker_stats base;
 } __attribute__((aligned(CACHELINE))) worker_t;
@@ -299,6 +318,7 @@ POOL_INTERNAL int rq_pop_front(rqueue_t *q, uint64_t *chunk_seq, int64_t *chunk,
 POOL_INTERNAL int rq_steal_back(rqueue_t *q, int thief_cluster, int victim_cluster,
                                 range_t *out);
 POOL_INTERNAL int rq_take_front(rqueue_t *q, range_t *out);
+POOL_INTERNAL int rq_steal_one_backup(rqueue_t *q, int64_t min_pending, range_t *out);
 
 /* queue_chaselev.c */
 POOL_INTERNAL int cl_init(cldeque_t *d);
@@ -311,6 +331,7 @@ POOL_INTERNAL int cl_steal(cldeque_t *d, int thief_cluster, int victim_cluster, 
 POOL_INTERNAL void wq_push_own(worker_t *w, const range_t *r);
 POOL_INTERNAL int wq_pop_own(worker_t *w, range_t *r);
 POOL_INTERNAL int wq_steal(worker_t *w, worker_t *v, range_t *r);
+POOL_INTERNAL int wq_steal_up(worker_t *w, worker_t *v, range_t *r);
 
 /* policy.c */
 POOL_INTERNAL int policy_submit(asymo_pool *p, job_t *j, const int64_t *counts);
@@ -322,8 +343,15 @@ POOL_INTERNAL int policy_run_shared(asymo_pool *p, worker_t *w);
 
 /* run.c */
 POOL_INTERNAL void run_range(worker_t *w, const range_t *r);
+POOL_INTERNAL void adapt_chunk(worker_t *w, const range_t *r, int64_t dt);
 POOL_INTERNAL void wake_workers(asymo_pool *p);
 POOL_INTERNAL void *worker_main(void *arg);
+
+/* backup.c */
+POOL_INTERNAL void run_range_backup(worker_t *w, const range_t *r);
+POOL_INTERNAL int backup_late_tasks(asymo_pool *p, worker_t *mine, job_t *j);
+POOL_INTERNAL int job_has_late_candidates(const asymo_pool *p, const worker_t *mine,
+                                          const job_t *j);
 
 /* lifecycle.c */
 POOL_INTERNAL int ensure_threads(asymo_pool *p);

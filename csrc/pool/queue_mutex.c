@@ -139,6 +139,29 @@ int rq_steal_back(rqueue_t *q, int thief_cluster, int victim_cluster, range_t *o
     return 0;
 }
 
+/* Thief of a faster cluster's queue: the last task of the last ASYMO_RUN_BACKUP range, when
+ * the queue holds at least min_pending tasks. */
+int rq_steal_one_backup(rqueue_t *q, int64_t min_pending, range_t *out)
+{
+    if (atomic_load_explicit(&q->pending, memory_order_acquire) < min_pending)
+        return 0;
+    pthread_mutex_lock(&q->lock);
+    for (int i = q->count - 1; i >= 0 && q->pending >= min_pending; i--) {
+        range_t *r = rq_at(q, i);
+        if (r->hi == r->lo || !(r->flags & ASYMO_RUN_BACKUP))
+            continue;
+        *out = *r;
+        out->lo = --r->hi;
+        while (q->count > 0 && rq_at(q, q->count - 1)->hi == rq_at(q, q->count - 1)->lo)
+            q->count--;
+        atomic_fetch_sub(&q->pending, 1);
+        pthread_mutex_unlock(&q->lock);
+        return 1;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return 0;
+}
+
 /* Take the whole first non-empty range. */
 int rq_take_front(rqueue_t *q, range_t *out)
 {

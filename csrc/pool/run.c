@@ -28,8 +28,25 @@ _Atomic(pool_intercept_fn) pool_intercept_run;
 /* ------------------------------------------------------------------------------------------ */
 /* running tasks */
 
+/* Adapt w's chunk to the length of the range it ran in dt ns. */
+void adapt_chunk(worker_t *w, const range_t *r, int64_t dt)
+{
+    if (w->chunk_seq != r->seq)
+        return;
+    if (dt < CHUNK_TARGET_NS) {
+        if (w->chunk < CHUNK_MAX)
+            w->chunk *= 2;
+    } else if (dt > 4 * CHUNK_TARGET_NS && w->chunk > 1) {
+        w->chunk /= 2;
+    }
+}
+
 void run_range(worker_t *w, const range_t *r)
 {
+    if (r->flags & ASYMO_RUN_BACKUP) {
+        run_range_backup(w, r);
+        return;
+    }
     job_t *j = r->job;
     asymo_task_fn fn = j->fn;
     void *ctx = j->ctx;
@@ -48,15 +65,7 @@ void run_range(worker_t *w, const range_t *r)
         counter_add(&w->tasks_stolen, k);
         counter_add(&w->stolen_from[r->origin], k);
     }
-    /* adapt the chunk to the task length */
-    if (w->chunk_seq == r->seq) {
-        if (dt < CHUNK_TARGET_NS) {
-            if (w->chunk < CHUNK_MAX)
-                w->chunk *= 2;
-        } else if (dt > 4 * CHUNK_TARGET_NS && w->chunk > 1) {
-            w->chunk /= 2;
-        }
-    }
+    adapt_chunk(w, r, dt);
     job_finish_tasks(j, k);
 }
 
@@ -112,14 +121,17 @@ static void leave_as(asymo_pool *p, worker_t *w)
         wake_workers(p);
 }
 
-/* Submitter: run one piece of work as `w`. Returns 1 if it ran something. */
-static int help_as(asymo_pool *p, worker_t *w)
+/* Submitter of j: run one piece of work as `w` (queued work, else, for an ASYMO_RUN_BACKUP
+ * job, a backup of a late task of j). Returns 1 if it ran something. */
+static int help_as(asymo_pool *p, worker_t *w, job_t *j)
 {
     if (!atomic_load_explicit(&p->caller_helps, memory_order_relaxed) || !worker_active(p, w) ||
         !claim_worker(w))
         return 0;
     enter_as(p, w);
     int r = find_and_run(p, w);
+    if (!r && (j->flags & ASYMO_RUN_BACKUP))
+        r = backup_late_tasks(p, w, j);
     leave_as(p, w);
     return r;
 }
@@ -222,11 +234,13 @@ static void wait_job(asymo_pool *p, job_t *j)
     while (atomic_load_explicit(&j->done, memory_order_acquire) != 1) {
         /* help: run queued work as the worker of this core (see the top of this file) */
         worker_t *mine = worker_on_my_core(p);
-        if (mine && help_as(p, mine)) {
+        if (mine && help_as(p, mine, j)) {
             deadline = now_ns() + SUBMIT_SPIN_NS;
             continue;
         }
-        if (now_ns() < deadline) {
+        /* A backup needs the submitter awake while another worker runs a task of the job. */
+        if (now_ns() < deadline ||
+            (mine && (j->flags & ASYMO_RUN_BACKUP) && job_has_late_candidates(p, mine, j))) {
             for (int i = 0; i < 16; i++)
                 cpu_relax();
             if (mine && atomic_load_explicit(&p->caller_helps, memory_order_relaxed)) {
@@ -309,8 +323,10 @@ int asymo_pool_run(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks
                    const int64_t *cluster_counts, unsigned flags)
 {
     if (!pool || !fn || ntasks < 0
-        || (flags & ~(unsigned)(ASYMO_RUN_CLUSTER_LOCAL | ASYMO_RUN_INLINE)))
+        || (flags & ~(unsigned)(ASYMO_RUN_CLUSTER_LOCAL | ASYMO_RUN_INLINE | ASYMO_RUN_BACKUP)))
         return ASYMO_EINVAL;
+    if (pool->policy != ASYMO_POLICY_ASYMO || (flags & ASYMO_RUN_CLUSTER_LOCAL))
+        flags &= ~(unsigned)ASYMO_RUN_BACKUP;
     if (cluster_counts) {
         int64_t sum = 0;
         for (int c = 0; c < pool->nclusters; c++) {

@@ -53,6 +53,33 @@ int wq_pop_own(worker_t *w, range_t *r)
     return 1;
 }
 
+/* The tasks v must have queued for w to take one of them: as many as w's time per task is
+ * of v's (v would reach the task no sooner than w finishes it), when both have measured the
+ * same job; STEAL_UP_MIN otherwise. */
+static int64_t steal_up_min(const worker_t *w, const worker_t *v)
+{
+    worker_t *a = (worker_t *)w, *b = (worker_t *)v;
+    const uint64_t seq = atomic_load_explicit(&a->est_seq, memory_order_relaxed);
+    if (seq == 0 || atomic_load_explicit(&b->est_seq, memory_order_relaxed) != seq)
+        return STEAL_UP_MIN;
+    const int64_t na = atomic_load_explicit(&a->est_tasks, memory_order_relaxed);
+    const int64_t nb = atomic_load_explicit(&b->est_tasks, memory_order_relaxed);
+    const int64_t ta = atomic_load_explicit(&a->est_ns, memory_order_relaxed);
+    const int64_t tb = atomic_load_explicit(&b->est_ns, memory_order_relaxed);
+    if (na <= 0 || nb <= 0 || ta <= 0 || tb <= 0)
+        return STEAL_UP_MIN;
+    /* ceil((ta / na) / (tb / nb)) */
+    const double ratio = ((double)ta * (double)nb) / ((double)tb * (double)na);
+    return ratio >= (double)STEAL_UP_MIN ? STEAL_UP_MIN : ratio <= 1.0 ? 1 : (int64_t)ratio + 1;
+}
+
+/* Thief w of a slower cluster takes one task of a backup job queued at v (the mutex queue, or
+ * the Chase-Lev kind's inbox), if v has enough queued (steal_up_min). */
+int wq_steal_up(worker_t *w, worker_t *v, range_t *r)
+{
+    return rq_steal_one_backup(&v->q, steal_up_min(w, v), r);
+}
+
 /* Thief w takes work queued at v. */
 int wq_steal(worker_t *w, worker_t *v, range_t *r)
 {

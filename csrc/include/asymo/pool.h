@@ -15,7 +15,11 @@ typedef struct asymo_pool asymo_pool;
 
 enum {
     ASYMO_POLICY_ASYMO = 0,  /* per-cluster split, shortest-queue submit, steal in cluster,
-                                then faster may steal from slower, never slower from faster */
+                                then faster may steal from slower; slower from faster only
+                                one task of an ASYMO_RUN_BACKUP job at a time, from a queue
+                                of as many tasks as the thief's time per task is of the
+                                owner's (ASYMO_POOL_STEAL_UP_MIN when unmeasured, and at
+                                most) */
     ASYMO_POLICY_EVEN = 1,   /* static equal split over all workers, no stealing */
     ASYMO_POLICY_SHARED = 2, /* one shared atomic counter, all workers take the next task */
     ASYMO_POLICY_STEAL = 3   /* equal split, stealing in any direction */
@@ -40,8 +44,21 @@ enum {
 /* Job flags of asymo_pool_run. CLUSTER_LOCAL: no task leaves its cluster, even where the
  * policy would let a faster cluster steal it (pipeline stages pinned to one cluster). INLINE:
  * the calling thread runs every task itself, in order (a job too small to be worth waking
- * the workers; the plan decides). */
-enum { ASYMO_RUN_CLUSTER_LOCAL = 1, ASYMO_RUN_INLINE = 2 };
+ * the workers; the plan decides).
+ *
+ * BACKUP: a task that another worker has been running far longer than the submitter's own
+ * tasks of the job take (ASYMO_POOL_BACKUP_FACTOR times, at least ASYMO_POOL_BACKUP_MIN_NS:
+ * a worker stopped or preempted) is run again by the submitting thread, with the tasks that
+ * worker had taken but not begun; the job ends when every task has finished once, and the
+ * late copy goes on running after asymo_pool_run returns (a "superseded" task). So the tasks
+ * must be idempotent: each writes its outputs once, with their final values, reads nothing
+ * the job writes, and keeps no state between calls but per-thread scratch. The caller keeps
+ * `ctx` and every byte the tasks read or write valid and unchanged until
+ * asymo_pool_fence(pool, s) returns for an s at or above the job's number
+ * (asymo_pool_last_job() read after asymo_pool_run returns is one). Applies to the asymo
+ * policy's jobs without CLUSTER_LOCAL, submitted from outside the pool's tasks; ignored
+ * otherwise. */
+enum { ASYMO_RUN_CLUSTER_LOCAL = 1, ASYMO_RUN_INLINE = 2, ASYMO_RUN_BACKUP = 4 };
 
 /* Per-worker counters, accumulated since creation or the last reset. */
 typedef struct {
@@ -58,6 +75,10 @@ typedef struct {
     int64_t sleeps;          /* times the worker went to sleep (futex wait) when idle */
     int64_t tasks_caller;    /* of tasks_run: run by a submitting thread acting as this worker
                                 while it waited for its job (see asymo_pool_run) */
+    int64_t tasks_backup;    /* of tasks_run: backups of tasks another worker was late with
+                                (ASYMO_RUN_BACKUP) */
+    int64_t tasks_superseded; /* tasks this worker finished after a backup had (not counted in
+                                 tasks_run) */
 } asymo_worker_stats;
 
 /* Create a pool of `nworkers` workers; worker i is pinned to cpus[i] (or unpinned if
@@ -120,6 +141,13 @@ int asymo_pool_get_caller_helps(const asymo_pool *pool);
 int asymo_pool_set_caller_to_fastest(asymo_pool *pool, int on);
 int asymo_pool_get_caller_to_fastest(const asymo_pool *pool);
 
+/* The number of the last job submitted to the pool (by any thread); jobs are numbered from 1
+ * in the order they are submitted. */
+uint64_t asymo_pool_last_job(const asymo_pool *pool);
+/* Wait until no worker runs a superseded task (ASYMO_RUN_BACKUP) of a job numbered `seq` or
+ * lower; returns asymo_pool_last_job() as it was when called. */
+uint64_t asymo_pool_fence(asymo_pool *pool, uint64_t seq);
+
 /* The pool whose worker is calling, or NULL. */
 const asymo_pool *asymo_pool_current(void);
 /* Index of the calling thread among `pool`'s workers, or -1 if it is not one of them. A job
@@ -136,7 +164,10 @@ int asymo_pool_worker_of(const asymo_pool *pool);
 enum {
     ASYMO_POOL_CHUNK_TARGET_NS = 20000,
     ASYMO_POOL_CHUNK_MAX = 16777216,     /* 1 << 24 */
-    ASYMO_POOL_SUBMIT_SPIN_NS = 10000
+    ASYMO_POOL_SUBMIT_SPIN_NS = 10000,
+    ASYMO_POOL_BACKUP_FACTOR = 4,
+    ASYMO_POOL_BACKUP_MIN_NS = 20000,
+    ASYMO_POOL_STEAL_UP_MIN = 4
 };
 
 /* Diagnostic tasks for tests, benchmarks and self-checks. */
