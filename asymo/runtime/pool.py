@@ -598,7 +598,7 @@ class Pool:
         when called.
 
         The model runner calls it between nodes, so a late copy never meets memory that is
-        reused (see docs/runtime.md, "Backup tasks").
+        reused (docs/pool.md, "Backup tasks").
         """
         return int(self._call(lib.asymo_pool_fence,
                               (1 << 64) - 1 if job is None else int(job)))

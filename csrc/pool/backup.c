@@ -79,23 +79,41 @@ void run_range_backup(worker_t *w, const range_t *r)
     job_finish_tasks(j, done);
 }
 
-/* The backup limit for job j: BACKUP_FACTOR times the time per task `mine` measured on it, at
- * least BACKUP_MIN_NS; 0 when mine has run none of its tasks (nothing to compare with). */
-static int64_t backup_limit(const worker_t *mine, const job_t *j)
+/* w's time per task of job seq, or 0 when it has run none of its tasks. */
+static int64_t task_ns(const worker_t *w, uint64_t seq)
 {
-    worker_t *m = (worker_t *)mine;
-    if (atomic_load_explicit(&m->est_seq, memory_order_relaxed) != j->seq)
+    worker_t *m = (worker_t *)w;
+    if (atomic_load_explicit(&m->est_seq, memory_order_relaxed) != seq)
         return 0;
     const int64_t n = atomic_load_explicit(&m->est_tasks, memory_order_relaxed);
-    if (n <= 0)
+    return n > 0 ? atomic_load_explicit(&m->est_ns, memory_order_relaxed) / n : 0;
+}
+
+/* Whether `mine`, which has nothing else to run, should back up the task v began `elapsed`
+ * ns ago: when v has stopped (the task has run backup_factor times mine's time per task of
+ * job j, and backup_min_ns), or when v's own time per task of j says the task would end later
+ * than a fresh copy run by mine (a core slower than its share assumed: the end of the job
+ * is the submitter's to bring forward). Never while mine has run none of j's tasks. */
+static int backup_due(const asymo_pool *p, const worker_t *mine, const worker_t *v,
+                      const job_t *j, int64_t elapsed)
+{
+    const int64_t own = task_ns(mine, j->seq), theirs = task_ns(v, j->seq);
+    if (own <= 0)
         return 0;
-    const int64_t limit = BACKUP_FACTOR * atomic_load_explicit(&m->est_ns, memory_order_relaxed)
-                          / n;
-    return limit > BACKUP_MIN_NS ? limit : BACKUP_MIN_NS;
+    const int64_t factor = atomic_load_explicit(&((asymo_pool *)p)->backup_factor,
+                                                memory_order_relaxed);
+    const int64_t floor = atomic_load_explicit(&((asymo_pool *)p)->backup_min_ns,
+                                               memory_order_relaxed);
+    if (elapsed >= factor * own && elapsed >= floor)
+        return 1;
+    /* (a quarter's margin: the copy starts late and its data are on the other core) */
+    return theirs - elapsed > own + own / 4;
 }
 
 int job_has_late_candidates(const asymo_pool *p, const worker_t *mine, const job_t *j)
 {
+    if (atomic_load_explicit(&((asymo_pool *)p)->backup_factor, memory_order_relaxed) <= 0)
+        return 0;
     for (int i = 0; i < p->nworkers; i++) {
         worker_t *v = &p->workers[i];
         if (v != mine
@@ -110,8 +128,7 @@ int job_has_late_candidates(const asymo_pool *p, const worker_t *mine, const job
  * task of j past the backup limit. Returns 1 if it ran some. */
 int backup_late_tasks(asymo_pool *p, worker_t *mine, job_t *j)
 {
-    const int64_t limit = backup_limit(mine, j);
-    if (limit == 0)
+    if (atomic_load_explicit(&p->backup_factor, memory_order_relaxed) <= 0)
         return 0;
     const int64_t now = now_ns();
     for (int i = 0; i < p->nworkers; i++) {
@@ -127,7 +144,9 @@ int backup_late_tasks(asymo_pool *p, worker_t *mine, job_t *j)
         const int64_t lo = atomic_load_explicit(&v->bk_lo, memory_order_relaxed);
         const int64_t hi = atomic_load_explicit(&v->bk_hi, memory_order_relaxed);
         const int64_t start = atomic_load_explicit(&v->bk_start_ns, memory_order_relaxed);
-        if (seq != j->seq || now - start < limit || lo >= hi)
+        if (seq != j->seq || lo >= hi)
+            continue;
+        if (!backup_due(p, mine, v, j, now - start))
             continue;
         if (!atomic_compare_exchange_strong_explicit(&v->bk_state, &s, (s & ~(uint64_t)3)
                                                      | BK_TAKEN, memory_order_acq_rel,

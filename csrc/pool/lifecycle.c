@@ -111,6 +111,8 @@ asymo_pool *asymo_pool_create(int nworkers, const int *cpus, const int *worker_c
     atomic_store(&p->spin_us, DEFAULT_SPIN_US);
     atomic_store(&p->caller_helps, 1);
     atomic_store(&p->caller_to_fastest, 1);
+    atomic_store(&p->backup_factor, ASYMO_POOL_BACKUP_FACTOR);
+    atomic_store(&p->backup_min_ns, ASYMO_POOL_BACKUP_MIN_NS);
     mutex_init_adaptive(&p->shared_lock);
     pthread_mutex_init(&p->life_lock, NULL);
     pthread_mutex_init(&p->start_lock, NULL);
@@ -280,6 +282,25 @@ int asymo_pool_set_caller_to_fastest(asymo_pool *pool, int on)
 int asymo_pool_get_caller_to_fastest(const asymo_pool *pool)
 {
     return pool ? atomic_load(&((asymo_pool *)pool)->caller_to_fastest) : ASYMO_EINVAL;
+}
+
+int asymo_pool_set_backup(asymo_pool *pool, int factor, int64_t min_ns)
+{
+    if (!pool || factor < 0 || factor > 1000 || min_ns < 0)
+        return ASYMO_EINVAL;
+    atomic_store(&pool->backup_factor, factor);
+    atomic_store(&pool->backup_min_ns, min_ns);
+    return ASYMO_OK;
+}
+
+int asymo_pool_get_backup_factor(const asymo_pool *pool)
+{
+    return pool ? (int)atomic_load(&((asymo_pool *)pool)->backup_factor) : ASYMO_EINVAL;
+}
+
+int64_t asymo_pool_get_backup_min_ns(const asymo_pool *pool)
+{
+    return pool ? atomic_load(&((asymo_pool *)pool)->backup_min_ns) : ASYMO_EINVAL;
 }
 
 int asymo_pool_stats(const asymo_pool *pool, asymo_worker_stats *out, int n)

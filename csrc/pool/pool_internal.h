@@ -50,8 +50,6 @@
 #define CHUNK_TARGET_NS ((int64_t)ASYMO_POOL_CHUNK_TARGET_NS)
 #define CHUNK_MAX ((int64_t)ASYMO_POOL_CHUNK_MAX)
 #define SUBMIT_SPIN_NS ((int64_t)ASYMO_POOL_SUBMIT_SPIN_NS)
-#define BACKUP_FACTOR ((int64_t)ASYMO_POOL_BACKUP_FACTOR)
-#define BACKUP_MIN_NS ((int64_t)ASYMO_POOL_BACKUP_MIN_NS)
 #define STEAL_UP_MIN ((int64_t)ASYMO_POOL_STEAL_UP_MIN)
 /* Spinning threads yield the core every this many polling rounds (16 pauses each). */
 #define YIELD_EVERY 8
@@ -176,6 +174,9 @@ struct asymo_pool {
     _Atomic int caller_helps;           /* submitters run work while they wait (run.c) */
     _Atomic int caller_to_fastest;      /* a submitter on a slower cluster's core moves to the
                                          * fastest cluster's cores for its job (run.c) */
+    _Atomic int64_t backup_factor;      /* backup tasks (backup.c): a task is run again after
+                                         * this many times the job's time per task, 0: never */
+    _Atomic int64_t backup_min_ns;      /* ... and no sooner than this */
     cpu_set_t fastest_cpus;             /* cores of cluster 0's pinned workers */
     _Atomic uint64_t job_seq;           /* last job number handed out */
 

@@ -96,6 +96,10 @@ int rq_pop_front(rqueue_t *q, uint64_t *chunk_seq, int64_t *chunk, range_t *out)
         int64_t quarter = n / 4 > 0 ? n / 4 : 1;
         if (k > quarter)
             k = quarter;
+        /* a backup job's tasks one at a time: what is queued can be stolen, what is in hand
+         * only backed up (backup.c) */
+        if (r->flags & ASYMO_RUN_BACKUP)
+            k = 1;
         *out = *r;
         out->hi = r->lo + k;
         r->lo += k;

@@ -44,9 +44,10 @@ int wq_pop_own(worker_t *w, range_t *r)
         w->chunk_seq = r->seq;
         w->chunk = 1;
     }
-    if (r->hi - r->lo > w->chunk) {
+    const int64_t chunk = (r->flags & ASYMO_RUN_BACKUP) ? 1 : w->chunk; /* (rq_pop_front) */
+    if (r->hi - r->lo > chunk) {
         range_t rest = *r;
-        rest.lo = r->lo + w->chunk;
+        rest.lo = r->lo + chunk;
         r->hi = rest.lo;
         cl_push_pieces(w, rest);
     }

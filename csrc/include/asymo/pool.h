@@ -46,10 +46,9 @@ enum {
  * the calling thread runs every task itself, in order (a job too small to be worth waking
  * the workers; the plan decides).
  *
- * BACKUP: a task that another worker has been running far longer than the submitter's own
- * tasks of the job take (ASYMO_POOL_BACKUP_FACTOR times, at least ASYMO_POOL_BACKUP_MIN_NS:
- * a worker stopped or preempted) is run again by the submitting thread, with the tasks that
- * worker had taken but not begun; the job ends when every task has finished once, and the
+ * BACKUP: a task that another worker has been running far longer than the job's tasks take
+ * (a worker stopped or preempted; asymo_pool_set_backup says how long) is run again by the
+ * submitting thread, with the tasks that worker had taken but not begun; the job ends when every task has finished once, and the
  * late copy goes on running after asymo_pool_run returns (a "superseded" task). So the tasks
  * must be idempotent: each writes its outputs once, with their final values, reads nothing
  * the job writes, and keeps no state between calls but per-thread scratch. The caller keeps
@@ -147,6 +146,14 @@ uint64_t asymo_pool_last_job(const asymo_pool *pool);
 /* Wait until no worker runs a superseded task (ASYMO_RUN_BACKUP) of a job numbered `seq` or
  * lower; returns asymo_pool_last_job() as it was when called. */
 uint64_t asymo_pool_fence(asymo_pool *pool, uint64_t seq);
+
+/* When a submitter backs up a task of an ASYMO_RUN_BACKUP job: once it has run `factor`
+ * times as long as the job's tasks take (the longer of the submitter's and the running
+ * worker's times per task of the job) and at least min_ns; factor 0: never (the job waits as
+ * any other). A new pool has ASYMO_POOL_BACKUP_FACTOR and ASYMO_POOL_BACKUP_MIN_NS. */
+int asymo_pool_set_backup(asymo_pool *pool, int factor, int64_t min_ns);
+int asymo_pool_get_backup_factor(const asymo_pool *pool);
+int64_t asymo_pool_get_backup_min_ns(const asymo_pool *pool);
 
 /* The pool whose worker is calling, or NULL. */
 const asymo_pool *asymo_pool_current(void);

@@ -1,0 +1,258 @@
+"""Backup tasks (ASYMO_RUN_BACKUP): a job does not wait for a worker stopped in a task; the
+submitter runs the task again, the late copy is fenced; a slower worker takes single tasks of
+such jobs from a faster one's long queue; models on several-cluster pools use them.
+
+The C core's own tests (every task counted once, the job and its context never touched after
+the fence, under ThreadSanitizer and AddressSanitizer) are in test_pool_sanitized.py."""
+import os
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import asymo
+import asymo.lab.emulate as E
+from asymo.hw.topology import Cluster, Topology
+from asymo.models.graph_model import BACKUP_OVERLAP_NODES, _Instance
+from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.pool import Pool, hold
+
+CPUS = sorted(os.sched_getaffinity(0))
+needs2 = pytest.mark.skipif(len(CPUS) < 2, reason="needs 2 usable cpus")
+STALL_S = 0.3
+
+
+def big_little():
+    return Topology(clusters=(Cluster("big", (CPUS[0],)),
+                              Cluster("little", (CPUS[1],), capacity=0.5)))
+
+
+def make_pool(spec):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return Pool(spec)
+
+
+class Stalling:
+    """Tasks writing out[t] = 2 t; the first task the little worker runs sleeps STALL_S first
+    (a core taken away in the middle of a task)."""
+
+    def __init__(self, n, stall=True):
+        self.out = np.zeros(n)
+        self.runs = np.zeros(n, np.int64)
+        self.by_worker = np.full(n, -1, np.int64)
+        self.stall = stall
+        self.late_done = threading.Event()
+        self.lock = threading.Lock()
+
+        @ffi.callback("void(int64_t, void *)")
+        def task(t, ctx):
+            w = lib.asymo_pool_current_worker()
+            with self.lock:
+                stall = self.stall and w == 1
+                self.stall = self.stall and not stall
+            if stall:
+                time.sleep(STALL_S)
+            else:
+                time.sleep(0.0005)  # a task of measurable length for the backup limit
+            self.out[t] = 2.0 * t
+            with self.lock:
+                self.runs[t] += 1
+                self.by_worker[t] = w
+            if stall:
+                self.late_done.set()
+
+        self.task = task
+
+
+def run(pool, job, n, counts, flags):
+    c = ffi.new("int64_t[2]", counts)
+    rc = lib.asymo_pool_run(pool._handle, job.task, ffi.NULL, n, c, flags)
+    assert rc == lib.ASYMO_OK
+
+
+@needs2
+def test_a_backup_job_returns_without_waiting_for_a_stopped_worker():
+    with make_pool(big_little()) as pool:
+        n = 24
+        job = Stalling(n)
+        pool.reset_stats()
+        t0 = time.perf_counter()
+        run(pool, job, n, [16, 8], lib.ASYMO_RUN_BACKUP)
+        took = time.perf_counter() - t0
+        # every output is there, though the stopped worker's copy has not finished
+        np.testing.assert_array_equal(job.out, 2.0 * np.arange(n))
+        assert (job.runs >= 1).all()
+        assert took < STALL_S / 2 and not job.late_done.is_set()
+        st = pool.stats()
+        assert st["workers"][0]["tasks_backup"] >= 1
+        # the fence waits for the late copy; then it is counted as superseded
+        pool.fence()
+        assert job.late_done.is_set()
+        st = pool.stats()
+        assert st["workers"][1]["tasks_superseded"] == 1
+        assert job.runs.sum() == n + 1  # the stopped task ran twice, every other once
+        assert st["workers"][0]["tasks_run"] + st["workers"][1]["tasks_run"] == n
+
+
+@needs2
+def test_without_the_flag_the_job_waits_for_the_stopped_worker():
+    with make_pool(big_little()) as pool:
+        n = 24
+        job = Stalling(n)
+        t0 = time.perf_counter()
+        run(pool, job, n, [16, 8], 0)
+        assert time.perf_counter() - t0 >= STALL_S * 0.9
+        assert (job.runs == 1).all()
+        assert pool.stats()["workers"][0]["tasks_backup"] == 0
+
+
+@needs2
+def test_fence_of_an_earlier_job_does_not_wait_for_a_later_ones_late_copy():
+    with make_pool(big_little()) as pool:
+        before = pool.fence()  # the last job number so far
+        job = Stalling(24)
+        run(pool, job, 24, [16, 8], lib.ASYMO_RUN_BACKUP)
+        t0 = time.perf_counter()
+        assert pool.fence(before) >= before + 1
+        assert time.perf_counter() - t0 < STALL_S / 2 and not job.late_done.is_set()
+        pool.fence()
+        assert job.late_done.is_set()
+
+
+@needs2
+def test_the_slower_worker_takes_single_tasks_of_backup_jobs_from_a_long_faster_queue():
+    # The little worker gets 1 task of 40 and finishes it early (it is as fast as the big
+    # one here): it may take tasks of a backup job from the big worker's queue, one at a time,
+    # never of a plain job.
+    stolen = {}
+    with make_pool(big_little()) as pool:
+        for flags in (0, lib.ASYMO_RUN_BACKUP):
+            job = Stalling(40, stall=False)
+            pool.reset_stats()
+            run(pool, job, 40, [39, 1], flags)
+            assert (job.runs == 1).all()
+            stolen[flags] = pool.stats()["workers"][1]["stolen_from"].get("big", 0)
+    assert stolen[0] == 0
+    assert stolen[lib.ASYMO_RUN_BACKUP] > 0
+
+
+@needs2
+def test_backup_is_ignored_by_other_policies_and_cluster_local_jobs():
+    for policy in ("even", "shared", "steal"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            pool = Pool(big_little(), policy=policy)
+        with pool:
+            job = Stalling(8)
+            t0 = time.perf_counter()
+            run(pool, job, 8, [4, 4], lib.ASYMO_RUN_BACKUP)
+            assert time.perf_counter() - t0 >= STALL_S * 0.9, policy
+            assert (job.runs == 1).all()
+    with make_pool(big_little()) as pool:
+        job = Stalling(8)
+        t0 = time.perf_counter()
+        run(pool, job, 8, [4, 4], lib.ASYMO_RUN_BACKUP | lib.ASYMO_RUN_CLUSTER_LOCAL)
+        assert time.perf_counter() - t0 >= STALL_S * 0.9
+        assert (job.runs == 1).all()
+
+
+# ---- models ---------------------------------------------------------------------------------
+
+def _byte_range(plan, t):
+    if t in plan.slices:
+        y, c0, c1 = plan.slices[t]
+        off, _ = plan.storage[y]
+        shape = plan.shapes[y]
+        per_channel = 4 * int(np.prod(shape[2:]))
+        # the slice's channels of image 0 .. its last image (a superset: conservative)
+        return off + c0 * per_channel, off + (shape[0] - 1) * shape[1] * per_channel \
+            + c1 * per_channel, y
+    off, nbytes = plan.storage[t]
+    return off, off + nbytes, plan.aliases.get(t, t)
+
+
+def _late_copy_conflicts(model, plan):
+    """Pairs (node k, node j) with j among the `overlap` nodes before k (a late copy of j may
+    still run during k) where k, not writing in place, writes memory j reads or writes."""
+    g = model.graph
+    in_place = _Instance(g, plan, model._conv_weights).in_place
+    consts = g.initializers
+    span = plan.overlap if plan.overlap else BACKUP_OVERLAP_NODES
+    bad = []
+    for k, n in enumerate(g.nodes):
+        if in_place[k]:
+            continue
+        writes = [_byte_range(plan, t) for t in n.outputs if t]
+        for j in range(max(0, k - span), k):
+            used = [_byte_range(plan, t) for t in list(g.nodes[j].inputs) + list(
+                g.nodes[j].outputs) if t and t not in consts]
+            for a0, a1, ra in writes:
+                for b0, b1, rb in used:
+                    if a0 < b1 and b0 < a1 and ra != rb:
+                        bad.append((k, j))
+    return bad
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v1", "squeezenet"])
+def test_the_backups_arena_keeps_memory_for_late_copies(name):
+    m = asymo.models.get_graph(name, image_size=64)
+    tight, roomy = m.plan(1), m.plan(1, backups=True)
+    assert tight.overlap == 0 and roomy.overlap == BACKUP_OVERLAP_NODES
+    assert _late_copy_conflicts(m, tight)  # the tight arena would let a late copy clash
+    assert not _late_copy_conflicts(m, roomy)
+    assert roomy.arena_bytes >= tight.arena_bytes
+    assert m.plan(1, backups=True) is roomy
+
+
+@needs2
+def test_models_on_a_two_cluster_pool_use_the_roomy_arena_and_backups():
+    m = asymo.models.get_graph("mobilenet_v1", image_size=64)
+    x = np.random.default_rng(0).standard_normal((1, 3, 64, 64), dtype=np.float32)
+    with make_pool(Topology(clusters=(Cluster("c0", (CPUS[0], CPUS[1])),))) as one:
+        want = m(x, pool=one)
+        with hold(one) as p:
+            inst = m._acquire(1, p)
+            assert inst.overlap == 0
+            m._release(inst)
+    with make_pool(big_little()) as two:
+        m.cluster_choice = "all"
+        np.testing.assert_allclose(m(x, pool=two), want, rtol=1e-5, atol=1e-6)
+        with hold(two) as p:
+            inst = m._acquire(1, p)
+            assert inst.overlap == BACKUP_OVERLAP_NODES
+            flags = {args[-1] for step in inst._steps_for(p) if step is not None
+                     and hasattr(step, "_calls") for fn, args in step._calls
+                     if fn is lib.asymo_pool_run}
+            m._release(inst)
+        assert lib.ASYMO_RUN_BACKUP in flags
+
+
+@needs2
+@pytest.mark.emulator
+@pytest.mark.skipif(not E.realtime_available(), reason="SCHED_FIFO refused")
+@pytest.mark.parametrize("name", ["mobilenet_v1", "squeezenet"])
+def test_models_under_the_emulator_back_tasks_up_and_stay_exact(name):
+    # The emulator stops the little core 0.25 ms of every 0.5: tasks it holds are backed up,
+    # their late copies run into the next nodes; every output must still be the right one.
+    m = asymo.models.get_graph(name, image_size=96)
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((1, 3, 96, 96), dtype=np.float32) for _ in range(4)]
+    with make_pool(Topology(clusters=(Cluster("c0", (CPUS[0], CPUS[1])),))) as one:
+        want = [m(x, pool=one) for x in xs]
+    m.cluster_choice = "all"
+    with E.slow_cores({CPUS[1]: 0.5}):
+        with make_pool(big_little()) as two:
+            two.reset_stats()
+            deadline = time.perf_counter() + 4.0
+            calls = 0
+            while True:
+                for x, w in zip(xs, want):
+                    np.testing.assert_allclose(m(x, pool=two), w, rtol=1e-5, atol=1e-6)
+                    calls += 1
+                st = two.stats()
+                if st["workers"][0]["tasks_backup"] >= 5 or time.perf_counter() > deadline:
+                    break
+            assert st["workers"][0]["tasks_backup"] > 0, f"no backup in {calls} calls"
