@@ -711,10 +711,6 @@ class _Instance:
         self.batch = plan.batch
         self.overlap = plan.overlap
         C = graph.initializers
-        # nodes writing over one of their inputs: no late copy may still read or write it
-        root = plan.aliases.get
-        self.in_place = [any(root(o, o) == root(i, i) for o in n.outputs if o
-                             for i in n.inputs if i) for n in graph.nodes]
         self.steps = []
         self._bindings = {}  # (id(pool), limit, emulator period) -> (weakref(pool), steps)
         self._mixed = (None, None)  # ((whole, fastest, placement), steps): the last mix
@@ -730,6 +726,15 @@ class _Instance:
             else:
                 fn = _RUNNERS[n.op](n, V, C, graph)
             self.steps.append(fn)
+        # fence_until[k]: before node k, wait for every late copy of the jobs that began
+        # before step fence_until[k] (k itself: every late copy; -1: none)
+        self.fence_until = None
+        if plan.overlap:
+            last = _late_copy_fences(graph, plan, self.steps)
+            later = [len(self.steps)] * (len(self.steps) + 1)  # the first step at or after i
+            for i in range(len(self.steps) - 1, -1, -1):
+                later[i] = i if self.steps[i] is not None else later[i + 1]
+            self.fence_until = [-1 if j < 0 else later[j + 1] for j in last]
 
     def _steps_for(self, pool):
         """The steps bound to ``pool`` (held by the caller), made on first use."""
@@ -781,21 +786,23 @@ class _Instance:
 
     def _run_fenced(self, steps, first, last, handle, times):
         """Nodes ``first..last`` whose convolutions may leave backed-up tasks running: before
-        node k, every late copy of node k - overlap - 1 or earlier has returned (before an
-        in-place node and at the end, every late copy)."""
+        node k, every late copy of the last earlier node whose memory k writes, and of those
+        before it, has returned (`_late_copy_fences`; at the end of the call, every late
+        copy)."""
         fence, everything = lib.asymo_pool_fence, (1 << 64) - 1
-        # before[k % D]: the last job number before node k - D began (all jobs of nodes
-        # before it are at or below it)
-        d = self.overlap
-        before = [0] * d
+        after = self.fence_until
+        # before[k]: the last job number before node k began (every job of nodes before k is
+        # at or below it)
+        before = {}
         clock = time.perf_counter
         try:
             for i in range(first, last + 1):
                 fn = steps[i]
-                before[i % d] = fence(handle, everything if self.in_place[i]
-                                      else before[i % d])
                 if fn is None:
                     continue
+                j = after[i]  # wait for late copies of jobs before node j (steps only)
+                before[i] = fence(handle, 0 if j < first else
+                                  everything if j == i else before[j])
                 if times is None:
                     fn()
                 else:
@@ -804,6 +811,43 @@ class _Instance:
                     times[i] += clock() - t0
         finally:
             fence(handle, everything)
+
+
+def _byte_intervals(plan, t):
+    """The arena bytes tensor ``t`` occupies, as ``[lo, hi)`` intervals (one per image for a
+    channel slice of a concat's output)."""
+    if t in plan.slices:
+        y, c0, c1 = plan.slices[t]
+        off = plan.storage[y][0]
+        n, c = plan.shapes[y][:2]
+        per = 4 * math.prod(plan.shapes[y][2:])
+        return [(off + (i * c + c0) * per, off + (i * c + c1) * per) for i in range(n)]
+    off, nbytes = plan.storage[t]
+    return [(off, off + nbytes)]
+
+
+def _late_copy_fences(graph, plan, steps):
+    """For each node k, the last earlier node whose backed-up tasks' late copies k must wait
+    for: a convolution (the only nodes that back tasks up) reading or writing memory k writes
+    (-1: none). A late copy only ever meets memory it used, so a node waits for no more than
+    that; the arena's overlap keeps it a few nodes back."""
+    consts = graph.initializers
+
+    def used(n, names):
+        return [iv for t in names if t and t not in consts for iv in _byte_intervals(plan, t)]
+
+    backed = [(j, used(n, list(n.inputs) + list(n.outputs)))
+              for j, (n, fn) in enumerate(zip(graph.nodes, steps)) if isinstance(fn, _ConvStep)]
+    out = [-1] * len(graph.nodes)
+    for k, (n, fn) in enumerate(zip(graph.nodes, steps)):
+        if fn is None:
+            continue
+        writes = used(n, n.outputs)
+        for j, ivs in reversed(backed):
+            if j < k and any(a < d and c < b for a, b in writes for c, d in ivs):
+                out[k] = j
+                break
+    return out
 
 
 def _descriptor(n, shapes, consts):
