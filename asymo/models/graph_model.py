@@ -72,10 +72,10 @@ CHOICE_RECHECK_CALLS = 16
 CHOICE_RECHECK_MARGIN = 0.10
 #: On a pool of several clusters a convolution's tasks may be backed up (docs/pool.md, "Backup
 #: tasks"): a task a stopped core holds is run again on another and the node ends without
-#: waiting for it. Its late copy may go on into the next BACKUP_OVERLAP_NODES nodes; the arena
-#: of such a pool's instances keeps every tensor's memory that many nodes past its last reader
-#: (one-cluster pools keep the tighter arena: a larger one costs cache), and the runner fences
-#: before each node (and before an in-place one, for every late copy).
+#: waiting for it, its late copy running on into the next nodes. The arena of such a pool's
+#: instances keeps every tensor's memory BACKUP_OVERLAP_NODES nodes past its last reader (pools
+#: of one cluster keep the tighter arena: a larger one costs cache), and before a node the
+#: runner waits only for late copies that use memory the node writes (_late_copy_fences).
 BACKUP_OVERLAP_NODES = 2
 # operators that write a strided output (a channel slice of a concat) correctly
 SLICE_WRITERS = frozenset({"asymo.Conv", "MaxPool", "AveragePool", "Relu", "Clip", "Sigmoid",
