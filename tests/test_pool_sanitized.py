@@ -41,19 +41,27 @@ def test_stress_under_tsan(stress_binary, queue, policy):
     assert r.stdout.startswith("ok ")
 
 
-@pytest.fixture(scope="module")
-def migrate_binary(tmp_path_factory):
+def _build_on_cpus_0_1(tmp_path_factory, name, flags):
+    """tests/c/NAME.c with the pool's sources, built with ``flags`` (a sanitizer the compiler
+    lacks: skip); needs cpus 0 and 1."""
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         pytest.skip("no C compiler")
     if not {0, 1} <= os.sched_getaffinity(0):
         pytest.skip("needs cpus 0 and 1")
-    out = str(tmp_path_factory.mktemp("migrate") / "pool_migrate")
-    cmd = [cc, "-O2", "-std=gnu11", "-pthread", *INCLUDES,
-           os.path.join(HERE, "c", "pool_migrate.c"), *POOL_SOURCES, "-o", out]
+    out = str(tmp_path_factory.mktemp(name) / name)
+    cmd = [cc, *flags, "-std=gnu11", "-pthread", *INCLUDES,
+           os.path.join(HERE, "c", f"{name}.c"), *POOL_SOURCES, "-o", out]
     r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0 and any(f.startswith("-fsanitize") for f in flags):
+        pytest.skip(f"cannot build with {flags}: {r.stderr[-300:]}")
     assert r.returncode == 0, r.stderr[-2000:]
     return out
+
+
+@pytest.fixture(scope="module")
+def migrate_binary(tmp_path_factory):
+    return _build_on_cpus_0_1(tmp_path_factory, "pool_migrate", ["-O2"])
 
 
 @pytest.mark.parametrize("policy", [0, 3], ids=["asymo", "steal"])
@@ -64,22 +72,6 @@ def test_submitter_moved_between_cores_never_strands_a_range(migrate_binary, pol
                        timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.startswith("ok 150000 jobs")
-
-
-def _build_backup(tmp_path_factory, flags):
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    if not {0, 1} <= os.sched_getaffinity(0):
-        pytest.skip("needs cpus 0 and 1")
-    out = str(tmp_path_factory.mktemp("backup") / "pool_backup")
-    cmd = [cc, *flags, "-std=gnu11", "-pthread", *INCLUDES,
-           os.path.join(HERE, "c", "pool_backup.c"), *POOL_SOURCES, "-o", out]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0 and "-fsanitize" in " ".join(flags):
-        pytest.skip(f"cannot build with {flags}: {r.stderr[-300:]}")
-    assert r.returncode == 0, r.stderr[-2000:]
-    return out
 
 
 def _backup_counts(stdout):
@@ -93,7 +85,7 @@ def _backup_counts(stdout):
 def test_backup_tasks_return_early_and_the_fence_waits(tmp_path_factory, queue, submitters):
     # Worker 1 stops 3 ms in one task of every third job: the job returns with the late copy
     # still running (early), every output there; the fence then waits for the copy.
-    binary = _build_backup(tmp_path_factory, ["-O2", "-Wall", "-Werror"])
+    binary = _build_on_cpus_0_1(tmp_path_factory, "pool_backup", ["-O2", "-Wall", "-Werror"])
     r = subprocess.run([binary, str(queue), str(submitters), "300"], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -108,7 +100,8 @@ def test_backup_tasks_return_early_and_the_fence_waits(tmp_path_factory, queue, 
 def test_backup_tasks_under_sanitizers(tmp_path_factory, sanitizer):
     # a late copy touching the job (on its submitter's stack) after the job returned, or the
     # context after the fence let it go, is what these two catch
-    binary = _build_backup(tmp_path_factory, ["-O1", "-g", f"-fsanitize={sanitizer}"])
+    binary = _build_on_cpus_0_1(tmp_path_factory, "pool_backup",
+                                ["-O1", "-g", f"-fsanitize={sanitizer}"])
     env = dict(os.environ, TSAN_OPTIONS="halt_on_error=1 exitcode=66",
                ASAN_OPTIONS="detect_stack_use_after_return=1")
     r = subprocess.run([binary, "0", "2", "150"], capture_output=True, text=True, timeout=120,

@@ -48,14 +48,7 @@ void run_range_backup(worker_t *w, const range_t *r)
     }
     const int64_t dt = now_ns() - t0;
     atomic_store_explicit(&w->running, 0, memory_order_relaxed);
-    counter_add(&w->busy_ns, dt);
-    counter_add(&w->tasks_run, done);
-    if (pool_tls_helping)
-        counter_add(&w->tasks_caller, done);
-    if (r->origin >= 0) {
-        counter_add(&w->tasks_stolen, done);
-        counter_add(&w->stolen_from[r->origin], done);
-    }
+    count_tasks(w, r, done, dt);
     if (superseded) {
         counter_add(&w->tasks_superseded, 1);
         if (done > 0) /* the job is alive: the backup's tasks keep `remaining` above zero */
@@ -152,16 +145,14 @@ int backup_late_tasks(asymo_pool *p, worker_t *mine, job_t *j)
                                                      | BK_TAKEN, memory_order_acq_rel,
                                                      memory_order_relaxed))
             continue;
+        const range_t taken = {j, lo, hi, -1, j->flags, j->seq};
         atomic_store_explicit(&mine->running, 1, memory_order_relaxed);
         const int64_t t0 = now_ns();
         for (int64_t t = lo; t < hi; t++)
             j->fn(t, j->ctx);
         atomic_store_explicit(&mine->running, 0, memory_order_relaxed);
-        counter_add(&mine->busy_ns, now_ns() - t0);
-        counter_add(&mine->tasks_run, hi - lo);
+        count_tasks(mine, &taken, hi - lo, now_ns() - t0);
         counter_add(&mine->tasks_backup, hi - lo);
-        if (pool_tls_helping)
-            counter_add(&mine->tasks_caller, hi - lo);
         job_finish_tasks(j, hi - lo);
         return 1;
     }

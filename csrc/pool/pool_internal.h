@@ -345,6 +345,7 @@ POOL_INTERNAL int policy_run_shared(asymo_pool *p, worker_t *w);
 /* run.c */
 POOL_INTERNAL void run_range(worker_t *w, const range_t *r);
 POOL_INTERNAL void adapt_chunk(worker_t *w, const range_t *r, int64_t dt);
+POOL_INTERNAL void count_tasks(worker_t *w, const range_t *r, int64_t k, int64_t dt);
 POOL_INTERNAL void wake_workers(asymo_pool *p);
 POOL_INTERNAL void *worker_main(void *arg);
 

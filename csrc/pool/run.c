@@ -41,6 +41,19 @@ void adapt_chunk(worker_t *w, const range_t *r, int64_t dt)
     }
 }
 
+/* w ran k tasks of range r in dt ns (its counters; r->origin says whether they were stolen). */
+void count_tasks(worker_t *w, const range_t *r, int64_t k, int64_t dt)
+{
+    counter_add(&w->busy_ns, dt);
+    counter_add(&w->tasks_run, k);
+    if (pool_tls_helping)
+        counter_add(&w->tasks_caller, k);
+    if (r->origin >= 0) {
+        counter_add(&w->tasks_stolen, k);
+        counter_add(&w->stolen_from[r->origin], k);
+    }
+}
+
 void run_range(worker_t *w, const range_t *r)
 {
     if (r->flags & ASYMO_RUN_BACKUP) {
@@ -57,14 +70,7 @@ void run_range(worker_t *w, const range_t *r)
         fn(t, ctx);
     int64_t dt = now_ns() - t0;
     atomic_store_explicit(&w->running, 0, memory_order_relaxed);
-    counter_add(&w->busy_ns, dt);
-    counter_add(&w->tasks_run, k);
-    if (pool_tls_helping)
-        counter_add(&w->tasks_caller, k);
-    if (r->origin >= 0) {
-        counter_add(&w->tasks_stolen, k);
-        counter_add(&w->stolen_from[r->origin], k);
-    }
+    count_tasks(w, r, k, dt);
     adapt_chunk(w, r, dt);
     job_finish_tasks(j, k);
 }
