@@ -1252,3 +1252,16 @@ def test_direct_path_only_where_it_applies(monkeypatch):
         monkeypatch.setattr(conv_mod, "DIRECT", "auto")
         with conv_mod.use_kernel_isa("avx2_fma"):  # (plans are cached by shape: a new one)
             assert not isinstance(plan((1, 3, 226, 224), (32, 3, 3, 3)), conv_mod._DirectPlan)
+
+
+def test_conv_path_names_the_path_and_checks_its_arguments():
+    from asymo.ops.conv import conv_path
+
+    assert conv_path((1, 8, 10, 10), (8, 1, 3, 3), padding=1, groups=8) == "depthwise"
+    assert conv_path((1, 16, 9, 9), (32, 16, 2, 3), padding=1, dilation=2) == "gemm"
+    with pytest.raises(ValueError, match="activation"):
+        conv_path((1, 8, 10, 10), (8, 8, 3, 3), activation="gelu")
+    with pytest.raises(ValueError, match="shapes"):
+        conv_path((8, 10, 10), (8, 8, 3, 3))
+    with pytest.raises(ValueError, match="stride"):
+        conv_path((1, 8, 10, 10), (8, 8, 3, 3), stride=0)

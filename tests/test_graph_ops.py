@@ -364,3 +364,37 @@ def test_gemm_on_computed_operands():
     m = asymo.from_onnx(model)
     x = _w(4, 3)
     np.testing.assert_allclose(m(x), _ort(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,size", [("mobilenet_v1", 64), ("resnet50", 64),
+                                       ("googlenet", 96)])
+def test_plan_kernels_name_the_path_each_convolution_takes(name, size):
+    # the plan's labels come from the path choice conv2d itself makes (asymo.ops.conv
+    # .conv_path); check them against the plans the bound convolutions run
+    import asymo.models
+    from asymo.ops import conv as C
+    from asymo.models.graph_model import _ConvStep
+
+    m = asymo.models.get_graph(name, image_size=size)
+    kinds = {C._DepthwisePlan: "depthwise", C._DirectPlan: "direct",
+             C._WinogradConvPlan: "winograd", C._IndirectConvPlan: "indirect",
+             C._PointwisePlan: "pointwise", C._RowsConvPlan: "rows", C._GemmConvPlan: "gemm"}
+    with hold(None) as pool:
+        inst = m._acquire(1, pool)
+        try:
+            bound = inst._steps_for(pool)
+            labels = m.plan(1).kernels
+            seen = set()
+            for n, step, b in zip(m.graph.nodes, inst.steps, bound):
+                if not isinstance(step, _ConvStep):
+                    continue
+                native = next(k for k in b._keep if isinstance(k, C._NativeCalls))
+                kind = kinds[type(native._plan)]
+                label = labels[n.name]
+                assert label.startswith(f"conv2d:{kind}"), (n.name, label, kind)
+                if kind == "winograd":
+                    assert label == f"conv2d:winograd F({native._plan.tile}x{native._plan.tile})"
+                seen.add(kind)
+        finally:
+            m._release(inst)
+    assert len(seen) >= 2

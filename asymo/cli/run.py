@@ -1,6 +1,7 @@
 """``asymo run MODEL.onnx``: load an ONNX model, run it, and say how long it took."""
 from __future__ import annotations
 
+import collections
 import json
 import statistics
 import sys
@@ -87,13 +88,18 @@ def run(args):
         np.save(args.output, y0)
     flat = np.asarray(y0[0]).reshape(-1)
     top = np.argsort(flat)[::-1][:5]
-    plan = model.plan(x.shape[0])
+    from asymo.runtime.pool import get_pool
+
+    pool = model.pool if model.pool is not None else get_pool()
+    plan = model.plan(x.shape[0], backups=pool.nclusters > 1)  # the arena its calls used
+    paths = collections.Counter(k.split(":", 1)[1] for k in plan.kernels.values()
+                                if k.startswith("conv2d:"))
     res = {"model": model.name, "input_shape": list(x.shape), "output_shape": list(y0.shape),
            "load_s": t_load, "first_result_s": t_first,
            "median_s": statistics.median(times) if times else None,
            "nodes": len(model.source_graph.nodes), "planned_nodes": len(model.graph.nodes),
            "rewrites": len(model.rewrites), "arena_bytes": plan.arena_bytes,
-           "gflop": model.flops * x.shape[0] / 1e9,
+           "gflop": model.flops * x.shape[0] / 1e9, "conv_paths": dict(paths),
            "top5": [[int(i), float(flat[i])] for i in top]}
     if args.json:
         print(json.dumps(res, indent=2))
@@ -104,6 +110,9 @@ def run(args):
     print(f"graph: {res['nodes']} nodes, {res['planned_nodes']} after planning "
           f"({res['rewrites']} rewrites), arena {plan.arena_bytes / 1e6:.2f} MB "
           f"(one buffer per tensor: {plan.naive_bytes / 1e6:.2f} MB)", file=out)
+    if paths:
+        print("convolutions: " + ", ".join(f"{n} {p}" for p, n in paths.most_common()),
+              file=out)
     print(f"load {t_load * 1e3:.1f} ms, file to first result {t_first * 1e3:.1f} ms", file=out)
     if times:
         print(f"median latency {statistics.median(times) * 1e3:.2f} ms over {len(times)} calls",

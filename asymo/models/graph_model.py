@@ -38,7 +38,7 @@ from asymo.models import spec
 from asymo.models.graph import GraphError
 from asymo.models.graph_plan import optimize
 from asymo.models.shapes import infer_shapes, ints, pad_amounts, slice_spec, split_sizes
-from asymo.ops.conv import PackedConvWeight
+from asymo.ops.conv import PackedConvWeight, conv_path
 from asymo.plan.split_cost import emulated_period
 from asymo.runtime.ffi import lib
 from asymo.runtime.pool import caller_on_fastest, hold
@@ -116,13 +116,12 @@ class ExecutionPlan:
 def _kernel_path(node, shapes, consts):
     op = node.op
     if op == "asymo.Conv":
-        w = consts[node.inputs[1]].shape
-        g = node.attrs["group"]
-        if g > 1 and g == shapes[node.inputs[0]][1] and w[1] == 1:
-            return "conv2d:depthwise"
-        if w[2:] == (1, 1) and node.attrs["strides"] == (1, 1) and not any(node.attrs["pads"]):
-            return "conv2d:1x1-gemm"
-        return "conv2d:implicit-gemm"
+        a = node.attrs
+        residual = len(node.inputs) > 3 and bool(node.inputs[3])
+        return "conv2d:" + conv_path(shapes[node.inputs[0]], consts[node.inputs[1]].shape,
+                                     a["strides"], (a["pads"][0], a["pads"][1]),
+                                     a["dilations"], a["group"], activation=a["activation"],
+                                     residual=residual)
     if op == "asymo.Gemm":
         return "matmul:rows"
     if op in ("MaxPool", "AveragePool", "GlobalAveragePool"):

@@ -57,8 +57,8 @@ from asymo.runtime.pool import hold as _hold
 from asymo.runtime.tasks import (ACTIVATION_CODES, DTYPE_CODES, INLINE_BYTES,
                                  task_fn, workspace)
 
-__all__ = ["conv2d", "conv_output_shape", "kernel_isa", "use_kernel_isa", "PackedConvWeight",
-           "prepack_conv"]
+__all__ = ["conv2d", "conv_output_shape", "conv_path", "kernel_isa", "use_kernel_isa",
+           "PackedConvWeight", "prepack_conv"]
 
 # The column matrix is built and multiplied in chunks of whole output rows, about
 # COL_CHUNK_COLUMNS columns each (enough for the GEMM to amortise packing the weights, few
@@ -526,6 +526,62 @@ _plan_cache = weakref.WeakKeyDictionary()  # pool -> {key: plan}
 _plan_lock = threading.Lock()
 
 
+def _conv_path(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
+               has_residual):
+    """The path a convolution of these shapes takes (the module docstring's order), as
+    ``(name, what its plan is built from)``: "depthwise" (None), "direct" (its job),
+    "winograd" (the tile), "indirect", "pointwise", "rows" (their jobs) or "gemm" (None)."""
+    c = xshape[1]
+    cin_g = wshape[1]
+    tile = _winograd_tile(xshape, wshape, dtype, stride, pads, dilation, groups)
+    rows = _rows_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation)
+    if tile and rows is not None and rows.geom.out_w <= ROWS_OVER_WINOGRAD_WIDTH:
+        tile = 0  # (the rows path takes narrow planes: ROWS_OVER_WINOGRAD_WIDTH)
+    if cin_g == 1 and groups == c:
+        return "depthwise", None
+    if (job := _direct_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
+                           has_residual)) is not None:
+        return "direct", job
+    if tile:
+        return "winograd", tile
+    if (job := _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups,
+                             activation, has_residual)) is not None:
+        return "indirect", job
+    if (job := _pointwise_job(xshape, wshape, dtype, stride, pads, dilation, groups,
+                              activation, has_residual)) is not None:
+        return "pointwise", job
+    if rows is not None:
+        return "rows", rows
+    return "gemm", None
+
+
+def conv_path(xshape, wshape, stride=1, padding=0, dilation=1, groups=1, *,
+              activation=None, residual=False, dtype=np.float32):
+    """The kernel path ``conv2d`` takes for a float input of shape ``xshape`` and weights of
+    shape ``wshape`` with these arguments on this machine (its ISA and the module's
+    settings), as a label: "depthwise", "direct", "winograd F(2x2)" / "F(4x4)", "indirect",
+    "pointwise" (+ its form, "rows" or "runs"), "rows" or "gemm". The module docstring says
+    which layers each takes.
+    """
+    xshape, wshape = tuple(int(v) for v in xshape), tuple(int(v) for v in wshape)
+    if len(xshape) != 4 or len(wshape) != 4:
+        raise ValueError(f"conv_path: NCHW input and OIHW weight shapes, got {xshape} and "
+                         f"{wshape}")
+    if activation not in ACTIVATION_CODES:
+        raise ValueError(f"conv_path: activation must be one of {list(ACTIVATION_CODES)}, got "
+                         f"{activation!r}")
+    stride, dilation = _pair(stride, "stride", 1), _pair(dilation, "dilation", 1)
+    pads = _resolve_padding(padding, wshape[2:], stride, dilation)
+    path, arg = _conv_path(xshape, wshape, np.dtype(dtype), stride, pads, dilation,
+                           int(groups), activation, bool(residual))
+    if path == "winograd":
+        return f"winograd F({arg}x{arg})"
+    if path == "pointwise":
+        form = "rows" if arg.form == lib.ASYMO_POINTWISE_ROWS else "runs"
+        return f"pointwise {form}"
+    return path
+
+
 def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, activation,
                has_bias, has_residual, settings=None, limit=None):
     # (settings, limit: `_plan_settings()` and the pool's limit when the caller has them)
@@ -536,28 +592,21 @@ def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, acti
     plan = _cached_plan(pool, key)
     if plan is not None:
         return plan, key
-    n, c, h, w = xshape
-    cout, cin_g = wshape[:2]
-    tile = _winograd_tile(xshape, wshape, dtype, stride, pads, dilation, groups)
-    rows = _rows_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation)
-    if tile and rows is not None and rows.geom.out_w <= ROWS_OVER_WINOGRAD_WIDTH:
-        tile = 0  # (the rows path takes narrow planes: ROWS_OVER_WINOGRAD_WIDTH)
-    if cin_g == 1 and groups == c:
+    path, arg = _conv_path(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
+                           has_residual)
+    if path == "depthwise":
         plan = _DepthwisePlan(pool, xshape, wshape, dtype, stride, pads, dilation, activation,
                               has_residual)
-    elif (job := _direct_job(xshape, wshape, dtype, stride, pads, dilation, groups,
-                             activation, has_residual)) is not None:
-        plan = _DirectPlan(pool, job)
-    elif tile:
-        plan = _WinogradConvPlan(pool, xshape, wshape, pads, tile, activation)
-    elif (job := _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups,
-                               activation, has_residual)) is not None:
-        plan = _IndirectConvPlan(pool, job)
-    elif (job := _pointwise_job(xshape, wshape, dtype, stride, pads, dilation, groups,
-                                activation, has_residual)) is not None:
-        plan = _PointwisePlan(pool, job)
-    elif rows is not None:
-        plan = _RowsConvPlan(pool, rows)
+    elif path == "direct":
+        plan = _DirectPlan(pool, arg)
+    elif path == "winograd":
+        plan = _WinogradConvPlan(pool, xshape, wshape, pads, arg, activation)
+    elif path == "indirect":
+        plan = _IndirectConvPlan(pool, arg)
+    elif path == "pointwise":
+        plan = _PointwisePlan(pool, arg)
+    elif path == "rows":
+        plan = _RowsConvPlan(pool, arg)
     else:
         plan = _GemmConvPlan(pool, xshape, wshape, dtype, stride, pads, dilation, groups,
                              activation, has_bias, has_residual)
