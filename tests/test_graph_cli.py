@@ -1,6 +1,7 @@
 """asymo run / plan / bench MODEL.onnx, and the pipeline's prediction warning (small model,
 bounded time)."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -95,3 +96,30 @@ def test_demo_network_section(capsys):
     text = capsys.readouterr().out
     assert "how to read it" in text and "lower is better" in text
     assert res["seconds"]["asymo"] > 0 and "torch" in res["seconds"]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 usable cpus")
+def test_bench_model_reports_backup_tasks_on_pools_of_several_clusters(small_onnx):
+    import warnings
+
+    import asymo
+    from asymo.cli.bench_model import compare, format_table
+
+    m = asymo.from_onnx(str(small_onnx))
+    x = np.random.default_rng(0).standard_normal((1,) + m.input_shape).astype(np.float32)
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        two = asymo.Pool(f"big:{cpus[0]}@1.0,little:{cpus[1]}@0.5")
+    with two:
+        res = compare(m, x, compare=(), pool=two, repeats=1, min_time=0.005, pause=0.0,
+                      progress=False)
+    bk = res["asymo_backups"]
+    # every asymo call of the rounds and their warm-ups is counted; the counters are the
+    # pool's own (no core stops here, so few or no backups)
+    assert bk["calls"] >= 3
+    assert bk["tasks_backup"] >= bk["tasks_superseded"] >= 0
+    assert bk["backups_per_call"] == pytest.approx(bk["tasks_backup"] / bk["calls"])
+    assert "backup tasks:" in format_table(res)
+    res = compare(m, x, compare=(), repeats=1, min_time=0.005, pause=0.0, progress=False)
+    assert res["asymo_backups"] is None and "backup tasks:" not in format_table(res)

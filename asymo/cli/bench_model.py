@@ -284,7 +284,18 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
                 model(x, pool=pool)
             clusters = model.chosen_clusters(pool, x.shape[0])
         cpus, probe = _transfer_probe(pool, fast_cpu, emulation)
+        # asymo's calls in the timed rounds (and their warm-ups), for the backups per call
+        calls = [0]
+        call = cons[0].call
+
+        def counted():
+            calls[0] += 1
+            return call()
+        cons[0].call = counted
+        pool.reset_stats()
         med, samples, readings = _measure(cons, repeats, min_time, pause, bar, probe)
+        cons[0].call = call
+        backups = _backups(pool, calls[0])
         # (a decided choice is checked again during the rounds: GraphModel's _Choice.observe)
         clusters_end = (model.chosen_clusters(pool, x.shape[0]) if clusters is not None
                         else None)
@@ -321,8 +332,23 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
         "max_rel_diff_vs_asymo": diffs,
         "asymo_clusters": clusters,
         "asymo_clusters_end": clusters_end,
+        "asymo_backups": backups,
         "transfer": _transfer_summary(cpus, readings, samples) if readings else None,
     }
+
+
+def _backups(pool, calls):
+    """What backup tasks did during ``calls`` calls of asymo on ``pool`` (pools of several
+    clusters; None otherwise): tasks run again on the submitter's core because the core
+    holding them had stopped, and the late copies that finished after them, per call
+    (measured: the pool's counters)."""
+    if pool.nclusters < 2 or calls < 1:
+        return None
+    st = pool.stats()["workers"]
+    backup = sum(w["tasks_backup"] for w in st)
+    late = sum(w["tasks_superseded"] for w in st)
+    return {"calls": calls, "tasks_backup": backup, "tasks_superseded": late,
+            "backups_per_call": backup / calls, "superseded_per_call": late / calls}
 
 
 def format_table(results):
@@ -367,6 +393,11 @@ def format_table(results):
             lines.append(f"{'':<18}asymo ran {where} (median of its first calls: all "
                          f"clusters {cl['all_s'] * 1e3:.2f} ms, fastest alone "
                          f"{cl['fastest_s'] * 1e3:.2f} ms{mix})")
+        bk = r.get("asymo_backups")
+        if bk:
+            lines.append(f"{'':<18}backup tasks: {bk['backups_per_call']:.1f} per call run "
+                         f"again on the fast core, {bk['superseded_per_call']:.1f} late copies "
+                         f"(measured over asymo's {bk['calls']} calls)")
         tr = r.get("transfer")
         if tr:
             a, b = tr["cpus"]
