@@ -264,3 +264,28 @@ def test_models_under_the_emulator_back_tasks_up_and_stay_exact(name):
                 if st["workers"][0]["tasks_backup"] >= 5 or time.perf_counter() > deadline:
                     break
             assert st["workers"][0]["tasks_backup"] > 0, f"no backup in {calls} calls"
+
+
+@needs2
+def test_backup_settings_per_pool():
+    with make_pool(big_little()) as pool:
+        h = pool._handle
+        assert lib.asymo_pool_get_backup_factor(h) == lib.ASYMO_POOL_BACKUP_FACTOR
+        assert lib.asymo_pool_get_backup_min_ns(h) == lib.ASYMO_POOL_BACKUP_MIN_NS
+        for bad in ((-1, 0), (1001, 0), (4, -1)):
+            assert lib.asymo_pool_set_backup(h, *bad) == lib.ASYMO_EINVAL
+        assert lib.asymo_pool_get_backup_factor(h) == lib.ASYMO_POOL_BACKUP_FACTOR
+        # factor 0: a backup job waits for its stopped worker like any other
+        assert lib.asymo_pool_set_backup(h, 0, 0) == lib.ASYMO_OK
+        job = Stalling(24)
+        t0 = time.perf_counter()
+        run(pool, job, 24, [16, 8], lib.ASYMO_RUN_BACKUP)
+        assert time.perf_counter() - t0 >= STALL_S * 0.9
+        assert (job.runs == 1).all() and pool.stats()["workers"][0]["tasks_backup"] == 0
+        # a long limit: no backup within it either
+        assert lib.asymo_pool_set_backup(h, 4, 10 * 10**9) == lib.ASYMO_OK
+        job = Stalling(24)
+        t0 = time.perf_counter()
+        run(pool, job, 24, [16, 8], lib.ASYMO_RUN_BACKUP)
+        assert time.perf_counter() - t0 >= STALL_S * 0.9
+        assert lib.asymo_pool_get_backup_min_ns(h) == 10 * 10**9

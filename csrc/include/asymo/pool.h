@@ -147,10 +147,13 @@ uint64_t asymo_pool_last_job(const asymo_pool *pool);
  * lower; returns asymo_pool_last_job() as it was when called. */
 uint64_t asymo_pool_fence(asymo_pool *pool, uint64_t seq);
 
-/* When a submitter backs up a task of an ASYMO_RUN_BACKUP job: once it has run `factor`
- * times as long as the job's tasks take (the longer of the submitter's and the running
- * worker's times per task of the job) and at least min_ns; factor 0: never (the job waits as
- * any other). A new pool has ASYMO_POOL_BACKUP_FACTOR and ASYMO_POOL_BACKUP_MIN_NS. */
+/* When a submitter with nothing else to run backs up a task of an ASYMO_RUN_BACKUP job: once
+ * the task has run `factor` times as long as the submitter's own tasks of the job take, and at
+ * least min_ns (the worker has stopped); or at once when the running worker's own time per
+ * task of the job says the task would end later than a fresh copy on the submitter's core
+ * would (a core slower than its share assumed). Never before the submitter has run a task of
+ * the job; factor 0: never (the job waits as any other). A new pool has
+ * ASYMO_POOL_BACKUP_FACTOR and ASYMO_POOL_BACKUP_MIN_NS. */
 int asymo_pool_set_backup(asymo_pool *pool, int factor, int64_t min_ns);
 int asymo_pool_get_backup_factor(const asymo_pool *pool);
 int64_t asymo_pool_get_backup_min_ns(const asymo_pool *pool);
