@@ -21,7 +21,7 @@ from asymo.runtime.pool import Pool, hold
 
 CPUS = sorted(os.sched_getaffinity(0))
 needs2 = pytest.mark.skipif(len(CPUS) < 2, reason="needs 2 usable cpus")
-STALL_S = 0.3
+STALL_S = 1.0  # long: the checks that a job did not wait for it stay true on a loaded machine
 
 
 def big_little():
@@ -127,14 +127,17 @@ def test_the_slower_worker_takes_single_tasks_of_backup_jobs_from_a_long_faster_
     # The little worker gets 1 task of 40 and finishes it early (it is as fast as the big
     # one here): it may take tasks of a backup job from the big worker's queue, one at a time,
     # never of a plain job.
-    stolen = {}
+    stolen = {0: 0, lib.ASYMO_RUN_BACKUP: 0}
     with make_pool(big_little()) as pool:
-        for flags in (0, lib.ASYMO_RUN_BACKUP):
-            job = Stalling(40, stall=False)
-            pool.reset_stats()
-            run(pool, job, 40, [39, 1], flags)
-            assert (job.runs == 1).all()
-            stolen[flags] = pool.stats()["workers"][1]["stolen_from"].get("big", 0)
+        for attempt in range(5):  # (a loaded machine may keep the little worker from waking)
+            for flags in stolen:
+                job = Stalling(40, stall=False)
+                pool.reset_stats()
+                run(pool, job, 40, [39, 1], flags)
+                assert (job.runs == 1).all()
+                stolen[flags] += pool.stats()["workers"][1]["stolen_from"].get("big", 0)
+            if stolen[lib.ASYMO_RUN_BACKUP]:
+                break
     assert stolen[0] == 0
     assert stolen[lib.ASYMO_RUN_BACKUP] > 0
 

@@ -75,25 +75,27 @@ def test_submitter_moved_between_cores_never_strands_a_range(migrate_binary, pol
 
 
 def _backup_counts(stdout):
-    # "ok N jobs, B backups, S superseded, E early"
+    # "ok N jobs, B backups, S superseded, E early, T stalled"
     words = stdout.replace(",", "").split()
-    return int(words[3]), int(words[5]), int(words[7])
+    return int(words[3]), int(words[5]), int(words[7]), int(words[9])
 
 
 @pytest.mark.parametrize("queue", [0, 1], ids=["mutex", "chaselev"])
 @pytest.mark.parametrize("submitters", [1, 2])
 def test_backup_tasks_return_early_and_the_fence_waits(tmp_path_factory, queue, submitters):
-    # Worker 1 stops 3 ms in one task of every third job: the job returns with the late copy
-    # still running (early), every output there; the fence then waits for the copy.
+    # Worker 1 stops 20 ms in one task of every third job (when it gets one): the job returns
+    # with the late copy still running (early), every output there; the fence then waits for
+    # the copy.
     binary = _build_on_cpus_0_1(tmp_path_factory, "pool_backup", ["-O2", "-Wall", "-Werror"])
-    r = subprocess.run([binary, str(queue), str(submitters), "300"], capture_output=True,
+    r = subprocess.run([binary, str(queue), str(submitters), "90"], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    backups, superseded, early = _backup_counts(r.stdout)
+    backups, superseded, early, stalled = _backup_counts(r.stdout)
     # a backup takes the late task and the ones its worker had taken but not begun
     assert backups >= superseded >= early > 0
     if submitters == 1:  # (two submitters on one core: only the one acting as its worker backs up)
-        assert early >= 50  # of 100 stopped jobs; the rest had the task stolen before it began
+        # most stops end after their job returned (a 20 ms margin for a loaded machine)
+        assert early >= stalled // 2
 
 
 @pytest.mark.parametrize("sanitizer", ["thread", "address"])
@@ -104,7 +106,7 @@ def test_backup_tasks_under_sanitizers(tmp_path_factory, sanitizer):
                                 ["-O1", "-g", f"-fsanitize={sanitizer}"])
     env = dict(os.environ, TSAN_OPTIONS="halt_on_error=1 exitcode=66",
                ASAN_OPTIONS="detect_stack_use_after_return=1")
-    r = subprocess.run([binary, "0", "2", "150"], capture_output=True, text=True, timeout=120,
+    r = subprocess.run([binary, "0", "2", "60"], capture_output=True, text=True, timeout=120,
                        env=env)
     if "FATAL: ThreadSanitizer" in r.stderr:
         pytest.skip(f"ThreadSanitizer cannot run here: {r.stderr[-200:]}")

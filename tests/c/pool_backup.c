@@ -1,7 +1,7 @@
 /* Backup tasks (ASYMO_RUN_BACKUP) of the pool's C core, built by
  * tests/test_pool_sanitized.py with -fsanitize=thread and with -fsanitize=address: worker 1
  * (the slower cluster's) stops for STALL_NS in one task of every third job, as a core taken
- * away would. The submitter must run that task again and return without waiting for the stop;
+ * away would (when it gets one: the submitter may have taken them all). The submitter must run that task again and return without waiting for the stop;
  * the late copy must keep to the job's memory until asymo_pool_fence lets it go (the job's
  * context is freed right after the fence: a late write after it is a use after free).
  *
@@ -9,7 +9,8 @@
  * same values to the same place, which plain stores would make a data race in C11's terms.
  *
  * usage: pool_backup QUEUE SUBMITTERS JOBS; prints "ok JOBS jobs, B backups, S superseded,
- * E early" (E: jobs that returned while their late copy still ran). */
+ * E early, T stalled" (E: jobs that returned while their late copy still ran; T: jobs whose
+ * task worker 1 stopped in). */
 #include "asymo/pool.h"
 
 #include <pthread.h>
@@ -20,7 +21,7 @@
 #include <time.h>
 
 #define NTASKS 64
-#define STALL_NS 3000000L
+#define STALL_NS 20000000L
 #define SPIN_FLOPS 4000
 
 typedef struct {
@@ -34,7 +35,7 @@ typedef struct {
 
 static asymo_pool *pool;
 static int jobs_per_thread;
-static _Atomic int64_t early;
+static _Atomic int64_t early, stalled;
 
 static void task(int64_t t, void *ctx_)
 {
@@ -44,6 +45,7 @@ static void task(int64_t t, void *ctx_)
     asymo_task_spin(t, &flops);
     if (t == c->stall_task && asymo_pool_current_worker() == 1 &&
         atomic_exchange(&c->stalled, 1) == 0) {
+        atomic_fetch_add(&stalled, 1);
         struct timespec ts = {0, STALL_NS};
         nanosleep(&ts, NULL);
     }
@@ -111,8 +113,9 @@ int main(int argc, char **argv)
     asymo_worker_stats st[2];
     asymo_pool_stats(pool, st, 2);
     asymo_pool_destroy(pool);
-    printf("ok %d jobs, %lld backups, %lld superseded, %lld early\n", jobs_per_thread * nsub,
-           (long long)(st[0].tasks_backup + st[1].tasks_backup),
-           (long long)(st[0].tasks_superseded + st[1].tasks_superseded), (long long)early);
+    printf("ok %d jobs, %lld backups, %lld superseded, %lld early, %lld stalled\n",
+           jobs_per_thread * nsub, (long long)(st[0].tasks_backup + st[1].tasks_backup),
+           (long long)(st[0].tasks_superseded + st[1].tasks_superseded), (long long)early,
+           (long long)stalled);
     return 0;
 }
