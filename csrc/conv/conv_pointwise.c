@@ -62,12 +62,35 @@ int64_t asymo_conv_pointwise_tiles(const asymo_conv_pointwise_job *job)
 #endif
 }
 
+#if defined(__x86_64__)
+/* Rows form: the image as one output row of all the pixels, each read in place (ldx apart
+ * per input channel), cut into tiles of the family's rows. */
+static asymo_pixel_rows_layer rows_layer(const asymo_conv_pointwise_job *job,
+                                         const asymo_pixel_rows_family *f)
+{
+    const asymo_pixel_rows_layer L = {
+        job->channels, job->out_channels, 1, job->pixels, cdiv(job->pixels, f->max_rows),
+        job->panels_per_task, job->tiles_per_task, (const float *)job->x, 0, 1, job->pixels,
+        NULL, (const float *)(job->apack ? job->apack : job->scratch),
+        (const float *)job->bias, (const float *)job->residual, (float *)job->y,
+        job->activation};
+    return L;
+}
+#endif
+
 int64_t asymo_conv_pointwise_tasks(const asymo_conv_pointwise_job *job)
 {
     /* (a per-task count left at zero counts as one) */
-    if (job->form == ASYMO_POINTWISE_ROWS)
-        return cdiv(cdiv(job->out_channels, job->panel_rows), max64(1, job->panels_per_task))
-               * cdiv(asymo_conv_pointwise_tiles(job), max64(1, job->tiles_per_task));
+    if (job->form == ASYMO_POINTWISE_ROWS) {
+#if defined(__x86_64__)
+        const asymo_pixel_rows_family *f = rows_family(job);
+        if (f) {
+            const asymo_pixel_rows_layer L = rows_layer(job, f);
+            return asymo_pixel_rows_tasks(f, &L);
+        }
+#endif
+        return 0;
+    }
     return cdiv(cdiv(job->pixels, NR), max64(1, job->runs_per_task));
 }
 
@@ -85,36 +108,6 @@ void asymo_conv_pointwise_prepare_task(int64_t t, void *job_)
                            job->panel_rows, (float *)job->scratch);
 }
 
-#if defined(__x86_64__)
-/* Rows form: panels [pg * panels_per_task, ...) of output channels by tiles
- * [tg * tiles_per_task, ...) of pixels, panel by panel (its K x panel_rows weights stay in L2
- * across the tiles; a tile's inputs are K values from one or two cache lines each). */
-static void rows_task(int64_t t, const asymo_conv_pointwise_job *job)
-{
-    const asymo_pixel_rows_family *f = rows_family(job);
-    const int64_t m = job->out_channels, k = job->channels, n = job->pixels;
-    const int64_t cb = job->panel_rows, ntiles = asymo_conv_pointwise_tiles(job);
-    int64_t r[4];
-    asymo_pixel_rows_task_range(t, cdiv(m, cb), ntiles, job->panels_per_task,
-                                job->tiles_per_task, r);
-    const float *bias = (const float *)job->bias;
-    const float *apack = (const float *)(job->apack ? job->apack : job->scratch);
-    const float *x = (const float *)job->x;
-    const float *res = (const float *)job->residual;
-    float *y = (float *)job->y;
-    for (int64_t panel = r[0]; panel < r[1]; panel++) {
-        const int64_t c0 = panel * cb;
-        const int chans = (int)min64(cb, m - c0);
-        for (int64_t i = r[2]; i < r[3]; i++) {
-            /* tiles as even as possible: sizes differ by at most one pixel */
-            const int64_t p0 = i * n / ntiles, p1 = (i + 1) * n / ntiles;
-            f->fn[p1 - p0](k, x + p0, n, NULL, apack + c0 * k, y + c0 * n + p0, n,
-                           bias ? bias + c0 : NULL, res ? res + c0 * n + p0 : NULL, n,
-                           job->activation, chans);
-        }
-    }
-}
-#endif
 
 /* Runs form: runs [t * runs_per_task, ...) of pixels, in blocks of runs whose B rows (K x 64
  * bytes a run) fit in about half of L1: each block against every micro-panel, run by run, so
@@ -126,7 +119,10 @@ void asymo_conv_pointwise_task(int64_t t, void *job_)
 #if defined(__x86_64__)
     const asymo_conv_pointwise_job *job = (const asymo_conv_pointwise_job *)job_;
     if (job->form == ASYMO_POINTWISE_ROWS) {
-        rows_task(t, job);
+        /* (a tile's inputs are k values from one or two cache lines each) */
+        const asymo_pixel_rows_family *f = rows_family(job);
+        const asymo_pixel_rows_layer L = rows_layer(job, f);
+        asymo_pixel_rows_task(f, t, &L);
         return;
     }
     /* (asymo_conv_pointwise_supported accepts a job only where the CPU has AVX-512) */

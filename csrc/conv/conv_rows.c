@@ -93,10 +93,40 @@ int64_t asymo_conv_rows_tiles(const asymo_conv_rows_job *job)
 #endif
 }
 
+#if defined(__x86_64__)
+/* The layer over the image the taps are read from (x, or the padded copy in scratch): output
+ * pixel (oy, ox) at oy * s rows and ox * s values into it, each row cut into the fewest tiles
+ * of the family's rows (a tile's taps are a few lines of each channel, shared with the next
+ * tile's). */
+static asymo_pixel_rows_layer layer_of(const asymo_conv_rows_job *job,
+                                       const asymo_pixel_rows_family *f)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const image_layout I = image_of(job);
+    const int64_t s = g->stride_h;
+    const asymo_pixel_rows_layer L = {
+        taps(job), job->out_channels, g->out_h, g->out_w, cdiv(g->out_w, f->max_rows),
+        job->panels_per_task, job->tiles_per_task,
+        I.padded ? (const float *)job->scratch : (const float *)job->x, s * I.row, s, 0,
+        job->offsets,
+        job->apack ? (const float *)job->apack : (const float *)job->scratch + I.copy_floats,
+        (const float *)job->bias, (const float *)job->residual, (float *)job->y,
+        job->activation};
+    return L;
+}
+#endif
+
 int64_t asymo_conv_rows_tasks(const asymo_conv_rows_job *job)
 {
-    return cdiv(cdiv(job->out_channels, job->panel_rows), max64(1, job->panels_per_task))
-           * cdiv(asymo_conv_rows_tiles(job), max64(1, job->tiles_per_task));
+#if defined(__x86_64__)
+    const asymo_pixel_rows_family *f = family(job);
+    if (f) {
+        const asymo_pixel_rows_layer L = layer_of(job, f);
+        return asymo_pixel_rows_tasks(f, &L);
+    }
+#endif
+    (void)job;
+    return 0;
 }
 
 int64_t asymo_conv_rows_prepare_tasks(const asymo_conv_rows_job *job)
@@ -138,42 +168,15 @@ void asymo_conv_rows_prepare_task(int64_t t, void *job_)
                                 g->width, 1, -g->pad_h, -g->pad_w);
 }
 
-/* Panels [pg * panels_per_task, ...) of output channels by tiles [tg * tiles_per_task, ...),
- * panel by panel: its K x panel_rows weights stay in L2 across the tiles, which go along the
- * output rows (a tile's taps are a few lines of each channel, shared with the next tile's). */
+/* Task t (asymo_pixel_rows_task: panels of output channels by tiles of output rows). */
 void asymo_conv_rows_task(int64_t t, void *job_)
 {
 #if defined(__x86_64__)
     const asymo_conv_rows_job *job = (const asymo_conv_rows_job *)job_;
-    const asymo_conv_geometry *g = &job->geom;
     /* (asymo_conv_rows_supported accepts a job only where family() has its kernels) */
     const asymo_pixel_rows_family *f = family(job);
-    const image_layout L = image_of(job);
-    const int64_t m = job->out_channels, k = taps(job), cb = job->panel_rows;
-    const int64_t s = g->stride_h, ow = g->out_w, ohw = g->out_h * ow;
-    const int64_t per_row = cdiv(ow, f->max_rows), ntiles = g->out_h * per_row;
-    int64_t r[4];
-    asymo_pixel_rows_task_range(t, cdiv(m, cb), ntiles, job->panels_per_task,
-                                job->tiles_per_task, r);
-    const float *img = L.padded ? (const float *)job->scratch : (const float *)job->x;
-    const float *apack = job->apack ? (const float *)job->apack
-                                    : (const float *)job->scratch + L.copy_floats;
-    const float *bias = (const float *)job->bias;
-    const float *res = (const float *)job->residual;
-    float *y = (float *)job->y;
-    for (int64_t panel = r[0]; panel < r[1]; panel++) {
-        const int64_t c0 = panel * cb;
-        const int chans = (int)min64(cb, m - c0);
-        for (int64_t i = r[2]; i < r[3]; i++) {
-            /* a row's tiles as even as possible: sizes differ by at most one pixel */
-            const int64_t oy = i / per_row, j = i % per_row;
-            const int64_t ox0 = j * ow / per_row, ox1 = (j + 1) * ow / per_row;
-            const int64_t at = c0 * ohw + oy * ow + ox0;
-            f->fn[ox1 - ox0](k, img + oy * s * L.row + ox0 * s, 0, job->offsets,
-                             apack + c0 * k, y + at, ohw, bias ? bias + c0 : NULL,
-                             res ? res + at : NULL, ohw, job->activation, chans);
-        }
-    }
+    const asymo_pixel_rows_layer L = layer_of(job, f);
+    asymo_pixel_rows_task(f, t, &L);
 #else
     (void)t;
     (void)job_;

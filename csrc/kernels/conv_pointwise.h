@@ -3,6 +3,7 @@
 #ifndef ASYMO_CONV_POINTWISE_KERNELS_H
 #define ASYMO_CONV_POINTWISE_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* A tile of `rows` pixels by `chans` output channels of a convolution, read from the image
@@ -30,21 +31,63 @@ typedef struct {
     asymo_ukr_pixel_rows_fn fn[13];
 } asymo_pixel_rows_family;
 
-/* The panels [r[0], r[1]) of output channels and tiles [r[2], r[3]) of task t of a job cut
- * into groups of panels_per_task panels by groups of tiles_per_task tiles, panel groups
- * outermost (a per-task count of 0 reads as 1): the task split of both paths that run these
- * kernels. */
-static inline void asymo_pixel_rows_task_range(int64_t t, int64_t panels, int64_t tiles,
-                                               int64_t panels_per_task,
-                                               int64_t tiles_per_task, int64_t r[4])
+/* One layer as both paths that run these kernels see it (the pointwise rows form: one output
+ * row of all the pixels; the rows path: the output plane): m output channels in micro-panels
+ * of the family's cb, an out_h x out_w output plane whose rows are cut into tiles_per_row
+ * tiles each (as even as possible: sizes differ by at most one pixel), output pixel (oy, ox)
+ * reading the input at x + oy * x_row + ox * x_col (then ldx and koff as the family's form
+ * says), y and res NCHW planes of out_h x out_w. */
+typedef struct {
+    int64_t k;               /* input values per pixel */
+    int64_t m;               /* output channels */
+    int64_t out_h, out_w, tiles_per_row;
+    int64_t panels_per_task; /* micro-panels per task (0 counts as 1) */
+    int64_t tiles_per_task;  /* tiles per task (0 counts as 1) */
+    const float *x;
+    int64_t x_row, x_col, ldx;
+    const int64_t *koff;
+    const float *apack;      /* the weights' micro-panels, cb x k each */
+    const float *bias;       /* m values or NULL */
+    const float *res;        /* m x out_h x out_w or NULL */
+    float *y;                /* m x out_h x out_w */
+    int act;
+} asymo_pixel_rows_layer;
+
+static inline int64_t asymo_pixel_rows_tasks(const asymo_pixel_rows_family *f,
+                                             const asymo_pixel_rows_layer *L)
 {
-    const int64_t ppt = panels_per_task > 1 ? panels_per_task : 1;
-    const int64_t tpt = tiles_per_task > 1 ? tiles_per_task : 1;
+    const int64_t ppt = L->panels_per_task > 1 ? L->panels_per_task : 1;
+    const int64_t tpt = L->tiles_per_task > 1 ? L->tiles_per_task : 1;
+    const int64_t panels = (L->m + f->cb - 1) / f->cb, tiles = L->out_h * L->tiles_per_row;
+    return (panels + ppt - 1) / ppt * ((tiles + tpt - 1) / tpt);
+}
+
+/* Task t: panel group t / (tile groups), tile group t % (tile groups), panel by panel (its
+ * k x cb weights stay in L2 across the tiles, which go along the output rows). */
+static inline void asymo_pixel_rows_task(const asymo_pixel_rows_family *f, int64_t t,
+                                         const asymo_pixel_rows_layer *L)
+{
+    const int64_t ppt = L->panels_per_task > 1 ? L->panels_per_task : 1;
+    const int64_t tpt = L->tiles_per_task > 1 ? L->tiles_per_task : 1;
+    const int64_t cb = f->cb, panels = (L->m + cb - 1) / cb;
+    const int64_t per_row = L->tiles_per_row, tiles = L->out_h * per_row;
     const int64_t tgroups = (tiles + tpt - 1) / tpt;
-    r[0] = t / tgroups * ppt;
-    r[1] = r[0] + ppt < panels ? r[0] + ppt : panels;
-    r[2] = t % tgroups * tpt;
-    r[3] = r[2] + tpt < tiles ? r[2] + tpt : tiles;
+    const int64_t p0 = t / tgroups * ppt, p1 = p0 + ppt < panels ? p0 + ppt : panels;
+    const int64_t i0 = t % tgroups * tpt, i1 = i0 + tpt < tiles ? i0 + tpt : tiles;
+    const int64_t ow = L->out_w, ohw = L->out_h * ow;
+    for (int64_t panel = p0; panel < p1; panel++) {
+        const int64_t c0 = panel * cb;
+        const int chans = (int)(L->m - c0 < cb ? L->m - c0 : cb);
+        for (int64_t i = i0; i < i1; i++) {
+            const int64_t oy = i / per_row, j = i % per_row;
+            const int64_t ox0 = j * ow / per_row, ox1 = (j + 1) * ow / per_row;
+            const int64_t at = c0 * ohw + oy * ow + ox0;
+            f->fn[ox1 - ox0](L->k, L->x + oy * L->x_row + ox0 * L->x_col, L->ldx, L->koff,
+                             L->apack + c0 * L->k, L->y + at, ohw,
+                             L->bias ? L->bias + c0 : NULL, L->res ? L->res + at : NULL, ohw,
+                             L->act, chans);
+        }
+    }
 }
 
 #if defined(__x86_64__)
