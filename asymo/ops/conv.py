@@ -694,6 +694,10 @@ class _WinogradConvPlan:
     """Winograd F(m x m, 3 x 3) (asymo.ops.winograd): one pool job per call, the transforms,
     GEMMs, bias, residual and activation inside each task."""
 
+    # whether each task writes its outputs once, with their final values (the pool may then
+    # run a late task again: ASYMO_RUN_BACKUP, bind_conv2d(backup=True))
+    writes_once = True
+
     def __init__(self, pool, xshape, wshape, pads, tile, activation):
         self.tile = tile
         self.plan = _winograd.WinogradPlan(pool, xshape, wshape, pads, tile, activation,
@@ -741,6 +745,8 @@ class _DirectPlan:
     whose tasks are blocks of output rows, every output channel, bias and activation fused.
     Nothing is prepared: the kernel reads the image and the weights as they are."""
 
+    writes_once = True  # (see _WinogradConvPlan)
+
     def __init__(self, pool, job):
         self.job = job
         self.ntasks, self.counts, _fastest = _row_tasks(pool, job)
@@ -778,6 +784,16 @@ def _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups, activat
     return job if lib.asymo_conv_indirect_supported(job) else None
 
 
+def _tap_offsets(job, taps, fill):
+    """The job's per-tap input offsets (``taps`` entries, computed by the C ``fill``), made
+    once per plan; the job template, and the per-call copies of it, point at them. Keep the
+    array while they do."""
+    offsets = ffi.new("int64_t[]", int(taps))
+    fill(job, offsets)
+    job.offsets = offsets
+    return offsets
+
+
 class _IndirectConvPlan:
     """Indirect convolution (asymo/conv.h): per image, a job that splits the padded image into
     stride-phase planes and packs the weights (into scratch), then one whose tasks are blocks
@@ -786,10 +802,12 @@ class _IndirectConvPlan:
     def __init__(self, pool, job):
         g = job.geom
         self.job = job
-        # the taps' B rows in the phase planes, once (the job copies point at them)
-        self.offsets = ffi.new("int64_t[]", int(g.channels * g.kernel_h * g.kernel_w))
-        lib.asymo_conv_indirect_offsets(job, self.offsets)
-        job.offsets = self.offsets
+        # (see _WinogradConvPlan) the narrow form's tasks write the output, then add the bias
+        # and activation over it
+        self.writes_once = bool(job.wide)
+        # the taps' B rows in the phase planes
+        self.offsets = _tap_offsets(job, g.channels * g.kernel_h * g.kernel_w,
+                                    lib.asymo_conv_indirect_offsets)
         self.scratch_elems = int(lib.asymo_conv_indirect_scratch(job))
         self.nprep = int(lib.asymo_conv_indirect_prepare_tasks(job))
         self.ntasks, self.counts, fastest = _row_tasks(pool, job)
@@ -832,6 +850,8 @@ class _PointwisePlan:
     whose tasks are runs of pixels with every output channel (runs form) or panels of output
     channels by tiles of pixels (rows form)."""
 
+    writes_once = True  # (see _WinogradConvPlan)
+
     def __init__(self, pool, job):
         self.job = job
         self.offsets = None
@@ -843,9 +863,7 @@ class _PointwisePlan:
                 int(lib.asymo_conv_pointwise_tiles(job)), flops,
                 job.out_channels >= job.pixels)
         else:
-            self.offsets = ffi.new("int64_t[]", int(job.channels))
-            lib.asymo_conv_pointwise_offsets(job, self.offsets)
-            job.offsets = self.offsets
+            self.offsets = _tap_offsets(job, job.channels, lib.asymo_conv_pointwise_offsets)
             job.runs_per_task = _units_per_task(pool, -(-int(job.pixels) // 16), flops)
         self.ntasks = int(lib.asymo_conv_pointwise_tasks(job))
         fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
@@ -893,12 +911,13 @@ class _RowsConvPlan:
     brings them, packs the weights' micro-panels; then one whose tasks are panels of output
     channels by tiles of output pixels, bias, shortcut and activation fused."""
 
+    writes_once = True  # (see _WinogradConvPlan)
+
     def __init__(self, pool, job):
         g = job.geom
         self.job = job
-        self.offsets = ffi.new("int64_t[]", int(g.channels * g.kernel_h * g.kernel_w))
-        lib.asymo_conv_rows_offsets(job, self.offsets)
-        job.offsets = self.offsets
+        self.offsets = _tap_offsets(job, g.channels * g.kernel_h * g.kernel_w,
+                                    lib.asymo_conv_rows_offsets)
         job.copy_channels = max(1, ROWS_COPY_TASK_BYTES // (4 * lib.asymo_conv_rows_plane(job)))
         self.scratch_elems = int(lib.asymo_conv_rows_scratch(job))
         k = int(g.channels * g.kernel_h * g.kernel_w)
@@ -922,6 +941,9 @@ class _DepthwisePlan:
 
     def __init__(self, pool, xshape, wshape, dtype, stride, pads, dilation, activation,
                  has_residual):
+        # (see _WinogradConvPlan) with a residual, kernels other than the 3x3 one write
+        # conv + bias, then add it
+        self.writes_once = not has_residual
         n, c, h, w = xshape
         cout, _, kh, kw = wshape
         oh, ow = _out_hw(h, w, kh, kw, stride, pads, dilation)
@@ -955,6 +977,8 @@ class _GemmConvPlan:
     """im2col (or the image itself for 1x1 stride-1) + GEMM per image and group, in chunks of
     output rows, with the bias / activation / residual epilogue in the GEMM's store (or a
     pass per image when a product is not the packed MM kind)."""
+
+    writes_once = False  # (see _WinogradConvPlan) the GEMM adds each K block into C
 
     def __init__(self, pool, xshape, wshape, dtype, stride, pads, dilation, groups,
                  activation, has_bias, has_residual):
@@ -1154,9 +1178,9 @@ class _NativeCalls:
 
     def __init__(self, plan, x, b, y, residual, pool, *, bound=False, prepacked=False,
                  backup=False):
-        # backup: the jobs whose tasks write each output once, with its final value, are
-        # submitted with ASYMO_RUN_BACKUP (the caller fences; `bind_conv2d`)
-        self._backup = backup
+        # backup: the plan's jobs are submitted with ASYMO_RUN_BACKUP where its tasks write
+        # each output once (plan.writes_once; the caller fences: `bind_conv2d`)
+        self._backup = backup and plan.writes_once
         # the plan owns C data the calls point at (column bounds, task counts, GEMM plans):
         # it lives as long as they do, whatever the plan cache evicts
         self._plan = plan
@@ -1248,9 +1272,8 @@ class _NativeCalls:
         if residual is not None:  # C-contiguous (_prepare made it so); added inside the tasks
             self._at(job, "residual", _R)
             job.residual_image_stride = plan.plane
-        # (with a residual, kernels other than the 3x3 one write conv + bias, then add it)
         self.calls.append(_tasks_call(pool, _DWCONV_TASK, job, plan.ntasks, plan.counts,
-                                      plan.inline, self._backup and residual is None))
+                                      plan.inline, self._backup))
 
     def _winograd(self, plan, has_bias, y, residual, pool):
         wp = plan.plan
@@ -1279,11 +1302,9 @@ class _NativeCalls:
         if prepare is not None:
             self._col_elems = plan.scratch_elems
         n, c, h, w = x.shape
-        # Backups: not where images share the scratch (a late task of one image would read
-        # the next one's), nor for the indirect path's narrow form (its tasks write the
-        # output, then add bias and activation over it).
-        backup = self._backup and (n == 1 or prepare is None) and (
-            ctype != "asymo_conv_indirect_job *" or bool(plan.job[0].wide))
+        # backups: not where images share the scratch (a late task of one image would read
+        # the next one's)
+        backup = self._backup and (n == 1 or prepare is None)
         jobs = []
         for i in range(n):
             job = ffi.new(ctype, plan.job[0])
