@@ -284,6 +284,12 @@ def _gemm_runner(n, V, C, g):
     w = C[n.inputs[1]]
     b = C[n.inputs[2]] if n.inputs[2] else None
     act = n.attrs.get("activation")
+    if x.shape[0] == 1 and w.dtype == np.float32 and act in (None, "relu", "relu6"):
+        # one image: the weights packed once into panels read as one stream
+        # (asymo.ops.packed.PackedMatVec; the dot form reads four rows at a time)
+        from asymo.ops.packed import PackedMatVec
+
+        return PackedMatVec(w).bind(x, y, bias=b, activation=act)
     xt, yt = x.T, y.T
 
     def run(pool):

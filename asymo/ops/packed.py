@@ -10,16 +10,21 @@ operand's own copy of the matrix and give the same result as the unpacked produc
 
 The matrix is copied when packed: later changes to the caller's array do not reach the packed
 operand.
+
+`PackedMatVec` packs a constant float32 matrix for matrix-vector products ``act(A @ x + b)``
+(a model's classifier at batch 1) into panels of 16 rows interleaved along K, so the product
+reads the matrix as one stream in address order (``asymo_mv_pack``).
 """
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 
 from asymo.runtime.ffi import ffi, lib
 
-__all__ = ["PackedOperand", "prepack", "MAX_LAYOUTS"]
+__all__ = ["PackedOperand", "prepack", "PackedMatVec", "MAX_LAYOUTS"]
 
 #: layouts kept per operand (the C driver reads at most this many)
 MAX_LAYOUTS = 8
@@ -163,3 +168,83 @@ def prepack(x, *, side="b"):
         raise TypeError(f"prepack: the matrix must be float32 or float64, got {arr.dtype}")
     arr.flags.writeable = False
     return PackedOperand(arr, side)
+
+
+class PackedMatVec:
+    """A constant float32 matrix ``A`` (m x k) packed once for ``y = act(A @ x + bias)``.
+
+    Parameters
+    ----------
+    a : ndarray, shape (m, k), float32
+        The matrix (copied into the packed layout).
+
+    Call `bind` once per set of arrays; the bound call runs the product on a pool.
+    """
+
+    def __init__(self, a):
+        a = np.asarray(a)
+        if a.ndim != 2 or a.dtype != np.float32:
+            raise ValueError(f"PackedMatVec: expected a 2-D float32 matrix, got shape "
+                             f"{a.shape} and dtype {a.dtype}")
+        a = np.ascontiguousarray(a)
+        self.shape = a.shape
+        m, k = a.shape
+        n = lib.asymo_mv_packed_floats(m, k)
+        if n < 0:
+            raise ValueError(f"PackedMatVec: matrix of shape {a.shape} is too large")
+        self.panels = np.empty(max(n, 1), np.float32)
+        lib.asymo_mv_pack(ffi.cast("const float *", a.ctypes.data), m, k, k,
+                          ffi.cast("float *", self.panels.ctypes.data))
+
+    def bind(self, x, y, *, bias=None, activation=None):
+        """The product ``y[:] = act(A @ x + bias)`` as a callable ``fn(pool)`` (pool held by
+        the caller) for these arrays: ``x`` (k,) and ``y`` (m,) contiguous float32 (they may
+        carry leading axes of length 1), ``bias`` (m,) or None, ``activation`` None, "relu" or
+        "relu6"."""
+        from asymo.runtime.partition import even_block_size
+        from asymo.runtime.tasks import ACTIVATION_CODES, run_tasks, task_fn
+
+        m, k = self.shape
+        x, y = np.asarray(x), np.asarray(y)
+        for name, v, size in (("x", x, k), ("y", y, m)):
+            if v.dtype != np.float32 or v.size != size or not v.flags.c_contiguous:
+                raise ValueError(f"PackedMatVec.bind: {name} must be a contiguous float32 "
+                                 f"array of {size} elements, got shape {v.shape}, dtype "
+                                 f"{v.dtype}")
+        if not y.flags.writeable or np.may_share_memory(y, x):
+            raise ValueError("PackedMatVec.bind: y must be writeable and apart from x")
+        if bias is not None:
+            bias = np.ascontiguousarray(bias, np.float32)
+            if bias.shape != (m,):
+                raise ValueError(f"PackedMatVec.bind: bias must have shape ({m},), got "
+                                 f"{bias.shape}")
+        if activation not in ACTIVATION_CODES:
+            raise ValueError(f"PackedMatVec.bind: activation must be None, 'relu' or "
+                             f"'relu6', got {activation!r}")
+        job = ffi.new("asymo_mv_packed_job *")
+        job.isa = lib.asymo_gemm_default_isa()
+        job.activation = ACTIVATION_CODES[activation]
+        job.m, job.k = m, k
+        job.a = ffi.cast("const float *", self.panels.ctypes.data)
+        job.x = ffi.cast("const float *", x.ctypes.data)
+        job.bias = ffi.NULL if bias is None else ffi.cast("const float *", bias.ctypes.data)
+        job.y = ffi.cast("float *", y.ctypes.data)
+        npanels = -(-m // 16)
+        fn = task_fn("asymo_mv_packed_task")
+        job.panels_per_task = 1
+        if lib.asymo_mv_packed_check(job) != lib.ASYMO_OK:
+            raise ValueError("PackedMatVec.bind: no matrix-vector kernel for this CPU")
+        split = [None]  # (weakref(pool), limit, panels per task, tasks, per-cluster counts)
+        keep = (self, x, y, bias)
+
+        def run(pool):
+            s = split[0]
+            if s is None or s[0]() is not pool or s[1] != pool.limit:
+                per = even_block_size(npanels, 4 * pool.nworkers, pool.nworkers)
+                ntasks = -(-npanels // per)
+                counts = None if pool.nclusters == 1 else pool.split_counts(ntasks)
+                s = split[0] = (weakref.ref(pool), pool.limit, per, ntasks, counts)
+            job.panels_per_task = s[2]
+            run_tasks(pool, fn, job, s[3], s[4])
+            return keep
+        return run

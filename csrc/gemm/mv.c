@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "config/config.h"
 #include "gemm/gemm_internal.h"
 
 asymo_skinny_fn skinny_pick(const job *J, const skinny_view *v, int *copy_vec)
@@ -80,4 +81,57 @@ void outer_task(int64_t t, void *ctx)
         j1 = min64(j0 + C->chunk, C->q1);
     }
     J->ops->outer(o->a, o->rsa, o->b, o->csb, o->c, o->rsc, o->csc, i0, i1, j0, j1);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Matrix-vector products with a matrix packed into panels (asymo_mv_pack)
+ * ---------------------------------------------------------------------------------------- */
+int64_t asymo_mv_packed_floats(int64_t m, int64_t k)
+{
+    if (m < 0 || k < 0 || m > (INT64_MAX / ASYMO_MV_PANEL) / (k > 0 ? k : 1) - ASYMO_MV_PANEL)
+        return -1;
+    return cdiv(m, ASYMO_MV_PANEL) * ASYMO_MV_PANEL * k;
+}
+
+void asymo_mv_pack(const float *a, int64_t m, int64_t k, int64_t lda, float *panels)
+{
+    enum { R = ASYMO_MV_PANEL };
+    for (int64_t i0 = 0; i0 < m; i0 += R) {
+        float *dst = panels + i0 * k;
+        const int64_t rows = min64(R, m - i0);
+        for (int64_t p = 0; p < k; p++)
+            for (int64_t r = 0; r < R; r++)
+                dst[p * R + r] = r < rows ? a[(i0 + r) * lda + p] : 0.0f;
+    }
+}
+
+int asymo_mv_packed_check(const asymo_mv_packed_job *J)
+{
+    const asymo_gemm_kernel *kern = asymo_gemm_kernel_for(J->isa, ASYMO_DTYPE_F32);
+    if (!kern || !kern->mv_panel || J->m < 0 || J->k < 0 || J->panels_per_task < 1
+        || asymo_mv_packed_floats(J->m, J->k) < 0 || J->activation < 0 || J->activation > 2
+        || (J->m > 0 && (!J->y || (J->k > 0 && (!J->a || !J->x)))))
+        return ASYMO_EINVAL;
+    return ASYMO_OK;
+}
+
+void asymo_mv_packed_task(int64_t task, void *ctx)
+{
+    enum { R = ASYMO_MV_PANEL };
+    const asymo_mv_packed_job *J = (const asymo_mv_packed_job *)ctx;
+    const asymo_gemm_kernel *kern = asymo_gemm_kernel_for(J->isa, ASYMO_DTYPE_F32);
+    const int64_t npanels = cdiv(J->m, R);
+    const int64_t p0 = task * J->panels_per_task, p1 = min64(p0 + J->panels_per_task, npanels);
+    const gemm_epilogue_fn epilogue = gemm_epilogue_for(J->isa, ASYMO_DTYPE_F32);
+    float t[R] __attribute__((aligned(64)));
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t i0 = p * R, rows = min64(R, J->m - i0);
+        if (J->k > 0)
+            kern->mv_panel(J->k, J->a + i0 * J->k, J->x, t);
+        else
+            memset(t, 0, sizeof t);
+        if (J->bias || J->activation) /* the panel's rows as a column of `rows` rows */
+            epilogue(t, 1, rows, 1, J->bias ? J->bias + i0 : NULL, NULL, 0, J->activation);
+        memcpy(J->y + i0, t, (size_t)rows * sizeof(float));
+    }
 }

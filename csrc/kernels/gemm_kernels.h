@@ -48,6 +48,13 @@ typedef void (*asymo_skinny_fn)(int64_t l0, int64_t l1, int64_t ns, int64_t k,
 
 #define ASYMO_SKINNY_MAX 8
 
+/* Rows per panel of a matrix packed for matrix-vector products (asymo_mv_pack). */
+#define ASYMO_MV_PANEL 16
+
+/* y[r] = sum_p panel[p * ASYMO_MV_PANEL + r] * x[p] for the ASYMO_MV_PANEL rows of one panel
+ * of K columns (see asymo_mv_pack). */
+typedef void (*asymo_mv_panel_fn)(int64_t k, const void *panel, const void *x, void *y);
+
 typedef struct {
     int mr;
     int nr;
@@ -70,6 +77,8 @@ typedef struct {
     /* Optional (NULL: none): ukr with the epilogue of its product's last K panel applied
      * before the store (see asymo_ukr_epi_fn). */
     asymo_ukr_epi_fn ukr_epi;
+    /* The matrix-vector product of one packed panel (see asymo_mv_panel_fn). */
+    asymo_mv_panel_fn mv_panel;
 } asymo_gemm_kernel;
 
 /* Kernel tables, NULL entries where an ISA is not compiled in for this architecture. */

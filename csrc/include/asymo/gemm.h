@@ -180,6 +180,33 @@ int64_t asymo_gemm_task_counts(const asymo_gemm_args *args, const asymo_gemm_pla
 /* Packed-buffer cache: bytes held for reuse across calls, and a way to release them. */
 int64_t asymo_gemm_workspace_bytes(void);
 void asymo_gemm_workspace_trim(void);
+/* Matrix-vector products y = act(A x + bias) with a constant float32 A (m x k) packed once by
+ * asymo_mv_pack (a model's classifier at batch 1): panels of 16 rows interleaved along K,
+ * element [i][p] at (i / 16) * 16 * k + p * 16 + i % 16, rows past m zero. Each panel is read
+ * as one stream in address order; the dot form of the MV kind reads four rows at once. */
+typedef struct {
+    int32_t isa;             /* ASYMO_ISA_*: whose kernel runs (the CPU must support it) */
+    int32_t activation;      /* ASYMO_ACT_* (asymo/conv.h) */
+    int64_t m;
+    int64_t k;
+    const float *a;          /* asymo_mv_pack's panels */
+    const float *x;          /* k, contiguous */
+    const float *bias;       /* m, or NULL */
+    float *y;                /* m, contiguous; must not overlap a, x or bias */
+    int64_t panels_per_task; /* ntasks = ceil(ceil(m / 16) / panels_per_task) */
+} asymo_mv_packed_job;
+
+/* Floats of asymo_mv_pack's output for an m x k matrix; negative on a bad size. */
+int64_t asymo_mv_packed_floats(int64_t m, int64_t k);
+
+/* Pack a (m x k, row stride lda, unit column stride) into panels (asymo_mv_packed_floats). */
+void asymo_mv_pack(const float *a, int64_t m, int64_t k, int64_t lda, float *panels);
+
+/* ASYMO_OK when a job may run (its ISA supported, sizes and pointers sane), else
+ * ASYMO_EINVAL. */
+int asymo_mv_packed_check(const asymo_mv_packed_job *job);
+
+void asymo_mv_packed_task(int64_t task, void *job);
 /* CDEF END */
 
 #endif

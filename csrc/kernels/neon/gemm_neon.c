@@ -113,8 +113,10 @@ static void ukr_neon_f64(int64_t k, const void *a_, const void *b_, void *c_, in
 #undef SK_ATTR
 
 const asymo_gemm_kernel asymo_gemm_neon_f32 = {8, 12, ukr_neon_f32, skinny_dot_neon_f32,
-                                               skinny_axpy_neon_f32, NULL};
+                                               skinny_axpy_neon_f32, NULL,
+                                               .mv_panel = mv_panel_neon_f32};
 const asymo_gemm_kernel asymo_gemm_neon_f64 = {8, 6, ukr_neon_f64, skinny_dot_neon_f64,
-                                               skinny_axpy_neon_f64, NULL};
+                                               skinny_axpy_neon_f64, NULL,
+                                               .mv_panel = mv_panel_neon_f64};
 
 #endif /* __aarch64__ */

@@ -106,8 +106,10 @@ ATTR_AVX512 static void dot_avx512_f64(DOT_ARGS)
 #undef SK_NO_DOT
 
 const asymo_gemm_kernel asymo_gemm_avx512_f32 = {12, 32, ukr_avx512_f32, dot_avx512_f32,
-                                                 skinny_axpy_avx512_f32, NULL};
+                                                 skinny_axpy_avx512_f32, NULL,
+                                                 .mv_panel = mv_panel_avx512_f32};
 const asymo_gemm_kernel asymo_gemm_avx512_f64 = {12, 16, ukr_avx512_f64, dot_avx512_f64,
-                                                 skinny_axpy_avx512_f64, NULL};
+                                                 skinny_axpy_avx512_f64, NULL,
+                                                 .mv_panel = mv_panel_avx512_f64};
 
 #endif /* __x86_64__ */
