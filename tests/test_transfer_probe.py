@@ -22,7 +22,11 @@ def test_probe_times_both_writes():
     # 64 KiB written line by line takes microseconds, not nothing and not seconds
     assert 1e-7 < c.own_s < 1e-2 and 1e-7 < c.cross_s < 1e-2
     assert c.ratio == pytest.approx(c.cross_s / c.own_s)
-    assert set(c.to_dict()) == {"cpu_from", "cpu_to", "nbytes", "cross_s", "own_s", "ratio"}
+    # a cache line's round trip between two cores: tens of nanoseconds to tens of
+    # microseconds (a busy machine), never nothing
+    assert 1e-8 < c.round_trip_s < 1e-4
+    assert set(c.to_dict()) == {"cpu_from", "cpu_to", "nbytes", "cross_s", "own_s", "ratio",
+                                "round_trip_s"}
     assert os.sched_getaffinity(0) == before  # the caller's affinity is untouched
 
 
@@ -56,11 +60,13 @@ def test_native_probe_fails_cleanly_on_a_cpu_it_cannot_pin():
     assert lib.asymo_transfer_probe(CPUS[0], bad, 65536, 3, ffi.NULL) == -errno.EINVAL
 
 
-def _costs(ratios, cross_us=None):
-    """Probe readings with these ratios (and cross-core times, 9 us each by default)."""
+def _costs(ratios, cross_us=None, trips_ns=None):
+    """Probe readings with these ratios (and cross-core times, 9 us each by default; round
+    trips, none by default)."""
     cross_us = cross_us or [9.0] * len(ratios)
-    return [TransferCost(0, 1, 1 << 18, us * 1e-6, us * 1e-6 / q)
-            for q, us in zip(ratios, cross_us)]
+    trips = [None if t is None else t * 1e-9 for t in (trips_ns or [None] * len(ratios))]
+    return [TransferCost(0, 1, 1 << 18, us * 1e-6, us * 1e-6 / q, rt)
+            for q, us, rt in zip(ratios, cross_us, trips)]
 
 
 def _result(readings, asymo, ort):
@@ -103,8 +109,31 @@ def test_summary_marks_dearer_writes_at_an_unchanged_ratio():
     assert calm["marked_repeats"] == []
 
 
+def test_summary_marks_a_dearer_round_trip_at_unchanged_writes():
+    # the VM's vCPUs on cores without a shared cache: the round trip 60 -> 330 ns while the
+    # writes read the same; a round trip just under the factor marks nothing
+    tr = _transfer_summary((0, 1), _costs([2.0] * 4, None, [60, 62, 330, 61]),
+                           {"asymo": [1.0, 1.8, 1.0], "ort": [1.0, 1.5, 1.0]})
+    assert tr["marked_repeats"] == [1, 2]
+    assert tr["round_trip_ns"] == pytest.approx([60, 62, 330, 61])
+    calm = _transfer_summary((0, 1), _costs([2.0, 2.0], None,
+                                            [60, 60 * SLOW_TRANSFER_FACTOR - 1]),
+                             {"asymo": [1.0], "ort": [1.0]})
+    assert calm["marked_repeats"] == []
+    # readings without a round trip (older results) mark by the writes alone
+    assert _transfer_summary((0, 1), _costs([2.0, 2.0]), {"asymo": [1.0], "ort": [1.0]})[
+        "round_trip_ns"] is None
+
+
 def test_table_lists_readings_and_marked_repeats():
     text = format_table(_result([2.0, 6.0, 2.0, 2.0], [2.0, 2.0, 1.0], [3.0, 3.0, 1.2]))
     assert "cross-core writes (cpu 0 -> 1" in text
     assert "2.0x (9.0 us) 6.0x (9.0 us) 2.0x (9.0 us) 2.0x (9.0 us)" in text
     assert "repeat(s) 1, 2 met dearer transfers" in text and "without them ort 1.20x" in text
+    assert "round trip between" not in text  # readings without one
+    r = _result([2.0, 2.0, 2.0], [1.0, 2.0], [1.0, 2.0])
+    r["transfer"] = _transfer_summary((0, 1), _costs([2.0, 2.0, 2.0], None, [60, 70, 330]),
+                                      {"asymo": [1.0, 2.0], "ort": [1.0, 2.0]})
+    text = format_table(r)
+    assert "a cache line's round trip between them: 60 70 330 ns" in text
+    assert "repeat(s) 2 met dearer transfers" in text

@@ -10,11 +10,12 @@ alone (pinned, one thread), side by side in one process:
 - a pause (``PAUSE_S``) between libraries, because OpenMP / ONNX Runtime threads keep spinning
   for a while after a call and would steal the next library's cores;
 - the machine, the threads and the emulation are printed beside the figures;
-- on a machine run as it is (no emulation), the cost of writing cache lines another core
-  holds is read before every repeat and after the last (:mod:`asymo.lab.transfer`): the
-  development VM makes it several times dearer for tens of seconds at a time, which slows
-  every library's all-core runs; the repeats it marks are listed, with the ratios over the
-  others (the VM has slow two-core states the probe does not see: docs/emulation.md).
+- on a machine run as it is (no emulation), the cost of moving cache lines between two cores
+  is read before every repeat and after the last (:mod:`asymo.lab.transfer`: a buffer
+  written across, and one line's round trip): the development VM makes it several times
+  dearer for tens of seconds at a time, when the host runs its vCPUs on cores that share no
+  last-level cache, which slows every library's all-core runs; the repeats it marks are
+  listed, with the ratios over the others (docs/emulation.md, "the VM's slow state").
 
 The contenders: ``asymo`` (its pinned pool on all cores), ``asymo 1 core`` (a pool on the
 fastest core), ``ort`` (ONNX Runtime, CPU provider, intra-op threads = cores),
@@ -38,9 +39,10 @@ __all__ = ["compare", "format_table", "machine_description", "Contender", "PAUSE
 PAUSE_S = 0.3
 LIBRARIES = ("ort", "torch")
 #: a round is marked as met by dearer transfers between cores when the probe beside it reads
-#: this many times the run's cheapest, as a ratio to a local write or as the cross-core
-#: write's own time (asymo.lab.transfer; the development VM's states read about 2x and 5-8x,
-#: and one doubles both writes, 8.9 -> 17-18 us, at a ratio of 2x)
+#: this many times the run's cheapest: as a ratio to a local write, as the cross-core write's
+#: own time, or as a cache line's round trip (asymo.lab.transfer; on the development VM the
+#: round trip reads 50-90 ns or 310-360 ns, the write's ratio about 1.6-2x in both, and a
+#: third state doubles both writes, 8.9 -> 17-18 us, at a ratio of 2x)
 SLOW_TRANSFER_FACTOR = 1.6
 
 
@@ -206,20 +208,24 @@ def _transfer_probe(pool, fast_cpu, emulation):
 def _transfer_summary(cpus, costs, samples):
     """The probe's readings (``costs``: `TransferCost` objects, one before each repeat and one
     after the last) and the repeats they mark: a repeat is marked when the reading before or
-    after it is SLOW_TRANSFER_FACTOR times the run's lowest, as a ratio (``readings``) or as
-    the cross-core write's time (``cross_us``). With the ratios over the unmarked repeats when
-    both kinds occurred."""
+    after it is SLOW_TRANSFER_FACTOR times the run's lowest, as a ratio (``readings``), as
+    the cross-core write's time (``cross_us``) or as a line's round trip (``round_trip_ns``,
+    None when a reading lacks it). With the ratios over the unmarked repeats when both kinds
+    occurred."""
     from asymo.lab.transfer import DEFAULT_BYTES
 
     readings = [c.ratio for c in costs]
     cross_us = [c.cross_s * 1e6 for c in costs]
+    trips = ([c.round_trip_s * 1e9 for c in costs]
+             if all(c.round_trip_s is not None for c in costs) else None)
 
     def dear(v, r):
-        return max(v[r], v[r + 1]) > SLOW_TRANSFER_FACTOR * min(v)
+        return v is not None and max(v[r], v[r + 1]) > SLOW_TRANSFER_FACTOR * min(v)
 
-    marked = [r for r in range(len(costs) - 1) if dear(readings, r) or dear(cross_us, r)]
+    marked = [r for r in range(len(costs) - 1)
+              if dear(readings, r) or dear(cross_us, r) or dear(trips, r)]
     out = {"cpus": list(cpus), "nbytes": DEFAULT_BYTES, "readings": readings,
-           "cross_us": cross_us, "marked_repeats": marked}
+           "cross_us": cross_us, "round_trip_ns": trips, "marked_repeats": marked}
     steady = [r for r in range(len(readings) - 1) if r not in marked]
     if marked and steady:
         med = {k: statistics.median(v[r] for r in steady) for k, v in samples.items()}
@@ -407,6 +413,9 @@ def format_table(results):
                          + " ".join(f"{v:.1f}x" + (f" ({us:.1f} us)" if us is not None else "")
                                     for v, us in zip(tr["readings"], cross))
                          + " a local write, beside the repeats")
+            if tr.get("round_trip_ns"):
+                lines.append(f"{'':<18}a cache line's round trip between them: "
+                             + " ".join(f"{v:.0f}" for v in tr["round_trip_ns"]) + " ns")
             if tr["marked_repeats"]:
                 st = tr.get("steady")
                 mk = ", ".join(str(i + 1) for i in tr["marked_repeats"])
@@ -414,8 +423,8 @@ def format_table(results):
                                                       st["ratio"].items())
                         if st else "")
                 lines.append(f"{'':<18}repeat(s) {mk} met dearer transfers (>= "
-                             f"{SLOW_TRANSFER_FACTOR:g}x the run's lowest ratio or "
-                             f"cross-core time){tail}")
+                             f"{SLOW_TRANSFER_FACTOR:g}x the run's lowest ratio, cross-core "
+                             f"time or round trip){tail}")
         end = r.get("asymo_clusters_end") or {}
         if end.get("rechecks"):
             lines.append(f"{'':<18}during the timed rounds the choice was found slower than "

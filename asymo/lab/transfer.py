@@ -3,9 +3,11 @@
 Splitting work between cores moves data between their caches: a layer reads what the layer
 before wrote on another core, and a buffer one core wrote is written by another next time.
 That cost belongs to the machine and to the moment. On a big.LITTLE CPU it is higher between
-clusters than within one; on the development VM it roughly triples for tens of seconds at a
-time when the host moves the vCPUs (docs/emulation.md, "the VM's slow state"), which slows
-every library's two-core runs while one-core runs do not change.
+clusters than within one; on the development VM it rises for tens of seconds at a time when
+the host runs the two vCPUs on cores that share no last-level cache (docs/emulation.md, "the
+VM's slow state"), which slows every library's two-core runs while one-core runs do not
+change. The round trip of one cache line (``round_trip_s``) tells the two states apart:
+50-90 ns against 310-360 ns there.
 
 :func:`transfer_cost` measures it; :func:`asymo.cli.bench_model.compare` records it beside
 each round of a benchmark so a reader can tell which figures met that state.
@@ -40,6 +42,9 @@ class TransferCost:
     cross_s: float
     #: seconds for ``cpu_to`` to write it again (lines it already holds)
     own_s: float
+    #: seconds for one cache line to go from ``cpu_from`` to ``cpu_to`` and back (median of
+    #: batches of round trips); None where not measured
+    round_trip_s: float | None = None
 
     @property
     def ratio(self):
@@ -48,7 +53,8 @@ class TransferCost:
 
     def to_dict(self):
         return {"cpu_from": self.cpu_from, "cpu_to": self.cpu_to, "nbytes": self.nbytes,
-                "cross_s": self.cross_s, "own_s": self.own_s, "ratio": self.ratio}
+                "cross_s": self.cross_s, "own_s": self.own_s, "ratio": self.ratio,
+                "round_trip_s": self.round_trip_s}
 
 
 def transfer_cost(cpu_from, cpu_to, *, nbytes=DEFAULT_BYTES, reps=9):
@@ -56,8 +62,10 @@ def transfer_cost(cpu_from, cpu_to, *, nbytes=DEFAULT_BYTES, reps=9):
 
     Two threads, pinned to ``cpu_from`` and ``cpu_to`` for the call only (the caller's own
     affinity is not touched), take turns: ``cpu_from`` writes a buffer of ``nbytes``, then
-    ``cpu_to`` writes it twice. Returns a :class:`TransferCost` (medians of ``reps``).
-    Takes about ``reps`` times a few tens of microseconds.
+    ``cpu_to`` writes it twice; then they pass one cache line back and forth 1500 times.
+    Returns a :class:`TransferCost` (medians of ``reps``; the round trip's median over 15
+    batches). Takes about ``reps`` times a few tens of microseconds, plus under a
+    millisecond of round trips.
 
     Raises ``ValueError`` for bad arguments or a cpu outside the process's affinity, and
     ``OSError`` when a thread cannot be started or pinned.
@@ -87,4 +95,5 @@ def transfer_cost(cpu_from, cpu_to, *, nbytes=DEFAULT_BYTES, reps=9):
     if rc != 0:
         raise OSError(-rc, f"transfer probe between cpus {cpu_from} and {cpu_to}: "
                            f"{os.strerror(-rc)}")
-    return TransferCost(cpu_from, cpu_to, int(nbytes), out.cross_ns * 1e-9, out.own_ns * 1e-9)
+    return TransferCost(cpu_from, cpu_to, int(nbytes), out.cross_ns * 1e-9, out.own_ns * 1e-9,
+                        out.round_trip_ns * 1e-9)

@@ -22,6 +22,10 @@ typedef struct {
     _Atomic int step;
     _Atomic int failed; /* a side could not pin itself: both stop */
     int64_t *cross, *own; /* B's times per repetition */
+    /* the line passed back and forth: A stores odd values, B even ones (its own line) */
+    _Alignas(64) _Atomic int64_t ball;
+    char pad[64 - sizeof(int64_t)];
+    int64_t trip[ASYMO_ROUND_TRIP_BATCHES]; /* A's time per batch of round trips */
 } probe_t;
 
 /* One side: the shared state and the cpu it runs on. */
@@ -92,6 +96,13 @@ static void *side_b(void *arg)
         p->own[r] = t2 - t1;
         atomic_store_explicit(&p->step, 2 * r + 2, memory_order_release);
     }
+    const int64_t n = (int64_t)ASYMO_ROUND_TRIP_BATCHES * ASYMO_ROUND_TRIP_PASSES;
+    for (int64_t i = 0; i < n; i++) {
+        while (atomic_load_explicit(&p->ball, memory_order_acquire) != 2 * i + 1)
+            if (atomic_load_explicit(&p->failed, memory_order_relaxed))
+                return NULL;
+        atomic_store_explicit(&p->ball, 2 * i + 2, memory_order_release);
+    }
     return NULL;
 }
 
@@ -106,6 +117,19 @@ static void *side_a(void *arg)
             return NULL;
         write_pass(p->buf, p->words, -r);
         atomic_store_explicit(&p->step, 2 * r + 1, memory_order_release);
+    }
+    if (!await_step(p, 2 * p->reps))
+        return NULL;
+    int64_t i = 0;
+    for (int b = 0; b < ASYMO_ROUND_TRIP_BATCHES; b++) {
+        const int64_t t0 = now_ns();
+        for (int k = 0; k < ASYMO_ROUND_TRIP_PASSES; k++, i++) {
+            atomic_store_explicit(&p->ball, 2 * i + 1, memory_order_release);
+            while (atomic_load_explicit(&p->ball, memory_order_acquire) != 2 * i + 2)
+                if (atomic_load_explicit(&p->failed, memory_order_relaxed))
+                    return NULL;
+        }
+        p->trip[b] = now_ns() - t0;
     }
     return NULL;
 }
@@ -134,7 +158,8 @@ int asymo_transfer_probe(int cpu_a, int cpu_b, int64_t nbytes, int reps,
         return -ENOMEM;
     }
     memset(buf, 0, bytes); /* fault the pages in before anything is timed */
-    probe_t p = {buf, words, reps, 0, 0, times, times + reps};
+    probe_t p = {.buf = buf, .words = words, .reps = reps, .cross = times,
+                 .own = times + reps};
     side_t a = {&p, cpu_a, 0}, b = {&p, cpu_b, 0};
     pthread_t ta, tb;
     int rc = pthread_create(&tb, NULL, side_b, &b);
@@ -156,6 +181,8 @@ int asymo_transfer_probe(int cpu_a, int cpu_b, int64_t nbytes, int reps,
         out->cross_ns = p.cross[reps / 2];
         out->own_ns = p.own[reps / 2];
         out->reps = reps;
+        qsort(p.trip, ASYMO_ROUND_TRIP_BATCHES, sizeof(int64_t), cmp_i64);
+        out->round_trip_ns = p.trip[ASYMO_ROUND_TRIP_BATCHES / 2] / ASYMO_ROUND_TRIP_PASSES;
     }
     free(buf);
     free(times);
