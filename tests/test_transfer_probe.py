@@ -24,9 +24,9 @@ def test_probe_times_both_writes():
     assert c.ratio == pytest.approx(c.cross_s / c.own_s)
     # a cache line's round trip between two cores: tens of nanoseconds to tens of
     # microseconds (a busy machine), never nothing
-    assert 1e-8 < c.round_trip_s < 1e-4
+    assert 1e-8 < c.round_trip_min_s <= c.round_trip_s < 1e-4
     assert set(c.to_dict()) == {"cpu_from", "cpu_to", "nbytes", "cross_s", "own_s", "ratio",
-                                "round_trip_s"}
+                                "round_trip_s", "round_trip_min_s"}
     assert os.sched_getaffinity(0) == before  # the caller's affinity is untouched
 
 
@@ -60,13 +60,15 @@ def test_native_probe_fails_cleanly_on_a_cpu_it_cannot_pin():
     assert lib.asymo_transfer_probe(CPUS[0], bad, 65536, 3, ffi.NULL) == -errno.EINVAL
 
 
-def _costs(ratios, cross_us=None, trips_ns=None):
+def _costs(ratios, cross_us=None, trips_ns=None, fastest_ns=None):
     """Probe readings with these ratios (and cross-core times, 9 us each by default; round
-    trips, none by default)."""
+    trips, median and fastest, none by default)."""
     cross_us = cross_us or [9.0] * len(ratios)
-    trips = [None if t is None else t * 1e-9 for t in (trips_ns or [None] * len(ratios))]
-    return [TransferCost(0, 1, 1 << 18, us * 1e-6, us * 1e-6 / q, rt)
-            for q, us, rt in zip(ratios, cross_us, trips)]
+
+    def ns(v):
+        return [None if t is None else t * 1e-9 for t in (v or [None] * len(ratios))]
+    return [TransferCost(0, 1, 1 << 18, us * 1e-6, us * 1e-6 / q, rt, fast)
+            for q, us, rt, fast in zip(ratios, cross_us, ns(trips_ns), ns(fastest_ns))]
 
 
 def _result(readings, asymo, ort):
@@ -123,6 +125,24 @@ def test_summary_marks_a_dearer_round_trip_at_unchanged_writes():
     # readings without a round trip (older results) mark by the writes alone
     assert _transfer_summary((0, 1), _costs([2.0, 2.0]), {"asymo": [1.0], "ort": [1.0]})[
         "round_trip_ns"] is None
+
+
+def test_emulated_summary_marks_by_the_fastest_round_trip_alone():
+    # the emulator stops cpu 1: the writes and the median round trip read its stops (here
+    # wildly); only the fastest batch's round trip tells the cache state
+    costs = _costs([9.0, 2.0, 7.0, 2.0], [40.0, 9.0, 35.0, 9.0], [900, 80, 2000, 85],
+                   [80, 78, 300, 82])
+    tr = _transfer_summary((0, 1), costs, {"asymo": [1.0, 1.7, 1.0], "ort": [1.1, 1.2, 1.1]},
+                           emulated=True)
+    assert tr["emulated"] and tr["marked_repeats"] == [1, 2]
+    assert tr["round_trip_min_ns"] == pytest.approx([80, 78, 300, 82])
+    assert tr["steady"]["repeats"] == [0]
+    r = _result([2.0, 2.0, 2.0, 2.0], [1.0, 1.7, 1.0], [1.1, 1.2, 1.1])
+    r["transfer"] = tr
+    text = format_table(r)
+    assert "fastest round trip between cpus 0 and 1" in text and "80 78 300 82 ns" in text
+    assert "repeat(s) 2, 3 met dearer transfers (>= 1.6x the run's fastest round trip)" in text
+    assert "cross-core writes" not in text
 
 
 def test_table_lists_readings_and_marked_repeats():

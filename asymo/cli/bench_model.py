@@ -10,12 +10,13 @@ alone (pinned, one thread), side by side in one process:
 - a pause (``PAUSE_S``) between libraries, because OpenMP / ONNX Runtime threads keep spinning
   for a while after a call and would steal the next library's cores;
 - the machine, the threads and the emulation are printed beside the figures;
-- on a machine run as it is (no emulation), the cost of moving cache lines between two cores
-  is read before every repeat and after the last (:mod:`asymo.lab.transfer`: a buffer
-  written across, and one line's round trip): the development VM makes it several times
-  dearer for tens of seconds at a time, when the host runs its vCPUs on cores that share no
-  last-level cache, which slows every library's all-core runs; the repeats it marks are
-  listed, with the ratios over the others (docs/emulation.md, "the VM's slow state").
+- the cost of moving cache lines between two cores is read before every repeat and after
+  the last (:mod:`asymo.lab.transfer`: a buffer written across, and one line's round trip;
+  under the emulator, which stops one of the two, only the fastest round trip): the
+  development VM makes it several times dearer for tens of seconds at a time, when the host
+  runs its vCPUs on cores that share no last-level cache, which slows every library's
+  all-core runs; the repeats it marks are listed, with the ratios over the others
+  (docs/emulation.md, "the VM's slow state").
 
 The contenders: ``asymo`` (its pinned pool on all cores), ``asymo 1 core`` (a pool on the
 fastest core), ``ort`` (ONNX Runtime, CPU provider, intra-op threads = cores),
@@ -189,10 +190,8 @@ def _measure(contenders, repeats, min_time, pause, progress, probe=None):
 def _transfer_probe(pool, fast_cpu, emulation):
     """``(cpus, probe)``: a callable giving the cross-core transfer cost (a
     `asymo.lab.transfer.TransferCost`) between the fastest core and another core of ``pool``,
-    or ``(None, None)`` where it means nothing (one core, or an emulated core that the
-    emulator stops mid-probe)."""
-    if emulation is not None:
-        return None, None
+    or ``(None, None)`` where it means nothing (one core). Under the emulator only its
+    fastest round trip means anything (`_transfer_summary`)."""
     other = [c for cl in pool.topology.clusters for c in cl.cpus if c != fast_cpu]
     if not other:
         return None, None
@@ -205,13 +204,15 @@ def _transfer_probe(pool, fast_cpu, emulation):
     return (fast_cpu, other[0]), lambda: transfer_cost(fast_cpu, other[0])
 
 
-def _transfer_summary(cpus, costs, samples):
+def _transfer_summary(cpus, costs, samples, emulated=False):
     """The probe's readings (``costs``: `TransferCost` objects, one before each repeat and one
     after the last) and the repeats they mark: a repeat is marked when the reading before or
     after it is SLOW_TRANSFER_FACTOR times the run's lowest, as a ratio (``readings``), as
     the cross-core write's time (``cross_us``) or as a line's round trip (``round_trip_ns``,
-    None when a reading lacks it). With the ratios over the unmarked repeats when both kinds
-    occurred."""
+    None when a reading lacks it). ``emulated``: the other core was stopped for part of each
+    period, which makes every figure but the fastest round trip (``round_trip_min_ns``) a
+    reading of the stops; the repeats are marked by that one alone. With the ratios over the
+    unmarked repeats when both kinds occurred."""
     from asymo.lab.transfer import DEFAULT_BYTES
 
     readings = [c.ratio for c in costs]
@@ -222,10 +223,18 @@ def _transfer_summary(cpus, costs, samples):
     def dear(v, r):
         return v is not None and max(v[r], v[r + 1]) > SLOW_TRANSFER_FACTOR * min(v)
 
-    marked = [r for r in range(len(costs) - 1)
-              if dear(readings, r) or dear(cross_us, r) or dear(trips, r)]
-    out = {"cpus": list(cpus), "nbytes": DEFAULT_BYTES, "readings": readings,
-           "cross_us": cross_us, "round_trip_ns": trips, "marked_repeats": marked}
+    fastest = ([c.round_trip_min_s * 1e9 for c in costs]
+               if all(c.round_trip_min_s is not None for c in costs) else None)
+    if emulated:
+        marked = [r for r in range(len(costs) - 1) if dear(fastest, r)]
+        out = {"cpus": list(cpus), "emulated": True, "round_trip_min_ns": fastest,
+               "marked_repeats": marked}
+    else:
+        marked = [r for r in range(len(costs) - 1)
+                  if dear(readings, r) or dear(cross_us, r) or dear(trips, r)]
+        out = {"cpus": list(cpus), "nbytes": DEFAULT_BYTES, "readings": readings,
+               "cross_us": cross_us, "round_trip_ns": trips, "round_trip_min_ns": fastest,
+               "marked_repeats": marked}
     steady = [r for r in range(len(readings) - 1) if r not in marked]
     if marked and steady:
         med = {k: statistics.median(v[r] for r in steady) for k, v in samples.items()}
@@ -339,7 +348,8 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
         "asymo_clusters": clusters,
         "asymo_clusters_end": clusters_end,
         "asymo_backups": backups,
-        "transfer": _transfer_summary(cpus, readings, samples) if readings else None,
+        "transfer": (_transfer_summary(cpus, readings, samples, emulated=emulation is not None)
+                     if readings else None),
     }
 
 
@@ -405,7 +415,13 @@ def format_table(results):
                          f"again on the fast core, {bk['superseded_per_call']:.1f} late copies "
                          f"(measured over asymo's {bk['calls']} calls)")
         tr = r.get("transfer")
-        if tr:
+        if tr and tr.get("emulated"):
+            a, b = tr["cpus"]
+            lines.append(f"{'':<18}a cache line's fastest round trip between cpus {a} and {b} "
+                         "(the emulator stops one of them; asymo.lab.transfer): "
+                         + " ".join(f"{v:.0f}" for v in tr["round_trip_min_ns"])
+                         + " ns, beside the repeats")
+        elif tr:
             a, b = tr["cpus"]
             cross = tr.get("cross_us") or [None] * len(tr["readings"])
             lines.append(f"{'':<18}cross-core writes (cpu {a} -> {b}, {tr['nbytes'] // 1024} "
@@ -416,15 +432,16 @@ def format_table(results):
             if tr.get("round_trip_ns"):
                 lines.append(f"{'':<18}a cache line's round trip between them: "
                              + " ".join(f"{v:.0f}" for v in tr["round_trip_ns"]) + " ns")
-            if tr["marked_repeats"]:
-                st = tr.get("steady")
-                mk = ", ".join(str(i + 1) for i in tr["marked_repeats"])
-                tail = (": without them " + "  ".join(f"{k} {v:.2f}x" for k, v in
-                                                      st["ratio"].items())
-                        if st else "")
-                lines.append(f"{'':<18}repeat(s) {mk} met dearer transfers (>= "
-                             f"{SLOW_TRANSFER_FACTOR:g}x the run's lowest ratio, cross-core "
-                             f"time or round trip){tail}")
+        if tr and tr["marked_repeats"]:
+            st = tr.get("steady")
+            mk = ", ".join(str(i + 1) for i in tr["marked_repeats"])
+            tail = (": without them " + "  ".join(f"{k} {v:.2f}x" for k, v in
+                                                  st["ratio"].items())
+                    if st else "")
+            what = ("fastest round trip" if tr.get("emulated") else
+                    "lowest ratio, cross-core time or round trip")
+            lines.append(f"{'':<18}repeat(s) {mk} met dearer transfers (>= "
+                         f"{SLOW_TRANSFER_FACTOR:g}x the run's {what}){tail}")
         end = r.get("asymo_clusters_end") or {}
         if end.get("rechecks"):
             lines.append(f"{'':<18}during the timed rounds the choice was found slower than "

@@ -45,6 +45,9 @@ class TransferCost:
     #: seconds for one cache line to go from ``cpu_from`` to ``cpu_to`` and back (median of
     #: batches of round trips); None where not measured
     round_trip_s: float | None = None
+    #: the fastest batch's round trip: on a core the emulator stops for part of each period,
+    #: the batches a stop missed
+    round_trip_min_s: float | None = None
 
     @property
     def ratio(self):
@@ -54,7 +57,7 @@ class TransferCost:
     def to_dict(self):
         return {"cpu_from": self.cpu_from, "cpu_to": self.cpu_to, "nbytes": self.nbytes,
                 "cross_s": self.cross_s, "own_s": self.own_s, "ratio": self.ratio,
-                "round_trip_s": self.round_trip_s}
+                "round_trip_s": self.round_trip_s, "round_trip_min_s": self.round_trip_min_s}
 
 
 def transfer_cost(cpu_from, cpu_to, *, nbytes=DEFAULT_BYTES, reps=9):
@@ -96,4 +99,4 @@ def transfer_cost(cpu_from, cpu_to, *, nbytes=DEFAULT_BYTES, reps=9):
         raise OSError(-rc, f"transfer probe between cpus {cpu_from} and {cpu_to}: "
                            f"{os.strerror(-rc)}")
     return TransferCost(cpu_from, cpu_to, int(nbytes), out.cross_ns * 1e-9, out.own_ns * 1e-9,
-                        out.round_trip_ns * 1e-9)
+                        out.round_trip_ns * 1e-9, out.round_trip_min_ns * 1e-9)

@@ -183,6 +183,7 @@ int asymo_transfer_probe(int cpu_a, int cpu_b, int64_t nbytes, int reps,
         out->reps = reps;
         qsort(p.trip, ASYMO_ROUND_TRIP_BATCHES, sizeof(int64_t), cmp_i64);
         out->round_trip_ns = p.trip[ASYMO_ROUND_TRIP_BATCHES / 2] / ASYMO_ROUND_TRIP_PASSES;
+        out->round_trip_min_ns = p.trip[0] / ASYMO_ROUND_TRIP_PASSES;
     }
     free(buf);
     free(times);

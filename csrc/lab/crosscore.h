@@ -30,6 +30,8 @@ typedef struct {
     int reps;          /* repetitions measured */
     int64_t round_trip_ns; /* median of ASYMO_ROUND_TRIP_BATCHES batches of
                               ASYMO_ROUND_TRIP_PASSES round trips, per round trip */
+    int64_t round_trip_min_ns; /* the fastest batch's, per round trip: a core the emulator
+                                  stops for part of each period misses some batches */
 } asymo_transfer_result;
 
 enum { ASYMO_ROUND_TRIP_BATCHES = 15, ASYMO_ROUND_TRIP_PASSES = 100 };
