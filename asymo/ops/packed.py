@@ -12,8 +12,8 @@ The matrix is copied when packed: later changes to the caller's array do not rea
 operand.
 
 `PackedMatVec` packs a constant float32 matrix for matrix-vector products ``act(A @ x + b)``
-(a model's classifier at batch 1) into panels of 16 rows interleaved along K, so the product
-reads the matrix as one stream in address order (``asymo_mv_pack``).
+(a model's classifier at batch 1) into panels of ``ASYMO_MV_PANEL`` (16) rows interleaved along
+K, so the product reads the matrix as one stream in address order (``asymo_mv_pack``).
 """
 from __future__ import annotations
 
@@ -229,13 +229,12 @@ class PackedMatVec:
         job.x = ffi.cast("const float *", x.ctypes.data)
         job.bias = ffi.NULL if bias is None else ffi.cast("const float *", bias.ctypes.data)
         job.y = ffi.cast("float *", y.ctypes.data)
-        npanels = -(-m // 16)
+        npanels = -(-m // lib.ASYMO_MV_PANEL)
         fn = task_fn("asymo_mv_packed_task")
         job.panels_per_task = 1
         if lib.asymo_mv_packed_check(job) != lib.ASYMO_OK:
             raise ValueError("PackedMatVec.bind: no matrix-vector kernel for this CPU")
         split = [None]  # (weakref(pool), limit, panels per task, tasks, per-cluster counts)
-        keep = (self, x, y, bias)
 
         def run(pool):
             s = split[0]
@@ -246,5 +245,5 @@ class PackedMatVec:
                 s = split[0] = (weakref.ref(pool), pool.limit, per, ntasks, counts)
             job.panels_per_task = s[2]
             run_tasks(pool, fn, job, s[3], s[4])
-            return keep
+        run.arrays = (self, x, y, bias)  # what the job points into, alive as long as the call
         return run

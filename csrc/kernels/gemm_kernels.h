@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "asymo/gemm.h" /* ASYMO_MV_PANEL */
+
 /* c[0:mr, 0:nr] (row stride rsc, unit column stride) = or += the product of a packed A
  * micro-panel and a packed B sliver, BLIS form: k steps of mr contiguous values of A
  * (a[p * mr + i]) and of nr contiguous values of B (b[p * nr + j]). Both panels are read as
@@ -48,11 +50,8 @@ typedef void (*asymo_skinny_fn)(int64_t l0, int64_t l1, int64_t ns, int64_t k,
 
 #define ASYMO_SKINNY_MAX 8
 
-/* Rows per panel of a matrix packed for matrix-vector products (asymo_mv_pack). */
-#define ASYMO_MV_PANEL 16
-
 /* y[r] = sum_p panel[p * ASYMO_MV_PANEL + r] * x[p] for the ASYMO_MV_PANEL rows of one panel
- * of K columns (see asymo_mv_pack). */
+ * of K columns (see asymo_mv_pack); float32 tables only. */
 typedef void (*asymo_mv_panel_fn)(int64_t k, const void *panel, const void *x, void *y);
 
 typedef struct {

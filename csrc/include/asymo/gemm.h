@@ -181,9 +181,12 @@ int64_t asymo_gemm_task_counts(const asymo_gemm_args *args, const asymo_gemm_pla
 int64_t asymo_gemm_workspace_bytes(void);
 void asymo_gemm_workspace_trim(void);
 /* Matrix-vector products y = act(A x + bias) with a constant float32 A (m x k) packed once by
- * asymo_mv_pack (a model's classifier at batch 1): panels of 16 rows interleaved along K,
- * element [i][p] at (i / 16) * 16 * k + p * 16 + i % 16, rows past m zero. Each panel is read
+ * asymo_mv_pack (a model's classifier at batch 1): panels of ASYMO_MV_PANEL (16) rows
+ * interleaved along K, element [i][p] at (i / 16) * 16 * k + p * 16 + i % 16, rows past m
+ * zero. Each panel is read
  * as one stream in address order; the dot form of the MV kind reads four rows at once. */
+enum { ASYMO_MV_PANEL = 16 }; /* rows per panel */
+
 typedef struct {
     int32_t isa;             /* ASYMO_ISA_*: whose kernel runs (the CPU must support it) */
     int32_t activation;      /* ASYMO_ACT_* (asymo/conv.h) */
@@ -193,7 +196,7 @@ typedef struct {
     const float *x;          /* k, contiguous */
     const float *bias;       /* m, or NULL */
     float *y;                /* m, contiguous; must not overlap a, x or bias */
-    int64_t panels_per_task; /* ntasks = ceil(ceil(m / 16) / panels_per_task) */
+    int64_t panels_per_task; /* ntasks = ceil(ceil(m / ASYMO_MV_PANEL) / panels_per_task) */
 } asymo_mv_packed_job;
 
 /* Floats of asymo_mv_pack's output for an m x k matrix; negative on a bad size. */

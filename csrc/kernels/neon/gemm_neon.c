@@ -116,7 +116,6 @@ const asymo_gemm_kernel asymo_gemm_neon_f32 = {8, 12, ukr_neon_f32, skinny_dot_n
                                                skinny_axpy_neon_f32, NULL,
                                                .mv_panel = mv_panel_neon_f32};
 const asymo_gemm_kernel asymo_gemm_neon_f64 = {8, 6, ukr_neon_f64, skinny_dot_neon_f64,
-                                               skinny_axpy_neon_f64, NULL,
-                                               .mv_panel = mv_panel_neon_f64};
+                                               skinny_axpy_neon_f64, NULL};
 
 #endif /* __aarch64__ */

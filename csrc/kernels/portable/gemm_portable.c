@@ -55,5 +55,4 @@ const asymo_gemm_kernel asymo_gemm_portable_f32 = {
     PORT_MR, PORT_NR_F32, ukr_portable_f32, skinny_dot_portable_f32, skinny_axpy_portable_f32, NULL,
     .mv_panel = mv_panel_portable_f32};
 const asymo_gemm_kernel asymo_gemm_portable_f64 = {
-    PORT_MR, PORT_NR_F64, ukr_portable_f64, skinny_dot_portable_f64, skinny_axpy_portable_f64, NULL,
-    .mv_panel = mv_panel_portable_f64};
+    PORT_MR, PORT_NR_F64, ukr_portable_f64, skinny_dot_portable_f64, skinny_axpy_portable_f64, NULL};

@@ -367,7 +367,6 @@ const asymo_gemm_kernel asymo_gemm_avx2_f32 = {6, 16, ukr_avx2_f32, dot_avx2_f32
                                                mv_panel_avx2_f32};
 const asymo_gemm_kernel asymo_gemm_avx2_f64 = {6, 8, ukr_avx2_f64, dot_avx2_f64,
                                                skinny_axpy_avx2_f64, NULL, NULL,
-                                               ukr_strided_b_avx2_f64,
-                                               .mv_panel = mv_panel_avx2_f64};
+                                               ukr_strided_b_avx2_f64};
 
 #endif /* __x86_64__ */

@@ -109,7 +109,6 @@ const asymo_gemm_kernel asymo_gemm_avx512_f32 = {12, 32, ukr_avx512_f32, dot_avx
                                                  skinny_axpy_avx512_f32, NULL,
                                                  .mv_panel = mv_panel_avx512_f32};
 const asymo_gemm_kernel asymo_gemm_avx512_f64 = {12, 16, ukr_avx512_f64, dot_avx512_f64,
-                                                 skinny_axpy_avx512_f64, NULL,
-                                                 .mv_panel = mv_panel_avx512_f64};
+                                                 skinny_axpy_avx512_f64, NULL};
 
 #endif /* __x86_64__ */
