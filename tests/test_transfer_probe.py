@@ -91,6 +91,9 @@ def test_summary_marks_repeats_beside_dear_readings():
     assert st["seconds"]["asymo"] == pytest.approx(1.05)
     assert st["ratio"]["ort"] == pytest.approx(1.1 / 1.05)
     assert st["best_other"] == "ort"
+    dear = tr["dear"]  # the marked repeats' own figures
+    assert dear["repeats"] == [1, 2] and dear["seconds"]["asymo"] == pytest.approx(2.0)
+    assert dear["ratio"]["ort"] == pytest.approx(1.5)
     # a reading just under the factor marks nothing, and no 'steady' figures are made
     calm = _transfer_summary((0, 1), _costs([2.0, 2.0 * SLOW_TRANSFER_FACTOR - 0.01, 2.0]),
                              {"asymo": [1.0, 1.0], "ort": [1.0, 1.0]})
@@ -150,6 +153,7 @@ def test_table_lists_readings_and_marked_repeats():
     assert "cross-core writes (cpu 0 -> 1" in text
     assert "2.0x (9.0 us) 6.0x (9.0 us) 2.0x (9.0 us) 2.0x (9.0 us)" in text
     assert "repeat(s) 1, 2 met dearer transfers" in text and "without them ort 1.20x" in text
+    assert "in them alone ort 1.50x" in text
     assert "round trip between" not in text  # readings without one
     r = _result([2.0, 2.0, 2.0], [1.0, 2.0], [1.0, 2.0])
     r["transfer"] = _transfer_summary((0, 1), _costs([2.0, 2.0, 2.0], None, [60, 70, 330]),

@@ -211,8 +211,8 @@ def _transfer_summary(cpus, costs, samples, emulated=False):
     the cross-core write's time (``cross_us``) or as a line's round trip (``round_trip_ns``,
     None when a reading lacks it). ``emulated``: the other core was stopped for part of each
     period, which makes every figure but the fastest round trip (``round_trip_min_ns``) a
-    reading of the stops; the repeats are marked by that one alone. With the ratios over the
-    unmarked repeats when both kinds occurred."""
+    reading of the stops; the repeats are marked by that one alone. When both kinds of repeat
+    occurred, the figures over each: the unmarked (``steady``) and the marked (``dear``)."""
     from asymo.lab.transfer import DEFAULT_BYTES
 
     readings = [c.ratio for c in costs]
@@ -237,8 +237,9 @@ def _transfer_summary(cpus, costs, samples, emulated=False):
                "marked_repeats": marked}
     steady = [r for r in range(len(readings) - 1) if r not in marked]
     if marked and steady:
-        med = {k: statistics.median(v[r] for r in steady) for k, v in samples.items()}
-        out["steady"] = {"repeats": steady, "seconds": med, **_versus(med)}
+        for key, reps in (("steady", steady), ("dear", marked)):
+            med = {k: statistics.median(v[r] for r in reps) for k, v in samples.items()}
+            out[key] = {"repeats": reps, "seconds": med, **_versus(med)}
     return out
 
 
@@ -433,10 +434,12 @@ def format_table(results):
                 lines.append(f"{'':<18}a cache line's round trip between them: "
                              + " ".join(f"{v:.0f}" for v in tr["round_trip_ns"]) + " ns")
         if tr and tr["marked_repeats"]:
-            st = tr.get("steady")
+            st, dear = tr.get("steady"), tr.get("dear")
+
+            def ratios(fig):
+                return "  ".join(f"{k} {v:.2f}x" for k, v in fig["ratio"].items())
             mk = ", ".join(str(i + 1) for i in tr["marked_repeats"])
-            tail = (": without them " + "  ".join(f"{k} {v:.2f}x" for k, v in
-                                                  st["ratio"].items())
+            tail = (f": without them {ratios(st)}; in them alone {ratios(dear)}"
                     if st else "")
             what = ("fastest round trip" if tr.get("emulated") else
                     "lowest ratio, cross-core time or round trip")
