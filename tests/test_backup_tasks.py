@@ -36,8 +36,9 @@ def make_pool(spec):
 
 
 class Stalling:
-    """Tasks writing out[t] = 2 t; the first task the little worker runs sleeps STALL_S first
-    (a core taken away in the middle of a task)."""
+    """Tasks writing out[t] = 2 t; the first task the little worker's own thread runs sleeps
+    STALL_S first (a core taken away in the middle of a task). Not a task the submitting
+    thread runs as that worker: a submitter cannot back up its own task."""
 
     def __init__(self, n, stall=True):
         self.out = np.zeros(n)
@@ -51,7 +52,8 @@ class Stalling:
         def task(t, ctx):
             w = lib.asymo_pool_current_worker()
             with self.lock:
-                stall = self.stall and w == 1
+                stall = (self.stall and w == 1
+                         and threading.current_thread() is not threading.main_thread())
                 self.stall = self.stall and not stall
             if stall:
                 time.sleep(STALL_S)
@@ -68,8 +70,15 @@ class Stalling:
 
 
 def run(pool, job, n, counts, flags):
+    """The job submitted from the big core (where a submitter moves anyway, unless an earlier
+    test left this thread's mask without it)."""
     c = ffi.new("int64_t[2]", counts)
-    rc = lib.asymo_pool_run(pool._handle, job.task, ffi.NULL, n, c, flags)
+    mask = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {CPUS[0]})
+    try:
+        rc = lib.asymo_pool_run(pool._handle, job.task, ffi.NULL, n, c, flags)
+    finally:
+        os.sched_setaffinity(0, mask)
     assert rc == lib.ASYMO_OK
 
 

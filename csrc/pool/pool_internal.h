@@ -51,6 +51,8 @@
 #define CHUNK_MAX ((int64_t)ASYMO_POOL_CHUNK_MAX)
 #define SUBMIT_SPIN_NS ((int64_t)ASYMO_POOL_SUBMIT_SPIN_NS)
 #define STEAL_UP_MIN ((int64_t)ASYMO_POOL_STEAL_UP_MIN)
+/* The longest a submitter of a backup job sleeps before it looks for late tasks again. */
+#define BACKUP_RECHECK_NS 200000
 /* Spinning threads yield the core every this many polling rounds (16 pauses each). */
 #define YIELD_EVERY 8
 /* The queue kind ASYMO_QUEUE_DEFAULT stands for; chosen by measurement
@@ -240,6 +242,13 @@ static inline void cpu_relax(void)
 static inline void futex_wait(_Atomic uint32_t *addr, uint32_t expected)
 {
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+/* futex_wait that returns after ns nanoseconds at the latest */
+static inline void futex_wait_ns(_Atomic uint32_t *addr, uint32_t expected, int64_t ns)
+{
+    const struct timespec t = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, expected, &t, NULL, 0);
 }
 
 static inline void futex_wake(_Atomic uint32_t *addr, int n)

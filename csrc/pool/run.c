@@ -267,8 +267,14 @@ static void wait_job(asymo_pool *p, job_t *j)
             continue;
         }
         uint32_t expect = 0;
-        if (atomic_compare_exchange_strong(&j->done, &expect, 2) || expect == 2)
-            futex_wait(&j->done, 2);
+        if (atomic_compare_exchange_strong(&j->done, &expect, 2) || expect == 2) {
+            /* A worker may have taken a range of a backup job and not yet published its first
+             * task when the check above looked: wake up to look again. */
+            if (mine && (j->flags & ASYMO_RUN_BACKUP))
+                futex_wait_ns(&j->done, 2, BACKUP_RECHECK_NS);
+            else
+                futex_wait(&j->done, 2);
+        }
     }
 }
 
