@@ -34,7 +34,7 @@ def test_matches_float64(spec, m, k, act, bias):
     b = RNG.standard_normal(m).astype(np.float32) * 3 if bias else None
     y = np.full(m, np.nan, np.float32)
     with asymo.Pool(spec) as pool, hold(pool) as held:
-        PackedMatVec(a).bind(x, y, bias=b, activation=act)(held)
+        PackedMatVec(a).bind(x, y, bias=b, activation=act, pool=held)()
     want = _ref(a, x, b, act)
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * (1 + np.sqrt(k)))
 
@@ -47,11 +47,12 @@ def test_packed_copy_ignores_later_changes():
     a[:] = 0
     y = np.empty(20, np.float32)
     with hold(asymo.get_pool()) as pool:
-        p.bind(x, y)(pool)
+        p.bind(x, y, pool=pool)()
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
 def test_errors_are_clear():
+    pool = asymo.get_pool()
     with pytest.raises(ValueError, match="2-D float32"):
         PackedMatVec(np.zeros((3, 4)))
     with pytest.raises(ValueError, match="2-D float32"):
@@ -59,16 +60,16 @@ def test_errors_are_clear():
     p = PackedMatVec(np.ones((3, 4), np.float32))
     x, y = np.ones(4, np.float32), np.empty(3, np.float32)
     with pytest.raises(ValueError, match="x must be a contiguous float32 array of 4"):
-        p.bind(np.ones(5, np.float32), y)
+        p.bind(np.ones(5, np.float32), y, pool=pool)
     with pytest.raises(ValueError, match="y must be a contiguous float32 array of 3"):
-        p.bind(x, np.empty(3, np.float64))
+        p.bind(x, np.empty(3, np.float64), pool=pool)
     with pytest.raises(ValueError, match="apart from x"):
         buf = np.ones(4, np.float32)
-        PackedMatVec(np.ones((4, 4), np.float32)).bind(buf, buf)
+        PackedMatVec(np.ones((4, 4), np.float32)).bind(buf, buf, pool=pool)
     with pytest.raises(ValueError, match="bias must have shape"):
-        p.bind(x, y, bias=np.ones(2, np.float32))
+        p.bind(x, y, bias=np.ones(2, np.float32), pool=pool)
     with pytest.raises(ValueError, match="activation"):
-        p.bind(x, y, activation="gelu")
+        p.bind(x, y, activation="gelu", pool=pool)
 
 
 def test_c_check_refuses_bad_jobs():
@@ -110,6 +111,14 @@ def test_model_gemm_at_batch_one_agrees_with_batch_two_and_onnxruntime():
     np.testing.assert_allclose(one, both, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(one, np.maximum(x.astype(np.float64) @ fw.T + fb, 0),
                                rtol=1e-5, atol=1e-4)
+    # batch 1 ran the packed product, its weights packed once for every instance
+    from asymo.models.graph_model import _MatVecStep
+
+    pool = asymo.get_pool()
+    one_a, one_b = m._acquire(1, pool), m._acquire(1, pool)
+    steps = [[s for s in i.steps if isinstance(s, _MatVecStep)] for i in (one_a, one_b)]
+    assert len(steps[0]) == 1 and steps[0][0].packed is steps[1][0].packed
+    assert not any(isinstance(s, _MatVecStep) for s in m._acquire(2, pool).steps)
     ort = pytest.importorskip("onnxruntime")
     s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(m(x[:1]), s.run(None, {"x": x[:1]})[0], rtol=1e-4, atol=1e-5)

@@ -39,6 +39,7 @@ from asymo.models.graph import GraphError
 from asymo.models.graph_plan import optimize
 from asymo.models.shapes import infer_shapes, ints, pad_amounts, slice_spec, split_sizes
 from asymo.ops.conv import PackedConvWeight, conv_path
+from asymo.ops.packed import PackedMatVec
 from asymo.plan.split_cost import emulated_period
 from asymo.runtime.ffi import lib
 from asymo.runtime.pool import caller_on_fastest, hold
@@ -277,6 +278,29 @@ def _act(y, act):
         np.clip(y, 0, 6, out=y)
 
 
+class _MatVecStep:
+    """An ``asymo.Gemm`` node at batch 1 with float32 weights and an activation the C
+    epilogue has: a matrix-vector product with the weights packed once by the model
+    (`asymo.ops.packed.PackedMatVec`: read as one stream, where the MV kind's dot form reads
+    four rows at a time), bound per pool like `_ConvStep`."""
+
+    __slots__ = ("x", "y", "b", "act", "packed")
+
+    def __init__(self, n, V, C, packed):
+        self.x, self.y = V[n.inputs[0]], V[n.outputs[0]]
+        self.b = C[n.inputs[2]] if n.inputs[2] else None
+        self.act = n.attrs.get("activation")
+        self.packed = packed
+
+    @staticmethod
+    def applies(n, V, C):
+        return (V[n.inputs[0]].shape[0] == 1 and C[n.inputs[1]].dtype == np.float32
+                and n.attrs.get("activation") in (None, "relu", "relu6"))
+
+    def bind(self, pool):
+        return self.packed.bind(self.x, self.y, bias=self.b, activation=self.act, pool=pool)
+
+
 def _gemm_runner(n, V, C, g):
     from asymo.ops.conv_gemm import matmul_into
 
@@ -284,12 +308,6 @@ def _gemm_runner(n, V, C, g):
     w = C[n.inputs[1]]
     b = C[n.inputs[2]] if n.inputs[2] else None
     act = n.attrs.get("activation")
-    if x.shape[0] == 1 and w.dtype == np.float32 and act in (None, "relu", "relu6"):
-        # one image: the weights packed once into panels read as one stream
-        # (asymo.ops.packed.PackedMatVec; the dot form reads four rows at a time)
-        from asymo.ops.packed import PackedMatVec
-
-        return PackedMatVec(w).bind(x, y, bias=b, activation=act)
     xt, yt = x.T, y.T
 
     def run(pool):
@@ -701,7 +719,7 @@ class _Choice:
 class _Instance:
     """An arena and the graph's nodes bound to views of it (used by one call at a time)."""
 
-    def __init__(self, graph, plan, packed):
+    def __init__(self, graph, plan, packed, matvec=None):
         self.arena = np.empty(max(plan.arena_bytes, ALIGN) // 4 + ALIGN // 4, np.float32)
         # align the arena's start to a cache line
         shift = (-self.arena.ctypes.data % ALIGN) // 4
@@ -725,6 +743,10 @@ class _Instance:
                 continue
             if n.op == "asymo.Conv":
                 fn = _ConvStep(n, V, C, packed[n.inputs[1]], plan.overlap > 0)
+            elif n.op == "asymo.Gemm" and _MatVecStep.applies(n, V, C):
+                # matvec(name): the model's packed weights (None: packed for this instance)
+                w = n.inputs[1]
+                fn = _MatVecStep(n, V, C, matvec(w) if matvec else PackedMatVec(C[w]))
             elif n.op in _SHAPED_RUNNERS:
                 fn = _SHAPED_RUNNERS[n.op](n, V, C, graph, plan.shapes | dict(
                     (k, np.shape(v)) for k, v in C.items()))
@@ -929,6 +951,7 @@ class GraphModel(spec.LayerChain):
         # every convolution's weights prepared once (packed GEMM panels, Winograd transforms)
         # and shared by the instances; the graph's arrays are made read-only so none is copied
         self._conv_weights = {}
+        self._matvecs = {}  # Gemm weights packed for batch 1 (_matvec)
         for n in g.nodes:
             if n.op == "asymo.Conv" and n.inputs[1] not in self._conv_weights:
                 w = g.initializers[n.inputs[1]]
@@ -995,7 +1018,16 @@ class GraphModel(spec.LayerChain):
             free = self._free.setdefault(key, [])
             if free:
                 return free.pop()
-        return _Instance(self.graph, plan, self._conv_weights)
+        return _Instance(self.graph, plan, self._conv_weights, self._matvec)
+
+    def _matvec(self, name):
+        """Gemm weights ``name`` packed for batch-1 products, once (on the first instance
+        that runs one) and shared by the instances."""
+        with self._lock:
+            p = self._matvecs.get(name)
+            if p is None:
+                p = self._matvecs[name] = PackedMatVec(self.graph.initializers[name])
+        return p
 
     def _release(self, inst):
         with self._lock:

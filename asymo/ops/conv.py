@@ -54,8 +54,10 @@ from asymo.runtime.partition import even_block_size as _even_block_size
 from asymo.runtime.pool import Pool as _Pool
 from asymo.runtime.pool import acquire as _acquire_pool
 from asymo.runtime.pool import hold as _hold
-from asymo.runtime.tasks import (ACTIVATION_CODES, DTYPE_CODES, INLINE_BYTES,
-                                 task_fn, workspace)
+from asymo.runtime.tasks import (ACTIVATION_CODES, DTYPE_CODES, INLINE_BYTES, TASK_IDLE,
+                                 TASKS_PER_WORKER, task_fn, workspace)
+from asymo.runtime.tasks import task_counts as _task_counts
+from asymo.runtime.tasks import tasks_call as _tasks_call
 
 __all__ = ["conv2d", "conv_output_shape", "conv_path", "kernel_isa", "use_kernel_isa",
            "PackedConvWeight", "prepack_conv"]
@@ -78,13 +80,7 @@ IMPLICIT_CHUNK_BYTES = 128 << 20
 # Small jobs run on the fastest cluster alone when the pool has several and the slower
 # clusters' share saves less than their sync and tail cost: asymo.plan.split_cost decides, for
 # matmul and convolutions alike ("depthwise": FLOPs, "epilogue": bytes of output).
-# Aim for this many tasks per worker in element-wise kernels (load balance vs overhead).
-TASKS_PER_WORKER = 4
-# ... and cut the work into more blocks (up to twice as many) until its tasks leave the
-# workers idle for at most this fraction of the time they work, counting tasks as equal (nine
-# tasks on two workers: 1/9; asymo.runtime.partition.even_block_size). Measured:
-# docs/tuning.md.
-TASK_IDLE = 0.1
+# (tasks per worker and their evenness: asymo.runtime.tasks.TASKS_PER_WORKER, TASK_IDLE)
 # Depthwise kernel: 0 = the best for the layer (the direct 3x3 row kernel where it applies,
 # else the channel-interleaved vector kernel), 1 = plain per-plane loop (the kernel's own
 # fallback when scratch memory is short), 2 = the channel-interleaved kernel for every layer
@@ -654,16 +650,6 @@ def _bias_act_plan(pool, channels, plane, dtype, activation):
     return job, int(job.channel_blocks), (inline, counts)
 
 
-def _task_counts(pool, ntasks, *, fastest_only=False):
-    """Per-cluster task counts, decided once at plan time rather than on every run: the
-    pool's capacity split, or every task on the fastest cluster (None on a one-cluster pool:
-    there is nothing to split)."""
-    if pool.nclusters <= 1:
-        return None
-    split = [1.0] + [0.0] * (pool.nclusters - 1) if fastest_only else None
-    return ffi.new("int64_t[]", pool.split_counts(ntasks, split))
-
-
 def _winograd_tile(xshape, wshape, dtype, stride, pads, dilation, groups):
     """The Winograd tile size m for this layer (2 or 4), or 0 for another path.
 
@@ -1147,16 +1133,6 @@ def _base(a):
         return ffi.from_buffer("char[]", a)
     except ValueError:  # not C-contiguous (an output that is a channel slice)
         return ffi.cast("char *", a.ctypes.data)
-
-
-def _tasks_call(pool, fn, job, ntasks, counts, inline, backup=False):
-    """One pool job as a ``(function, args)`` call returning a status code (``inline``: run
-    by the calling thread; ``backup``: its tasks may be backed up, ASYMO_RUN_BACKUP)."""
-    if counts is None:
-        counts = ffi.NULL if pool.nclusters == 1 else ffi.new(
-            "int64_t[]", pool.split_counts(int(ntasks)))
-    flags = lib.ASYMO_RUN_INLINE if inline else lib.ASYMO_RUN_BACKUP if backup else 0
-    return (lib.asymo_pool_run, (pool._handle, fn, job, int(ntasks), counts, flags))
 
 
 def _gemm_call(handle, args, plan):

@@ -18,7 +18,6 @@ K, so the product reads the matrix as one stream in address order (``asymo_mv_pa
 from __future__ import annotations
 
 import threading
-import weakref
 
 import numpy as np
 
@@ -178,7 +177,7 @@ class PackedMatVec:
     a : ndarray, shape (m, k), float32
         The matrix (copied into the packed layout).
 
-    Call `bind` once per set of arrays; the bound call runs the product on a pool.
+    Call `bind` once per set of arrays and pool; the bound call runs the product.
     """
 
     def __init__(self, a):
@@ -196,13 +195,16 @@ class PackedMatVec:
         lib.asymo_mv_pack(ffi.cast("const float *", a.ctypes.data), m, k, k,
                           ffi.cast("float *", self.panels.ctypes.data))
 
-    def bind(self, x, y, *, bias=None, activation=None):
-        """The product ``y[:] = act(A @ x + bias)`` as a callable ``fn(pool)`` (pool held by
-        the caller) for these arrays: ``x`` (k,) and ``y`` (m,) contiguous float32 (they may
-        carry leading axes of length 1), ``bias`` (m,) or None, ``activation`` None, "relu" or
-        "relu6"."""
+    def bind(self, x, y, *, bias=None, activation=None, pool):
+        """The product ``y[:] = act(A @ x + bias)`` on ``pool`` as a call taking no arguments,
+        for these arrays: ``x`` (k,) and ``y`` (m,) contiguous float32 (they may carry
+        leading axes of length 1), ``bias`` (m,) or None, ``activation`` None, "relu" or
+        "relu6". The task split is made here, once (as the convolutions' and pools' bound
+        calls do); the caller holds ``pool`` while the call runs."""
+        from asymo.plan.split_cost import pool_fastest_only
         from asymo.runtime.partition import even_block_size
-        from asymo.runtime.tasks import ACTIVATION_CODES, run_tasks, task_fn
+        from asymo.runtime.tasks import (ACTIVATION_CODES, INLINE_BYTES, TASK_IDLE,
+                                         TASKS_PER_WORKER, task_counts, task_fn, tasks_call)
 
         m, k = self.shape
         x, y = np.asarray(x), np.asarray(y)
@@ -229,21 +231,24 @@ class PackedMatVec:
         job.x = ffi.cast("const float *", x.ctypes.data)
         job.bias = ffi.NULL if bias is None else ffi.cast("const float *", bias.ctypes.data)
         job.y = ffi.cast("float *", y.ctypes.data)
+        # the split, as the other element-wise and MV jobs make it: TASKS_PER_WORKER even
+        # tasks per worker, on the fastest cluster alone when the MV split rule says so
         npanels = -(-m // lib.ASYMO_MV_PANEL)
-        fn = task_fn("asymo_mv_packed_task")
-        job.panels_per_task = 1
+        per = even_block_size(max(npanels, 1), TASKS_PER_WORKER * pool.nworkers,
+                              pool.nworkers, tolerance=TASK_IDLE)
+        job.panels_per_task = per
         if lib.asymo_mv_packed_check(job) != lib.ASYMO_OK:
             raise ValueError("PackedMatVec.bind: no matrix-vector kernel for this CPU")
-        split = [None]  # (weakref(pool), limit, panels per task, tasks, per-cluster counts)
+        ntasks = -(-npanels // per)
+        if ntasks == 0:
+            return lambda: None
+        counts = task_counts(pool, ntasks,
+                              fastest_only=pool_fastest_only(pool, 2 * m * k, "mv"))
+        run, args = tasks_call(pool, task_fn("asymo_mv_packed_task"), job, ntasks, counts,
+                                4 * m * k < INLINE_BYTES)
+        keep = (self, x, y, bias)  # what the job points into, alive as long as the call
 
-        def run(pool):
-            s = split[0]
-            if s is None or s[0]() is not pool or s[1] != pool.limit:
-                per = even_block_size(npanels, 4 * pool.nworkers, pool.nworkers)
-                ntasks = -(-npanels // per)
-                counts = None if pool.nclusters == 1 else pool.split_counts(ntasks)
-                s = split[0] = (weakref.ref(pool), pool.limit, per, ntasks, counts)
-            job.panels_per_task = s[2]
-            run_tasks(pool, fn, job, s[3], s[4])
-        run.arrays = (self, x, y, bias)  # what the job points into, alive as long as the call
-        return run
+        def bound(_keep=keep):
+            if run(*args) != 0:
+                raise RuntimeError("asymo_pool_run failed in a bound matrix-vector call")
+        return bound

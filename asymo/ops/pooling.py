@@ -8,12 +8,13 @@ import weakref
 
 import numpy as np
 
-from asymo.ops.conv import (CALL_CACHE_SIZE, TASK_IDLE, TASKS_PER_WORKER, _geometry,
-                            _int_pair, _pair, _ptr, _tasks_call, remember_call)
+from asymo.ops.conv import CALL_CACHE_SIZE, _geometry, _int_pair, _pair, _ptr, remember_call
 from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.partition import even_block_size as _even_block_size
 from asymo.runtime.pool import hold as _hold
-from asymo.runtime.tasks import DTYPE_CODES, INLINE_BYTES, run_tasks, task_fn
+from asymo.runtime.tasks import (DTYPE_CODES, INLINE_BYTES, TASK_IDLE, TASKS_PER_WORKER,
+                                 run_tasks, task_fn)
+from asymo.runtime.tasks import tasks_call as _tasks_call
 
 __all__ = ["max_pool2d", "avg_pool2d", "pool_output_size", "bind_pool2d"]
 

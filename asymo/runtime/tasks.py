@@ -12,7 +12,8 @@ import numpy as np
 
 from asymo.runtime.ffi import ffi, lib
 
-__all__ = ["resolve_pool", "run_tasks", "workspace", "DTYPE_CODES", "ACTIVATION_CODES"]
+__all__ = ["resolve_pool", "run_tasks", "tasks_call", "task_counts", "workspace",
+           "DTYPE_CODES", "ACTIVATION_CODES", "TASKS_PER_WORKER", "TASK_IDLE"]
 
 # gemm.h's ASYMO_DTYPE_* codes (the C kernels use the same values)
 DTYPE_CODES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}
@@ -36,6 +37,34 @@ def task_fn(name):
 # Jobs touching fewer bytes than this run in the calling thread: waking the pool (a few us)
 # costs more than the pass itself.
 INLINE_BYTES = 48 << 10
+# Aim for this many tasks per worker in element-wise kernels (load balance vs overhead).
+TASKS_PER_WORKER = 4
+# ... and cut the work into more blocks (up to twice as many) until its tasks leave the
+# workers idle for at most this fraction of the time they work, counting tasks as equal (nine
+# tasks on two workers: 1/9; asymo.runtime.partition.even_block_size). Measured:
+# docs/tuning.md.
+TASK_IDLE = 0.1
+
+
+def task_counts(pool, ntasks, *, fastest_only=False):
+    """Per-cluster task counts, decided once at plan time rather than on every run: the
+    pool's capacity split, or every task on the fastest cluster (None on a one-cluster pool:
+    there is nothing to split)."""
+    if pool.nclusters <= 1:
+        return None
+    split = [1.0] + [0.0] * (pool.nclusters - 1) if fastest_only else None
+    return ffi.new("int64_t[]", pool.split_counts(ntasks, split))
+
+
+def tasks_call(pool, fn, job, ntasks, counts, inline, backup=False):
+    """One pool job as a ``(function, args)`` call returning a status code, for a bound
+    call's hot path (``inline``: run by the calling thread; ``backup``: its tasks may be
+    backed up, ASYMO_RUN_BACKUP)."""
+    if counts is None:
+        counts = ffi.NULL if pool.nclusters == 1 else ffi.new(
+            "int64_t[]", pool.split_counts(int(ntasks)))
+    flags = lib.ASYMO_RUN_INLINE if inline else lib.ASYMO_RUN_BACKUP if backup else 0
+    return (lib.asymo_pool_run, (pool._handle, fn, job, int(ntasks), counts, flags))
 
 
 def run_tasks(pool, fn, job, ntasks, counts=None, *, inline=False):

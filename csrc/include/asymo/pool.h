@@ -48,8 +48,9 @@ enum {
  *
  * BACKUP: a task that another worker has been running far longer than the job's tasks take
  * (a worker stopped or preempted; asymo_pool_set_backup says how long) is run again by the
- * submitting thread, with the tasks that worker had taken but not begun; the job ends when every task has finished once, and the
- * late copy goes on running after asymo_pool_run returns (a "superseded" task). So the tasks
+ * submitting thread, with the tasks that worker had taken but not begun; the job ends when
+ * every task has finished once, and the late copy goes on running after asymo_pool_run
+ * returns (a "superseded" task). So the tasks
  * must be idempotent: each writes its outputs once, with their final values, reads nothing
  * the job writes, and keeps no state between calls but per-thread scratch. The caller keeps
  * `ctx` and every byte the tasks read or write valid and unchanged until
