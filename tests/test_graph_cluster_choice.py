@@ -180,7 +180,7 @@ def test_choice_rule():
     assert len(order) == gm.CHOICE_MAX_CALLS
     rep = c.report()
     assert rep == {"choice": "per node", "all_s": 3.0, "fastest_s": 3.39, "per_node_s": 2.95,
-                   "nodes_on_fastest": 1, "rechecks": 0}
+                   "nodes_on_fastest": 1, "rechecks": 0, "refreshes": 0}
     # the mix measured slower as a whole than all clusters: all clusters kept
     c = _feed(gm._Choice(), {"all": all_s, "fastest": fast_s,
                              "per node": [(None, 3.2)] * n})
@@ -234,6 +234,30 @@ def test_a_decided_choice_is_measured_again_when_its_calls_slow_down():
     assert seen[-1] and not any(seen[:-1]) and c.rechecks == 2
 
 
+def test_a_decided_choice_is_measured_again_on_schedule():
+    # the blind spot of the check above: the fastest cluster alone, chosen while all clusters
+    # were slow, never slows down itself when they become fast again
+    n = gm.CHOICE_SAMPLES + 1
+    T = gm.CHOICE_REFRESH_S
+    c = _feed(gm._Choice(), {"all": [([1.0, 1.0], 2.0)] * n,
+                             "fastest": [([0.5, 0.5], 1.1)] * n})
+    assert c.choice == "fastest"
+    # the clock starts at the kept candidate's first observed call, not at the decision
+    assert not c.observe(1.1, now=1000.0)
+    assert not any(c.observe(1.1, now=1000.0 + T * i / 100) for i in range(1, 100))
+    assert c.observe(1.1, now=1000.0 + T)
+    assert not c.decided and c.refreshes == 1 and c.rechecks == 0
+    assert c.report()["choice"] == "measuring" and c.report()["refreshes"] == 1
+    # measured again: all clusters are now faster, and kept; the check's window is unchanged
+    c = _feed(c, {"all": [([0.4, 0.4], 0.8)] * n, "fastest": [([0.5, 0.5], 1.1)] * n})
+    assert c.choice == "all" and c.report()["refreshes"] == 1
+    seen = [c.observe(5.0, now=5000.0 + i) for i in range(gm.CHOICE_RECHECK_CALLS)]
+    assert seen[-1] and not any(seen[:-1]) and c.rechecks == 1 and c.refreshes == 1
+    # a refresh is due however the calls run, slower or faster than when chosen
+    c = _feed(c, {"all": [([0.4, 0.4], 0.8)] * n, "fastest": [([0.5, 0.5], 1.1)] * n})
+    assert not c.observe(0.1, now=0.0) and c.observe(0.1, now=T) and c.refreshes == 2
+
+
 @needs_two_cpus
 def test_a_model_measures_its_choice_again_and_keeps_answering(net_and_input):
     net, x, ref = net_and_input
@@ -254,3 +278,21 @@ def test_a_model_measures_its_choice_again_and_keeps_answering(net_and_input):
         assert m.chosen_clusters()["choice"] == "measuring"
         _call_until_decided(m, x, ref)
         assert m.chosen_clusters()["rechecks"] == 1
+
+
+def test_bench_table_says_when_the_choice_was_measured_again():
+    from asymo.cli.bench_model import format_table
+
+    r = {"model": "m", "gflop": 1.0, "seconds": {"asymo": 1.0, "ort": 1.0},
+         "ratio": {"ort": 1.0}, "best_other": "ort", "vs_best_other": 1.0,
+         "machine": {"cpu": "x", "cpus": 2, "affinity": [0, 1], "pool_workers": 2,
+                     "topology": "c0:0-1", "emulation": "none"}, "method": "m"}
+    end = {"choice": "all", "all_s": 1.0, "fastest_s": 2.0, "per_node_s": None,
+           "nodes_on_fastest": 0, "rechecks": 0, "refreshes": 0}
+    assert "measured again" not in format_table({**r, "asymo_clusters_end": end})
+    text = format_table({**r, "asymo_clusters_end": {**end, "refreshes": 2}})
+    assert (f"the choice was measured again on schedule 2 time(s) (every "
+            f"{gm.CHOICE_REFRESH_S:g} s); at the end: all") in text
+    text = format_table({**r, "asymo_clusters_end": {**end, "rechecks": 1, "refreshes": 1}})
+    assert ("the choice was found slower than another and measured again 1 time(s) and "
+            "measured again on schedule 1 time(s)") in text

@@ -370,6 +370,8 @@ def _backups(pool, calls):
 
 def format_table(results):
     """Text table of :func:`compare` results (one or several models)."""
+    from asymo.models.graph_model import CHOICE_REFRESH_S
+
     if isinstance(results, dict):
         results = [results]
     names = []
@@ -446,10 +448,16 @@ def format_table(results):
             lines.append(f"{'':<18}repeat(s) {mk} met dearer transfers (>= "
                          f"{SLOW_TRANSFER_FACTOR:g}x the run's {what}){tail}")
         end = r.get("asymo_clusters_end") or {}
-        if end.get("rechecks"):
-            lines.append(f"{'':<18}during the timed rounds the choice was found slower than "
-                         f"another and measured again {end['rechecks']} time(s); at the end: "
-                         f"{end['choice']}")
+        if end.get("rechecks") or end.get("refreshes"):
+            again = []
+            if end.get("rechecks"):
+                again.append(f"found slower than another and measured again "
+                             f"{end['rechecks']} time(s)")
+            if end.get("refreshes"):
+                again.append(f"measured again on schedule {end['refreshes']} time(s) (every "
+                             f"{CHOICE_REFRESH_S:g} s)")
+            lines.append(f"{'':<18}during the timed rounds the choice was "
+                         f"{' and '.join(again)}; at the end: {end['choice']}")
     return "\n".join(lines)
 
 

@@ -71,6 +71,12 @@ CHOICE_MAX_CALLS = 2 * (1 + CHOICE_SAMPLES) + 1 + 3 * CHOICE_SAMPLES
 #: the next check, so a machine that keeps changing is not measured without end.
 CHOICE_RECHECK_CALLS = 16
 CHOICE_RECHECK_MARGIN = 0.10
+#: A decided choice is also measured again CHOICE_REFRESH_S seconds after it was made,
+#: however its calls run: the check above sees only the kept candidate slow down, not another
+#: speed up (a choice of the fastest cluster alone, made while cores were busy or transfers
+#: between them dear, would else be kept after they are free again). A re-measure takes at most
+#: CHOICE_MAX_CALLS calls, part of them on the slower candidates.
+CHOICE_REFRESH_S = 30.0
 #: On a pool of several clusters a convolution's tasks may be backed up (docs/pool.md, "Backup
 #: tasks"): a task a stopped core holds is run again on another and the node ends without
 #: waiting for it, its late copy running on into the next nodes. The arena of such a pool's
@@ -605,14 +611,17 @@ class _Choice:
        1's) is kept;
     4. the kept candidate's calls go on being timed (`observe`): a median of
        CHOICE_RECHECK_CALLS calls more than CHOICE_RECHECK_MARGIN above another candidate's
-       median from step 3 starts the choice again, with the check's window doubled.
+       median from step 3 starts the choice again, with the check's window doubled;
+    5. the first of its calls to end CHOICE_REFRESH_S seconds after the choice's first
+       observed call starts the choice again too (a refresh).
 
     Used under the model's lock."""
 
     CANDIDATES = ("all", "fastest", "per node")
 
     def __init__(self):
-        self.rechecks = 0  # times this choice was measured again
+        self.rechecks = 0  # times this choice was found slower and measured again (step 4)
+        self.refreshes = 0  # times it was measured again on schedule (step 5)
         self._start()
 
     def _start(self):
@@ -627,6 +636,7 @@ class _Choice:
         self.choice = None
         self.choice_medians = None  # each candidate's median call when the choice was made
         self.on_fastest = None  # the kept placement, per node
+        self.kept_since = None  # time.monotonic() at the kept candidate's first observed call
 
     @property
     def decided(self):
@@ -687,11 +697,20 @@ class _Choice:
         self.on_fastest = (self.per_node if self.choice == "per node"
                            else (self.choice == "fastest",) * n)
 
-    def observe(self, call_seconds):
-        """One call of the kept candidate took ``call_seconds``; when a check finds it slower
-        than another candidate was (step 4), the choice starts again (True)."""
+    def observe(self, call_seconds, now=None):
+        """One call of the kept candidate took ``call_seconds`` and ended at ``now``
+        (`time.monotonic`, the default); when a check finds it slower than another candidate
+        was (step 4), or the choice is due for a refresh (step 5), the choice starts again
+        (True)."""
         if not self.decided:
             return False
+        now = time.monotonic() if now is None else now
+        if self.kept_since is None:
+            self.kept_since = now
+        elif now - self.kept_since >= CHOICE_REFRESH_S:
+            self.refreshes += 1
+            self._start()
+            return True
         self.recent.append(call_seconds)
         if len(self.recent) < CHOICE_RECHECK_CALLS << self.rechecks:
             return False
@@ -713,7 +732,7 @@ class _Choice:
         return {"choice": self.choice or "measuring", "all_s": med["all"],
                 "fastest_s": med["fastest"], "per_node_s": med["per node"],
                 "nodes_on_fastest": (int(sum(self.on_fastest)) if self.decided else None),
-                "rechecks": self.rechecks}
+                "rechecks": self.rechecks, "refreshes": self.refreshes}
 
 
 class _Instance:
@@ -1078,16 +1097,17 @@ class GraphModel(spec.LayerChain):
         "auto" has too few calls); for "auto", the median seconds of its timed calls on all
         clusters (``all_s``), on the fastest alone (``fastest_s``) and with each node where
         it was faster (``per_node_s``, None when no node gained or all did),
-        ``nodes_on_fastest`` once decided; None where not measured; and ``rechecks``, how
+        ``nodes_on_fastest`` once decided; None where not measured; ``rechecks``, how
         often a decided choice was found slower than another candidate and measured again
-        (`CHOICE_RECHECK_CALLS`).
+        (`CHOICE_RECHECK_CALLS`); and ``refreshes``, how often it was measured again on
+        schedule (`CHOICE_REFRESH_S`).
         """
         from asymo.runtime.pool import get_pool
 
         pool = pool if pool is not None else self.pool if self.pool is not None else get_pool()
         mode = self._cluster_choice
         fixed = {"all_s": None, "fastest_s": None, "per_node_s": None,
-                 "nodes_on_fastest": None, "rechecks": 0}
+                 "nodes_on_fastest": None, "rechecks": 0, "refreshes": 0}
         if pool.nclusters == 1 or mode == "all" or pool.limit < pool.nworkers:
             return {"choice": "all", **fixed}
         if mode == "fastest":
