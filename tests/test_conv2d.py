@@ -926,18 +926,19 @@ def test_indirect_path_off_gives_the_gemm_path(monkeypatch):
 
 
 # ---- the in-place pointwise path (1x1 layers: the runs and rows forms) ----------------------
-def _pointwise_available():
+def _pointwise_available(isa="avx512"):
     from asymo.ops import conv as conv_mod
 
-    with conv_mod.use_kernel_isa("avx512") if "avx512" in _supported_isas() else \
-            contextlib.nullcontext():
+    if isa not in _supported_isas():
+        return False
+    with conv_mod.use_kernel_isa(isa):
         job = conv_mod._pointwise_job((1, 32, 8, 8), (16, 32, 1, 1), np.dtype(np.float32),
                                       (1, 1), ((0, 0), (0, 0)), (1, 1), 1, None, False)
     return job is not None
 
 
 needs_pointwise = pytest.mark.skipif(not _pointwise_available(),
-                                     reason="no in-place pointwise kernel for this CPU")
+                                     reason="no AVX-512 in-place pointwise kernel for this CPU")
 
 
 def _check_pointwise_layers(pool, layers, epilogues, rng, form, panel=16):
@@ -999,6 +1000,31 @@ def test_pointwise_rows_form_against_float64(panel, monkeypatch):
                  (1, False, "relu6", False))
     for spec in ("c0:0", "c0:0-1", "c0:0@1,c1:1@0.5"):
         with asymo.Pool(spec) as pool, conv_mod.use_kernel_isa("avx512"):
+            _check_pointwise_layers(pool, layers, epilogues, np.random.default_rng(43 + panel),
+                                    conv_mod.lib.ASYMO_POINTWISE_ROWS, panel)
+
+
+@pytest.mark.skipif(not _pointwise_available("avx2_fma"),
+                    reason="no AVX2 in-place pointwise kernel for this CPU")
+@pytest.mark.parametrize("panel", [8, 16, 24])
+def test_pointwise_rows_form_avx2_against_float64(panel, monkeypatch):
+    # the AVX2 kernels of the rows form: tiles of every height from 1 pixel to the width's
+    # maximum (12, 6, 4), output channels below, at and past a panel, every epilogue (the
+    # pieces a partial tile's rows are stored and its shortcut read in), batches, on one to
+    # three workers of symmetric and asymmetric pools
+    from asymo.ops import conv as conv_mod
+
+    monkeypatch.setattr(conv_mod, "POINTWISE_ROWS_PANELS_AVX2", (panel,))
+    monkeypatch.setattr(conv_mod, "ROWS_AVX2_MAX_OUT_CHANNELS", 1 << 20)
+    monkeypatch.setattr(conv_mod, "ROWS_AVX2_MAX_WEIGHT_BYTES", 1 << 40)
+    monkeypatch.setattr(conv_mod, "ROWS_AVX2_MAX_EXPANSION", 1 << 20)
+    layers = [(64, 48, 1, 1), (70, 33, 1, 5), (64, panel, 3, 3), (96, panel + 1, 2, 7),
+              (65, 2 * panel - 5, 7, 7), (128, 100, 13, 13), (80, 17, 16, 16), (64, 3, 1, 12),
+              (5, 7, 1, 11), (200, panel, 23, 29)]
+    epilogues = ((1, True, "relu", False), (2, False, None, True), (1, True, "relu6", True),
+                 (1, False, "relu6", False))
+    for spec in ("c0:0", "c0:0-1", "c0:0@1,c1:1@0.5"):
+        with asymo.Pool(spec) as pool, conv_mod.use_kernel_isa("avx2_fma"):
             _check_pointwise_layers(pool, layers, epilogues, np.random.default_rng(43 + panel),
                                     conv_mod.lib.ASYMO_POINTWISE_ROWS, panel)
 

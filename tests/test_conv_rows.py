@@ -12,15 +12,15 @@ from asymo.plan.gemm import supported_isas
 from _conv_checks import check_layer, input_at_mapping_end
 
 
-def _available():
-    if "avx512" not in supported_isas():
+def _available(isa):
+    if isa not in supported_isas():
         return False
-    with conv_mod.use_kernel_isa("avx512"):
+    with conv_mod.use_kernel_isa(isa):
         return conv_mod._rows_job((1, 64, 9, 9), (32, 64, 3, 3), np.dtype(np.float32), (2, 2),
                                   ((1, 1), (1, 1)), (1, 1), 1, None) is not None
 
 
-pytestmark = pytest.mark.skipif(not _available(), reason="no AVX-512 rows kernels here")
+needs_avx512 = pytest.mark.skipif(not _available("avx512"), reason="no AVX-512 rows kernels here")
 
 
 def _pads(p):
@@ -83,21 +83,56 @@ def _check(pool, layers, epilogues, rng, panel):
                         lambda y, ref: _close(y, ref, k), bound_calls=2)
 
 
-@pytest.mark.parametrize("panel", [32, 48, 64])
-def test_rows_path_against_float64(panel, monkeypatch):
-    # every panel width (tiles of 1 to 12, 8 or 6 pixels, rows cut into even tiles), output
-    # channels below, at and past a panel, every epilogue, batches, plain and prepacked
-    # weights, on one to two workers of symmetric and asymmetric pools, the copy in tasks of
-    # one and of several channels
+@pytest.mark.parametrize("isa, panel", [("avx512", 32), ("avx512", 48), ("avx512", 64),
+                                        ("avx2_fma", 8), ("avx2_fma", 16), ("avx2_fma", 24)])
+def test_rows_path_against_float64(isa, panel, monkeypatch):
+    # every panel width of each ISA's kernels (AVX-512: tiles of 1 to 12, 8 or 6 pixels;
+    # AVX2: 1 to 12, 6 or 4; rows cut into even tiles), output channels below, at and past a
+    # panel, every epilogue, batches, plain and prepacked weights, on one to two workers of
+    # symmetric and asymmetric pools, the copy in tasks of one and of several channels
+    if not _available(isa):
+        pytest.skip(f"no {isa} rows kernels here")
     monkeypatch.setattr(conv_mod, "POINTWISE_ROWS_PANELS", (panel,))
+    monkeypatch.setattr(conv_mod, "POINTWISE_ROWS_PANELS_AVX2", (panel,))
+    # (on AVX2 every layer here takes the rows form)
+    monkeypatch.setattr(conv_mod, "ROWS_AVX2_MAX_OUT_CHANNELS", 1 << 20)
+    monkeypatch.setattr(conv_mod, "ROWS_AVX2_MAX_WEIGHT_BYTES", 1 << 40)
+    monkeypatch.setattr(conv_mod, "ROWS_AVX2_MAX_EXPANSION", 1 << 20)
     monkeypatch.setattr(conv_mod, "WINOGRAD", "off")  # (3x3 stride 1 here too)
     rng = np.random.default_rng(50 + panel)
     for spec, copy_bytes in (("c0:0", 32 << 10), ("c0:0-1", 1), ("c0:0@1,c1:1@0.5", 1 << 20)):
         monkeypatch.setattr(conv_mod, "ROWS_COPY_TASK_BYTES", copy_bytes)
-        with asymo.Pool(spec) as pool, conv_mod.use_kernel_isa("avx512"):
+        with asymo.Pool(spec) as pool, conv_mod.use_kernel_isa(isa):
             _check(pool, LAYERS, EPILOGUES, rng, panel)
 
 
+@pytest.mark.skipif(not _available("avx2_fma"), reason="no AVX2 rows kernels here")
+def test_rows_form_on_avx2_only_where_it_ran_faster():
+    # ROWS_AVX2_*: at most 192 output channels, under 256 KB of weights, 4 outputs per input
+    # (the stems and narrow layers of MobileNet V2 and SqueezeNet take it; their expansions,
+    # wide layers and classifiers stay GEMMs)
+    f32, one, none = np.dtype(np.float32), (1, 1), ((0, 0), (0, 0))
+    with conv_mod.use_kernel_isa("avx2_fma"):
+        def path(xs, ws, stride=1, pad=0):
+            return conv_mod.conv_path(xs, ws, stride, pad, 1, 1)
+        assert path((1, 3, 224, 224), (32, 3, 3, 3), 2, 1) == "rows"
+        assert path((1, 32, 112, 112), (16, 32, 1, 1)) == "pointwise rows"
+        assert path((1, 576, 14, 14), (96, 576, 1, 1)) == "pointwise rows"
+        assert path((1, 48, 13, 13), (192, 48, 1, 1)) == "pointwise rows"  # 4 per input
+        assert path((1, 16, 112, 112), (96, 16, 1, 1)) == "gemm"  # 6 per input
+        assert path((1, 64, 13, 13), (256, 64, 1, 1)) == "gemm"  # 256 channels
+        assert path((1, 512, 28, 28), (128, 512, 1, 1)) == "gemm"  # 256 KB
+        assert path((1, 512, 13, 13), (1000, 512, 1, 1)) == "gemm"
+        assert path((1, 64, 56, 56), (128, 64, 3, 3), 2, 1) == "gemm"  # 288 KB
+        assert path((1, 16, 28, 28), (32, 16, 5, 5), 1, 2) == "rows"
+        pw = conv_mod._pointwise_job((1, 32, 8, 8), (16, 32, 1, 1), f32, one, none, one, 1,
+                                     None, False)
+        assert pw.form == conv_mod.lib.ASYMO_POINTWISE_ROWS and pw.panel_rows == 16
+        assert conv_mod._pointwise_job((1, 32, 8, 8), (24, 32, 1, 1), f32, one, none, one, 1,
+                                       None, False).panel_rows == 24
+
+
+@needs_avx512
 def test_rows_path_propagates_nan_and_inf():
     rng = np.random.default_rng(8)
     x = rng.standard_normal((1, 64, 9, 9)).astype(np.float32)
@@ -115,6 +150,7 @@ def test_rows_path_propagates_nan_and_inf():
             np.testing.assert_allclose(y[fin], ref[fin], rtol=1e-4, atol=1e-3)
 
 
+@needs_avx512
 def test_rows_path_only_where_it_applies(monkeypatch):
     # stride 1 or 2, dilation 1, one group, float32, AVX-512 kernels; the paths before it
     # keep their layers (Winograd's 3x3 stride 1, the
@@ -157,6 +193,7 @@ def test_rows_path_only_where_it_applies(monkeypatch):
                                   (2, 2), ((1, 1), (1, 1)), (1, 1), 1, None) is None
 
 
+@needs_avx512
 def test_rows_path_panel_width_keeps_tiles_whole():
     # the fewest padded channels first; then tiles of at least ROWS_MIN_TILE pixels (a
     # 7-pixel row: one tile of 7 with 32-channel panels, not 3 + 4 with 64-channel ones);
@@ -172,6 +209,7 @@ def test_rows_path_panel_width_keeps_tiles_whole():
         assert width((1, 32, 28, 28), (96, 32, 5, 5), 1, 2) == 48      # 96 = 2 x 48
 
 
+@needs_avx512
 def test_rows_path_tasks_and_copy():
     # the padded copy only where the windows reach past the image; task counts cover every
     # panel and tile; the copy in tasks of about ROWS_COPY_TASK_BYTES

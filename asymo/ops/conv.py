@@ -40,6 +40,7 @@ in place between calls are read (and packed) again.
 """
 from __future__ import annotations
 
+import math
 import numbers
 import threading
 import weakref
@@ -145,6 +146,16 @@ POINTWISE = "auto"
 POINTWISE_ROWS_MAX_PIXELS = 256
 POINTWISE_ROWS_MIN_CHANNELS = 64
 POINTWISE_ROWS_PANELS = (64, 48, 32)
+# Where the convolution kernels run AVX2 (no runs form there), pointwise layers and the other
+# layers of the rows path (below) take the rows form, in panels of POINTWISE_ROWS_PANELS_AVX2
+# output channels, when they have at most ROWS_AVX2_MAX_OUT_CHANNELS output channels, at most
+# ROWS_AVX2_MAX_WEIGHT_BYTES of weights, and at most ROWS_AVX2_MAX_EXPANSION output channels
+# per input value of a pixel (channels x taps); the others run as GEMMs. Wider layers and
+# expansions of few channels ran faster as GEMMs: docs/conv-and-zoo.md.
+POINTWISE_ROWS_PANELS_AVX2 = (24, 16, 8)
+ROWS_AVX2_MAX_OUT_CHANNELS = 192
+ROWS_AVX2_MAX_WEIGHT_BYTES = 256 << 10
+ROWS_AVX2_MAX_EXPANSION = 4
 POINTWISE_ROWS_ANY_PLANE_CHANNELS = 192
 POINTWISE_MAX_OUT_CHANNELS = 192
 POINTWISE_MAX_WEIGHT_BYTES = 128 << 10
@@ -800,23 +811,41 @@ class _IndirectConvPlan:
         self.prep_counts = _task_counts(pool, self.nprep, fastest_only=fastest)
 
 
+def _rows_panels(isa):
+    """The rows form's panel widths for the convolution kernels' ISA."""
+    return POINTWISE_ROWS_PANELS if isa == "avx512" else POINTWISE_ROWS_PANELS_AVX2
+
+
+def _rows_on_avx2(cout, k):
+    """Whether a layer of ``cout`` output channels and ``k`` input values per output pixel
+    (channels x taps) takes the rows form where the kernels run AVX2 (ROWS_AVX2_*)."""
+    return (cout <= ROWS_AVX2_MAX_OUT_CHANNELS and 4 * cout * k < ROWS_AVX2_MAX_WEIGHT_BYTES
+            and cout <= ROWS_AVX2_MAX_EXPANSION * k)
+
+
 def _pointwise_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
                    has_residual):
     """The job template of an in-place pointwise convolution for this layer (`POINTWISE`), or
     None."""
     n, c, h, w = xshape
     cout, cin_g, kh, kw = wshape
+    isa = kernel_isa()
     if (POINTWISE == "off" or dtype != np.float32 or groups != 1
             or (kh, kw) != (1, 1) or stride != (1, 1) or pads != ((0, 0), (0, 0))
-            or dilation != (1, 1) or kernel_isa() != "avx512"):
+            or dilation != (1, 1) or isa not in ("avx512", "avx2_fma")):
         return None
     job = ffi.new("asymo_conv_pointwise_job *")
     job.channels, job.out_channels, job.pixels = c, cout, h * w
     job.activation = ACTIVATION_CODES[activation]
     # the rows form's panel width: the fewest padded channels in the last panel; the widest
     # panel among equals
-    panel = min(POINTWISE_ROWS_PANELS, key=lambda cb: (-cout % cb, -cb))
-    if ((h * w <= POINTWISE_ROWS_MAX_PIXELS and c >= POINTWISE_ROWS_MIN_CHANNELS)
+    panel = min(_rows_panels(isa), key=lambda cb: (-cout % cb, -cb))
+    if isa != "avx512":
+        if not _rows_on_avx2(cout, c):
+            return None
+        job.form = lib.ASYMO_POINTWISE_ROWS
+        job.panel_rows = panel
+    elif ((h * w <= POINTWISE_ROWS_MAX_PIXELS and c >= POINTWISE_ROWS_MIN_CHANNELS)
             or (c >= POINTWISE_ROWS_ANY_PLANE_CHANNELS and 8 * (-cout % panel) <= cout)):
         job.form = lib.ASYMO_POINTWISE_ROWS
         job.panel_rows = panel
@@ -876,18 +905,22 @@ def _panel_tile_split(pool, panels, tiles, flops, by_panels):
 
 def _rows_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation):
     """The job template of a rows-form convolution for this layer (`ROWS`), or None."""
+    isa = kernel_isa()
     if (ROWS == "off" or dtype != np.float32 or groups != 1 or dilation != (1, 1)
-            or stride not in ((1, 1), (2, 2)) or kernel_isa() != "avx512"):
+            or stride not in ((1, 1), (2, 2)) or isa not in ("avx512", "avx2_fma")):
+        return None
+    panels = _rows_panels(isa)
+    if isa != "avx512" and not _rows_on_avx2(int(wshape[0]), math.prod(wshape[1:])):
         return None
     job = _layer_job("asymo_conv_rows_job *", xshape, wshape, stride, pads, dilation,
                      activation)
     cout, oh, ow = int(wshape[0]), int(job.geom.out_h), int(job.geom.out_w)
     small = {}  # panel width -> whether a row's tiles (even to a pixel) are under ROWS_MIN_TILE
-    for cb in POINTWISE_ROWS_PANELS:
+    for cb in panels:
         job.panel_rows = cb  # (the kernel family, and so a tile's most pixels, follows it)
         small[cb] = ow // max(1, int(lib.asymo_conv_rows_tiles(job)) // oh) < ROWS_MIN_TILE
     # the fewest padded channels in the last panel; then whole tiles; the widest among equals
-    job.panel_rows = min(POINTWISE_ROWS_PANELS, key=lambda cb: (-cout % cb, small[cb], -cb))
+    job.panel_rows = min(panels, key=lambda cb: (-cout % cb, small[cb], -cb))
     return job if lib.asymo_conv_rows_supported(job) else None
 
 
@@ -1496,6 +1529,8 @@ def _plan_settings():
             COL_CHUNK_COLUMNS, IM2COL_METHOD, IMPLICIT_CHUNK_BYTES, DIRECT, INDIRECT,
             INDIRECT_MAX_CHANNELS, INDIRECT_MIN_TAPS, INDIRECT_WIDE, POINTWISE,
             POINTWISE_ROWS_MAX_PIXELS, POINTWISE_ROWS_MIN_CHANNELS, POINTWISE_ROWS_PANELS,
+            POINTWISE_ROWS_PANELS_AVX2, ROWS_AVX2_MAX_OUT_CHANNELS, ROWS_AVX2_MAX_WEIGHT_BYTES,
+            ROWS_AVX2_MAX_EXPANSION,
             POINTWISE_ROWS_ANY_PLANE_CHANNELS, POINTWISE_MAX_OUT_CHANNELS,
             POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE, ROWS, ROWS_MIN_TILE,
             ROWS_OVER_WINOGRAD_WIDTH, ROWS_COPY_TASK_BYTES, TASKS_PER_WORKER, TASK_IDLE,

@@ -19,26 +19,48 @@ static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
+const asymo_pixel_rows_family *asymo_pixel_rows_for(int cb, int taps_stride)
+{
+#if defined(__x86_64__)
+    if (taps_stride < 0 || taps_stride > 2)
+        return NULL;
+    const unsigned isas = asymo_isa_supported();
+    const asymo_pixel_rows_family *t[2] = {NULL, NULL};
+    if (isas & (1u << ASYMO_ISA_AVX512))
+        t[0] = taps_stride ? asymo_taps_rows_avx512_f32[taps_stride - 1]
+                           : asymo_pixel_rows_avx512_f32;
+    if (isas & (1u << ASYMO_ISA_AVX2_FMA))
+        t[1] = taps_stride ? asymo_taps_rows_avx2_f32[taps_stride - 1]
+                           : asymo_pixel_rows_avx2_f32;
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; t[f] && i < 3; i++)
+            if (t[f][i].cb == cb)
+                return &t[f][i];
+#else
+    (void)cb;
+    (void)taps_stride;
+#endif
+    return NULL;
+}
+
 #if defined(__x86_64__)
 /* The rows form's kernels for the job's panel width, or NULL */
 static const asymo_pixel_rows_family *rows_family(const asymo_conv_pointwise_job *job)
 {
-    for (int i = 0; i < 3; i++)
-        if (asymo_pixel_rows_avx512_f32[i].cb == job->panel_rows)
-            return &asymo_pixel_rows_avx512_f32[i];
-    return NULL;
+    return asymo_pixel_rows_for((int)job->panel_rows, 0);
 }
 #endif
 
 int asymo_conv_pointwise_supported(const asymo_conv_pointwise_job *job)
 {
 #if defined(__x86_64__)
-    if (!(asymo_isa_supported() & (1u << ASYMO_ISA_AVX512)) || job->channels < 1
-        || job->out_channels < 1 || job->pixels < 1)
+    if (job->channels < 1 || job->out_channels < 1 || job->pixels < 1)
         return 0;
+    /* (the rows form on the kernels of the convolutions' ISA: AVX-512 or AVX2) */
     if (job->form == ASYMO_POINTWISE_ROWS)
         return rows_family(job) != NULL;
-    return job->form == ASYMO_POINTWISE_RUNS && job->panel_rows == MR
+    return (asymo_isa_supported() & (1u << ASYMO_ISA_AVX512))
+           && job->form == ASYMO_POINTWISE_RUNS && job->panel_rows == MR
            && job->out_channels % MR == 0;
 #else
     (void)job;

@@ -44,12 +44,7 @@ static int64_t taps(const asymo_conv_rows_job *job)
 static const asymo_pixel_rows_family *family(const asymo_conv_rows_job *job)
 {
     const int64_t s = job->geom.stride_h;
-    if (s != 1 && s != 2)
-        return NULL;
-    for (int i = 0; i < 3; i++)
-        if (asymo_taps_rows_avx512_f32[s - 1][i].cb == job->panel_rows)
-            return &asymo_taps_rows_avx512_f32[s - 1][i];
-    return NULL;
+    return s == 1 || s == 2 ? asymo_pixel_rows_for((int)job->panel_rows, (int)s) : NULL;
 }
 #endif
 
@@ -57,7 +52,7 @@ int asymo_conv_rows_supported(const asymo_conv_rows_job *job)
 {
 #if defined(__x86_64__)
     const asymo_conv_geometry *g = &job->geom;
-    return (asymo_isa_supported() & (1u << ASYMO_ISA_AVX512)) && family(job) != NULL
+    return family(job) != NULL
            && g->stride_w == g->stride_h && g->dilation_h == 1 && g->dilation_w == 1
            && g->channels >= 1 && g->height >= 1 && g->width >= 1 && g->kernel_h >= 1
            && g->kernel_w >= 1 && g->pad_h >= 0 && g->pad_w >= 0 && g->out_h >= 1

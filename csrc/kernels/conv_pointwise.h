@@ -95,6 +95,16 @@ static inline void asymo_pixel_rows_task(const asymo_pixel_rows_family *f, int64
 extern const asymo_pixel_rows_family asymo_pixel_rows_avx512_f32[3];
 /* [pixel stride - 1][width], the widths as above */
 extern const asymo_pixel_rows_family asymo_taps_rows_avx512_f32[2][3];
+/* AVX2: cb 8 (12 rows), 16 (6 rows), 24 (4 rows); 12 accumulators each */
+extern const asymo_pixel_rows_family asymo_pixel_rows_avx2_f32[3];
+extern const asymo_pixel_rows_family asymo_taps_rows_avx2_f32[2][3];
 #endif
+
+/* The pixel-row kernels of width cb, in the pointwise form (taps_stride 0) or the taps form
+ * of pixel stride taps_stride (1 or 2), among the families this CPU runs; NULL when none has
+ * that width. The widths of the AVX-512 and AVX2 families differ, so a job's panel width
+ * names its kernels whatever asymo_conv_isa() says when it runs (the planner picks the width
+ * among its ISA's: asymo.ops.conv). Defined in conv/conv_pointwise.c. */
+const asymo_pixel_rows_family *asymo_pixel_rows_for(int cb, int taps_stride);
 
 #endif

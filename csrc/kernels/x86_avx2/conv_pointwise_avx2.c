@@ -1,0 +1,202 @@
+/* AVX2 pixel-row micro-kernels of the pointwise path's row form and of the rows path of other
+ * convolutions, float32 (see kernels/conv_pointwise.h, conv/conv_pointwise.c and
+ * conv/conv_rows.c): the AVX-512 family's tile (x86_avx512/conv_pointwise_avx512.c) on ymm
+ * registers.
+ *
+ * A tile is R pixels (rows) by NV ymm of output channels; each k step loads NV weight vectors
+ * and broadcasts R input values, so the input is read where it is and no pixel lane is
+ * padded. Three widths share one body: NV 1, 2, 3 (8, 16, 24 channels) with at most 12, 6, 4
+ * rows: 12 accumulators, which with the weights and the broadcast fill the 16 registers. Bias
+ * and, without a shortcut, the activation are applied to the accumulators; the tile is then
+ * transposed in registers, eight rows by eight channels at a time, into the NCHW output (a
+ * shortcut is added and the activation applied there, in order). The taps form reads input
+ * value p of pixel r at x[koff[p] + r * SX] instead of x[p * ldx + r]. */
+#if defined(__x86_64__)
+
+#include "asymo/conv.h"
+#include "kernels/conv_pointwise.h"
+#include "kernels/x86_templates.h"
+
+#define MAX_ROWS 12
+
+/* ASYMO_ACT_* on 8 floats (NaN propagates as in activate_ps512) */
+ATTR_AVX2 static inline __attribute__((always_inline)) __m256 act_ps8(__m256 v, const int act)
+{
+    const __m256 zero = _mm256_setzero_ps();
+    if (act == ASYMO_ACT_RELU)
+        return _mm256_max_ps(zero, v);
+    if (act == ASYMO_ACT_RELU6)
+        return _mm256_min_ps(_mm256_set1_ps(6.0f), _mm256_max_ps(zero, v));
+    return v;
+}
+
+/* Eight rows of eight channels, transposed in place: r[j] then holds channel j of rows 0..7. */
+ATTR_AVX2 static inline __attribute__((always_inline)) void transpose_8x8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[4h + j] (j < 4): channel 4L + j of rows 4h..4h+3 in lane L */
+    for (int h = 0; h < 2; h++) {
+        u[4 * h + 0] = _mm256_shuffle_ps(t[4 * h + 0], t[4 * h + 2], 0x44);
+        u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h + 0], t[4 * h + 2], 0xEE);
+        u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+        u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+        r[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+    }
+}
+
+/* Lane mask of the first n (0..8) lanes, for maskload / maskstore */
+ATTR_AVX2 static inline __attribute__((always_inline)) __m256i first_lanes(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* The first n (1..7) floats of v stored at / loaded from p, in pieces of 4, 2 and 1 */
+ATTR_AVX2 static inline __attribute__((always_inline)) void store_first(float *p, __m256 v,
+                                                                        int n)
+{
+    __m128 h = _mm256_castps256_ps128(v);
+    if (n >= 4) {
+        _mm_storeu_ps(p, h);
+        p += 4;
+        n -= 4;
+        h = _mm256_extractf128_ps(v, 1);
+    }
+    if (n >= 2) {
+        _mm_storel_pi((__m64 *)p, h);
+        p += 2;
+        n -= 2;
+        h = _mm_movehl_ps(h, h);
+    }
+    if (n)
+        _mm_store_ss(p, h);
+}
+
+ATTR_AVX2 static inline __attribute__((always_inline)) __m256 load_first(const float *p, int n)
+{
+    float b[8] = {0};
+    for (int i = 0; i < n; i++)
+        b[i] = p[i];
+    return _mm256_loadu_ps(b);
+}
+
+ATTR_AVX2 static inline __attribute__((always_inline)) void
+pixel_rows(const int R, const int NV, const int SX, int64_t k, const float *x, int64_t ldx,
+           const int64_t *koff, const float *w, float *y, int64_t ldy, const float *bias,
+           const float *res, int64_t ldr, int act, int chans)
+{
+    __m256 acc[MAX_ROWS][3];
+    _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 3") for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < k; p++) {
+        __m256 wv[3];
+        _Pragma("GCC unroll 3") for (int v = 0; v < NV; v++)
+            wv[v] = _mm256_loadu_ps(w + p * NV * 8 + v * 8);
+        const float *xp = koff ? x + koff[p] : x + p * ldx;
+        _Pragma("GCC unroll 12") for (int r = 0; r < R; r++) {
+            const __m256 xb = _mm256_broadcast_ss(xp + r * SX);
+            _Pragma("GCC unroll 3") for (int v = 0; v < NV; v++)
+                acc[r][v] = _mm256_fmadd_ps(xb, wv[v], acc[r][v]);
+        }
+    }
+    /* the bias, and the activation when no shortcut comes between, on the accumulators */
+    if (bias) {
+        _Pragma("GCC unroll 3") for (int v = 0; v < NV; v++) {
+            const int left = chans - v * 8;
+            const __m256 bv = left >= 8 ? _mm256_loadu_ps(bias + v * 8)
+                              : left > 0 ? _mm256_maskload_ps(bias + v * 8, first_lanes(left))
+                                         : _mm256_setzero_ps();
+            _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)
+                acc[r][v] = _mm256_add_ps(acc[r][v], bv);
+        }
+    }
+    if (!res && act != ASYMO_ACT_NONE) {
+        _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)
+            _Pragma("GCC unroll 3") for (int v = 0; v < NV; v++)
+                acc[r][v] = act_ps8(acc[r][v], act);
+    }
+    /* transposed into y, eight rows at a time: channel c's rows are contiguous there */
+    _Pragma("GCC unroll 3") for (int v = 0; v < NV; v++) {
+        if (v * 8 >= chans)
+            break;
+        const int nch = chans - v * 8 < 8 ? chans - v * 8 : 8;
+        _Pragma("GCC unroll 2") for (int g = 0; g * 8 < R; g++) {
+            __m256 t[8];
+            _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++)
+                t[i] = g * 8 + i < R ? acc[g * 8 + i][v] : _mm256_setzero_ps();
+            transpose_8x8(t);
+            const int left = R - g * 8;
+            float *yc = y + (int64_t)v * 8 * ldy + g * 8;
+            const float *rc = res ? res + (int64_t)v * 8 * ldr + g * 8 : NULL;
+            if (left >= 8) {
+                _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
+                    if (j < nch)
+                        _mm256_storeu_ps(yc + j * ldy,
+                                         rc ? act_ps8(_mm256_add_ps(t[j], _mm256_loadu_ps(
+                                                                              rc + j * ldr)),
+                                                      act)
+                                            : t[j]);
+            } else {
+                /* the first `left` lanes, as 4 + 2 + 1 wide pieces (left is a constant in each
+                 * instance; vmaskmovps stores are slow on some AMD cores) */
+                _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
+                    if (j < nch) {
+                        __m256 v = t[j];
+                        if (rc)
+                            v = act_ps8(_mm256_add_ps(v, load_first(rc + j * ldr, left)), act);
+                        store_first(yc + j * ldy, v, left);
+                    }
+            }
+        }
+    }
+}
+
+/* One signature for both forms (kernels/conv_pointwise.h); TAPS and SX are literals, so each
+ * instance keeps only its own addressing. */
+#define KERNEL(P, SX, TAPS, NV, R)                                                           \
+    ATTR_AVX2 static void P##NV##_##R(                                                       \
+        int64_t k, const float *x, int64_t ldx, const int64_t *koff, const float *w,         \
+        float *y, int64_t ldy, const float *bias, const float *res, int64_t ldr, int act,    \
+        int chans)                                                                           \
+    {                                                                                        \
+        pixel_rows(R, NV, SX, k, x, ldx, TAPS ? koff : NULL, w, y, ldy, bias, res, ldr, act, \
+                   chans);                                                                   \
+    }
+#define KERNELS(NV, R)                                                                       \
+    KERNEL(pixel_rows_, 1, 0, NV, R) KERNEL(taps_rows_, 1, 1, NV, R)                         \
+    KERNEL(taps_rows_s2_, 2, 1, NV, R)
+#define ROWS4(NV) KERNELS(NV, 1) KERNELS(NV, 2) KERNELS(NV, 3) KERNELS(NV, 4)
+#define ROWS6(NV) ROWS4(NV) KERNELS(NV, 5) KERNELS(NV, 6)
+#define ROWS12(NV) ROWS6(NV) KERNELS(NV, 7) KERNELS(NV, 8) KERNELS(NV, 9) KERNELS(NV, 10)     \
+    KERNELS(NV, 11) KERNELS(NV, 12)
+ROWS12(1)
+ROWS6(2)
+ROWS4(3)
+
+#define FN4(P, NV) P##NV##_1, P##NV##_2, P##NV##_3, P##NV##_4
+#define FN6(P, NV) FN4(P, NV), P##NV##_5, P##NV##_6
+#define FN12(P, NV) FN6(P, NV), P##NV##_7, P##NV##_8, P##NV##_9, P##NV##_10, P##NV##_11,     \
+    P##NV##_12
+
+const asymo_pixel_rows_family asymo_pixel_rows_avx2_f32[3] = {
+    {8, 12, {NULL, FN12(pixel_rows_, 1)}},
+    {16, 6, {NULL, FN6(pixel_rows_, 2)}},
+    {24, 4, {NULL, FN4(pixel_rows_, 3)}},
+};
+
+const asymo_pixel_rows_family asymo_taps_rows_avx2_f32[2][3] = {
+    {{8, 12, {NULL, FN12(taps_rows_, 1)}},
+     {16, 6, {NULL, FN6(taps_rows_, 2)}},
+     {24, 4, {NULL, FN4(taps_rows_, 3)}}},
+    {{8, 12, {NULL, FN12(taps_rows_s2_, 1)}},
+     {16, 6, {NULL, FN6(taps_rows_s2_, 2)}},
+     {24, 4, {NULL, FN4(taps_rows_s2_, 3)}}},
+};
+
+#endif /* __x86_64__ */
