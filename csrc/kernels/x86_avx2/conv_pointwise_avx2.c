@@ -57,7 +57,7 @@ ATTR_AVX2 static inline __attribute__((always_inline)) __m256i first_lanes(int n
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* The first n (1..7) floats of v stored at / loaded from p, in pieces of 4, 2 and 1 */
+/* The first n (1..7) floats of v stored at p, in pieces of 4, 2 and 1 */
 ATTR_AVX2 static inline __attribute__((always_inline)) void store_first(float *p, __m256 v,
                                                                         int n)
 {
@@ -78,12 +78,22 @@ ATTR_AVX2 static inline __attribute__((always_inline)) void store_first(float *p
         _mm_store_ss(p, h);
 }
 
+/* The first n (0..3) floats at p in the low lanes, the others zero */
+ATTR_AVX2 static inline __attribute__((always_inline)) __m128 load_piece(const float *p, int n)
+{
+    const __m128 zero = _mm_setzero_ps();
+    if (n == 3)
+        return _mm_movelh_ps(_mm_loadl_pi(zero, (const __m64 *)p), _mm_load_ss(p + 2));
+    if (n == 2)
+        return _mm_loadl_pi(zero, (const __m64 *)p);
+    return n == 1 ? _mm_load_ss(p) : zero;
+}
+
 ATTR_AVX2 static inline __attribute__((always_inline)) __m256 load_first(const float *p, int n)
 {
-    float b[8] = {0};
-    for (int i = 0; i < n; i++)
-        b[i] = p[i];
-    return _mm256_loadu_ps(b);
+    const __m128 lo = n >= 4 ? _mm_loadu_ps(p) : load_piece(p, n);
+    const __m128 hi = n > 4 ? load_piece(p + 4, n - 4) : _mm_setzero_ps();
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
 }
 
 ATTR_AVX2 static inline __attribute__((always_inline)) void
