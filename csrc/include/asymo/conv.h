@@ -199,8 +199,8 @@ void asymo_conv_pack_panels(const float *weight, int64_t out_channels, int64_t k
  *   mask, so no load passes the end of x. M is a multiple of 16: no panel has rows to pad, and
  *   the bias is read where it is. For large planes with few output channels.
  * - rows (ASYMO_POINTWISE_ROWS): the pixel-row micro-kernels (kernels/conv_pointwise.h), a
- *   tile of up to 12 pixels by panel_rows (32, 48, 64) output channels, each input value
- *   broadcast, the tile transposed into y. No pixel lane is padded, so small planes (7 x 7,
+ *   tile of up to 12 pixels by panel_rows (32, 48, 64; on AVX2 8, 16, 24) output channels,
+ *   each input value broadcast, the tile transposed into y. No pixel lane is padded, so small planes (7 x 7,
  *   14 x 14) waste nothing; any M (the last panel's extra channels are neither read nor
  *   stored).
  *
@@ -217,7 +217,7 @@ typedef struct {
     int32_t activation;
     int32_t form;               /* ASYMO_POINTWISE_RUNS or ASYMO_POINTWISE_ROWS */
     int64_t panel_rows;         /* output channels per weight micro-panel: 16 (runs form);
-                                   32, 48 or 64 (rows form) */
+                                   32, 48 or 64 (rows form; 8, 16 or 24 on AVX2) */
     const void *x;              /* channels x pixels, one image */
     const void *weight;         /* out_channels x channels */
     const void *bias;           /* out_channels values or NULL */
@@ -237,8 +237,8 @@ typedef struct {
 } asymo_conv_pointwise_job;
 
 /* Whether a layer can take the path in its form on this CPU: channels, out_channels and
- * pixels >= 1; runs form, out_channels a multiple of 16; rows form, panel_rows 32, 48 or 64;
- * and AVX-512 (the only form of the kernels). */
+ * pixels >= 1; runs form, AVX-512, panel_rows 16 and out_channels a multiple of 16; rows form,
+ * panel_rows 32, 48 or 64 on AVX-512, 8, 16 or 24 on AVX2 (kernels/conv_pointwise.h). */
 int asymo_conv_pointwise_supported(const asymo_conv_pointwise_job *job);
 int64_t asymo_conv_pointwise_scratch(const asymo_conv_pointwise_job *job);
 /* rows form: the tiles the pixels are cut into (as even as possible, each at most the
@@ -270,7 +270,8 @@ typedef struct {
     asymo_conv_geometry geom;   /* channels = input channels; stride_h == stride_w (1 or 2) */
     int32_t activation;
     int64_t out_channels;
-    int64_t panel_rows;         /* output channels per weight micro-panel: 32, 48 or 64 */
+    int64_t panel_rows;         /* output channels per weight micro-panel: 32, 48 or 64
+                                   (AVX-512), 8, 16 or 24 (AVX2) */
     const void *x;              /* channels x height x width, one image */
     const void *weight;         /* out_channels x channels x kernel_h x kernel_w */
     const void *bias;           /* out_channels values or NULL */
@@ -289,7 +290,7 @@ typedef struct {
 } asymo_conv_rows_job;
 
 /* Whether a layer can take the path on this CPU: the geometry above, out_channels >= 1,
- * panel_rows 32, 48 or 64, and AVX-512. */
+ * panel_rows 32, 48 or 64 on AVX-512, 8, 16 or 24 on AVX2. */
 int asymo_conv_rows_supported(const asymo_conv_rows_job *job);
 /* Whether the windows reach past the image (then the prepare job copies it, padded). */
 int asymo_conv_rows_padded(const asymo_conv_rows_job *job);
