@@ -23,6 +23,18 @@ ATTR_AVX512 static inline __attribute__((always_inline)) __m512 activate_ps512(_
     return v;
 }
 
+/* activate_ps512 on 8 floats */
+ATTR_AVX2 static inline __attribute__((always_inline)) __m256 activate_ps256(__m256 v,
+                                                                             const int act)
+{
+    const __m256 zero = _mm256_setzero_ps();
+    if (act == 1)
+        return _mm256_max_ps(zero, v);
+    if (act == 2)
+        return _mm256_min_ps(_mm256_set1_ps(6.0f), _mm256_max_ps(zero, v));
+    return v;
+}
+
 #define REP6(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #define REP12(X) REP6(X) X(6) X(7) X(8) X(9) X(10) X(11)
 
@@ -118,6 +130,5 @@ ATTR_AVX2 static inline __m256d hsum4_pd(__m256d a0, __m256d a1, __m256d a2, __m
                 o[i * out_rsl] = sums[i];                                                      \
         }                                                                                      \
     }
-
 
 #endif

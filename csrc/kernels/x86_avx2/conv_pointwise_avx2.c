@@ -19,17 +19,6 @@
 
 #define MAX_ROWS 12
 
-/* ASYMO_ACT_* on 8 floats (NaN propagates as in activate_ps512) */
-ATTR_AVX2 static inline __attribute__((always_inline)) __m256 act_ps8(__m256 v, const int act)
-{
-    const __m256 zero = _mm256_setzero_ps();
-    if (act == ASYMO_ACT_RELU)
-        return _mm256_max_ps(zero, v);
-    if (act == ASYMO_ACT_RELU6)
-        return _mm256_min_ps(_mm256_set1_ps(6.0f), _mm256_max_ps(zero, v));
-    return v;
-}
-
 /* Eight rows of eight channels, transposed in place: r[j] then holds channel j of rows 0..7. */
 ATTR_AVX2 static inline __attribute__((always_inline)) void transpose_8x8(__m256 r[8])
 {
@@ -57,7 +46,8 @@ ATTR_AVX2 static inline __attribute__((always_inline)) __m256i first_lanes(int n
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* The first n (1..7) floats of v stored at p, in pieces of 4, 2 and 1 */
+/* The first n (1..7) floats of v stored at p, in pieces of 4, 2 and 1 (vmaskmovps stores are
+ * slow on some AMD cores; n is a constant in each inlined copy) */
 ATTR_AVX2 static inline __attribute__((always_inline)) void store_first(float *p, __m256 v,
                                                                         int n)
 {
@@ -129,7 +119,7 @@ pixel_rows(const int R, const int NV, const int SX, int64_t k, const float *x, i
     if (!res && act != ASYMO_ACT_NONE) {
         _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)
             _Pragma("GCC unroll 3") for (int v = 0; v < NV; v++)
-                acc[r][v] = act_ps8(acc[r][v], act);
+                acc[r][v] = activate_ps256(acc[r][v], act);
     }
     /* transposed into y, eight rows at a time: channel c's rows are contiguous there */
     _Pragma("GCC unroll 3") for (int v = 0; v < NV; v++) {
@@ -148,7 +138,7 @@ pixel_rows(const int R, const int NV, const int SX, int64_t k, const float *x, i
                 _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
                     if (j < nch)
                         _mm256_storeu_ps(yc + j * ldy,
-                                         rc ? act_ps8(_mm256_add_ps(t[j], _mm256_loadu_ps(
+                                         rc ? activate_ps256(_mm256_add_ps(t[j], _mm256_loadu_ps(
                                                                               rc + j * ldr)),
                                                       act)
                                             : t[j]);
@@ -159,7 +149,7 @@ pixel_rows(const int R, const int NV, const int SX, int64_t k, const float *x, i
                     if (j < nch) {
                         __m256 v = t[j];
                         if (rc)
-                            v = act_ps8(_mm256_add_ps(v, load_first(rc + j * ldr, left)), act);
+                            v = activate_ps256(_mm256_add_ps(v, load_first(rc + j * ldr, left)), act);
                         store_first(yc + j * ldy, v, left);
                     }
             }

@@ -19,17 +19,6 @@
 
 #define MAX_ROWS 16
 
-/* activate_ps512 on the 8-wide stores of the transposed tile */
-ATTR_AVX512 static inline __attribute__((always_inline)) __m256 act_ps8(__m256 v, int act)
-{
-    const __m256 zero = _mm256_setzero_ps();
-    if (act == ASYMO_ACT_RELU)
-        return _mm256_max_ps(zero, v);
-    if (act == ASYMO_ACT_RELU6)
-        return _mm256_min_ps(_mm256_set1_ps(6.0f), _mm256_max_ps(zero, v));
-    return v;
-}
-
 /* Eight rows of 16 channels, transposed: out[j] holds channel j of rows 0..7 (j < 16). Two
  * channels per register after the in-lane 4 x 4 transposes and one cross-lane permute per
  * pair; the caller stores each half. */
@@ -113,7 +102,7 @@ pixel_rows(const int R, const int NV, const int SX, int64_t k, const float *x, i
                 const float *rc = res + (int64_t)v * 16 * ldr + g * 8;
                 _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++)
                     if (j < nch)
-                        _mm256_mask_storeu_ps(yc + j * ldy, m, act_ps8(_mm256_add_ps(
+                        _mm256_mask_storeu_ps(yc + j * ldy, m, activate_ps256(_mm256_add_ps(
                             out[j], _mm256_maskz_loadu_ps(m, rc + j * ldr)), act));
             } else {
                 _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++)
