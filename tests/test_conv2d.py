@@ -982,49 +982,34 @@ def test_pointwise_convolution_against_float64(spec, monkeypatch):
                                 conv_mod.lib.ASYMO_POINTWISE_RUNS)
 
 
-@needs_pointwise
-@pytest.mark.parametrize("panel", [32, 48, 64])
-def test_pointwise_rows_form_against_float64(panel, monkeypatch):
-    # the rows form (pixels as broadcast rows, output channels as lanes): tiles of every
-    # height from 1 pixel to the width's maximum (12, 8, 6) and planes cut into uneven tiles,
-    # output channels below, at and past a panel (the last panel's extra lanes are neither
-    # read from the bias nor stored), every epilogue, batches, on one to three workers of
-    # symmetric and asymmetric pools
+@pytest.mark.parametrize("isa, panel", [("avx512", 32), ("avx512", 48), ("avx512", 64),
+                                        ("avx2_fma", 8), ("avx2_fma", 16), ("avx2_fma", 24)])
+def test_pointwise_rows_form_against_float64(isa, panel, monkeypatch):
+    # the rows form (pixels as broadcast rows, output channels as lanes) of each ISA's
+    # kernels: tiles of every height from 1 pixel to the width's maximum (AVX-512: 12, 8, 6;
+    # AVX2: 12, 6, 4, whose partial tiles are stored and their shortcut read in pieces) and
+    # planes cut into uneven tiles, output channels below, at and past a panel (the last
+    # panel's extra lanes are neither read from the bias nor stored), every epilogue, batches,
+    # on one to three workers of symmetric and asymmetric pools
     from asymo.ops import conv as conv_mod
 
+    if not _pointwise_available(isa):
+        pytest.skip(f"no {isa} in-place pointwise kernel for this CPU")
     monkeypatch.setattr(conv_mod, "POINTWISE_ROWS_PANELS", (panel,))
-    layers = [(64, 48, 1, 1), (70, 33, 1, 5), (64, panel, 3, 3), (96, panel + 1, 2, 7),
-              (65, 2 * panel - 5, 7, 7), (128, 100, 13, 13), (80, 17, 16, 16), (64, 3, 1, 12),
-              (200, panel, 23, 29)]  # (a large plane: POINTWISE_ROWS_ANY_PLANE_CHANNELS)
-    epilogues = ((1, True, "relu", False), (2, False, None, True), (1, True, "relu6", True),
-                 (1, False, "relu6", False))
-    for spec in ("c0:0", "c0:0-1", "c0:0@1,c1:1@0.5"):
-        with asymo.Pool(spec) as pool, conv_mod.use_kernel_isa("avx512"):
-            _check_pointwise_layers(pool, layers, epilogues, np.random.default_rng(43 + panel),
-                                    conv_mod.lib.ASYMO_POINTWISE_ROWS, panel)
-
-
-@pytest.mark.skipif(not _pointwise_available("avx2_fma"),
-                    reason="no AVX2 in-place pointwise kernel for this CPU")
-@pytest.mark.parametrize("panel", [8, 16, 24])
-def test_pointwise_rows_form_avx2_against_float64(panel, monkeypatch):
-    # the AVX2 kernels of the rows form: tiles of every height from 1 pixel to the width's
-    # maximum (12, 6, 4), output channels below, at and past a panel, every epilogue (the
-    # pieces a partial tile's rows are stored and its shortcut read in), batches, on one to
-    # three workers of symmetric and asymmetric pools
-    from asymo.ops import conv as conv_mod
-
     monkeypatch.setattr(conv_mod, "POINTWISE_ROWS_PANELS_AVX2", (panel,))
+    # (on AVX2 every layer here takes the rows form)
     monkeypatch.setattr(conv_mod, "ROWS_AVX2_MAX_OUT_CHANNELS", 1 << 20)
     monkeypatch.setattr(conv_mod, "ROWS_AVX2_MAX_WEIGHT_BYTES", 1 << 40)
     monkeypatch.setattr(conv_mod, "ROWS_AVX2_MAX_EXPANSION", 1 << 20)
     layers = [(64, 48, 1, 1), (70, 33, 1, 5), (64, panel, 3, 3), (96, panel + 1, 2, 7),
               (65, 2 * panel - 5, 7, 7), (128, 100, 13, 13), (80, 17, 16, 16), (64, 3, 1, 12),
-              (5, 7, 1, 11), (200, panel, 23, 29)]
+              (200, panel, 23, 29)]  # (a large plane: POINTWISE_ROWS_ANY_PLANE_CHANNELS)
+    if isa == "avx2_fma":
+        layers.append((5, 7, 1, 11))  # (few input channels: AVX2 takes them when told to)
     epilogues = ((1, True, "relu", False), (2, False, None, True), (1, True, "relu6", True),
                  (1, False, "relu6", False))
     for spec in ("c0:0", "c0:0-1", "c0:0@1,c1:1@0.5"):
-        with asymo.Pool(spec) as pool, conv_mod.use_kernel_isa("avx2_fma"):
+        with asymo.Pool(spec) as pool, conv_mod.use_kernel_isa(isa):
             _check_pointwise_layers(pool, layers, epilogues, np.random.default_rng(43 + panel),
                                     conv_mod.lib.ASYMO_POINTWISE_ROWS, panel)
 
