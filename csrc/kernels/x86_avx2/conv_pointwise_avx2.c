@@ -149,7 +149,8 @@ pixel_rows(const int R, const int NV, const int SX, int64_t k, const float *x, i
                     if (j < nch) {
                         __m256 v = t[j];
                         if (rc)
-                            v = activate_ps256(_mm256_add_ps(v, load_first(rc + j * ldr, left)), act);
+                            v = activate_ps256(
+                                _mm256_add_ps(v, load_first(rc + j * ldr, left)), act);
                         store_first(yc + j * ldy, v, left);
                     }
             }
@@ -157,46 +158,25 @@ pixel_rows(const int R, const int NV, const int SX, int64_t k, const float *x, i
     }
 }
 
-/* One signature for both forms (kernels/conv_pointwise.h); TAPS and SX are literals, so each
- * instance keeps only its own addressing. */
-#define KERNEL(P, SX, TAPS, NV, R)                                                           \
-    ATTR_AVX2 static void P##NV##_##R(                                                       \
-        int64_t k, const float *x, int64_t ldx, const int64_t *koff, const float *w,         \
-        float *y, int64_t ldy, const float *bias, const float *res, int64_t ldr, int act,    \
-        int chans)                                                                           \
-    {                                                                                        \
-        pixel_rows(R, NV, SX, k, x, ldx, TAPS ? koff : NULL, w, y, ldy, bias, res, ldr, act, \
-                   chans);                                                                   \
-    }
-#define KERNELS(NV, R)                                                                       \
-    KERNEL(pixel_rows_, 1, 0, NV, R) KERNEL(taps_rows_, 1, 1, NV, R)                         \
-    KERNEL(taps_rows_s2_, 2, 1, NV, R)
-#define ROWS4(NV) KERNELS(NV, 1) KERNELS(NV, 2) KERNELS(NV, 3) KERNELS(NV, 4)
-#define ROWS6(NV) ROWS4(NV) KERNELS(NV, 5) KERNELS(NV, 6)
-#define ROWS12(NV) ROWS6(NV) KERNELS(NV, 7) KERNELS(NV, 8) KERNELS(NV, 9) KERNELS(NV, 10)     \
-    KERNELS(NV, 11) KERNELS(NV, 12)
-ROWS12(1)
-ROWS6(2)
-ROWS4(3)
-
-#define FN4(P, NV) P##NV##_1, P##NV##_2, P##NV##_3, P##NV##_4
-#define FN6(P, NV) FN4(P, NV), P##NV##_5, P##NV##_6
-#define FN12(P, NV) FN6(P, NV), P##NV##_7, P##NV##_8, P##NV##_9, P##NV##_10, P##NV##_11,     \
-    P##NV##_12
+#define PIXEL_ROWS_ATTR ATTR_AVX2
+#include "kernels/pixel_rows_instances.h"
+PIXEL_ROWS_UPTO12(1)
+PIXEL_ROWS_UPTO6(2)
+PIXEL_ROWS_UPTO4(3)
 
 const asymo_pixel_rows_family asymo_pixel_rows_avx2_f32[3] = {
-    {8, 12, {NULL, FN12(pixel_rows_, 1)}},
-    {16, 6, {NULL, FN6(pixel_rows_, 2)}},
-    {24, 4, {NULL, FN4(pixel_rows_, 3)}},
+    {8, 12, {NULL, PIXEL_ROWS_FN12(pixel_rows_, 1)}},
+    {16, 6, {NULL, PIXEL_ROWS_FN6(pixel_rows_, 2)}},
+    {24, 4, {NULL, PIXEL_ROWS_FN4(pixel_rows_, 3)}},
 };
 
 const asymo_pixel_rows_family asymo_taps_rows_avx2_f32[2][3] = {
-    {{8, 12, {NULL, FN12(taps_rows_, 1)}},
-     {16, 6, {NULL, FN6(taps_rows_, 2)}},
-     {24, 4, {NULL, FN4(taps_rows_, 3)}}},
-    {{8, 12, {NULL, FN12(taps_rows_s2_, 1)}},
-     {16, 6, {NULL, FN6(taps_rows_s2_, 2)}},
-     {24, 4, {NULL, FN4(taps_rows_s2_, 3)}}},
+    {{8, 12, {NULL, PIXEL_ROWS_FN12(taps_rows_, 1)}},
+     {16, 6, {NULL, PIXEL_ROWS_FN6(taps_rows_, 2)}},
+     {24, 4, {NULL, PIXEL_ROWS_FN4(taps_rows_, 3)}}},
+    {{8, 12, {NULL, PIXEL_ROWS_FN12(taps_rows_s2_, 1)}},
+     {16, 6, {NULL, PIXEL_ROWS_FN6(taps_rows_s2_, 2)}},
+     {24, 4, {NULL, PIXEL_ROWS_FN4(taps_rows_s2_, 3)}}},
 };
 
 #endif /* __x86_64__ */
