@@ -738,7 +738,7 @@ class _Choice:
 class _Instance:
     """An arena and the graph's nodes bound to views of it (used by one call at a time)."""
 
-    def __init__(self, graph, plan, packed, matvec=None):
+    def __init__(self, graph, plan, packed, matvec):
         self.arena = np.empty(max(plan.arena_bytes, ALIGN) // 4 + ALIGN // 4, np.float32)
         # align the arena's start to a cache line
         shift = (-self.arena.ctypes.data % ALIGN) // 4
@@ -763,9 +763,8 @@ class _Instance:
             if n.op == "asymo.Conv":
                 fn = _ConvStep(n, V, C, packed[n.inputs[1]], plan.overlap > 0)
             elif n.op == "asymo.Gemm" and _MatVecStep.applies(n, V, C):
-                # matvec(name): the model's packed weights (None: packed for this instance)
-                w = n.inputs[1]
-                fn = _MatVecStep(n, V, C, matvec(w) if matvec else PackedMatVec(C[w]))
+                # matvec(name): the model's weights packed once, shared by its instances
+                fn = _MatVecStep(n, V, C, matvec(n.inputs[1]))
             elif n.op in _SHAPED_RUNNERS:
                 fn = _SHAPED_RUNNERS[n.op](n, V, C, graph, plan.shapes | dict(
                     (k, np.shape(v)) for k, v in C.items()))

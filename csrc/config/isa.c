@@ -1,7 +1,12 @@
 /* Run-time CPU feature detection: which ISA kernel families this CPU can execute. */
 #include "asymo/isa.h"
 
-uint32_t asymo_isa_supported(void)
+/* The CPU's answer, read once: kernels and frames ask on their hot paths (a task picking its
+ * kernel family), so the feature tests are not repeated per call. 0: not read yet (the mask
+ * always holds the portable bit). */
+static uint32_t detected;
+
+static uint32_t detect(void)
 {
     uint32_t mask = 1u << ASYMO_ISA_PORTABLE;
 #if defined(__x86_64__) || defined(__i386__)
@@ -16,6 +21,16 @@ uint32_t asymo_isa_supported(void)
     /* Advanced SIMD is mandatory on AArch64. */
     mask |= 1u << ASYMO_ISA_NEON;
 #endif
+    return mask;
+}
+
+uint32_t asymo_isa_supported(void)
+{
+    uint32_t mask = __atomic_load_n(&detected, __ATOMIC_RELAXED);
+    if (mask == 0) {
+        mask = detect();
+        __atomic_store_n(&detected, mask, __ATOMIC_RELAXED);
+    }
     return mask;
 }
 

@@ -200,9 +200,9 @@ void asymo_conv_pack_panels(const float *weight, int64_t out_channels, int64_t k
  *   the bias is read where it is. For large planes with few output channels.
  * - rows (ASYMO_POINTWISE_ROWS): the pixel-row micro-kernels (kernels/conv_pointwise.h), a
  *   tile of up to 12 pixels by panel_rows (32, 48, 64; on AVX2 8, 16, 24) output channels,
- *   each input value broadcast, the tile transposed into y. No pixel lane is padded, so small planes (7 x 7,
- *   14 x 14) waste nothing; any M (the last panel's extra channels are neither read nor
- *   stored).
+ *   each input value broadcast, the tile transposed into y. No pixel lane is padded, so small
+ *   planes (7 x 7, 14 x 14) waste nothing; any M (the last panel's extra channels are neither
+ *   read nor stored).
  *
  * Per image: when apack is NULL, asymo_conv_pointwise_prepare_task (one task: the weights'
  * micro-panels into scratch); then asymo_conv_pointwise_task (asymo_conv_pointwise_tasks:

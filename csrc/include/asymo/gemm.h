@@ -183,8 +183,8 @@ void asymo_gemm_workspace_trim(void);
 /* Matrix-vector products y = act(A x + bias) with a constant float32 A (m x k) packed once by
  * asymo_mv_pack (a model's classifier at batch 1): panels of ASYMO_MV_PANEL (16) rows
  * interleaved along K, element [i][p] at (i / 16) * 16 * k + p * 16 + i % 16, rows past m
- * zero. Each panel is read
- * as one stream in address order; the dot form of the MV kind reads four rows at once. */
+ * zero. Each panel is read as one stream in address order; the dot form of the MV kind reads
+ * four rows at once. */
 enum { ASYMO_MV_PANEL = 16 }; /* rows per panel */
 
 typedef struct {

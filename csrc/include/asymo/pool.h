@@ -50,13 +50,12 @@ enum {
  * (a worker stopped or preempted; asymo_pool_set_backup says how long) is run again by the
  * submitting thread, with the tasks that worker had taken but not begun; the job ends when
  * every task has finished once, and the late copy goes on running after asymo_pool_run
- * returns (a "superseded" task). So the tasks
- * must be idempotent: each writes its outputs once, with their final values, reads nothing
- * the job writes, and keeps no state between calls but per-thread scratch. The caller keeps
- * `ctx` and every byte the tasks read or write valid and unchanged until
- * asymo_pool_fence(pool, s) returns for an s at or above the job's number
- * (asymo_pool_last_job() read after asymo_pool_run returns is one). Applies to the asymo
- * policy's jobs without CLUSTER_LOCAL, submitted from outside the pool's tasks; ignored
+ * returns (a "superseded" task). So the tasks must be idempotent: each writes its outputs
+ * once, with their final values, reads nothing the job writes, and keeps no state between
+ * calls but per-thread scratch. The caller keeps `ctx` and every byte the tasks read or write
+ * valid and unchanged until asymo_pool_fence(pool, s) returns for an s at or above the job's
+ * number (asymo_pool_last_job() read after asymo_pool_run returns is one). Applies to the
+ * asymo policy's jobs without CLUSTER_LOCAL, submitted from outside the pool's tasks; ignored
  * otherwise. */
 enum { ASYMO_RUN_CLUSTER_LOCAL = 1, ASYMO_RUN_INLINE = 2, ASYMO_RUN_BACKUP = 4 };
 
