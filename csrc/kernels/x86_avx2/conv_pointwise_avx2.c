@@ -19,27 +19,6 @@
 
 #define MAX_ROWS 12
 
-/* Eight rows of eight channels, transposed in place: r[j] then holds channel j of rows 0..7. */
-ATTR_AVX2 static inline __attribute__((always_inline)) void transpose_8x8(__m256 r[8])
-{
-    __m256 t[8], u[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    /* u[4h + j] (j < 4): channel 4L + j of rows 4h..4h+3 in lane L */
-    for (int h = 0; h < 2; h++) {
-        u[4 * h + 0] = _mm256_shuffle_ps(t[4 * h + 0], t[4 * h + 2], 0x44);
-        u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h + 0], t[4 * h + 2], 0xEE);
-        u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
-        u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
-    }
-    for (int j = 0; j < 4; j++) {
-        r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
-        r[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
-    }
-}
-
 /* Lane mask of the first n (0..8) lanes, for maskload / maskstore */
 ATTR_AVX2 static inline __attribute__((always_inline)) __m256i first_lanes(int n)
 {
