@@ -202,7 +202,7 @@ def test_late_copies_never_meet_memory_a_later_node_writes(name):
     tight, roomy = m.plan(1), m.plan(1, backups=True)
     assert tight.overlap == 0 and roomy.overlap == BACKUP_OVERLAP_NODES
     assert roomy.arena_bytes >= tight.arena_bytes and m.plan(1, backups=True) is roomy
-    inst = _Instance(g, roomy, m._conv_weights, m._matvec)
+    inst = _Instance(g, roomy, m._conv_weights, m._matvec, m._blocked_weight)
     convs = [j for j, n in enumerate(g.nodes) if n.op == "asymo.Conv"]
     waits = 0
     for k, step in enumerate(inst.steps):

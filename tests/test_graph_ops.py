@@ -373,7 +373,7 @@ def test_plan_kernels_name_the_path_each_convolution_takes(name, size):
     # .conv_path); check them against the plans the bound convolutions run
     import asymo.models
     from asymo.ops import conv as C
-    from asymo.models.graph_model import _ConvStep
+    from asymo.models.graph_model import _BlockedConvStep, _ConvStep
 
     m = asymo.models.get_graph(name, image_size=size)
     kinds = {C._DepthwisePlan: "depthwise", C._DirectPlan: "direct",
@@ -386,6 +386,10 @@ def test_plan_kernels_name_the_path_each_convolution_takes(name, size):
             labels = m.plan(1).kernels
             seen = set()
             for n, step, b in zip(m.graph.nodes, inst.steps, bound):
+                if isinstance(step, _BlockedConvStep):  # (the blocked layout's kernels)
+                    assert labels[n.name] == f"conv2d:blocked {step.packed.kind}"
+                    seen.add(f"blocked {step.packed.kind}")
+                    continue
                 if not isinstance(step, _ConvStep):
                     continue
                 native = next(k for k in b._keep if isinstance(k, C._NativeCalls))

@@ -38,6 +38,7 @@ from asymo.models import spec
 from asymo.models.graph import GraphError
 from asymo.models.graph_plan import optimize
 from asymo.models.shapes import infer_shapes, ints, pad_amounts, slice_spec, split_sizes
+from asymo.ops import blocked as _blocked
 from asymo.ops.conv import PackedConvWeight, conv_path
 from asymo.ops.packed import PackedMatVec
 from asymo.plan.split_cost import emulated_period
@@ -84,6 +85,11 @@ CHOICE_REFRESH_S = 30.0
 #: of one cluster keep the tighter arena: a larger one costs cache), and before a node the
 #: runner waits only for late copies that use memory the node writes (_late_copy_fences).
 BACKUP_OVERLAP_NODES = 2
+#: "auto": chains of 1x1 and depthwise 3x3 convolutions keep their activations in the
+#: blocked-channel layout (NCHW8c, `asymo.ops.blocked`) where the kernels have it, reordered
+#: only where a tensor enters or leaves such a chain (`_blocked_tensors`); "off": every tensor
+#: NCHW. Measured: docs/conv-and-zoo.md ("The blocked layout").
+BLOCKED_LAYOUT = "auto"
 # operators that write a strided output (a channel slice of a concat) correctly
 SLICE_WRITERS = frozenset({"asymo.Conv", "MaxPool", "AveragePool", "Relu", "Clip", "Sigmoid",
                            "HardSigmoid", "HardSwish", "asymo.SiLU", "Tanh"})
@@ -110,6 +116,7 @@ class ExecutionPlan:
     aliases: dict = field(default_factory=dict)
     slices: dict = field(default_factory=dict)
     overlap: int = 0
+    blocked: dict = field(default_factory=dict)
 
     def to_dict(self):
         return {"batch": self.batch, "arena_bytes": self.arena_bytes,
@@ -117,6 +124,7 @@ class ExecutionPlan:
                 "storage": {k: list(v) for k, v in self.storage.items()},
                 "kernels": dict(self.kernels), "aliases": dict(self.aliases),
                 "slices": {k: list(v) for k, v in self.slices.items()},
+                "blocked": dict(self.blocked),
                 "shapes": {k: list(v) for k, v in self.shapes.items()}}
 
 
@@ -246,9 +254,58 @@ def _plan(graph, batch, overlap=0):
         if n.op == "Concat" and all(slices.get(t, (None,))[0] == n.outputs[0]
                                     for t in n.inputs if t):
             kernels[n.name] = "view (its inputs are written in place)"
+    blocked, runs_blocked = _blocked_tensors(graph, shapes, consts, slices, aliases)
+    for n in nodes:
+        if n.name in runs_blocked:
+            kernels[n.name] = f"conv2d:blocked {runs_blocked[n.name]}"
     naive = sum(4 * math.prod(shapes[t]) for t in root)
     return ExecutionPlan(batch, {t: shapes[t] for t in root}, storage, arena, kernels, naive,
-                         aliases, slices, overlap)
+                         aliases, slices, overlap, blocked)
+
+
+def _blocked_kind(n, shapes, consts):
+    """The blocked kernel ("pointwise", "depthwise") that can run node ``n``, or None."""
+    if n.op != "asymo.Conv" or consts[n.inputs[1]].dtype != np.float32:
+        return None
+    a = n.attrs
+    return _blocked.blocked_kind(shapes[n.inputs[0]], consts[n.inputs[1]].shape, a["strides"],
+                                 (a["pads"][0], a["pads"][1]), a["dilations"], a["group"],
+                                 a["activation"])
+
+
+def _blocked_tensors(graph, shapes, consts, slices, aliases):
+    """Which tensors keep the blocked layout (BLOCKED_LAYOUT), as ``({tensor: "nchw8c"},
+    {node: kind})`` for the nodes that run blocked kernels.
+
+    A tensor is blocked when its producer and every reader are convolutions the blocked
+    kernels run (reading it as input or shortcut), it is no graph output and shares no
+    storage. A node that can run blocked does so when it reads or writes a blocked tensor: its
+    other operands are reordered on the way in and out (a node touching none stays NCHW, where
+    two reorders would only add work)."""
+    if BLOCKED_LAYOUT == "off":
+        return {}, {}
+    kinds = {n.name: k for n in graph.nodes if (k := _blocked_kind(n, shapes, consts))}
+    if not kinds:
+        return {}, {}
+    readers = {}
+    for n in graph.nodes:
+        for i, t in enumerate(n.inputs):
+            if t and t not in consts:
+                readers.setdefault(t, []).append((n, i))
+    shared = set(aliases) | set(aliases.values()) | set(slices)
+    blocked = {}
+    for n in graph.nodes:
+        t = n.outputs[0] if n.outputs else ""
+        if (n.name in kinds and t and t not in graph.outputs and t not in shared
+                and readers.get(t)
+                and all(r.name in kinds and i in (0, 3) for r, i in readers[t])):
+            blocked[t] = "nchw8c"
+    runs = {}
+    for n in graph.nodes:
+        if n.name in kinds and any(t in blocked for t in (*n.inputs[:1], *n.inputs[3:4],
+                                                          n.outputs[0])):
+            runs[n.name] = kinds[n.name]
+    return blocked, runs
 
 
 # ---- node runners: make(node, V, C, graph) -> fn(pool) (convolutions: _ConvStep.bind) -----
@@ -275,6 +332,57 @@ class _ConvStep:
         # backups on pools of several clusters (_Instance.run fences)
         return bind_conv2d(self.x, self.w, self.b, residual=self.r, out=self.y, pool=pool,
                            backup=self.backup and pool.nclusters > 1, **self.args)
+
+
+class _BlockedConvStep:
+    """A convolution node in the blocked layout (`asymo.ops.blocked`): its NCHW operands are
+    reordered into the instance's own buffers first, and an NCHW output computed in one and
+    reordered into place. Its jobs back tasks up as `_ConvStep`'s do (the buffers are the
+    node's own: only the node's late copies use them, and the call ends with a fence)."""
+
+    __slots__ = ("x", "y", "b", "r", "packed", "args", "xs", "rs", "ys", "backup")
+
+    def __init__(self, n, V, C, packed, blocked, backup):
+        self.x, self.y = V[n.inputs[0]], V[n.outputs[0]]
+        b = C[n.inputs[2]] if n.inputs[2] else None
+        self.b = None if b is None else np.ascontiguousarray(b, np.float32)
+        r = n.inputs[3] if len(n.inputs) > 3 and n.inputs[3] else None
+        self.r = V[r] if r else None
+        self.packed = packed
+        a = n.attrs
+        self.args = dict(stride=a["strides"], pads=(a["pads"][0], a["pads"][1]),
+                         activation=a["activation"])
+        self.xs = None if n.inputs[0] in blocked else np.empty_like(self.x)
+        self.rs = None if r is None or r in blocked else np.empty_like(self.r)
+        self.ys = None if n.outputs[0] in blocked else np.empty_like(self.y)
+        self.backup = backup
+
+    def bind(self, pool):
+        calls, keep = [], []
+        backup = self.backup and pool.nclusters > 1
+
+        def reorder(src, dst, to_blocked):
+            c, k = _blocked.bind_reorder(src, dst, to_blocked, pool, backup)
+            calls.extend(c)
+            keep.extend(k)
+            return dst
+
+        x = self.x if self.xs is None else reorder(self.x, self.xs, True)
+        r = self.r if self.rs is None or self.r is None else reorder(self.r, self.rs, True)
+        y = self.y if self.ys is None else self.ys
+        c, k = _blocked.bind_blocked_conv(x, self.packed, self.b, r, y, pool=pool,
+                                          backup=backup, **self.args)
+        calls.extend(c)
+        keep.extend(k)
+        if self.ys is not None:
+            reorder(self.ys, self.y, False)
+        return partial(_run_native_calls, tuple(calls), keep)
+
+
+def _run_native_calls(calls, keep):
+    for fn, args in calls:
+        if fn(*args):
+            raise RuntimeError("a native job of a blocked-layout node failed")
 
 
 def _act(y, act):
@@ -738,7 +846,7 @@ class _Choice:
 class _Instance:
     """An arena and the graph's nodes bound to views of it (used by one call at a time)."""
 
-    def __init__(self, graph, plan, packed, matvec):
+    def __init__(self, graph, plan, packed, matvec, blocked_weight):
         self.arena = np.empty(max(plan.arena_bytes, ALIGN) // 4 + ALIGN // 4, np.float32)
         # align the arena's start to a cache line
         shift = (-self.arena.ctypes.data % ALIGN) // 4
@@ -760,7 +868,11 @@ class _Instance:
             if n.op in ALIAS_OPS or plan.kernels[n.name].startswith("view"):
                 self.steps.append(None)
                 continue
-            if n.op == "asymo.Conv":
+            kind = plan.kernels[n.name]
+            if kind.startswith("conv2d:blocked"):
+                fn = _BlockedConvStep(n, V, C, blocked_weight(n.inputs[1], kind.split()[-1]),
+                                      plan.blocked, plan.overlap > 0)
+            elif n.op == "asymo.Conv":
                 fn = _ConvStep(n, V, C, packed[n.inputs[1]], plan.overlap > 0)
             elif n.op == "asymo.Gemm" and _MatVecStep.applies(n, V, C):
                 # matvec(name): the model's weights packed once, shared by its instances
@@ -873,16 +985,18 @@ def _byte_intervals(plan, t):
 
 def _late_copy_fences(graph, plan, steps):
     """For each node k, the last earlier node whose backed-up tasks' late copies k must wait
-    for: a convolution (the only nodes that back tasks up) reading or writing memory k writes
-    (-1: none). A late copy only ever meets memory it used, so a node waits for no more than
-    that; the arena's overlap keeps it a few nodes back."""
+    for: a convolution (the only nodes that back tasks up: `_ConvStep`, `_BlockedConvStep`)
+    reading or writing memory k writes (-1: none). A late copy only ever meets memory it
+    used, so a node waits for no more than that; the arena's overlap keeps it a few nodes
+    back."""
     consts = graph.initializers
 
     def used(n, names):
         return [iv for t in names if t and t not in consts for iv in _byte_intervals(plan, t)]
 
     backed = [(j, used(n, list(n.inputs) + list(n.outputs)))
-              for j, (n, fn) in enumerate(zip(graph.nodes, steps)) if isinstance(fn, _ConvStep)]
+              for j, (n, fn) in enumerate(zip(graph.nodes, steps))
+              if isinstance(fn, (_ConvStep, _BlockedConvStep))]
     out = [-1] * len(graph.nodes)
     for k, (n, fn) in enumerate(zip(graph.nodes, steps)):
         if fn is None:
@@ -970,6 +1084,7 @@ class GraphModel(spec.LayerChain):
         # and shared by the instances; the graph's arrays are made read-only so none is copied
         self._conv_weights = {}
         self._matvecs = {}  # Gemm weights packed for batch 1 (_matvec)
+        self._blocked_weights = {}  # conv weights packed for the blocked layout
         for n in g.nodes:
             if n.op == "asymo.Conv" and n.inputs[1] not in self._conv_weights:
                 w = g.initializers[n.inputs[1]]
@@ -1036,7 +1151,8 @@ class GraphModel(spec.LayerChain):
             free = self._free.setdefault(key, [])
             if free:
                 return free.pop()
-        return _Instance(self.graph, plan, self._conv_weights, self._matvec)
+        return _Instance(self.graph, plan, self._conv_weights, self._matvec,
+                         self._blocked_weight)
 
     def _matvec(self, name):
         """Gemm weights ``name`` packed for batch-1 products, once (on the first instance
@@ -1045,6 +1161,16 @@ class GraphModel(spec.LayerChain):
             p = self._matvecs.get(name)
             if p is None:
                 p = self._matvecs[name] = PackedMatVec(self.graph.initializers[name])
+        return p
+
+    def _blocked_weight(self, name, kind):
+        """Conv weights ``name`` packed for the blocked kernels of ``kind``, once (shared by
+        the instances)."""
+        with self._lock:
+            p = self._blocked_weights.get(name)
+            if p is None:
+                p = self._blocked_weights[name] = _blocked.PackedBlockedWeight(
+                    kind, self.graph.initializers[name])
         return p
 
     def _release(self, inst):

@@ -306,6 +306,84 @@ void asymo_conv_rows_offsets(const asymo_conv_rows_job *job, int64_t *offsets);
 void asymo_conv_rows_prepare_task(int64_t task, void *job);
 void asymo_conv_rows_task(int64_t task, void *job);
 
+/* Blocked-channel layout (NCHW8c, as ONNX Runtime's MLAS and oneDNN use on AVX2): an image of
+ * C channels (a multiple of 8) is C / 8 blocks, each a plane of pixels of 8 channels, so a
+ * pixel's 8 channels are one vector. Inside a chain of convolutions that keep it (a model's
+ * plan decides, asymo.models.graph_model), a 1x1 convolution reads each pixel's channels as
+ * contiguous vectors (NCHW reads one line per channel plane) and writes whole vectors with no
+ * transpose, and a depthwise 3x3 one wastes no lanes on narrow planes and needs no split of
+ * even and odd columns at stride 2. Float32, AVX2 kernels (run where the convolution kernels
+ * are AVX2 or AVX-512). One image per job; every field is set by the caller. */
+enum { ASYMO_BLOCK = 8 };
+
+/* The jobs below split an image by pixels (rows) first: every job's task t covers the same
+ * part of the image on the same worker, so the data a worker reads is mostly what it wrote
+ * in the job before (a split by channels sends half of every tensor to the other cores). */
+
+/* Reorder between NCHW and NCHW8c: planes of `pixels`, `channels` (a multiple of 8). A task
+ * is `chunk_pixels` pixels of every channel: ntasks = ceil(pixels / chunk_pixels). */
+typedef struct {
+    int64_t channels;
+    int64_t pixels;
+    int32_t to_blocked;         /* 1: x NCHW -> y NCHW8c; 0: x NCHW8c -> y NCHW */
+    const float *x;
+    float *y;
+    int64_t chunk_pixels;
+} asymo_reorder_job;
+
+int asymo_blocked_supported(void);
+int64_t asymo_reorder_tasks(const asymo_reorder_job *job);
+void asymo_reorder_task(int64_t task, void *job);
+
+/* 1x1 stride-1 convolution, NCHW8c -> NCHW8c, y = act(conv(x) + bias + residual). The
+ * weights are packed by asymo_pointwise_blocked_pack into groups of three output blocks
+ * (asymo_pointwise_blocked_packed_size floats). A task is `groups_per_task` groups of output
+ * blocks over one chunk of `chunk_pixels` pixels, chunk-major: ntasks = ceil(pixels /
+ * chunk_pixels) x ceil(groups / groups_per_task), where groups = ceil(out_channels / 24). */
+typedef struct {
+    int64_t channels;           /* input channels, a multiple of 8 */
+    int64_t out_channels;       /* a multiple of 8 */
+    int64_t pixels;
+    int32_t activation;
+    const float *x;             /* channels / 8 x pixels x 8 */
+    const float *weight;        /* packed */
+    const float *bias;          /* out_channels values or NULL */
+    const float *residual;      /* like y, or NULL */
+    float *y;                   /* out_channels / 8 x pixels x 8 */
+    int64_t chunk_pixels;
+    int64_t groups_per_task;
+} asymo_pointwise_blocked_job;
+
+int64_t asymo_pointwise_blocked_packed_size(int64_t channels, int64_t out_channels);
+/* w: out_channels x channels (row-major) into packed (the size above) */
+void asymo_pointwise_blocked_pack(const float *w, int64_t channels, int64_t out_channels,
+                                  float *packed);
+int64_t asymo_pointwise_blocked_tasks(const asymo_pointwise_blocked_job *job);
+void asymo_pointwise_blocked_task(int64_t task, void *job);
+
+/* Depthwise 3x3 convolution (one channel per group, multiplier 1), NCHW8c -> NCHW8c, stride
+ * 1 or 2 (both axes), padding 0 or 1 (each side), dilation 1, y = act(conv(x) + bias +
+ * residual). Weights packed by asymo_depthwise_blocked_pack (channels x 9 floats). A task is
+ * `rows_per_task` output rows of `blocks_per_task` channel blocks, rows-major: ntasks =
+ * ceil(out_h / rows_per_task) x ceil(channels / 8 / blocks_per_task). */
+typedef struct {
+    asymo_conv_geometry geom;   /* kernel 3x3, channels a multiple of 8 */
+    int32_t activation;
+    const float *x;             /* channels / 8 x height x width x 8 */
+    const float *weight;        /* packed */
+    const float *bias;          /* channels values or NULL */
+    const float *residual;      /* like y, or NULL */
+    float *y;                   /* channels / 8 x out_h x out_w x 8 */
+    int64_t rows_per_task;
+    int64_t blocks_per_task;
+} asymo_depthwise_blocked_job;
+
+/* w: channels x 3 x 3 into packed (channels x 9 floats: block b, tap t at (b * 9 + t) * 8) */
+void asymo_depthwise_blocked_pack(const float *w, int64_t channels, float *packed);
+int64_t asymo_depthwise_blocked_tasks(const asymo_depthwise_blocked_job *job);
+int asymo_depthwise_blocked_supported(const asymo_depthwise_blocked_job *job);
+void asymo_depthwise_blocked_task(int64_t task, void *job);
+
 /* The ISA variant (ASYMO_ISA_*) the convolution, depthwise and pooling kernels run: the best
  * the CPU supports unless set. asymo_conv_set_isa(isa) selects one (isa < 0: back to the
  * best); it returns 0, or -1 when the CPU cannot run it or the build lacks it. For tests and

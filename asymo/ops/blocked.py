@@ -1,0 +1,183 @@
+"""Convolutions in the blocked-channel layout (NCHW8c, ``asymo/conv.h``), for a model's plan.
+
+An image of C channels (a multiple of 8) is held as C / 8 blocks, each a plane of pixels of 8
+channels, so a pixel's 8 channels are one AVX2 vector: ONNX Runtime's MLAS and oneDNN keep
+convolution chains in such layouts. A 1x1 convolution then reads each pixel's channels as
+contiguous vectors and stores whole vectors (the NCHW kernels read one cache line per channel
+plane and transpose their tiles), and a depthwise 3x3 one wastes no lanes on narrow planes.
+
+Two kinds of layer run so (`blocked_kind`): 1x1 stride-1 convolutions and depthwise 3x3 ones
+(stride 1 or 2, padding at most 1), float32, channels multiples of 8, where the convolution
+kernels are AVX2 or AVX-512. `asymo.models.graph_model` decides which tensors of a model keep
+the layout and binds the steps here (`bind_blocked_conv`, `bind_reorder`); nothing in the
+public API takes blocked arrays.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.tasks import ACTIVATION_CODES, TASKS_PER_WORKER, task_counts, task_fn
+
+__all__ = ["BLOCK", "blocked_kind", "PackedBlockedWeight", "bind_blocked_conv",
+           "bind_reorder", "to_blocked", "from_blocked"]
+
+BLOCK = 8
+_REORDER_TASK = task_fn("asymo_reorder_task")
+_POINTWISE_TASK = task_fn("asymo_pointwise_blocked_task")
+_DEPTHWISE_TASK = task_fn("asymo_depthwise_blocked_task")
+
+
+def blocked_kind(xshape, wshape, stride, pads, dilation, groups, activation):
+    """"pointwise" or "depthwise" when the layer can run in the blocked layout here, else
+    None. ``pads``: (pad_h, pad_w), symmetric."""
+    if not lib.asymo_blocked_supported() or activation not in ACTIVATION_CODES:
+        return None
+    c, k = xshape[1], wshape[0]
+    if c % BLOCK or k % BLOCK or tuple(dilation) != (1, 1):
+        return None
+    if (tuple(wshape[2:]) == (1, 1) and groups == 1 and tuple(stride) == (1, 1)
+            and tuple(pads) == (0, 0)):
+        return "pointwise"
+    if (tuple(wshape[2:]) == (3, 3) and groups == c == k and wshape[1] == 1
+            and stride[0] == stride[1] and stride[0] in (1, 2)
+            and all(0 <= p <= 1 for p in pads)):
+        return "depthwise"
+    return None
+
+
+class PackedBlockedWeight:
+    """A layer's weights packed once for the blocked kernels (shared by a model's instances)."""
+
+    __slots__ = ("kind", "data", "channels", "out_channels")
+
+    def __init__(self, kind, weight):
+        w = np.ascontiguousarray(weight, np.float32)
+        self.kind = kind
+        self.out_channels = w.shape[0]
+        if kind == "pointwise":
+            self.channels = w.shape[1]
+            self.data = np.empty(lib.asymo_pointwise_blocked_packed_size(
+                self.channels, self.out_channels), np.float32)
+            lib.asymo_pointwise_blocked_pack(ffi.from_buffer("float[]", w), self.channels,
+                                             self.out_channels,
+                                             ffi.from_buffer("float[]", self.data))
+        else:
+            self.channels = w.shape[0]
+            self.data = np.empty(self.channels * 9, np.float32)
+            lib.asymo_depthwise_blocked_pack(ffi.from_buffer("float[]", w), self.channels,
+                                             ffi.from_buffer("float[]", self.data))
+        self.data.setflags(write=False)
+
+
+def _ptr(a):
+    return ffi.cast("float *", a.ctypes.data) if a is not None else ffi.NULL
+
+
+def _call(pool, fn, job, ntasks, backup):
+    counts = task_counts(pool, ntasks)
+    flags = lib.ASYMO_RUN_BACKUP if backup and pool.nclusters > 1 else 0
+    return (lib.asymo_pool_run, (pool._handle, fn, job, int(ntasks),
+                                 ffi.NULL if counts is None else counts, flags)), counts
+
+
+def _chunks(pool, units, least=1):
+    """How many parts to cut ``units`` (pixels, rows) into: one on a single worker, else
+    TASKS_PER_WORKER per worker, of at least ``least`` units each."""
+    if pool.nworkers <= 1:
+        return 1
+    return max(1, min(TASKS_PER_WORKER * pool.nworkers, units // least))
+
+
+def bind_reorder(src, dst, to_blocked, pool, backup=False):
+    """Calls that reorder ``src`` (N, C, H, W) into ``dst`` (the same number of floats, NCHW8c
+    when ``to_blocked``) or back, image by image: ``[(fn, args)]`` and what they point at.
+    ``backup``: on a pool of several clusters a late task may be run again elsewhere and the
+    call return without it (every task writes its outputs once; the caller fences, as
+    `asymo.ops.conv.bind_conv2d` says)."""
+    n, c = src.shape[0], src.shape[1]
+    pixels = int(np.prod(src.shape[2:]))
+    chunk = -(-pixels // _chunks(pool, pixels, 64))
+    calls, keep = [], [src, dst]
+    for i in range(n):
+        job = ffi.new("asymo_reorder_job *", {
+            "channels": c, "pixels": pixels, "to_blocked": int(bool(to_blocked)),
+            "x": _ptr(src) + i * c * pixels, "y": _ptr(dst) + i * c * pixels,
+            "chunk_pixels": chunk})
+        call, counts = _call(pool, _REORDER_TASK, job, lib.asymo_reorder_tasks(job), backup)
+        calls.append(call)
+        keep += [job, counts]
+    return calls, keep
+
+
+def _pointwise_split(job, pool, groups, pixels):
+    """Pixels first (chunks of at least 12: a tile), then groups of output blocks; but a
+    layer with more bytes of weights than of activations (the 7 x 7 layers of a CNN) is cut
+    by groups only, so that no two workers read the same weights."""
+    weights = job.channels * job.out_channels
+    chunks = 1 if weights > (job.channels + job.out_channels) * pixels else \
+        _chunks(pool, pixels, 12)
+    job.chunk_pixels = -(-pixels // chunks)
+    want = TASKS_PER_WORKER * pool.nworkers if pool.nworkers > 1 else 1
+    gtasks = max(1, min(groups, -(-want // chunks)))
+    job.groups_per_task = -(-groups // gtasks)
+    return int(lib.asymo_pointwise_blocked_tasks(job))
+
+
+def bind_blocked_conv(x, packed, bias, residual, y, *, stride, pads, activation, pool,
+                      backup=False):
+    """Calls computing ``y = act(conv(x) + bias + residual)`` in the blocked layout (x, y and
+    residual: arrays of the layer's NCHW shapes whose memory holds NCHW8c data), image by
+    image: ``[(fn, args)]`` and what they point at (``backup``: as `bind_reorder`)."""
+    n, c, h, w = x.shape
+    oh, ow = y.shape[2:]
+    act = ACTIVATION_CODES[activation]
+    calls, keep = [], [x, packed, bias, residual, y]
+    for i in range(n):
+        xi = _ptr(x) + i * c * h * w
+        yi = _ptr(y) + i * packed.out_channels * oh * ow
+        ri = _ptr(residual) + i * packed.out_channels * oh * ow if residual is not None \
+            else ffi.NULL
+        if packed.kind == "pointwise":
+            job = ffi.new("asymo_pointwise_blocked_job *", {
+                "channels": c, "out_channels": packed.out_channels, "pixels": h * w,
+                "activation": act, "x": xi, "weight": _ptr(packed.data),
+                "bias": _ptr(bias), "residual": ri, "y": yi})
+            blocks = packed.out_channels // BLOCK
+            ntasks = _pointwise_split(job, pool, blocks // 3 + (blocks % 3 != 0), h * w)
+            call, counts = _call(pool, _POINTWISE_TASK, job, ntasks, backup)
+        else:
+            job = ffi.new("asymo_depthwise_blocked_job *")
+            g = job.geom
+            g.channels, g.height, g.width = c, h, w
+            g.kernel_h = g.kernel_w = 3
+            g.stride_h = g.stride_w = stride[0]
+            g.pad_h, g.pad_w = pads
+            g.dilation_h = g.dilation_w = 1
+            g.out_h, g.out_w = oh, ow
+            job.activation, job.x, job.weight = act, xi, _ptr(packed.data)
+            job.bias, job.residual, job.y = _ptr(bias), ri, yi
+            if not lib.asymo_depthwise_blocked_supported(job):
+                raise ValueError(f"no blocked depthwise kernel for {x.shape} -> {y.shape}")
+            blocks = c // BLOCK
+            rows = _chunks(pool, oh)
+            job.rows_per_task = -(-oh // rows)
+            want = TASKS_PER_WORKER * pool.nworkers if pool.nworkers > 1 else 1
+            job.blocks_per_task = -(-blocks // max(1, min(blocks, -(-want // rows))))
+            call, counts = _call(pool, _DEPTHWISE_TASK, job,
+                                 lib.asymo_depthwise_blocked_tasks(job), backup)
+        calls.append(call)
+        keep += [job, counts]
+    return calls, keep
+
+
+def to_blocked(a):
+    """NCHW -> the NCHW8c order, as NumPy does it (for tests): shape (N, C/8, H, W, 8)."""
+    n, c, h, w = a.shape
+    return np.ascontiguousarray(a.reshape(n, c // BLOCK, BLOCK, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def from_blocked(b):
+    """The inverse of `to_blocked`: (N, C/8, H, W, 8) -> (N, C, H, W)."""
+    n, cb, h, w, _ = b.shape
+    return np.ascontiguousarray(b.transpose(0, 1, 4, 2, 3).reshape(n, cb * BLOCK, h, w))

@@ -1,0 +1,233 @@
+/* AVX2 kernels of the blocked-channel layout, float32 (kernels/conv_blocked.h; asymo/conv.h,
+ * NCHW8c): a pixel's 8 channels of a block are one ymm vector.
+ *
+ * 1x1. A tile is up to three output blocks (24 channels) by 12 / blocks pixels: per input
+ * channel, the blocks' weight vectors and the pixels' broadcast values feed twelve
+ * multiply-adds into twelve accumulators (with the weights and a broadcast, at most 16
+ * registers).
+ * Unlike the NCHW pixel-row kernels (x86_avx2/conv_pointwise_avx2.c) the four pixels' inputs
+ * of a block are one 128-byte run, and each accumulator is stored as it is: no transpose.
+ *
+ * Depthwise 3x3. Each output vector is 9 multiply-adds of input vectors by the block's 9
+ * weight vectors (kept in registers); four outputs of a row at a time, inside the plane,
+ * without bounds checks; the edge columns and padding rows with them. Stride 2 is only
+ * another pixel step. */
+#if defined(__x86_64__)
+
+#include "kernels/conv_blocked.h"
+#include "kernels/x86_templates.h"
+
+enum { GROUP = ASYMO_PW_BLOCKED_GROUP };
+
+/* ---- reorders ----------------------------------------------------------------------------- */
+ATTR_AVX2 void asymo_reorder_block_avx2(const float *x, float *y, int64_t pixels, int64_t ldp,
+                                        int to_blocked)
+{
+    int64_t p = 0;
+    __m256 r[8];
+    if (to_blocked) {
+        for (; p + 8 <= pixels; p += 8) {
+            for (int c = 0; c < 8; c++)
+                r[c] = _mm256_loadu_ps(x + c * ldp + p);
+            transpose_8x8(r);
+            for (int i = 0; i < 8; i++)
+                _mm256_storeu_ps(y + (p + i) * 8, r[i]);
+        }
+        for (; p < pixels; p++)
+            for (int c = 0; c < 8; c++)
+                y[p * 8 + c] = x[c * ldp + p];
+    } else {
+        for (; p + 8 <= pixels; p += 8) {
+            for (int i = 0; i < 8; i++)
+                r[i] = _mm256_loadu_ps(x + (p + i) * 8);
+            transpose_8x8(r);
+            for (int c = 0; c < 8; c++)
+                _mm256_storeu_ps(y + c * ldp + p, r[c]);
+        }
+        for (; p < pixels; p++)
+            for (int c = 0; c < 8; c++)
+                y[c * ldp + p] = x[p * 8 + c];
+    }
+}
+
+/* ---- 1x1 ---------------------------------------------------------------------------------- */
+/* NB output blocks by R pixels (NB x R <= 12): x at the tile's first pixel (blocks ldb
+ * apart), w the group's packed weights (w[ci * 8 NB + 8 j + lane]), bias the group's or
+ * NULL, res and y at the tile's first pixel of the group's first block (blocks ldb apart).
+ * NB, R and act are constants in each inlined copy. */
+ATTR_AVX2 static inline __attribute__((always_inline)) void pw_tile(
+    const int NB, const int R, int64_t k, const float *x, int64_t ldb, const float *w,
+    const float *bias, const float *res, float *y, const int act)
+{
+    __m256 acc[GROUP][12];
+    for (int j = 0; j < NB; j++) {
+        const __m256 b = bias ? _mm256_loadu_ps(bias + 8 * j) : _mm256_setzero_ps();
+        for (int r = 0; r < R; r++)
+            acc[j][r] = b;
+    }
+    for (int64_t ib = 0; ib < k / 8; ib++) {
+        const float *xb = x + ib * ldb;
+        const float *wb = w + ib * 8 * 8 * NB;
+        /* (not unrolled: unrolled, GCC ran out of registers and read each weight vector
+         * once per pixel) */
+        _Pragma("GCC unroll 1") for (int c = 0; c < 8; c++) {
+            __m256 wv[GROUP];
+            _Pragma("GCC unroll 3") for (int j = 0; j < NB; j++)
+                wv[j] = _mm256_loadu_ps(wb + c * 8 * NB + 8 * j);
+            _Pragma("GCC unroll 12") for (int r = 0; r < R; r++) {
+                const __m256 xv = _mm256_broadcast_ss(xb + r * 8 + c);
+                _Pragma("GCC unroll 3") for (int j = 0; j < NB; j++)
+                    acc[j][r] = _mm256_fmadd_ps(xv, wv[j], acc[j][r]);
+            }
+        }
+    }
+    for (int j = 0; j < NB; j++)
+        for (int r = 0; r < R; r++) {
+            __m256 v = acc[j][r];
+            if (res)
+                v = _mm256_add_ps(v, _mm256_loadu_ps(res + j * ldb + r * 8));
+            _mm256_storeu_ps(y + j * ldb + r * 8, activate_ps256(v, act));
+        }
+}
+
+/* pixels [p0, p1) of NB blocks, tiles of 12 / NB pixels and a last smaller one */
+#define PW_PIXELS(NB, ACT)                                                                    \
+    for (int64_t p = p0; p < p1; p += 12 / (NB)) {                                            \
+        const int r = (int)(p1 - p < 12 / (NB) ? p1 - p : 12 / (NB));                         \
+        const float *xp = x + p * 8;                                                          \
+        const float *rp = res ? res + p * 8 : NULL;                                           \
+        float *yp = y + p * 8;                                                                \
+        switch (r) {                                                                          \
+        case 1: pw_tile(NB, 1, k, xp, ldb, w, bias, rp, yp, ACT); break;                      \
+        case 2: pw_tile(NB, 2, k, xp, ldb, w, bias, rp, yp, ACT); break;                      \
+        case 3: pw_tile(NB, 3, k, xp, ldb, w, bias, rp, yp, ACT); break;                      \
+        case 4: pw_tile(NB, (12 / (NB) < 4 ? 12 / (NB) : 4), k, xp, ldb, w, bias, rp, yp,     \
+                        ACT); break;                                                          \
+        case 5: pw_tile(NB, (12 / (NB) < 5 ? 12 / (NB) : 5), k, xp, ldb, w, bias, rp, yp,     \
+                        ACT); break;                                                          \
+        case 6: pw_tile(NB, (12 / (NB) < 6 ? 12 / (NB) : 6), k, xp, ldb, w, bias, rp, yp,     \
+                        ACT); break;                                                          \
+        default: pw_tile(NB, 12 / (NB), k, xp, ldb, w, bias, rp, yp, ACT); break;             \
+        }                                                                                     \
+    }
+
+#define PW_BODY(ACT)                                                                          \
+    if (nb == 3) {                                                                            \
+        PW_PIXELS(3, ACT)                                                                     \
+    } else if (nb == 2) {                                                                     \
+        PW_PIXELS(2, ACT)                                                                     \
+    } else {                                                                                  \
+        PW_PIXELS(1, ACT)                                                                     \
+    }
+
+ATTR_AVX2 void asymo_pointwise_blocked_avx2(const asymo_pointwise_blocked_job *job, int64_t b0,
+                                            int nb, int64_t p0, int64_t p1)
+{
+    const int64_t k = job->channels, ldb = job->pixels * 8;
+    const float *x = job->x;
+    const float *w = job->weight + b0 * 8 * k;
+    const float *bias = job->bias ? job->bias + b0 * 8 : NULL;
+    const float *res = job->residual ? job->residual + b0 * ldb : NULL;
+    float *y = job->y + b0 * ldb;
+    switch (job->activation) {
+    case ASYMO_ACT_RELU: PW_BODY(ASYMO_ACT_RELU) break;
+    case ASYMO_ACT_RELU6: PW_BODY(ASYMO_ACT_RELU6) break;
+    default: PW_BODY(ASYMO_ACT_NONE) break;
+    }
+}
+
+/* ---- depthwise 3x3 ------------------------------------------------------------------------ */
+/* One output vector at column ox of a row whose input rows are rows[0..2] (NULL: padding),
+ * any column (bounds checked). */
+ATTR_AVX2 static inline __attribute__((always_inline)) __m256 dw_edge(
+    const float *const rows[3], const __m256 wk[9], __m256 acc, int64_t ix0, int64_t W)
+{
+    for (int ky = 0; ky < 3; ky++) {
+        if (!rows[ky])
+            continue;
+        for (int kx = 0; kx < 3; kx++) {
+            const int64_t ix = ix0 + kx;
+            if (ix >= 0 && ix < W)
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(rows[ky] + ix * 8), wk[3 * ky + kx], acc);
+        }
+    }
+    return acc;
+}
+
+ATTR_AVX2 static inline __attribute__((always_inline)) __m256 dw_finish(__m256 v, const float *r,
+                                                                        const int act)
+{
+    if (r)
+        v = _mm256_add_ps(v, _mm256_loadu_ps(r));
+    return activate_ps256(v, act);
+}
+
+ATTR_AVX2 static inline __attribute__((always_inline)) void dw_rows(
+    const asymo_depthwise_blocked_job *job, int64_t b, int64_t oy0, int64_t oy1, const int S,
+    const int act)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t H = g->height, W = g->width, oh = g->out_h, ow = g->out_w;
+    const int64_t ph = g->pad_h, pw = g->pad_w;
+    const float *x = job->x + b * H * W * 8;
+    float *y = job->y + b * oh * ow * 8;
+    const float *res = job->residual ? job->residual + b * oh * ow * 8 : NULL;
+    __m256 wk[9];
+    for (int t = 0; t < 9; t++)
+        wk[t] = _mm256_loadu_ps(job->weight + (b * 9 + t) * 8);
+    const __m256 bias = job->bias ? _mm256_loadu_ps(job->bias + b * 8) : _mm256_setzero_ps();
+    /* columns whose three taps lie inside the row: ox * S - pw >= 0, ox * S - pw + 2 < W */
+    const int64_t lo = (pw + S - 1) / S;
+    int64_t hi = W - 3 + pw >= 0 ? (W - 3 + pw) / S + 1 : 0;
+    hi = hi < ow ? hi : ow;
+    const int64_t in_lo = lo < hi ? lo : hi;
+    for (int64_t oy = oy0; oy < oy1; oy++) {
+        const float *rows[3];
+        for (int ky = 0; ky < 3; ky++) {
+            const int64_t iy = oy * S - ph + ky;
+            rows[ky] = iy >= 0 && iy < H ? x + iy * W * 8 : NULL;
+        }
+        float *yr = y + oy * ow * 8;
+        const float *rr = res ? res + oy * ow * 8 : NULL;
+        int64_t ox = 0;
+        for (; ox < in_lo; ox++)
+            _mm256_storeu_ps(yr + ox * 8, dw_finish(dw_edge(rows, wk, bias, ox * S - pw, W),
+                                                    rr ? rr + ox * 8 : NULL, act));
+        const int full = rows[0] && rows[1] && rows[2];
+        for (; full && ox + 4 <= hi; ox += 4) {
+            __m256 acc[4] = {bias, bias, bias, bias};
+            for (int ky = 0; ky < 3; ky++) {
+                const float *p = rows[ky] + (ox * S - pw) * 8;
+                for (int kx = 0; kx < 3; kx++)
+                    for (int i = 0; i < 4; i++)
+                        acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(p + (i * S + kx) * 8),
+                                                 wk[3 * ky + kx], acc[i]);
+            }
+            for (int i = 0; i < 4; i++)
+                _mm256_storeu_ps(yr + (ox + i) * 8,
+                                 dw_finish(acc[i], rr ? rr + (ox + i) * 8 : NULL, act));
+        }
+        for (; ox < ow; ox++)
+            _mm256_storeu_ps(yr + ox * 8, dw_finish(dw_edge(rows, wk, bias, ox * S - pw, W),
+                                                    rr ? rr + ox * 8 : NULL, act));
+    }
+}
+
+#define DW_ACT(S)     \
+    switch (job->activation) {                                                                \
+    case ASYMO_ACT_RELU: dw_rows(job, b, oy0, oy1, S, ASYMO_ACT_RELU); break;                 \
+    case ASYMO_ACT_RELU6: dw_rows(job, b, oy0, oy1, S, ASYMO_ACT_RELU6); break;               \
+    default: dw_rows(job, b, oy0, oy1, S, ASYMO_ACT_NONE); break;                             \
+    }
+
+ATTR_AVX2 void asymo_depthwise_blocked_avx2(const asymo_depthwise_blocked_job *job, int64_t b,
+                                            int64_t oy0, int64_t oy1)
+{
+    if (job->geom.stride_h == 2) {
+        DW_ACT(2)
+    } else {
+        DW_ACT(1)
+    }
+}
+
+#endif

@@ -1,0 +1,256 @@
+"""The blocked-channel layout (NCHW8c, asymo.ops.blocked): its kernels against float64, and
+which tensors of a model's plan keep it, against ONNX Runtime and the NCHW plan."""
+import numpy as np
+import pytest
+
+import asymo
+from asymo.hw.topology import parse_spec
+from asymo.ops import blocked as B
+from asymo.runtime.ffi import lib
+from asymo.runtime.pool import hold
+
+pytestmark = pytest.mark.skipif(not lib.asymo_blocked_supported(),
+                                reason="no blocked-layout kernels for this CPU (AVX2)")
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+POOLS = ["c0:0", "c0:0-1", "c0:0@1,c1:1@0.5"]
+
+
+def _act(y, act):
+    if act == "relu":
+        return np.maximum(y, 0)
+    if act == "relu6":
+        return np.clip(y, 0, 6)
+    return y
+
+
+def _run(calls):
+    for fn, args in calls:
+        assert fn(*args) == 0
+
+
+def _pointwise_ref(x, w, b, r, act):
+    y = np.einsum("oc,nchw->nohw", w.astype(np.float64), x.astype(np.float64))
+    y = y + (0 if b is None else b.astype(np.float64)[None, :, None, None])
+    return _act(y + (0 if r is None else r), act)
+
+
+def _depthwise_ref(x, w, b, r, stride, pads, act):
+    n, c, h, wd = x.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pads[0],) * 2, (pads[1],) * 2))
+    oh, ow = (h + 2 * pads[0] - 3) // stride + 1, (wd + 2 * pads[1] - 3) // stride + 1
+    y = np.zeros((n, c, oh, ow))
+    for ky in range(3):
+        for kx in range(3):
+            y += xp[:, :, ky:ky + stride * (oh - 1) + 1:stride,
+                    kx:kx + stride * (ow - 1) + 1:stride] * w[None, :, 0, ky, kx, None, None]
+    y = y + (0 if b is None else b.astype(np.float64)[None, :, None, None])
+    return _act(y + (0 if r is None else r), act)
+
+
+def _blocked_call(pool, x, w, b, r, y_shape, stride, pads, act):
+    """Run one layer through the blocked kernels: NCHW in, NCHW out (reordered in NumPy)."""
+    kind = "pointwise" if w.shape[2:] == (1, 1) else "depthwise"
+    packed = B.PackedBlockedWeight(kind, w)
+    xb = B.to_blocked(x).reshape(x.shape)
+    rb = None if r is None else B.to_blocked(r.astype(np.float32)).reshape(r.shape)
+    yb = np.full(y_shape, np.nan, np.float32)
+    with hold(pool) as held:
+        calls, keep = B.bind_blocked_conv(xb, packed, b, rb, yb, stride=(stride, stride),
+                                          pads=pads, activation=act, pool=held)
+        _run(calls)
+    n, c, h, w_ = y_shape
+    return B.from_blocked(yb.reshape(n, c // 8, h, w_, 8))
+
+
+@pytest.mark.parametrize("spec", POOLS)
+def test_pointwise_kernel_against_float64(spec):
+    # output blocks 1 to 7 (groups of three, two and one, a remainder of one made two twos),
+    # pixels below, at and past a tile of 12 / blocks and a run, a layer wider in weights than
+    # in activations (cut by groups), every epilogue, batch 2, and a NaN reaching its outputs
+    rng = np.random.default_rng(7)
+    layers = [(8, 8, 1, 1), (8, 16, 3, 5), (16, 24, 7, 7), (24, 32, 5, 3), (8, 40, 13, 1),
+              (32, 56, 9, 9), (576, 96, 14, 14), (320, 1280, 7, 7), (16, 96, 40, 40)]
+    with asymo.Pool(topology=parse_spec(spec)) as pool:
+        for cin, cout, h, w in layers:
+            for act, bias, res in ((None, False, False), ("relu6", True, True),
+                                   ("relu", True, False)):
+                x = rng.standard_normal((2, cin, h, w)).astype(np.float32)
+                if cin == 24:
+                    x[1, 5, 2, 1] = np.nan
+                wt = rng.standard_normal((cout, cin, 1, 1)).astype(np.float32)
+                b = rng.standard_normal(cout).astype(np.float32) if bias else None
+                r = rng.standard_normal((2, cout, h, w)).astype(np.float32) if res else None
+                got = _blocked_call(pool, x, wt, b, r, (2, cout, h, w), 1, (0, 0), act)
+                want = _pointwise_ref(x, wt[:, :, 0, 0], b, r, act)
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.sqrt(cin),
+                                           equal_nan=True, err_msg=str((cin, cout, h, w)))
+                if cin == 24:  # the NaN is in pixel (2, 1) of image 1 only
+                    assert np.isnan(got[1, :, 2, 1]).all() and np.isnan(got).sum() == cout
+
+
+@pytest.mark.parametrize("spec", POOLS)
+def test_depthwise_kernel_against_float64(spec):
+    # stride 1 and 2, padding 0 and 1 (unlike per axis), planes of one pixel to wider than
+    # the four-output run, odd and even sizes, every epilogue, a shortcut, batch 2
+    rng = np.random.default_rng(8)
+    layers = [(8, 1, 1, 1, (1, 1)), (16, 2, 2, 2, (1, 1)), (8, 5, 9, 1, (0, 1)),
+              (24, 9, 13, 2, (1, 0)), (32, 14, 14, 2, (1, 1)), (40, 7, 7, 1, (1, 1)),
+              (16, 56, 57, 1, (1, 1)), (8, 6, 5, 2, (0, 0)), (96, 28, 28, 2, (1, 1))]
+    with asymo.Pool(topology=parse_spec(spec)) as pool:
+        for c, h, w, s, pads in layers:
+            oh, ow = (h + 2 * pads[0] - 3) // s + 1, (w + 2 * pads[1] - 3) // s + 1
+            if oh < 1 or ow < 1:
+                continue
+            for act, bias, res in ((None, False, False), ("relu6", True, False),
+                                   ("relu", True, True)):
+                x = rng.standard_normal((2, c, h, w)).astype(np.float32)
+                wt = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+                b = rng.standard_normal(c).astype(np.float32) if bias else None
+                r = rng.standard_normal((2, c, oh, ow)).astype(np.float32) if res else None
+                got = _blocked_call(pool, x, wt, b, r, (2, c, oh, ow), s, pads, act)
+                want = _depthwise_ref(x, wt, b, r, s, pads, act)
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5,
+                                           err_msg=str((c, h, w, s, pads)))
+
+
+@pytest.mark.parametrize("spec", POOLS)
+def test_reorders_round_trip_exactly(spec):
+    rng = np.random.default_rng(9)
+    with asymo.Pool(topology=parse_spec(spec)) as pool:
+        for shape in [(1, 8, 1, 1), (2, 16, 3, 5), (1, 24, 13, 11), (3, 32, 112, 112)]:
+            x = rng.standard_normal(shape).astype(np.float32)
+            b, back = np.empty_like(x), np.empty_like(x)
+            with hold(pool) as held:
+                c1, k1 = B.bind_reorder(x, b, True, held)
+                c2, k2 = B.bind_reorder(b, back, False, held)
+                _run(c1)
+                _run(c2)
+            assert np.array_equal(b.reshape(-1), B.to_blocked(x).reshape(-1))
+            assert np.array_equal(back, x)
+
+
+def test_blocked_kind_says_which_layers_run_blocked():
+    k = B.blocked_kind
+    assert k((1, 16, 8, 8), (32, 16, 1, 1), (1, 1), (0, 0), (1, 1), 1, "relu") == "pointwise"
+    assert k((1, 16, 8, 8), (16, 1, 3, 3), (2, 2), (1, 1), (1, 1), 16, None) == "depthwise"
+    for args in [((1, 12, 8, 8), (32, 12, 1, 1), (1, 1), (0, 0), (1, 1), 1, None),  # 12 in
+                 ((1, 16, 8, 8), (20, 16, 1, 1), (1, 1), (0, 0), (1, 1), 1, None),  # 20 out
+                 ((1, 16, 8, 8), (32, 16, 1, 1), (2, 2), (0, 0), (1, 1), 1, None),  # stride 2
+                 ((1, 16, 8, 8), (32, 16, 1, 1), (1, 1), (1, 1), (1, 1), 1, None),  # padded
+                 ((1, 16, 8, 8), (16, 1, 3, 3), (1, 1), (2, 2), (1, 1), 16, None),  # pad 2
+                 ((1, 16, 8, 8), (16, 1, 3, 3), (1, 2), (1, 1), (1, 1), 16, None),  # strides
+                 ((1, 16, 8, 8), (16, 1, 3, 3), (1, 1), (1, 1), (2, 2), 16, None),  # dilated
+                 ((1, 16, 8, 8), (32, 1, 3, 3), (1, 1), (1, 1), (1, 1), 16, None),  # x2 mult
+                 ((1, 16, 8, 8), (16, 1, 5, 5), (1, 1), (2, 2), (1, 1), 16, None),  # 5x5
+                 ((1, 16, 8, 8), (32, 16, 3, 3), (1, 1), (1, 1), (1, 1), 1, None),  # dense 3x3
+                 ((1, 16, 8, 8), (32, 16, 1, 1), (1, 1), (0, 0), (1, 1), 1, "gelu")]:
+        assert k(*args) is None, args
+
+
+# ---- in a model ------------------------------------------------------------------------------
+def _w(rng, *shape):
+    return (rng.standard_normal(shape) * 0.3).astype(np.float32)
+
+
+def _inverted_residual_model(rng, c=16):
+    """stem 3x3 (3 -> c, NCHW) -> [1x1 c -> 6c, dw 3x3, 1x1 6c -> c, + x] x 2 -> dw stride 2
+    -> 1x1 -> GlobalAveragePool; a 1x1 whose only reader is the output, and a lone 1x1 between
+    two max-pools."""
+    nodes, inits = [], []
+
+    def conv(x, y, w, stride=1, pad=0, group=1, clip=True):
+        name = f"w_{y}"
+        inits.append((name, w))
+        inits.append((f"b_{y}", _w(rng, w.shape[0])))
+        nodes.append(helper.make_node("Conv", [x, name, f"b_{y}"], [y + ("_c" if clip else "")],
+                                      strides=[stride] * 2, pads=[pad] * 4, group=group))
+        if clip:
+            inits.append((f"lo_{y}", np.array(0, np.float32)))
+            inits.append((f"hi_{y}", np.array(6, np.float32)))
+            nodes.append(helper.make_node("Clip", [y + "_c", f"lo_{y}", f"hi_{y}"], [y]))
+        return y
+
+    t = conv("x", "stem", _w(rng, c, 3, 3, 3), stride=2, pad=1)
+    for i in range(2):
+        e = conv(t, f"e{i}", _w(rng, 6 * c, c, 1, 1))
+        d = conv(e, f"d{i}", _w(rng, 6 * c, 1, 3, 3), pad=1, group=6 * c)
+        p = conv(d, f"p{i}", _w(rng, c, 6 * c, 1, 1), clip=False)
+        nodes.append(helper.make_node("Add", [t, p], [f"a{i}"]))
+        t = f"a{i}"
+    d = conv(t, "ds", _w(rng, c, 1, 3, 3), stride=2, pad=1, group=c)
+    head = conv(d, "head", _w(rng, 4 * c, c, 1, 1))
+    nodes.append(helper.make_node("MaxPool", [head], ["mp1"], kernel_shape=[2, 2]))
+    lone = conv("mp1", "lone", _w(rng, 4 * c, 4 * c, 1, 1))
+    nodes.append(helper.make_node("MaxPool", [lone], ["mp2"], kernel_shape=[1, 1]))
+    out = conv("mp2", "last", _w(rng, 8 * c, 4 * c, 1, 1))
+    g = helper.make_graph(nodes, "ir", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["n", 3, 40, 36])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _ort(model, x):
+    ort = pytest.importorskip("onnxruntime")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return s.run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("spec", POOLS)
+def test_model_keeps_chains_blocked_and_matches_ort(spec, monkeypatch):
+    from asymo.models import graph_model as gm
+
+    rng = np.random.default_rng(11)
+    model = _inverted_residual_model(rng)
+    x = rng.standard_normal((3, 3, 40, 36)).astype(np.float32)
+    want = _ort(model, x)
+    with asymo.Pool(topology=parse_spec(spec)) as pool:
+        m = asymo.from_onnx(model, pool=pool)
+        for batch in (1, 3):
+            np.testing.assert_allclose(m(x[:batch]), want[:batch], rtol=1e-4, atol=1e-4)
+        plan = m.plan(1)
+        runs = {n.name: plan.kernels[n.name] for n in m.graph.nodes
+                if plan.kernels[n.name].startswith("conv2d:blocked")}
+        convs = [n for n in m.graph.nodes if n.op == "asymo.Conv"]
+        by_out = {n.outputs[0]: n for n in convs}
+        # the chain from the first expansion to the head runs blocked (2 x 3 + the stride-2
+        # depthwise + the head); the stem (3 input channels), the lone 1x1 between max-pools
+        # and the last one (after a max-pool, its output the graph's) do not
+        assert len(runs) == 8, runs
+        for n in convs:
+            blocked = n.name in runs
+            assert blocked == (n.outputs[0] in plan.blocked or n.inputs[0] in plan.blocked)
+        assert not any(t in plan.blocked for t in m.graph.outputs)
+        stem = next(n for n in convs if n.inputs[0] == "x")
+        assert stem.name not in runs and stem.outputs[0] not in plan.blocked
+        assert all(by_out[t].name in runs for t in plan.blocked if t in by_out)
+        assert {plan.kernels[n] for n in runs} == {"conv2d:blocked pointwise",
+                                                  "conv2d:blocked depthwise"}
+        assert plan.to_dict()["blocked"] == plan.blocked
+        # the same model with every tensor NCHW: same outputs, no blocked node
+        monkeypatch.setattr(gm, "BLOCKED_LAYOUT", "off")
+        planar = asymo.from_onnx(model, pool=pool)
+        assert not planar.plan(1).blocked
+        assert not any(k.startswith("conv2d:blocked") for k in planar.plan(1).kernels.values())
+        np.testing.assert_allclose(planar(x), m(x), rtol=1e-5, atol=1e-5)
+
+
+def test_torchvision_mobilenet_v2_runs_blocked_and_matches_torch():
+    torch = pytest.importorskip("torch")
+    from asymo.models import torchvision_defs as tv
+
+    net = tv.build("mobilenet_v2").eval()
+    x = torch.randn(2, 3, 96, 96)
+    m = asymo.from_torch(net, x[:1])
+    kinds = m.plan(1).kernels.values()
+    # every 1x1 and depthwise layer (all but the stem and the classifier)
+    assert sum(k.startswith("conv2d:blocked") for k in kinds) == 51
+    with torch.inference_mode():
+        want = net(x).numpy()
+    got = m(x.numpy())
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
