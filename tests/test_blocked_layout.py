@@ -50,16 +50,18 @@ def _depthwise_ref(x, w, b, r, stride, pads, act):
     return _act(y + (0 if r is None else r), act)
 
 
-def _blocked_call(pool, x, w, b, r, y_shape, stride, pads, act):
-    """Run one layer through the blocked kernels: NCHW in, NCHW out (reordered in NumPy)."""
+def _blocked_call(pool, x, w, b, r, y_shape, stride, pads, act, planar=False):
+    """Run one layer through the blocked kernels: NCHW in, NCHW out (reordered in NumPy;
+    ``planar``: the kernel reads the NCHW input itself)."""
     kind = "pointwise" if w.shape[2:] == (1, 1) else "depthwise"
     packed = B.PackedBlockedWeight(kind, w)
-    xb = B.to_blocked(x).reshape(x.shape)
+    xb = x if planar else B.to_blocked(x).reshape(x.shape)
     rb = None if r is None else B.to_blocked(r.astype(np.float32)).reshape(r.shape)
     yb = np.full(y_shape, np.nan, np.float32)
     with hold(pool) as held:
         calls, keep = B.bind_blocked_conv(xb, packed, b, rb, yb, stride=(stride, stride),
-                                          pads=pads, activation=act, pool=held)
+                                          pads=pads, activation=act, pool=held,
+                                          x_planar=planar)
         _run(calls)
     n, c, h, w_ = y_shape
     return B.from_blocked(yb.reshape(n, c // 8, h, w_, 8))
@@ -94,26 +96,41 @@ def test_pointwise_kernel_against_float64(spec):
 @pytest.mark.parametrize("spec", POOLS)
 def test_depthwise_kernel_against_float64(spec):
     # stride 1 and 2, padding 0 and 1 (unlike per axis), planes of one pixel to wider than
-    # the four-output run, odd and even sizes, every epilogue, a shortcut, batch 2
+    # the four-output run, odd and even sizes, every epilogue, a shortcut, batch 2; the
+    # input blocked or NCHW (reordered by the kernel a row at a time), and an NCHW input too
+    # wide for that refused
     rng = np.random.default_rng(8)
     layers = [(8, 1, 1, 1, (1, 1)), (16, 2, 2, 2, (1, 1)), (8, 5, 9, 1, (0, 1)),
               (24, 9, 13, 2, (1, 0)), (32, 14, 14, 2, (1, 1)), (40, 7, 7, 1, (1, 1)),
-              (16, 56, 57, 1, (1, 1)), (8, 6, 5, 2, (0, 0)), (96, 28, 28, 2, (1, 1))]
+              (16, 56, 57, 1, (1, 1)), (8, 6, 5, 2, (0, 0)), (96, 28, 28, 2, (1, 1)),
+              (8, 3, 256, 2, (1, 1))]
     with asymo.Pool(topology=parse_spec(spec)) as pool:
         for c, h, w, s, pads in layers:
             oh, ow = (h + 2 * pads[0] - 3) // s + 1, (w + 2 * pads[1] - 3) // s + 1
             if oh < 1 or ow < 1:
                 continue
-            for act, bias, res in ((None, False, False), ("relu6", True, False),
-                                   ("relu", True, True)):
+            for act, bias, res, planar in ((None, False, False, False),
+                                           ("relu6", True, False, True),
+                                           ("relu", True, True, False),
+                                           (None, False, True, True)):
                 x = rng.standard_normal((2, c, h, w)).astype(np.float32)
                 wt = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
                 b = rng.standard_normal(c).astype(np.float32) if bias else None
                 r = rng.standard_normal((2, c, oh, ow)).astype(np.float32) if res else None
-                got = _blocked_call(pool, x, wt, b, r, (2, c, oh, ow), s, pads, act)
+                got = _blocked_call(pool, x, wt, b, r, (2, c, oh, ow), s, pads, act, planar)
                 want = _depthwise_ref(x, wt, b, r, s, pads, act)
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5,
-                                           err_msg=str((c, h, w, s, pads)))
+                                           err_msg=str((c, h, w, s, pads, planar)))
+
+
+def test_planar_input_only_where_the_kernel_can_read_it():
+    x = np.zeros((1, 8, 4, 300), np.float32)
+    packed = B.PackedBlockedWeight("depthwise", np.zeros((8, 1, 3, 3), np.float32))
+    with hold(None) as pool, pytest.raises(ValueError, match="cannot read NCHW"):
+        B.bind_blocked_conv(x, packed, None, None, np.zeros_like(x), stride=(1, 1),
+                            pads=(1, 1), activation=None, pool=pool, x_planar=True)
+    assert B.planar_input_ok("depthwise", (1, 8, 4, 256))
+    assert not B.planar_input_ok("pointwise", (1, 8, 4, 4))
 
 
 @pytest.mark.parametrize("spec", POOLS)

@@ -336,11 +336,12 @@ class _ConvStep:
 
 class _BlockedConvStep:
     """A convolution node in the blocked layout (`asymo.ops.blocked`): its NCHW operands are
-    reordered into the instance's own buffers first, and an NCHW output computed in one and
-    reordered into place. Its jobs back tasks up as `_ConvStep`'s do (the buffers are the
-    node's own: only the node's late copies use them, and the call ends with a fence)."""
+    reordered into the instance's own buffers first (a depthwise layer reads an NCHW input
+    itself, a row at a time), and an NCHW output computed in one and reordered into place.
+    Its jobs back tasks up as `_ConvStep`'s do (the buffers are the node's own: only the
+    node's late copies use them, and the call ends with a fence)."""
 
-    __slots__ = ("x", "y", "b", "r", "packed", "args", "xs", "rs", "ys", "backup")
+    __slots__ = ("x", "y", "b", "r", "packed", "args", "xs", "rs", "ys", "backup", "planar")
 
     def __init__(self, n, V, C, packed, blocked, backup):
         self.x, self.y = V[n.inputs[0]], V[n.outputs[0]]
@@ -352,7 +353,9 @@ class _BlockedConvStep:
         a = n.attrs
         self.args = dict(stride=a["strides"], pads=(a["pads"][0], a["pads"][1]),
                          activation=a["activation"])
-        self.xs = None if n.inputs[0] in blocked else np.empty_like(self.x)
+        self.planar = (n.inputs[0] not in blocked
+                       and _blocked.planar_input_ok(packed.kind, self.x.shape))
+        self.xs = None if n.inputs[0] in blocked or self.planar else np.empty_like(self.x)
         self.rs = None if r is None or r in blocked else np.empty_like(self.r)
         self.ys = None if n.outputs[0] in blocked else np.empty_like(self.y)
         self.backup = backup
@@ -371,7 +374,7 @@ class _BlockedConvStep:
         r = self.r if self.rs is None or self.r is None else reorder(self.r, self.rs, True)
         y = self.y if self.ys is None else self.ys
         c, k = _blocked.bind_blocked_conv(x, self.packed, self.b, r, y, pool=pool,
-                                          backup=backup, **self.args)
+                                          backup=backup, x_planar=self.planar, **self.args)
         calls.extend(c)
         keep.extend(k)
         if self.ys is not None:

@@ -20,7 +20,7 @@ from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.tasks import ACTIVATION_CODES, TASKS_PER_WORKER, task_counts, task_fn
 
 __all__ = ["BLOCK", "blocked_kind", "PackedBlockedWeight", "bind_blocked_conv",
-           "bind_reorder", "to_blocked", "from_blocked"]
+           "bind_reorder", "planar_input_ok", "to_blocked", "from_blocked"]
 
 BLOCK = 8
 _REORDER_TASK = task_fn("asymo_reorder_task")
@@ -124,11 +124,20 @@ def _pointwise_split(job, pool, groups, pixels):
     return int(lib.asymo_pointwise_blocked_tasks(job))
 
 
+def planar_input_ok(kind, xshape):
+    """Whether a layer of ``kind`` can read an NCHW input itself (`bind_blocked_conv`'s
+    ``x_planar``): a depthwise one on rows of at most ASYMO_DW_BLOCKED_PLANAR_MAX_WIDTH."""
+    return kind == "depthwise" and xshape[3] <= lib.ASYMO_DW_BLOCKED_PLANAR_MAX_WIDTH
+
+
 def bind_blocked_conv(x, packed, bias, residual, y, *, stride, pads, activation, pool,
-                      backup=False):
+                      backup=False, x_planar=False):
     """Calls computing ``y = act(conv(x) + bias + residual)`` in the blocked layout (x, y and
-    residual: arrays of the layer's NCHW shapes whose memory holds NCHW8c data), image by
-    image: ``[(fn, args)]`` and what they point at (``backup``: as `bind_reorder`)."""
+    residual: arrays of the layer's NCHW shapes whose memory holds NCHW8c data; with
+    ``x_planar``, x holds NCHW data, `planar_input_ok`), image by image: ``[(fn, args)]`` and
+    what they point at (``backup``: as `bind_reorder`)."""
+    if x_planar and not planar_input_ok(packed.kind, x.shape):
+        raise ValueError(f"a {packed.kind} layer of input {x.shape} cannot read NCHW input")
     n, c, h, w = x.shape
     oh, ow = y.shape[2:]
     act = ACTIVATION_CODES[activation]
@@ -157,6 +166,7 @@ def bind_blocked_conv(x, packed, bias, residual, y, *, stride, pads, activation,
             g.out_h, g.out_w = oh, ow
             job.activation, job.x, job.weight = act, xi, _ptr(packed.data)
             job.bias, job.residual, job.y = _ptr(bias), ri, yi
+            job.x_planar = int(bool(x_planar))
             if not lib.asymo_depthwise_blocked_supported(job):
                 raise ValueError(f"no blocked depthwise kernel for {x.shape} -> {y.shape}")
             blocks = c // BLOCK

@@ -10,6 +10,8 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* a 1x1 task's run of pixels: its input in about this many bytes (half a 512 KB L2) */
 enum { RUN_BYTES = 96 << 10 };
+/* a part of a 1x1 layer's input channels: its weights for one group in about this many bytes */
+enum { K_PART_BYTES = 24 << 10 };
 
 int asymo_blocked_supported(void)
 {
@@ -90,12 +92,18 @@ void asymo_pointwise_blocked_task(int64_t t, void *job_)
     int64_t run = RUN_BYTES / (job->channels * 4) / 12 * 12;
     if (run < 12)
         run = 12;
+    /* input channels in parts whose weights, for a group of three blocks, fit in about
+     * K_PART_BYTES of L1 (the 960-input layers of MobileNet V2 read 92 KB a group) */
+    const int64_t K = job->channels;
+    const int64_t parts = cdiv(K * 8 * ASYMO_PW_BLOCKED_GROUP * 4, K_PART_BYTES);
+    const int64_t kp = cdiv(cdiv(K, parts), 8) * 8;
     for (int64_t r0 = c0; r0 < c1; r0 += run) {
         const int64_t r1 = r0 + run < c1 ? r0 + run : c1;
         for (int64_t g = g0; g < g1; g++) {
             int64_t b0;
             const int nb = asymo_pw_blocked_group(blocks, g, &b0);
-            asymo_pointwise_blocked_avx2(job, b0, nb, r0, r1);
+            for (int64_t k0 = 0; k0 < K; k0 += kp)
+                asymo_pointwise_blocked_avx2(job, b0, nb, r0, r1, k0, k0 + kp < K ? k0 + kp : K);
         }
     }
 #else
@@ -120,6 +128,7 @@ int asymo_depthwise_blocked_supported(const asymo_depthwise_blocked_job *job)
            && g->dilation_w == 1 && g->pad_h >= 0 && g->pad_h <= 1 && g->pad_w >= 0
            && g->pad_w <= 1 && g->height >= 1 && g->width >= 1 && g->out_h >= 1
            && g->out_w >= 1
+           && (!job->x_planar || g->width <= ASYMO_DW_BLOCKED_PLANAR_MAX_WIDTH)
            && (job->activation == ASYMO_ACT_NONE || job->activation == ASYMO_ACT_RELU
                || job->activation == ASYMO_ACT_RELU6);
 }

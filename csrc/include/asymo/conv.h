@@ -376,7 +376,11 @@ typedef struct {
     float *y;                   /* channels / 8 x out_h x out_w x 8 */
     int64_t rows_per_task;
     int64_t blocks_per_task;
+    int32_t x_planar;           /* 1: x is NCHW (channels x height x width), its rows
+                                   reordered in L1 as the task reaches them (width at most
+                                   ASYMO_DW_BLOCKED_PLANAR_MAX_WIDTH) */
 } asymo_depthwise_blocked_job;
+enum { ASYMO_DW_BLOCKED_PLANAR_MAX_WIDTH = 256 };
 
 /* w: channels x 3 x 3 into packed (channels x 9 floats: block b, tap t at (b * 9 + t) * 8) */
 void asymo_depthwise_blocked_pack(const float *w, int64_t channels, float *packed);

@@ -11,7 +11,8 @@
  * Depthwise 3x3. Each output vector is 9 multiply-adds of input vectors by the block's 9
  * weight vectors (kept in registers); four outputs of a row at a time, inside the plane,
  * without bounds checks; the edge columns and padding rows with them. Stride 2 is only
- * another pixel step. */
+ * another pixel step. An NCHW input (a chain's first layer) is reordered a row at a time
+ * into L1 as the rows are reached, instead of by a pass of its own over the image. */
 #if defined(__x86_64__)
 
 #include "kernels/conv_blocked.h"
@@ -51,21 +52,23 @@ ATTR_AVX2 void asymo_reorder_block_avx2(const float *x, float *y, int64_t pixels
 }
 
 /* ---- 1x1 ---------------------------------------------------------------------------------- */
-/* NB output blocks by R pixels (NB x R <= 12): x at the tile's first pixel (blocks ldb
- * apart), w the group's packed weights (w[ci * 8 NB + 8 j + lane]), bias the group's or
- * NULL, res and y at the tile's first pixel of the group's first block (blocks ldb apart).
- * NB, R and act are constants in each inlined copy. */
+/* NB output blocks by R pixels (NB x R <= 12), input channels [k0, k0 + kc): x at the
+ * tile's first pixel of block k0 / 8 (blocks ldb apart), w the group's packed weights of
+ * channel k0 (w[ci * 8 NB + 8 j + lane]), res and y at the tile's first pixel of the group's
+ * first block (blocks ldb apart). The first part of the channels starts from the bias (or
+ * zero), a later one from y; the last adds the shortcut and applies the activation. NB, R
+ * and act are constants in each inlined copy. */
 ATTR_AVX2 static inline __attribute__((always_inline)) void pw_tile(
-    const int NB, const int R, int64_t k, const float *x, int64_t ldb, const float *w,
-    const float *bias, const float *res, float *y, const int act)
+    const int NB, const int R, int64_t kc, const float *x, int64_t ldb, const float *w,
+    const float *bias, const float *res, float *y, const int act, int first, int last)
 {
     __m256 acc[GROUP][12];
     for (int j = 0; j < NB; j++) {
         const __m256 b = bias ? _mm256_loadu_ps(bias + 8 * j) : _mm256_setzero_ps();
         for (int r = 0; r < R; r++)
-            acc[j][r] = b;
+            acc[j][r] = first ? b : _mm256_loadu_ps(y + j * ldb + r * 8);
     }
-    for (int64_t ib = 0; ib < k / 8; ib++) {
+    for (int64_t ib = 0; ib < kc / 8; ib++) {
         const float *xb = x + ib * ldb;
         const float *wb = w + ib * 8 * 8 * NB;
         /* (not unrolled: unrolled, GCC ran out of registers and read each weight vector
@@ -84,9 +87,12 @@ ATTR_AVX2 static inline __attribute__((always_inline)) void pw_tile(
     for (int j = 0; j < NB; j++)
         for (int r = 0; r < R; r++) {
             __m256 v = acc[j][r];
-            if (res)
-                v = _mm256_add_ps(v, _mm256_loadu_ps(res + j * ldb + r * 8));
-            _mm256_storeu_ps(y + j * ldb + r * 8, activate_ps256(v, act));
+            if (last) {
+                if (res)
+                    v = _mm256_add_ps(v, _mm256_loadu_ps(res + j * ldb + r * 8));
+                v = activate_ps256(v, act);
+            }
+            _mm256_storeu_ps(y + j * ldb + r * 8, v);
         }
 }
 
@@ -98,16 +104,17 @@ ATTR_AVX2 static inline __attribute__((always_inline)) void pw_tile(
         const float *rp = res ? res + p * 8 : NULL;                                           \
         float *yp = y + p * 8;                                                                \
         switch (r) {                                                                          \
-        case 1: pw_tile(NB, 1, k, xp, ldb, w, bias, rp, yp, ACT); break;                      \
-        case 2: pw_tile(NB, 2, k, xp, ldb, w, bias, rp, yp, ACT); break;                      \
-        case 3: pw_tile(NB, 3, k, xp, ldb, w, bias, rp, yp, ACT); break;                      \
-        case 4: pw_tile(NB, (12 / (NB) < 4 ? 12 / (NB) : 4), k, xp, ldb, w, bias, rp, yp,     \
-                        ACT); break;                                                          \
-        case 5: pw_tile(NB, (12 / (NB) < 5 ? 12 / (NB) : 5), k, xp, ldb, w, bias, rp, yp,     \
-                        ACT); break;                                                          \
-        case 6: pw_tile(NB, (12 / (NB) < 6 ? 12 / (NB) : 6), k, xp, ldb, w, bias, rp, yp,     \
-                        ACT); break;                                                          \
-        default: pw_tile(NB, 12 / (NB), k, xp, ldb, w, bias, rp, yp, ACT); break;             \
+        case 1: pw_tile(NB, 1, kc, xp, ldb, w, bias, rp, yp, ACT, first, last); break;                      \
+        case 2: pw_tile(NB, 2, kc, xp, ldb, w, bias, rp, yp, ACT, first, last); break;                      \
+        case 3: pw_tile(NB, 3, kc, xp, ldb, w, bias, rp, yp, ACT, first, last); break;                      \
+        case 4: pw_tile(NB, (12 / (NB) < 4 ? 12 / (NB) : 4), kc, xp, ldb, w, bias, rp, yp,    \
+                        ACT, first, last); break;                                             \
+        case 5: pw_tile(NB, (12 / (NB) < 5 ? 12 / (NB) : 5), kc, xp, ldb, w, bias, rp, yp,    \
+                        ACT, first, last); break;                                             \
+        case 6: pw_tile(NB, (12 / (NB) < 6 ? 12 / (NB) : 6), kc, xp, ldb, w, bias, rp, yp,    \
+                        ACT, first, last); break;                                             \
+        default: pw_tile(NB, 12 / (NB), kc, xp, ldb, w, bias, rp, yp, ACT, first, last);      \
+                 break;                                                                       \
         }                                                                                     \
     }
 
@@ -121,11 +128,13 @@ ATTR_AVX2 static inline __attribute__((always_inline)) void pw_tile(
     }
 
 ATTR_AVX2 void asymo_pointwise_blocked_avx2(const asymo_pointwise_blocked_job *job, int64_t b0,
-                                            int nb, int64_t p0, int64_t p1)
+                                            int nb, int64_t p0, int64_t p1, int64_t k0,
+                                            int64_t k1)
 {
-    const int64_t k = job->channels, ldb = job->pixels * 8;
-    const float *x = job->x;
-    const float *w = job->weight + b0 * 8 * k;
+    const int64_t k = job->channels, kc = k1 - k0, ldb = job->pixels * 8;
+    const int first = k0 == 0, last = k1 == k;
+    const float *x = job->x + k0 / 8 * ldb;
+    const float *w = job->weight + b0 * 8 * k + k0 * 8 * nb;
     const float *bias = job->bias ? job->bias + b0 * 8 : NULL;
     const float *res = job->residual ? job->residual + b0 * ldb : NULL;
     float *y = job->y + b0 * ldb;
@@ -170,6 +179,11 @@ ATTR_AVX2 static inline __attribute__((always_inline)) void dw_rows(
     const int64_t H = g->height, W = g->width, oh = g->out_h, ow = g->out_w;
     const int64_t ph = g->pad_h, pw = g->pad_w;
     const float *x = job->x + b * H * W * 8;
+    /* NCHW input: rows reordered into a ring of three as they are first needed (the rows of
+     * output row oy are consecutive, so row iy keeps slot iy % 3 while it is needed) */
+    float ring[3][ASYMO_DW_BLOCKED_PLANAR_MAX_WIDTH * 8];
+    int64_t staged[3] = {-1, -1, -1};
+    const float *xp = job->x_planar ? job->x + b * 8 * H * W : NULL;
     float *y = job->y + b * oh * ow * 8;
     const float *res = job->residual ? job->residual + b * oh * ow * 8 : NULL;
     __m256 wk[9];
@@ -185,7 +199,18 @@ ATTR_AVX2 static inline __attribute__((always_inline)) void dw_rows(
         const float *rows[3];
         for (int ky = 0; ky < 3; ky++) {
             const int64_t iy = oy * S - ph + ky;
-            rows[ky] = iy >= 0 && iy < H ? x + iy * W * 8 : NULL;
+            if (iy < 0 || iy >= H) {
+                rows[ky] = NULL;
+            } else if (xp) {
+                const int slot = (int)(iy % 3);
+                if (staged[slot] != iy) {
+                    asymo_reorder_block_avx2(xp + iy * W, ring[slot], W, H * W, 1);
+                    staged[slot] = iy;
+                }
+                rows[ky] = ring[slot];
+            } else {
+                rows[ky] = x + iy * W * 8;
+            }
         }
         float *yr = y + oy * ow * 8;
         const float *rr = res ? res + oy * ow * 8 : NULL;
