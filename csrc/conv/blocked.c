@@ -12,6 +12,8 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 enum { RUN_BYTES = 96 << 10 };
 /* a part of a 1x1 layer's input channels: its weights for one group in about this many bytes */
 enum { K_PART_BYTES = 24 << 10 };
+/* the most pixels of a run whose input channels go in parts (a multiple of 12) */
+enum { PART_PIXELS = 96 };
 
 int asymo_blocked_supported(void)
 {
@@ -93,17 +95,22 @@ void asymo_pointwise_blocked_task(int64_t t, void *job_)
     if (run < 12)
         run = 12;
     /* input channels in parts whose weights, for a group of three blocks, fit in about
-     * K_PART_BYTES of L1 (the 960-input layers of MobileNet V2 read 92 KB a group) */
+     * K_PART_BYTES of L1 (the 960-input layers of MobileNet V2 read 92 KB a group); the sums
+     * between parts stay in the task's own buffer */
     const int64_t K = job->channels;
     const int64_t parts = cdiv(K * 8 * ASYMO_PW_BLOCKED_GROUP * 4, K_PART_BYTES);
     const int64_t kp = cdiv(cdiv(K, parts), 8) * 8;
+    float part[PART_PIXELS * 8 * ASYMO_PW_BLOCKED_GROUP];
+    if (parts > 1 && run > PART_PIXELS)
+        run = PART_PIXELS;
     for (int64_t r0 = c0; r0 < c1; r0 += run) {
         const int64_t r1 = r0 + run < c1 ? r0 + run : c1;
         for (int64_t g = g0; g < g1; g++) {
             int64_t b0;
             const int nb = asymo_pw_blocked_group(blocks, g, &b0);
             for (int64_t k0 = 0; k0 < K; k0 += kp)
-                asymo_pointwise_blocked_avx2(job, b0, nb, r0, r1, k0, k0 + kp < K ? k0 + kp : K);
+                asymo_pointwise_blocked_avx2(job, b0, nb, r0, r1, k0, k0 + kp < K ? k0 + kp : K,
+                                             parts > 1 ? part : NULL);
         }
     }
 #else

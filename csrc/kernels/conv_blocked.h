@@ -36,10 +36,11 @@ static inline int asymo_pw_blocked_group(int64_t blocks, int64_t g, int64_t *fir
 void asymo_reorder_block_avx2(const float *x, float *y, int64_t pixels, int64_t ldx,
                               int to_blocked);
 /* Pixels [p0, p1) of output blocks [b0, b0 + nb) (a group, nb <= 3) of a 1x1 job, input
- * channels [k0, k1) (multiples of 8): the first part starts from the bias, later ones add to
- * y, the last applies the shortcut and the activation. */
+ * channels [k0, k1) (multiples of 8): the first part starts from the bias, later ones from
+ * the sums in `part` (nb blocks of (p1 - p0) x 8 floats; NULL when [k0, k1) is all of them),
+ * the last applies the shortcut and the activation and stores to y. */
 void asymo_pointwise_blocked_avx2(const asymo_pointwise_blocked_job *job, int64_t b0, int nb,
-                                  int64_t p0, int64_t p1, int64_t k0, int64_t k1);
+                                  int64_t p0, int64_t p1, int64_t k0, int64_t k1, float *part);
 /* Output rows [oy0, oy1) of channel block b of a depthwise job. */
 void asymo_depthwise_blocked_avx2(const asymo_depthwise_blocked_job *job, int64_t b,
                                   int64_t oy0, int64_t oy1);

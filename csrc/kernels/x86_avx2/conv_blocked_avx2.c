@@ -56,17 +56,20 @@ ATTR_AVX2 void asymo_reorder_block_avx2(const float *x, float *y, int64_t pixels
  * tile's first pixel of block k0 / 8 (blocks ldb apart), w the group's packed weights of
  * channel k0 (w[ci * 8 NB + 8 j + lane]), res and y at the tile's first pixel of the group's
  * first block (blocks ldb apart). The first part of the channels starts from the bias (or
- * zero), a later one from y; the last adds the shortcut and applies the activation. NB, R
- * and act are constants in each inlined copy. */
+ * zero), a later one from the sums the part before left in `part` (the task's own buffer,
+ * blocks ldp apart: y is written once, with its final values, as a backed-up task's late
+ * copy must); the last adds the shortcut, applies the activation and stores to y. NB, R and
+ * act are constants in each inlined copy. */
 ATTR_AVX2 static inline __attribute__((always_inline)) void pw_tile(
     const int NB, const int R, int64_t kc, const float *x, int64_t ldb, const float *w,
-    const float *bias, const float *res, float *y, const int act, int first, int last)
+    const float *bias, const float *res, float *y, const int act, int first, int last,
+    float *part, int64_t ldp)
 {
     __m256 acc[GROUP][12];
     for (int j = 0; j < NB; j++) {
         const __m256 b = bias ? _mm256_loadu_ps(bias + 8 * j) : _mm256_setzero_ps();
         for (int r = 0; r < R; r++)
-            acc[j][r] = first ? b : _mm256_loadu_ps(y + j * ldb + r * 8);
+            acc[j][r] = first ? b : _mm256_loadu_ps(part + j * ldp + r * 8);
     }
     for (int64_t ib = 0; ib < kc / 8; ib++) {
         const float *xb = x + ib * ldb;
@@ -87,12 +90,13 @@ ATTR_AVX2 static inline __attribute__((always_inline)) void pw_tile(
     for (int j = 0; j < NB; j++)
         for (int r = 0; r < R; r++) {
             __m256 v = acc[j][r];
-            if (last) {
-                if (res)
-                    v = _mm256_add_ps(v, _mm256_loadu_ps(res + j * ldb + r * 8));
-                v = activate_ps256(v, act);
+            if (!last) {
+                _mm256_storeu_ps(part + j * ldp + r * 8, v);
+                continue;
             }
-            _mm256_storeu_ps(y + j * ldb + r * 8, v);
+            if (res)
+                v = _mm256_add_ps(v, _mm256_loadu_ps(res + j * ldb + r * 8));
+            _mm256_storeu_ps(y + j * ldb + r * 8, activate_ps256(v, act));
         }
 }
 
@@ -103,17 +107,18 @@ ATTR_AVX2 static inline __attribute__((always_inline)) void pw_tile(
         const float *xp = x + p * 8;                                                          \
         const float *rp = res ? res + p * 8 : NULL;                                           \
         float *yp = y + p * 8;                                                                \
+        float *pp = part ? part + (p - p0) * 8 : NULL;                                        \
         switch (r) {                                                                          \
-        case 1: pw_tile(NB, 1, kc, xp, ldb, w, bias, rp, yp, ACT, first, last); break;                      \
-        case 2: pw_tile(NB, 2, kc, xp, ldb, w, bias, rp, yp, ACT, first, last); break;                      \
-        case 3: pw_tile(NB, 3, kc, xp, ldb, w, bias, rp, yp, ACT, first, last); break;                      \
+        case 1: pw_tile(NB, 1, kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp); break;                      \
+        case 2: pw_tile(NB, 2, kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp); break;                      \
+        case 3: pw_tile(NB, 3, kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp); break;                      \
         case 4: pw_tile(NB, (12 / (NB) < 4 ? 12 / (NB) : 4), kc, xp, ldb, w, bias, rp, yp,    \
-                        ACT, first, last); break;                                             \
+                        ACT, first, last, pp, ldp); break;                                             \
         case 5: pw_tile(NB, (12 / (NB) < 5 ? 12 / (NB) : 5), kc, xp, ldb, w, bias, rp, yp,    \
-                        ACT, first, last); break;                                             \
+                        ACT, first, last, pp, ldp); break;                                             \
         case 6: pw_tile(NB, (12 / (NB) < 6 ? 12 / (NB) : 6), kc, xp, ldb, w, bias, rp, yp,    \
-                        ACT, first, last); break;                                             \
-        default: pw_tile(NB, 12 / (NB), kc, xp, ldb, w, bias, rp, yp, ACT, first, last);      \
+                        ACT, first, last, pp, ldp); break;                                             \
+        default: pw_tile(NB, 12 / (NB), kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp);      \
                  break;                                                                       \
         }                                                                                     \
     }
@@ -129,8 +134,9 @@ ATTR_AVX2 static inline __attribute__((always_inline)) void pw_tile(
 
 ATTR_AVX2 void asymo_pointwise_blocked_avx2(const asymo_pointwise_blocked_job *job, int64_t b0,
                                             int nb, int64_t p0, int64_t p1, int64_t k0,
-                                            int64_t k1)
+                                            int64_t k1, float *part)
 {
+    const int64_t ldp = (p1 - p0) * 8;
     const int64_t k = job->channels, kc = k1 - k0, ldb = job->pixels * 8;
     const int first = k0 == 0, last = k1 == k;
     const float *x = job->x + k0 / 8 * ldb;
