@@ -123,6 +123,28 @@ def test_depthwise_kernel_against_float64(spec):
                                            err_msg=str((c, h, w, s, pads, planar)))
 
 
+def test_arrays_that_do_not_fit_the_layer_are_refused():
+    pw = B.PackedBlockedWeight("pointwise", np.zeros((16, 8, 1, 1), np.float32))
+    x, y = np.zeros((1, 8, 4, 4), np.float32), np.zeros((1, 16, 4, 4), np.float32)
+    with hold(None) as pool:
+        for xx, yy, r, b in [(np.zeros((1, 16, 4, 4), np.float32), y, None, None),
+                             (x, np.zeros((1, 8, 4, 4), np.float32), None, None),
+                             (x, np.zeros((1, 16, 2, 2), np.float32), None, None),
+                             (x, y, np.zeros((1, 16, 4, 5), np.float32), None),
+                             (x, y, None, np.zeros(8, np.float32)),
+                             (x.astype(np.float64), y, None, None),
+                             (np.zeros((1, 8, 4, 8), np.float32)[..., ::2], y, None, None)]:
+            with pytest.raises(ValueError, match="do not fit"):
+                B.bind_blocked_conv(xx, pw, b, r, yy, stride=(1, 1), pads=(0, 0),
+                                    activation=None, pool=pool)
+        with pytest.raises(ValueError, match="one NCHW size"):
+            B.bind_reorder(x, y, True, pool)
+    for kind, shape in [("pointwise", (12, 8, 1, 1)), ("pointwise", (16, 8, 3, 3)),
+                        ("depthwise", (16, 2, 3, 3)), ("transposed", (8, 8, 1, 1))]:
+        with pytest.raises(ValueError, match="no blocked"):
+            B.PackedBlockedWeight(kind, np.zeros(shape, np.float32))
+
+
 def test_planar_input_only_where_the_kernel_can_read_it():
     x = np.zeros((1, 8, 4, 300), np.float32)
     packed = B.PackedBlockedWeight("depthwise", np.zeros((8, 1, 3, 3), np.float32))

@@ -53,6 +53,10 @@ class PackedBlockedWeight:
 
     def __init__(self, kind, weight):
         w = np.ascontiguousarray(weight, np.float32)
+        if (kind not in ("pointwise", "depthwise") or w.ndim != 4 or w.shape[0] % BLOCK
+                or (kind == "pointwise" and (w.shape[2:] != (1, 1) or w.shape[1] % BLOCK))
+                or (kind == "depthwise" and w.shape[1:] != (1, 3, 3))):
+            raise ValueError(f"no blocked {kind} layer has weights of shape {w.shape}")
         self.kind = kind
         self.out_channels = w.shape[0]
         if kind == "pointwise":
@@ -68,6 +72,12 @@ class PackedBlockedWeight:
             lib.asymo_depthwise_blocked_pack(ffi.from_buffer("float[]", w), self.channels,
                                              ffi.from_buffer("float[]", self.data))
         self.data.setflags(write=False)
+
+
+def _check_supported():
+    if not lib.asymo_blocked_supported():
+        raise RuntimeError("the blocked-layout kernels need AVX2 (the convolution kernels run "
+                           f"{ffi.string(lib.asymo_isa_name(lib.asymo_conv_isa())).decode()})")
 
 
 def _ptr(a):
@@ -95,6 +105,10 @@ def bind_reorder(src, dst, to_blocked, pool, backup=False):
     ``backup``: on a pool of several clusters a late task may be run again elsewhere and the
     call return without it (every task writes its outputs once; the caller fences, as
     `asymo.ops.conv.bind_conv2d` says)."""
+    _check_supported()
+    if src.size != dst.size or src.ndim != 4 or src.shape[1] % BLOCK:
+        raise ValueError(f"reorder: {src.shape} -> {dst.shape}: need two arrays of one "
+                         f"NCHW size, channels a multiple of {BLOCK}")
     n, c = src.shape[0], src.shape[1]
     pixels = int(np.prod(src.shape[2:]))
     chunk = -(-pixels // _chunks(pool, pixels, 64))
@@ -136,10 +150,20 @@ def bind_blocked_conv(x, packed, bias, residual, y, *, stride, pads, activation,
     residual: arrays of the layer's NCHW shapes whose memory holds NCHW8c data; with
     ``x_planar``, x holds NCHW data, `planar_input_ok`), image by image: ``[(fn, args)]`` and
     what they point at (``backup``: as `bind_reorder`)."""
+    _check_supported()
     if x_planar and not planar_input_ok(packed.kind, x.shape):
         raise ValueError(f"a {packed.kind} layer of input {x.shape} cannot read NCHW input")
     n, c, h, w = x.shape
     oh, ow = y.shape[2:]
+    if (c != packed.channels or y.shape[:2] != (n, packed.out_channels)
+            or (packed.kind == "pointwise" and (oh, ow) != (h, w))
+            or (residual is not None and residual.shape != y.shape)
+            or any(a is not None and (a.dtype != np.float32 or not a.flags.c_contiguous)
+                   for a in (x, y, residual, bias))
+            or (bias is not None and bias.shape != (packed.out_channels,))):
+        raise ValueError(f"blocked {packed.kind} layer: input {x.shape}, output {y.shape}, "
+                         f"weights {packed.channels} -> {packed.out_channels}: the arrays do "
+                         "not fit the layer (C-contiguous float32 of its shapes)")
     act = ACTIVATION_CODES[activation]
     calls, keep = [], [x, packed, bias, residual, y]
     for i in range(n):
@@ -152,8 +176,9 @@ def bind_blocked_conv(x, packed, bias, residual, y, *, stride, pads, activation,
                 "channels": c, "out_channels": packed.out_channels, "pixels": h * w,
                 "activation": act, "x": xi, "weight": _ptr(packed.data),
                 "bias": _ptr(bias), "residual": ri, "y": yi})
-            blocks = packed.out_channels // BLOCK
-            ntasks = _pointwise_split(job, pool, blocks // 3 + (blocks % 3 != 0), h * w)
+            ntasks = _pointwise_split(job, pool,
+                                      lib.asymo_pointwise_blocked_groups(packed.out_channels),
+                                      h * w)
             call, counts = _call(pool, _POINTWISE_TASK, job, ntasks, backup)
         else:
             job = ffi.new("asymo_depthwise_blocked_job *")

@@ -67,6 +67,11 @@ void asymo_pointwise_blocked_pack(const float *w, int64_t channels, int64_t out_
     }
 }
 
+int64_t asymo_pointwise_blocked_groups(int64_t out_channels)
+{
+    return asymo_pw_blocked_groups(out_channels / 8);
+}
+
 int64_t asymo_pointwise_blocked_tasks(const asymo_pointwise_blocked_job *job)
 {
     const int64_t groups = asymo_pw_blocked_groups(job->out_channels / 8);

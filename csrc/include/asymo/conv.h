@@ -355,6 +355,8 @@ typedef struct {
 } asymo_pointwise_blocked_job;
 
 int64_t asymo_pointwise_blocked_packed_size(int64_t channels, int64_t out_channels);
+/* Groups of output blocks (of at most three) of a layer of out_channels outputs. */
+int64_t asymo_pointwise_blocked_groups(int64_t out_channels);
 /* w: out_channels x channels (row-major) into packed (the size above) */
 void asymo_pointwise_blocked_pack(const float *w, int64_t channels, int64_t out_channels,
                                   float *packed);
