@@ -293,3 +293,29 @@ def test_torchvision_mobilenet_v2_runs_blocked_and_matches_torch():
         want = net(x).numpy()
     got = m(x.numpy())
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_run_layers_gives_nchw_activations_at_blocked_boundaries(monkeypatch):
+    # a pipeline stage's input and output are NCHW even where the segment boundary is a
+    # tensor the plan keeps blocked: each layer alone, and chained, against the NCHW plan
+    from asymo.models import graph_model as gm
+
+    rng = np.random.default_rng(12)
+    model = _inverted_residual_model(rng)
+    x = rng.standard_normal((2, 3, 40, 36)).astype(np.float32)
+    m = asymo.from_onnx(model)
+    m.plan(2)  # (planned now: a plan reads BLOCKED_LAYOUT when it is made)
+    monkeypatch.setattr(gm, "BLOCKED_LAYOUT", "off")
+    planar = asymo.from_onnx(model)
+    segs = m.graph.segments()
+    boundaries = [t for _, _, _, t in segs if t]
+    assert any(t in m.plan(2).blocked for t in boundaries)  # the case this test is for
+    a, b = x, x
+    for i in range(len(m.layers)):
+        a = m.run_layers(a, i, i)
+        b = planar.run_layers(b, i, i)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=f"layer {i}")
+    np.testing.assert_allclose(a, m(x), rtol=1e-5, atol=1e-5)
+    mid = len(m.layers) // 2
+    np.testing.assert_allclose(m.run_layers(planar.run_layers(x, 0, mid - 1), mid,
+                                            len(m.layers) - 1), m(x), rtol=1e-5, atol=1e-5)

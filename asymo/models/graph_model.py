@@ -1354,12 +1354,25 @@ class GraphModel(spec.LayerChain):
         if tuple(x.shape[1:]) != tuple(want):
             raise ValueError(f"{self.name}: layer {first} takes (N,) + {want}, got {x.shape}")
         batch = x.shape[0]
+        # a segment boundary inside a chain of the blocked layout holds NCHW8c data: the
+        # caller's arrays are NCHW both ways
+        blocked = self.plan(batch).blocked
         with hold(pool if pool is not None else self.pool) as held:
             inst = self._acquire(batch, held)
             try:
-                np.copyto(inst.views[tin], x)
+                v = inst.views[tin]
+                if tin in blocked:
+                    np.copyto(v.reshape(-1), _blocked.to_blocked(x).reshape(-1))
+                else:
+                    np.copyto(v, x)
                 inst.run(a, b, held)
-                y = inst.views[tout].copy()
+                v = inst.views[tout]
+                if tout in blocked:
+                    n, c, h, w = v.shape
+                    y = _blocked.from_blocked(v.reshape(n, c // _blocked.BLOCK, h, w,
+                                                        _blocked.BLOCK))
+                else:
+                    y = v.copy()
             finally:
                 self._release(inst)
         return y[0] if unbatched else y
