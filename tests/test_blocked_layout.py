@@ -18,6 +18,18 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 POOLS = ["c0:0", "c0:0-1", "c0:0@1,c1:1@0.5"]
 
 
+def _to_blocked(a):
+    """NCHW -> NCHW8c in NumPy (the reference): shape (N, C/8, H, W, 8)."""
+    n, c, h, w = a.shape
+    return np.ascontiguousarray(a.reshape(n, c // 8, 8, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def _from_blocked(b):
+    """The inverse of `_to_blocked`: (N, C/8, H, W, 8) -> (N, C, H, W)."""
+    n, cb, h, w, _ = b.shape
+    return np.ascontiguousarray(b.transpose(0, 1, 4, 2, 3).reshape(n, cb * 8, h, w))
+
+
 def _act(y, act):
     if act == "relu":
         return np.maximum(y, 0)
@@ -55,8 +67,8 @@ def _blocked_call(pool, x, w, b, r, y_shape, stride, pads, act, planar=False):
     ``planar``: the kernel reads the NCHW input itself)."""
     kind = "pointwise" if w.shape[2:] == (1, 1) else "depthwise"
     packed = B.PackedBlockedWeight(kind, w)
-    xb = x if planar else B.to_blocked(x).reshape(x.shape)
-    rb = None if r is None else B.to_blocked(r.astype(np.float32)).reshape(r.shape)
+    xb = x if planar else _to_blocked(x).reshape(x.shape)
+    rb = None if r is None else _to_blocked(r.astype(np.float32)).reshape(r.shape)
     yb = np.full(y_shape, np.nan, np.float32)
     with hold(pool) as held:
         calls, keep = B.bind_blocked_conv(xb, packed, b, rb, yb, stride=(stride, stride),
@@ -64,7 +76,7 @@ def _blocked_call(pool, x, w, b, r, y_shape, stride, pads, act, planar=False):
                                           x_planar=planar)
         _run(calls)
     n, c, h, w_ = y_shape
-    return B.from_blocked(yb.reshape(n, c // 8, h, w_, 8))
+    return _from_blocked(yb.reshape(n, c // 8, h, w_, 8))
 
 
 @pytest.mark.parametrize("spec", POOLS)
@@ -167,7 +179,7 @@ def test_reorders_round_trip_exactly(spec):
                 c2, k2 = B.bind_reorder(b, back, False, held)
                 _run(c1)
                 _run(c2)
-            assert np.array_equal(b.reshape(-1), B.to_blocked(x).reshape(-1))
+            assert np.array_equal(b.reshape(-1), _to_blocked(x).reshape(-1))
             assert np.array_equal(back, x)
 
 

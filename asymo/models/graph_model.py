@@ -39,7 +39,7 @@ from asymo.models.graph import GraphError
 from asymo.models.graph_plan import optimize
 from asymo.models.shapes import infer_shapes, ints, pad_amounts, slice_spec, split_sizes
 from asymo.ops import blocked as _blocked
-from asymo.ops.conv import PackedConvWeight, conv_path
+from asymo.ops.conv import BoundConv2d, PackedConvWeight, conv_path
 from asymo.ops.packed import PackedMatVec
 from asymo.plan.split_cost import emulated_period
 from asymo.runtime.ffi import lib
@@ -371,7 +371,7 @@ class _BlockedConvStep:
             return dst
 
         x = self.x if self.xs is None else reorder(self.x, self.xs, True)
-        r = self.r if self.rs is None or self.r is None else reorder(self.r, self.rs, True)
+        r = self.r if self.rs is None else reorder(self.r, self.rs, True)
         y = self.y if self.ys is None else self.ys
         c, k = _blocked.bind_blocked_conv(x, self.packed, self.b, r, y, pool=pool,
                                           backup=backup, x_planar=self.planar, **self.args)
@@ -379,13 +379,7 @@ class _BlockedConvStep:
         keep.extend(k)
         if self.ys is not None:
             reorder(self.ys, self.y, False)
-        return partial(_run_native_calls, tuple(calls), keep)
-
-
-def _run_native_calls(calls, keep):
-    for fn, args in calls:
-        if fn(*args):
-            raise RuntimeError("a native job of a blocked-layout node failed")
+        return BoundConv2d(calls, keep)
 
 
 def _act(y, act):
@@ -861,6 +855,9 @@ class _Instance:
         for t, (y, c0, c1) in plan.slices.items():
             V[t] = V[y][:, c0:c1]
         self.views = V
+        self.blocked = plan.blocked
+        self._planar = {}  # blocked tensor -> its NCHW buffer at a run_layers boundary
+        self._boundaries = {}  # (tensor, direction, pool key) -> (weakref(pool), buf, reorder)
         self.batch = plan.batch
         self.overlap = plan.overlap
         C = graph.initializers
@@ -895,6 +892,24 @@ class _Instance:
             for i in range(len(self.steps) - 1, -1, -1):
                 later[i] = i if self.steps[i] is not None else later[i + 1]
             self.fence_until = [-1 if j < 0 else later[j + 1] for j in last]
+
+    def boundary(self, t, to_blocked, pool):
+        """``(buffer, reorder)`` for tensor ``t`` where a caller hands it in
+        (``to_blocked``) or takes it out: its view and None for an NCHW tensor; for a blocked
+        one an NCHW buffer of the instance's own and the bound reorder between it and the
+        view, made once per pool (`run_layers`)."""
+        if t not in self.blocked:
+            return self.views[t], None
+        key = (t, bool(to_blocked), id(pool), pool.limit, emulated_period())
+        entry = self._boundaries.get(key)
+        if entry is None or entry[0]() is not pool:
+            if len(self._boundaries) >= 16:
+                self._boundaries.clear()
+            buf = self._planar.setdefault(t, np.empty_like(self.views[t]))
+            src, dst = (buf, self.views[t]) if to_blocked else (self.views[t], buf)
+            entry = self._boundaries[key] = (weakref.ref(pool), buf, BoundConv2d(
+                *_blocked.bind_reorder(src, dst, to_blocked, pool)))
+        return entry[1], entry[2]
 
     def _steps_for(self, pool):
         """The steps bound to ``pool`` (held by the caller), made on first use."""
@@ -1354,25 +1369,20 @@ class GraphModel(spec.LayerChain):
         if tuple(x.shape[1:]) != tuple(want):
             raise ValueError(f"{self.name}: layer {first} takes (N,) + {want}, got {x.shape}")
         batch = x.shape[0]
-        # a segment boundary inside a chain of the blocked layout holds NCHW8c data: the
-        # caller's arrays are NCHW both ways
-        blocked = self.plan(batch).blocked
         with hold(pool if pool is not None else self.pool) as held:
             inst = self._acquire(batch, held)
             try:
-                v = inst.views[tin]
-                if tin in blocked:
-                    np.copyto(v.reshape(-1), _blocked.to_blocked(x).reshape(-1))
-                else:
-                    np.copyto(v, x)
+                # a segment boundary inside a chain of the blocked layout holds NCHW8c data:
+                # the caller's arrays are NCHW both ways (`_Instance.boundary`)
+                buf, into = inst.boundary(tin, True, held)
+                np.copyto(buf, x)
+                if into is not None:
+                    into()
                 inst.run(a, b, held)
-                v = inst.views[tout]
-                if tout in blocked:
-                    n, c, h, w = v.shape
-                    y = _blocked.from_blocked(v.reshape(n, c // _blocked.BLOCK, h, w,
-                                                        _blocked.BLOCK))
-                else:
-                    y = v.copy()
+                buf, out_of = inst.boundary(tout, False, held)
+                if out_of is not None:
+                    out_of()
+                y = buf.copy()
             finally:
                 self._release(inst)
         return y[0] if unbatched else y

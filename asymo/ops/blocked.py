@@ -17,12 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from asymo.runtime.ffi import ffi, lib
-from asymo.runtime.tasks import ACTIVATION_CODES, TASKS_PER_WORKER, task_counts, task_fn
+from asymo.runtime.tasks import ACTIVATION_CODES, TASKS_PER_WORKER, task_fn, tasks_call
 
 __all__ = ["BLOCK", "blocked_kind", "PackedBlockedWeight", "bind_blocked_conv",
-           "bind_reorder", "planar_input_ok", "to_blocked", "from_blocked"]
+           "bind_reorder", "planar_input_ok"]
 
-BLOCK = 8
+BLOCK = lib.ASYMO_BLOCK
 _REORDER_TASK = task_fn("asymo_reorder_task")
 _POINTWISE_TASK = task_fn("asymo_pointwise_blocked_task")
 _DEPTHWISE_TASK = task_fn("asymo_depthwise_blocked_task")
@@ -85,18 +85,19 @@ def _ptr(a):
 
 
 def _call(pool, fn, job, ntasks, backup):
-    counts = task_counts(pool, ntasks)
-    flags = lib.ASYMO_RUN_BACKUP if backup and pool.nclusters > 1 else 0
-    return (lib.asymo_pool_run, (pool._handle, fn, job, int(ntasks),
-                                 ffi.NULL if counts is None else counts, flags)), counts
+    # (the pool's capacity split; the backup flag only where there are clusters to back up)
+    return tasks_call(pool, fn, job, ntasks, None, False, backup and pool.nclusters > 1)
+
+
+def _tasks_wanted(pool):
+    """Tasks a job aims for: one on a single worker, else TASKS_PER_WORKER per worker."""
+    return 1 if pool.nworkers <= 1 else TASKS_PER_WORKER * pool.nworkers
 
 
 def _chunks(pool, units, least=1):
-    """How many parts to cut ``units`` (pixels, rows) into: one on a single worker, else
-    TASKS_PER_WORKER per worker, of at least ``least`` units each."""
-    if pool.nworkers <= 1:
-        return 1
-    return max(1, min(TASKS_PER_WORKER * pool.nworkers, units // least))
+    """How many parts to cut ``units`` (pixels, rows) into: `_tasks_wanted`, of at least
+    ``least`` units each."""
+    return max(1, min(_tasks_wanted(pool), units // least))
 
 
 def bind_reorder(src, dst, to_blocked, pool, backup=False):
@@ -118,9 +119,8 @@ def bind_reorder(src, dst, to_blocked, pool, backup=False):
             "channels": c, "pixels": pixels, "to_blocked": int(bool(to_blocked)),
             "x": _ptr(src) + i * c * pixels, "y": _ptr(dst) + i * c * pixels,
             "chunk_pixels": chunk})
-        call, counts = _call(pool, _REORDER_TASK, job, lib.asymo_reorder_tasks(job), backup)
-        calls.append(call)
-        keep += [job, counts]
+        calls.append(_call(pool, _REORDER_TASK, job, lib.asymo_reorder_tasks(job), backup))
+        keep.append(job)
     return calls, keep
 
 
@@ -132,8 +132,7 @@ def _pointwise_split(job, pool, groups, pixels):
     chunks = 1 if weights > (job.channels + job.out_channels) * pixels else \
         _chunks(pool, pixels, 12)
     job.chunk_pixels = -(-pixels // chunks)
-    want = TASKS_PER_WORKER * pool.nworkers if pool.nworkers > 1 else 1
-    gtasks = max(1, min(groups, -(-want // chunks)))
+    gtasks = max(1, min(groups, -(-_tasks_wanted(pool) // chunks)))
     job.groups_per_task = -(-groups // gtasks)
     return int(lib.asymo_pointwise_blocked_tasks(job))
 
@@ -179,7 +178,7 @@ def bind_blocked_conv(x, packed, bias, residual, y, *, stride, pads, activation,
             ntasks = _pointwise_split(job, pool,
                                       lib.asymo_pointwise_blocked_groups(packed.out_channels),
                                       h * w)
-            call, counts = _call(pool, _POINTWISE_TASK, job, ntasks, backup)
+            call = _call(pool, _POINTWISE_TASK, job, ntasks, backup)
         else:
             job = ffi.new("asymo_depthwise_blocked_job *")
             g = job.geom
@@ -197,22 +196,11 @@ def bind_blocked_conv(x, packed, bias, residual, y, *, stride, pads, activation,
             blocks = c // BLOCK
             rows = _chunks(pool, oh)
             job.rows_per_task = -(-oh // rows)
-            want = TASKS_PER_WORKER * pool.nworkers if pool.nworkers > 1 else 1
-            job.blocks_per_task = -(-blocks // max(1, min(blocks, -(-want // rows))))
-            call, counts = _call(pool, _DEPTHWISE_TASK, job,
-                                 lib.asymo_depthwise_blocked_tasks(job), backup)
+            job.blocks_per_task = -(-blocks // max(1, min(blocks,
+                                                          -(-_tasks_wanted(pool) // rows))))
+            call = _call(pool, _DEPTHWISE_TASK, job, lib.asymo_depthwise_blocked_tasks(job),
+                         backup)
         calls.append(call)
-        keep += [job, counts]
+        keep.append(job)
     return calls, keep
 
-
-def to_blocked(a):
-    """NCHW -> the NCHW8c order, as NumPy does it (for tests): shape (N, C/8, H, W, 8)."""
-    n, c, h, w = a.shape
-    return np.ascontiguousarray(a.reshape(n, c // BLOCK, BLOCK, h, w).transpose(0, 1, 3, 4, 2))
-
-
-def from_blocked(b):
-    """The inverse of `to_blocked`: (N, C/8, H, W, 8) -> (N, C, H, W)."""
-    n, cb, h, w, _ = b.shape
-    return np.ascontiguousarray(b.transpose(0, 1, 4, 2, 3).reshape(n, cb * BLOCK, h, w))

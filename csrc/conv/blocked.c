@@ -1,6 +1,6 @@
 /* The blocked-channel layout (asymo/conv.h, NCHW8c): weight packing, the jobs' checks and
  * task decomposition; the micro-kernels are in kernels/x86_avx2/conv_blocked_avx2.c. */
-#include <string.h>
+#include <stddef.h>
 
 #include "asymo/conv.h"
 #include "asymo/isa.h"
