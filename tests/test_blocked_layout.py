@@ -291,6 +291,55 @@ def test_model_keeps_chains_blocked_and_matches_ort(spec, monkeypatch):
         np.testing.assert_allclose(planar(x), m(x), rtol=1e-5, atol=1e-5)
 
 
+def _bottleneck_model(rng, c=16, blocks=3):
+    """ResNet's bottleneck blocks: [1x1 4c -> c, 3x3 c -> c, 1x1 c -> 4c, + x, relu] x blocks:
+    the tensors between blocks could be blocked (their readers and writers are 1x1 layers), but
+    every 1x1 layer's other side is a dense 3x3 one (NCHW)."""
+    nodes, inits = [], []
+
+    def conv(x, y, w, pad=0):
+        inits.extend([(f"w_{y}", w), (f"b_{y}", _w(rng, w.shape[0]))])
+        nodes.append(helper.make_node("Conv", [x, f"w_{y}", f"b_{y}"], [y], pads=[pad] * 4))
+        return y
+
+    t = conv("x", "stem", _w(rng, 4 * c, 8, 1, 1))
+    for i in range(blocks):
+        a = conv(t, f"a{i}", _w(rng, c, 4 * c, 1, 1))
+        nodes.append(helper.make_node("Relu", [a], [f"ar{i}"]))
+        b = conv(f"ar{i}", f"b{i}", _w(rng, c, c, 3, 3), pad=1)
+        nodes.append(helper.make_node("Relu", [b], [f"br{i}"]))
+        e = conv(f"br{i}", f"e{i}", _w(rng, 4 * c, c, 1, 1))
+        nodes.append(helper.make_node("Add", [t, e], [f"s{i}"]))
+        nodes.append(helper.make_node("Relu", [f"s{i}"], [f"o{i}"]))
+        t = f"o{i}"
+    nodes.append(helper.make_node("GlobalAveragePool", [t], ["out"]))
+    g = helper.make_graph(nodes, "bottleneck", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["n", 8, 20, 18])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_chains_needing_a_reorder_per_conv_stay_nchw(monkeypatch):
+    # ResNet-50's bottleneck blocks ran slower blocked: each 1x1 layer reorders its 3x3 side
+    from asymo.models import graph_model as gm
+
+    rng = np.random.default_rng(13)
+    model = _bottleneck_model(rng)
+    x = rng.standard_normal((2, 8, 20, 18)).astype(np.float32)
+    want = _ort(model, x)
+    m = asymo.from_onnx(model)
+    assert not m.plan(1).blocked
+    assert not any(k.startswith("conv2d:blocked") for k in m.plan(1).kernels.values())
+    np.testing.assert_allclose(m(x), want, rtol=1e-4, atol=1e-4)
+    # allowed every reorder, the same model keeps the tensors between blocks blocked
+    monkeypatch.setattr(gm, "BLOCKED_REORDERS_PER_CONV", 10.0)
+    loose = asymo.from_onnx(model)
+    between = {f"o{i}" for i in range(2)}
+    assert between <= set(loose.plan(1).blocked), loose.plan(1).blocked
+    np.testing.assert_allclose(loose(x), want, rtol=1e-4, atol=1e-4)
+
+
 def test_torchvision_mobilenet_v2_runs_blocked_and_matches_torch():
     torch = pytest.importorskip("torch")
     from asymo.models import torchvision_defs as tv

@@ -90,6 +90,12 @@ BACKUP_OVERLAP_NODES = 2
 #: only where a tensor enters or leaves such a chain (`_blocked_tensors`); "off": every tensor
 #: NCHW. Measured: docs/conv-and-zoo.md ("The blocked layout").
 BLOCKED_LAYOUT = "auto"
+#: A chain of blocked tensors is kept only when the reorders its convolutions need (an NCHW
+#: input, shortcut or output each cost one pass over that tensor) are at most this many per
+#: convolution in it: ResNet's bottleneck blocks pass blocked tensors between 1x1 layers whose
+#: other side is a Winograd 3x3 one (NCHW), two reorders for each two convolutions, and ran
+#: slower than in NCHW (docs/conv-and-zoo.md, "The blocked layout").
+BLOCKED_REORDERS_PER_CONV = 0.5
 # operators that write a strided output (a channel slice of a concat) correctly
 SLICE_WRITERS = frozenset({"asymo.Conv", "MaxPool", "AveragePool", "Relu", "Clip", "Sigmoid",
                            "HardSigmoid", "HardSwish", "asymo.SiLU", "Tanh"})
@@ -281,7 +287,9 @@ def _blocked_tensors(graph, shapes, consts, slices, aliases):
     kernels run (reading it as input or shortcut), it is no graph output and shares no
     storage. A node that can run blocked does so when it reads or writes a blocked tensor: its
     other operands are reordered on the way in and out (a node touching none stays NCHW, where
-    two reorders would only add work)."""
+    two reorders would only add work). A chain (blocked tensors joined by the convolutions
+    touching them) whose convolutions need more than BLOCKED_REORDERS_PER_CONV reorders each
+    stays NCHW."""
     if BLOCKED_LAYOUT == "off":
         return {}, {}
     kinds = {n.name: k for n in graph.nodes if (k := _blocked_kind(n, shapes, consts))}
@@ -300,10 +308,39 @@ def _blocked_tensors(graph, shapes, consts, slices, aliases):
                 and readers.get(t)
                 and all(r.name in kinds and i in (0, 3) for r, i in readers[t])):
             blocked[t] = "nchw8c"
+    def operands(n):
+        return [t for t in (n.inputs[0], n.inputs[3] if len(n.inputs) > 3 else "",
+                            n.outputs[0]) if t]
+
+    # chains: blocked tensors joined by the convolutions that touch them
+    chain = {t: t for t in blocked}
+
+    def root(t):
+        while chain[t] != t:
+            chain[t] = chain[chain[t]]
+            t = chain[t]
+        return t
+
+    for n in graph.nodes:
+        ts = [t for t in operands(n) if t in blocked]
+        for t in ts[1:]:
+            chain[root(t)] = root(ts[0])
+    convs, reorders = {}, {}
+    for n in graph.nodes:
+        ts = [t for t in operands(n) if t in blocked]
+        if n.name not in kinds or not ts:
+            continue
+        c = root(ts[0])
+        convs[c] = convs.get(c, 0) + 1
+        planar = _blocked.planar_input_ok(kinds[n.name], shapes[n.inputs[0]])
+        reorders[c] = reorders.get(c, 0) + sum(
+            1 for i, t in enumerate(operands(n))
+            if t not in blocked and not (i == 0 and t == n.inputs[0] and planar))
+    blocked = {t: v for t, v in blocked.items()
+               if reorders[root(t)] <= BLOCKED_REORDERS_PER_CONV * convs[root(t)]}
     runs = {}
     for n in graph.nodes:
-        if n.name in kinds and any(t in blocked for t in (*n.inputs[:1], *n.inputs[3:4],
-                                                          n.outputs[0])):
+        if n.name in kinds and any(t in blocked for t in operands(n)):
             runs[n.name] = kinds[n.name]
     return blocked, runs
 
