@@ -437,16 +437,20 @@ def test_single_thread_work_on_the_slowed_core_runs_at_the_requested_speed(speed
 @pytest.mark.skipif(len(AFFINITY) < 2, reason="needs at least 2 usable cpus")
 def test_burst_probe_times_every_unit_against_the_free_core():
     # the fidelity probe of bench/emulator_speed.py, without emulation: two equal cores give a
-    # stretch near 1 for most units
-    r = subprocess.run([sys.executable, "-m", "asymo.lab.speedprobe", "--fast", str(FAST_CPU),
-                        "--slow", str(SLOW_CPU), "--workload", "burst", "--unit-us", "200",
-                        "--units", "200"], env=child_env(), capture_output=True, text=True,
-                       timeout=120, start_new_session=True)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
-    stretch = sorted(out["stretch"])
-    assert len(stretch) == 200 and all(x > 0 for x in stretch)
-    assert 50e-6 < out["unit_s"] < 1e-3
+    # stretch near 1 for most units (up to three probes: a busy host's neighbour can hold one
+    # of the cores for the 40 ms a probe takes, as in the measurement above)
+    for _ in range(3):
+        r = subprocess.run([sys.executable, "-m", "asymo.lab.speedprobe", "--fast",
+                            str(FAST_CPU), "--slow", str(SLOW_CPU), "--workload", "burst",
+                            "--unit-us", "200", "--units", "200"], env=child_env(),
+                           capture_output=True, text=True, timeout=120, start_new_session=True)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        stretch = sorted(out["stretch"])
+        assert len(stretch) == 200 and all(x > 0 for x in stretch)
+        assert 50e-6 < out["unit_s"] < 1e-3
+        if 0.6 < stretch[len(stretch) // 2] < 1.6:
+            break
     assert 0.6 < stretch[len(stretch) // 2] < 1.6, stretch[::20]
 
 
