@@ -308,6 +308,7 @@ def _blocked_tensors(graph, shapes, consts, slices, aliases):
                 and readers.get(t)
                 and all(r.name in kinds and i in (0, 3) for r, i in readers[t])):
             blocked[t] = "nchw8c"
+
     def operands(n):
         return [t for t in (n.inputs[0], n.inputs[3] if len(n.inputs) > 3 else "",
                             n.outputs[0]) if t]
