@@ -856,14 +856,16 @@ def _indirect_isas():
 @needs_indirect
 @pytest.mark.parametrize("isa", _indirect_isas())
 @pytest.mark.parametrize("spec", ["c0:0", "c0:0-1", "c0:0@1,c1:1@0.5"])
-def test_indirect_convolution_against_float64(spec, isa):
+def test_indirect_convolution_against_float64(spec, isa, monkeypatch):
     # stems and their neighbours: output widths below, at and past the 16-wide run, odd sizes,
     # non-square kernels and paddings, stride 1 and 2, batches, every epilogue, the output a
-    # channel slice of a larger array; the plan must be the indirect one. Under AVX-512 the
-    # 16-row kernel (bias and activation fused; channel counts around 16 and 32, one channel).
+    # channel slice of a larger array; the plan must be the indirect one (the rows path, which
+    # takes these layers first, off). Under AVX-512 the 16-row kernel (bias and activation
+    # fused; channel counts around 16 and 32, one channel).
     from asymo.hw.topology import parse_spec
     from asymo.ops import conv as conv_mod
 
+    monkeypatch.setattr(conv_mod, "ROWS", "off")
     rng = np.random.default_rng(21)
     layers = [(3, 64, (224, 224), (7, 7), 2, (3, 3)), (3, 13, (35, 29), (7, 5), 2, (3, 2)),
               (3, 7, (9, 40), (5, 5), 1, (2, 0)), (4, 6, (17, 17), (5, 7), 1, (0, 3)),
@@ -899,6 +901,17 @@ def test_indirect_convolution_against_float64(spec, isa):
 
 
 @needs_indirect
+def test_stems_the_rows_path_takes_skip_the_indirect_path(monkeypatch):
+    # ResNet's and GoogLeNet's 7x7 stride-2 stem ran faster in the rows form
+    from asymo.ops import conv as conv_mod
+
+    stem = ((1, 3, 224, 224), (64, 3, 7, 7), 2, 3)
+    assert conv_mod.conv_path(*stem) == "rows"
+    monkeypatch.setattr(conv_mod, "ROWS", "off")
+    assert conv_mod.conv_path(*stem) == "indirect"
+
+
+@needs_indirect
 def test_indirect_path_off_gives_the_gemm_path(monkeypatch):
     from asymo.ops import conv as conv_mod
 
@@ -907,7 +920,7 @@ def test_indirect_path_off_gives_the_gemm_path(monkeypatch):
     w = rng.standard_normal((16, 3, 7, 7)).astype(np.float32)
     y_ind = conv2d(x, w, stride=2, padding=3)
     monkeypatch.setattr(conv_mod, "INDIRECT", "off")
-    monkeypatch.setattr(conv_mod, "ROWS", "off")  # (which would take the layer next)
+    monkeypatch.setattr(conv_mod, "ROWS", "off")  # (which takes the layer first)
     plan, _ = conv_mod._conv_plan(asymo.get_pool(), x.shape, w.shape, x.dtype, (2, 2),
                                   ((3, 3), (3, 3)), (1, 1), 1, None, False, False)
     assert isinstance(plan, conv_mod._GemmConvPlan)
@@ -1094,6 +1107,7 @@ def test_indirect_3x3_stems_with_either_kernel(monkeypatch):
 
     monkeypatch.setattr(conv_mod, "INDIRECT_MIN_TAPS", 27)
     monkeypatch.setattr(conv_mod, "DIRECT", "off")
+    monkeypatch.setattr(conv_mod, "ROWS", "off")  # (which takes them first)
     rng = np.random.default_rng(25)
     x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
     for wide in (True, False):

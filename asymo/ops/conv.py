@@ -8,8 +8,9 @@ rule is with its settings below; measurements in docs/conv-and-zoo.md):
 - a 3x3 stride-2 layer of at most 3 input channels (a stem), the direct path (`DIRECT`);
 - 3x3 stride-1 layers of planes at most ROWS_OVER_WINOGRAD_WIDTH wide, the rows path (below);
   wider ones, Winograd F(2x2) or F(4x4) (`WINOGRAD`, docs/winograd.md);
-- layers of at most INDIRECT_MAX_CHANNELS input channels (stems), the indirect path: the
-  image split into stride-phase planes read in place by a GEMM micro-kernel (`INDIRECT`);
+- layers of at most INDIRECT_MAX_CHANNELS input channels (stems) that the rows path (below)
+  does not take, the indirect path: the image split into stride-phase planes read in place by
+  a GEMM micro-kernel (`INDIRECT`);
 - 1x1 stride-1 unpadded layers, the pointwise path in place: runs of 16 pixels or tiles of
   pixel rows against micro-panels of the weights (`POINTWISE`);
 - other float32 layers of one group, dilation 1 and stride 1 or 2, the rows path: the same
@@ -101,8 +102,9 @@ WINOGRAD_METHOD = 0
 # Layers with at most INDIRECT_MAX_CHANNELS input channels (a CNN's stem: 3), float32, one
 # group, stride 1 or 2, dilation 1, no residual: "auto" runs them as indirect convolutions
 # (stride-phase planes of the image read in place by the micro-kernel, asymo/conv.h) where
-# the CPU has the kernel and the convolution GEMMs run AVX2; "off": as GEMMs. Measured:
-# docs/conv-and-zoo.md.
+# the CPU has the kernel, the convolution GEMMs run AVX2 and the rows path (`ROWS`) does not
+# take the layer (its pixel-row kernels ran ResNet's and GoogLeNet's 7x7 stems faster);
+# "off": as GEMMs. Measured: docs/conv-and-zoo.md.
 INDIRECT = "auto"
 INDIRECT_MAX_CHANNELS = 4
 # 3x3 stride-2 layers of at most 3 input channels (MobileNet's, SqueezeNet's stems), float32,
@@ -551,8 +553,8 @@ def _conv_path(xshape, wshape, dtype, stride, pads, dilation, groups, activation
         return "direct", job
     if tile:
         return "winograd", tile
-    if (job := _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups,
-                             activation, has_residual)) is not None:
+    if rows is None and (job := _indirect_job(xshape, wshape, dtype, stride, pads, dilation,
+                                              groups, activation, has_residual)) is not None:
         return "indirect", job
     if (job := _pointwise_job(xshape, wshape, dtype, stride, pads, dilation, groups,
                               activation, has_residual)) is not None:
