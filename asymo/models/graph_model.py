@@ -895,12 +895,11 @@ class _Instance:
         self.views = V
         self.blocked = plan.blocked
         self._planar = {}  # blocked tensor -> its NCHW buffer at a run_layers boundary
-        self._boundaries = {}  # (tensor, direction, pool key) -> (weakref(pool), buf, reorder)
         self.batch = plan.batch
         self.overlap = plan.overlap
         C = graph.initializers
         self.steps = []
-        self._bindings = {}  # (id(pool), limit, emulator period) -> (weakref(pool), steps)
+        self._bindings = {}  # (id(pool), limit, emulator period) -> _binding's entry
         self._mixed = (None, None)  # ((whole, fastest, placement), steps): the last mix
         for n in graph.nodes:
             if n.op in ALIAS_OPS or plan.kernels[n.name].startswith("view"):
@@ -934,23 +933,22 @@ class _Instance:
     def boundary(self, t, to_blocked, pool):
         """``(buffer, reorder)`` for tensor ``t`` where a caller hands it in
         (``to_blocked``) or takes it out: its view and None for an NCHW tensor; for a blocked
-        one an NCHW buffer of the instance's own and the bound reorder between it and the
-        view, made once per pool (`run_layers`)."""
+        one an NCHW buffer of the instance's own and the reorder between it and the view,
+        bound once per pool with the steps (`run_layers`)."""
         if t not in self.blocked:
             return self.views[t], None
-        key = (t, bool(to_blocked), id(pool), pool.limit, emulated_period())
-        entry = self._boundaries.get(key)
-        if entry is None or entry[0]() is not pool:
-            if len(self._boundaries) >= 16:
-                self._boundaries.clear()
-            buf = self._planar.setdefault(t, np.empty_like(self.views[t]))
+        buf = self._planar.setdefault(t, np.empty_like(self.views[t]))
+        reorders = self._binding(pool)[2]
+        call = reorders.get((t, bool(to_blocked)))
+        if call is None:
             src, dst = (buf, self.views[t]) if to_blocked else (self.views[t], buf)
-            entry = self._boundaries[key] = (weakref.ref(pool), buf, BoundConv2d(
-                *_blocked.bind_reorder(src, dst, to_blocked, pool)))
-        return entry[1], entry[2]
+            call = reorders[(t, bool(to_blocked))] = BoundConv2d(
+                *_blocked.bind_reorder(src, dst, to_blocked, pool))
+        return buf, call
 
-    def _steps_for(self, pool):
-        """The steps bound to ``pool`` (held by the caller), made on first use."""
+    def _binding(self, pool):
+        """``(weakref(pool), steps, reorders)``: the steps bound to ``pool`` (held by the
+        caller), made on first use, and the boundary reorders bound to it so far."""
         key = (id(pool), pool.limit, emulated_period())
         entry = self._bindings.get(key)
         if entry is None or entry[0]() is not pool:
@@ -959,8 +957,12 @@ class _Instance:
             entry = self._bindings[key] = (weakref.ref(pool), [
                 None if fn is None else
                 fn.bind(pool) if hasattr(fn, "bind") else partial(fn, pool)
-                for fn in self.steps])
-        return entry[1]
+                for fn in self.steps], {})
+        return entry
+
+    def _steps_for(self, pool):
+        """The steps bound to ``pool`` (held by the caller), made on first use."""
+        return self._binding(pool)[1]
 
     def run(self, first, last, pool, *, fastest=None, on_fastest=None, times=None):
         """Run nodes ``first..last`` on ``pool``; with ``fastest`` (the pool's fastest-cluster

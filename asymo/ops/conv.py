@@ -8,14 +8,14 @@ rule is with its settings below; measurements in docs/conv-and-zoo.md):
 - a 3x3 stride-2 layer of at most 3 input channels (a stem), the direct path (`DIRECT`);
 - 3x3 stride-1 layers of planes at most ROWS_OVER_WINOGRAD_WIDTH wide, the rows path (below);
   wider ones, Winograd F(2x2) or F(4x4) (`WINOGRAD`, docs/winograd.md);
-- layers of at most INDIRECT_MAX_CHANNELS input channels (stems) that the rows path (below)
-  does not take, the indirect path: the image split into stride-phase planes read in place by
-  a GEMM micro-kernel (`INDIRECT`);
 - 1x1 stride-1 unpadded layers, the pointwise path in place: runs of 16 pixels or tiles of
   pixel rows against micro-panels of the weights (`POINTWISE`);
 - other float32 layers of one group, dilation 1 and stride 1 or 2, the rows path: the same
   pixel-row micro-kernels over the layer's taps, the image read in place or from a padded
   copy (`ROWS`);
+- layers of at most INDIRECT_MAX_CHANNELS input channels (stems) that the rows path does not
+  take, the indirect path: the image split into stride-phase planes read in place by a GEMM
+  micro-kernel (`INDIRECT`);
 - any other convolution is a GEMM: a 1x1 stride-1 one on the image itself
   (``weight[Cout x Cin] @ x[Cin x H*W]``), the others ``weight[Cout/groups x K] @ col[K x N]``
   (``K = Cin/groups * kh * kw``, ``N = OH * OW``) with the column matrix never written: the
@@ -553,14 +553,14 @@ def _conv_path(xshape, wshape, dtype, stride, pads, dilation, groups, activation
         return "direct", job
     if tile:
         return "winograd", tile
-    if rows is None and (job := _indirect_job(xshape, wshape, dtype, stride, pads, dilation,
-                                              groups, activation, has_residual)) is not None:
-        return "indirect", job
     if (job := _pointwise_job(xshape, wshape, dtype, stride, pads, dilation, groups,
                               activation, has_residual)) is not None:
         return "pointwise", job
     if rows is not None:
         return "rows", rows
+    if (job := _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups,
+                             activation, has_residual)) is not None:
+        return "indirect", job
     return "gemm", None
 
 
