@@ -69,12 +69,16 @@ def _blocked_call(pool, x, w, b, r, y_shape, stride, pads, act, planar=False):
     packed = B.PackedBlockedWeight(kind, w)
     xb = x if planar else _to_blocked(x).reshape(x.shape)
     rb = None if r is None else _to_blocked(r.astype(np.float32)).reshape(r.shape)
-    yb = np.full(y_shape, np.nan, np.float32)
+    # (the output at the start of a larger NaN buffer: nothing is written past it)
+    size = int(np.prod(y_shape))
+    guarded = np.full(size + 96, np.nan, np.float32)
+    yb = guarded[:size].reshape(y_shape)
     with hold(pool) as held:
         calls, keep = B.bind_blocked_conv(xb, packed, b, rb, yb, stride=(stride, stride),
                                           pads=pads, activation=act, pool=held,
                                           x_planar=planar)
         _run(calls)
+    assert np.isnan(guarded[size:]).all(), "written past the output"
     n, c, h, w_ = y_shape
     return _from_blocked(yb.reshape(n, c // 8, h, w_, 8))
 
@@ -82,10 +86,12 @@ def _blocked_call(pool, x, w, b, r, y_shape, stride, pads, act, planar=False):
 @pytest.mark.parametrize("spec", POOLS)
 def test_pointwise_kernel_against_float64(spec):
     # output blocks 1 to 7 (groups of three, two and one, a remainder of one made two twos),
-    # pixels below, at and past a tile of 12 / blocks and a run, a layer wider in weights than
-    # in activations (cut by groups), every epilogue, batch 2, and a NaN reaching its outputs
+    # pixels below, at and past a tile of 12 / blocks and a run (one block: a last tile of 7
+    # to 11 pixels), a layer wider in weights than in activations (cut by groups), every
+    # epilogue, batch 2, and a NaN reaching its outputs
     rng = np.random.default_rng(7)
-    layers = [(8, 8, 1, 1), (8, 16, 3, 5), (16, 24, 7, 7), (24, 32, 5, 3), (8, 40, 13, 1),
+    layers = [(8, 8, 1, 1), (8, 16, 3, 5), (16, 8, 3, 3), (8, 8, 1, 23), (16, 24, 7, 7),
+              (24, 32, 5, 3), (8, 40, 13, 1),
               (32, 56, 9, 9), (576, 96, 14, 14), (320, 1280, 7, 7), (16, 96, 40, 40)]
     with asymo.Pool(topology=parse_spec(spec)) as pool:
         for cin, cout, h, w in layers:

@@ -387,7 +387,7 @@ def _forced_implicit(blocks=None, isa=None, split_dim=None):
     from asymo.plan.gemm import plan_gemm
 
     saved = (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache, conv_mod.INDIRECT,
-             conv_mod.ROWS)
+             conv_mod.ROWS, conv_mod.NCHWC)
 
     def forced(m, k, n, dtype, pool, **_):
         return plan_gemm(m, k, n, np.dtype(dtype).name, pool, kind="mm", blocks=blocks,
@@ -397,12 +397,13 @@ def _forced_implicit(blocks=None, isa=None, split_dim=None):
     conv_mod.IM2COL_METHOD = "implicit"     # the packer for every layer, none by choice
     conv_mod.INDIRECT = "off"               # (stems too)
     conv_mod.ROWS = "off"                   # (and the rest)
+    conv_mod.NCHWC = "off"
     conv_mod._plan_cache = weakref.WeakKeyDictionary()
     try:
         yield conv_mod
     finally:
         (cg.plan_conv_gemm, conv_mod.IM2COL_METHOD, conv_mod._plan_cache,
-         conv_mod.INDIRECT, conv_mod.ROWS) = saved
+         conv_mod.INDIRECT, conv_mod.ROWS, conv_mod.NCHWC) = saved
 
 
 def _implicit_plans(conv_mod):
@@ -497,6 +498,7 @@ def test_both_im2col_methods_on_a_packed_gemm_layer(method, monkeypatch):
     monkeypatch.setattr(conv_mod, "IM2COL_METHOD", method)
     monkeypatch.setattr(conv_mod, "WINOGRAD", "off")   # the GEMM path (Winograd: test_winograd)
     monkeypatch.setattr(conv_mod, "ROWS", "off")       # (and the rows path: test_conv_rows)
+    monkeypatch.setattr(conv_mod, "NCHWC", "off")  # (and the NCHWc path: test_conv_nchwc)
     monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
     rng = np.random.default_rng(23)
     for dt in (np.float32, np.float64):
@@ -529,6 +531,7 @@ def test_implicit_products_split_columns_between_clusters(two_cluster_pool, monk
     monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
     monkeypatch.setattr(conv_mod, "INDIRECT", "off")
     monkeypatch.setattr(conv_mod, "ROWS", "off")  # (the rows path would take the layer)
+    monkeypatch.setattr(conv_mod, "NCHWC", "off")  # (and the NCHWc path: test_conv_nchwc)
     rng = np.random.default_rng(31)
     x = rng.standard_normal((1, 256, 28, 28)).astype(np.float32)
     w = (rng.standard_normal((256, 256, 3, 3)) / 48).astype(np.float32)
@@ -586,6 +589,7 @@ def test_auto_im2col_method_per_layer(monkeypatch):
     monkeypatch.setattr(conv_mod, "_plan_cache", weakref.WeakKeyDictionary())
     monkeypatch.setattr(conv_mod, "INDIRECT", "off")  # (the stem would take the indirect path)
     monkeypatch.setattr(conv_mod, "ROWS", "off")  # (and the rows path the other layers)
+    monkeypatch.setattr(conv_mod, "NCHWC", "off")  # (and the NCHWc path: test_conv_nchwc)
     assert conv_mod.IM2COL_METHOD == "auto"
     rng = np.random.default_rng(31)
     for c, k, ks, stride, packed in ((3, 16, 7, 2, True), (24, 16, 3, 2, True),
@@ -866,6 +870,7 @@ def test_indirect_convolution_against_float64(spec, isa, monkeypatch):
     from asymo.ops import conv as conv_mod
 
     monkeypatch.setattr(conv_mod, "ROWS", "off")
+    monkeypatch.setattr(conv_mod, "NCHWC", "off")  # (and the NCHWc path: test_conv_nchwc)
     rng = np.random.default_rng(21)
     layers = [(3, 64, (224, 224), (7, 7), 2, (3, 3)), (3, 13, (35, 29), (7, 5), 2, (3, 2)),
               (3, 7, (9, 40), (5, 5), 1, (2, 0)), (4, 6, (17, 17), (5, 7), 1, (0, 3)),
@@ -908,6 +913,7 @@ def test_stems_the_rows_path_takes_skip_the_indirect_path(monkeypatch):
     stem = ((1, 3, 224, 224), (64, 3, 7, 7), 2, 3)
     assert conv_mod.conv_path(*stem) == "rows"
     monkeypatch.setattr(conv_mod, "ROWS", "off")
+    monkeypatch.setattr(conv_mod, "NCHWC", "off")  # (and the NCHWc path: test_conv_nchwc)
     assert conv_mod.conv_path(*stem) == "indirect"
 
 
@@ -921,6 +927,7 @@ def test_indirect_path_off_gives_the_gemm_path(monkeypatch):
     y_ind = conv2d(x, w, stride=2, padding=3)
     monkeypatch.setattr(conv_mod, "INDIRECT", "off")
     monkeypatch.setattr(conv_mod, "ROWS", "off")  # (which takes the layer first)
+    monkeypatch.setattr(conv_mod, "NCHWC", "off")  # (and the NCHWc path: test_conv_nchwc)
     plan, _ = conv_mod._conv_plan(asymo.get_pool(), x.shape, w.shape, x.dtype, (2, 2),
                                   ((3, 3), (3, 3)), (1, 1), 1, None, False, False)
     assert isinstance(plan, conv_mod._GemmConvPlan)
@@ -1058,6 +1065,7 @@ def test_pointwise_path_only_where_it_applies(monkeypatch):
     from asymo.ops import conv as conv_mod
 
     monkeypatch.setattr(conv_mod, "ROWS", "off")  # (strided or padded 1x1: test_conv_rows)
+    monkeypatch.setattr(conv_mod, "NCHWC", "off")  # (and the NCHWc path: test_conv_nchwc)
     pool = asymo.get_pool()
 
     def plan(xs, ws, stride=(1, 1), pads=((0, 0), (0, 0)), groups=1, residual=False,
@@ -1108,6 +1116,7 @@ def test_indirect_3x3_stems_with_either_kernel(monkeypatch):
     monkeypatch.setattr(conv_mod, "INDIRECT_MIN_TAPS", 27)
     monkeypatch.setattr(conv_mod, "DIRECT", "off")
     monkeypatch.setattr(conv_mod, "ROWS", "off")  # (which takes them first)
+    monkeypatch.setattr(conv_mod, "NCHWC", "off")  # (and the NCHWc path: test_conv_nchwc)
     rng = np.random.default_rng(25)
     x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
     for wide in (True, False):

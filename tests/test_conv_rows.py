@@ -123,7 +123,7 @@ def test_rows_form_on_avx2_only_where_it_ran_faster():
         assert path((1, 64, 13, 13), (256, 64, 1, 1)) == "gemm"  # 256 channels
         assert path((1, 512, 28, 28), (128, 512, 1, 1)) == "gemm"  # 256 KB
         assert path((1, 512, 13, 13), (1000, 512, 1, 1)) == "gemm"
-        assert path((1, 64, 56, 56), (128, 64, 3, 3), 2, 1) == "gemm"  # 288 KB
+        assert path((1, 64, 56, 56), (128, 64, 3, 3), 2, 1) == "nchwc"  # 288 KB: not rows
         assert path((1, 16, 28, 28), (32, 16, 5, 5), 1, 2) == "rows"
         pw = conv_mod._pointwise_job((1, 32, 8, 8), (16, 32, 1, 1), f32, one, none, one, 1,
                                      None, False)

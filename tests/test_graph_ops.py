@@ -378,7 +378,8 @@ def test_plan_kernels_name_the_path_each_convolution_takes(name, size):
     m = asymo.models.get_graph(name, image_size=size)
     kinds = {C._DepthwisePlan: "depthwise", C._DirectPlan: "direct",
              C._WinogradConvPlan: "winograd", C._IndirectConvPlan: "indirect",
-             C._PointwisePlan: "pointwise", C._RowsConvPlan: "rows", C._GemmConvPlan: "gemm"}
+             C._PointwisePlan: "pointwise", C._RowsConvPlan: "rows", C._NchwcConvPlan: "nchwc",
+             C._GemmConvPlan: "gemm"}
     with hold(None) as pool:
         inst = m._acquire(1, pool)
         try:

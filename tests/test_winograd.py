@@ -316,6 +316,7 @@ def test_packed_weight_on_the_gemm_paths(case, monkeypatch):
     import asymo.ops.conv as conv_mod
 
     monkeypatch.setattr(conv_mod, "ROWS", "off")  # (the rows path would take the strided ones)
+    monkeypatch.setattr(conv_mod, "NCHWC", "off")  # (and the NCHWc path: test_conv_nchwc)
     rng = np.random.default_rng(12)
     xs, ws, stride, pad, groups = {
         "pointwise": ((1, 160, 20, 20), (208, 160, 1, 1), 1, 0, 1),  # (130 KB: the GEMM)

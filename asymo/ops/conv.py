@@ -13,6 +13,10 @@ rule is with its settings below; measurements in docs/conv-and-zoo.md):
 - other float32 layers of one group, dilation 1 and stride 1 or 2, the rows path: the same
   pixel-row micro-kernels over the layer's taps, the image read in place or from a padded
   copy (`ROWS`);
+- other float32 layers of one group, dilation 1, stride 1 or 2 and channels in multiples of 8
+  with more than one tap or stride 2, where the convolution kernels run AVX2, the NCHWc
+  path: the image reordered into a padded NCHW8c copy, tiles of output blocks by pixels of a
+  row reading each pixel's 8 channels as one vector (`NCHWC`);
 - layers of at most INDIRECT_MAX_CHANNELS input channels (stems) that the rows path does not
   take, the indirect path: the image split into stride-phase planes read in place by a GEMM
   micro-kernel (`INDIRECT`);
@@ -179,6 +183,17 @@ ROWS_OVER_WINOGRAD_WIDTH = 7
 # ... the padded copy in tasks of about this many bytes (not tuned: a copy is a few percent
 # of its layer)
 ROWS_COPY_TASK_BYTES = 32 << 10
+# Where the convolution kernels run AVX2, float32 layers of one group, dilation 1, stride 1
+# or 2, input and output channels multiples of 8 and more than one tap, that the paths above
+# leave to the GEMM (ResNet's stride-2 3x3 layers, whose GEMM packs B from the image once per
+# tap), run through the blocked layout (asymo/conv.h, asymo_dense_blocked_job): the image
+# reordered into a zero-padded NCHW8c copy, then tiles of up to 24 output channels by 4 pixels
+# of a row, each pixel's 8 input channels one vector, stored to the NCHW output with bias,
+# shortcut and activation ("off": as GEMMs) ...
+NCHWC = "auto"
+# ... unless their weights outweigh their image more than this many times (the stride-2 3x3
+# layers into 7 x 7 planes, which ran slower than their GEMMs). Measured: docs/conv-and-zoo.md.
+NCHWC_MAX_WEIGHT_RATIO = 8
 
 
 def kernel_isa():
@@ -539,7 +554,8 @@ def _conv_path(xshape, wshape, dtype, stride, pads, dilation, groups, activation
                has_residual):
     """The path a convolution of these shapes takes (the module docstring's order), as
     ``(name, what its plan is built from)``: "depthwise" (None), "direct" (its job),
-    "winograd" (the tile), "indirect", "pointwise", "rows" (their jobs) or "gemm" (None)."""
+    "winograd" (the tile), "indirect", "pointwise", "rows", "nchwc" (their jobs) or "gemm"
+    (None)."""
     c = xshape[1]
     cin_g = wshape[1]
     tile = _winograd_tile(xshape, wshape, dtype, stride, pads, dilation, groups)
@@ -558,6 +574,9 @@ def _conv_path(xshape, wshape, dtype, stride, pads, dilation, groups, activation
         return "pointwise", job
     if rows is not None:
         return "rows", rows
+    if (job := _nchwc_job(xshape, wshape, dtype, stride, pads, dilation, groups,
+                            activation)) is not None:
+        return "nchwc", job
     if (job := _indirect_job(xshape, wshape, dtype, stride, pads, dilation, groups,
                              activation, has_residual)) is not None:
         return "indirect", job
@@ -569,7 +588,8 @@ def conv_path(xshape, wshape, stride=1, padding=0, dilation=1, groups=1, *,
     """The kernel path ``conv2d`` takes for a float input of shape ``xshape`` and weights of
     shape ``wshape`` with these arguments on this machine (its ISA and the module's
     settings), as a label: "depthwise", "direct", "winograd F(2x2)" / "F(4x4)", "indirect",
-    "pointwise" (+ its form, "rows" or "runs"), "rows" or "gemm". The module docstring says
+    "pointwise" (+ its form, "rows" or "runs"), "rows", "nchwc" or "gemm". The module
+    docstring says
     which layers each takes.
     """
     xshape, wshape = tuple(int(v) for v in xshape), tuple(int(v) for v in wshape)
@@ -616,6 +636,8 @@ def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, acti
         plan = _PointwisePlan(pool, arg)
     elif path == "rows":
         plan = _RowsConvPlan(pool, arg)
+    elif path == "nchwc":
+        plan = _NchwcConvPlan(pool, arg)
     else:
         plan = _GemmConvPlan(pool, xshape, wshape, dtype, stride, pads, dilation, groups,
                              activation, has_bias, has_residual)
@@ -957,6 +979,53 @@ class _RowsConvPlan:
                         True: (n - 1, _task_counts(pool, n - 1, fastest_only=fastest))}
 
 
+def _nchwc_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation):
+    """The job template of a dense convolution through the blocked layout for this layer
+    (`NCHWC`), or None."""
+    c, (cout, _cin_g, kh, kw) = xshape[1], wshape
+    if (NCHWC == "off" or dtype != np.float32 or groups != 1 or dilation != (1, 1)
+            or c % 8 or cout % 8 or kh * kw == 1
+            or cout * kh * kw > NCHWC_MAX_WEIGHT_RATIO * math.prod(xshape[2:])
+            or kernel_isa() != "avx2_fma"):
+        return None
+    job = _layer_job("asymo_dense_blocked_job *", xshape, wshape, stride, pads, dilation,
+                     activation)
+    return job if lib.asymo_dense_blocked_supported(job) else None
+
+
+class _NchwcConvPlan:
+    """A dense convolution through the blocked layout (asymo/conv.h): per image, a job that
+    copies the image into a padded NCHW8c copy and, unless a PackedConvWeight brings them,
+    packs the weights; then one whose tasks are rows of the output by groups of three output
+    blocks, bias, shortcut and activation fused."""
+
+    writes_once = True  # (see _WinogradConvPlan)
+
+    def __init__(self, pool, job):
+        g = job.geom
+        self.job = job
+        plane = 4 * ((g.out_h - 1) * g.stride_h + g.kernel_h) * ((g.out_w - 1) * g.stride_w
+                                                                  + g.kernel_w) * 8
+        job.copy_blocks = max(1, ROWS_COPY_TASK_BYTES // plane)
+        self.scratch_elems = int(lib.asymo_dense_blocked_scratch(job))
+        pixels = int(g.out_h * g.out_w)
+        k = int(g.channels * g.kernel_h * g.kernel_w)
+        flops = 2.0 * job.out_channels * k * pixels
+        # the larger operand split (as the rows form's): a layer whose weights outweigh its
+        # image by groups of output blocks, so each core reads only its share of them
+        job.groups_per_task, job.rows_per_task = _panel_tile_split(
+            pool, int(lib.asymo_pointwise_blocked_groups(job.out_channels)), int(g.out_h),
+            flops, job.out_channels * k > g.channels * g.height * g.width)
+        self.ntasks = int(lib.asymo_dense_blocked_tasks(job))
+        fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
+        self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
+        # the prepare job's (tasks, per-cluster counts) by whether the weights come prepacked
+        # (the template's apack is NULL: its task count includes packing them)
+        n = int(lib.asymo_dense_blocked_prepare_tasks(job))
+        self.prepare = {False: (n, _task_counts(pool, n, fastest_only=fastest)),
+                        True: (n - 1, _task_counts(pool, n - 1, fastest_only=fastest))}
+
+
 class _DepthwisePlan:
     """Direct depthwise kernel; bias, residual and activation fused into its tasks."""
 
@@ -1225,6 +1294,13 @@ class _NativeCalls:
             self._panel_jobs = self._prepared_jobs(
                 plan, "asymo_conv_rows_job *", _ROWS_PREPARE_TASK if nprep else None, False,
                 _ROWS_TASK, x, has_bias, y, residual, pool, nprep=nprep, prep_counts=counts)
+        elif isinstance(plan, _NchwcConvPlan):
+            # the prepare job copies the image (on the pool), and packs plain weights in its
+            # last task
+            nprep, counts = plan.prepare[prepacked]
+            self._panel_jobs = self._prepared_jobs(
+                plan, "asymo_dense_blocked_job *", _NCHWC_PREPARE_TASK, False, _NCHWC_TASK,
+                x, has_bias, y, residual, pool, nprep=nprep, prep_counts=counts)
         else:
             self._gemm(plan, x, has_bias, y, residual, pool)
         if self._col_elems and bound:
@@ -1264,8 +1340,9 @@ class _NativeCalls:
                 for args, gp in self._apacked:
                     args.a_packed = pa.cdata_for(gp)
             if self._panel_jobs:
-                panels = ffi.from_buffer(packed.pointwise_panels(
-                    int(self._panel_jobs[0].panel_rows)))
+                panels = ffi.from_buffer(
+                    packed.blocked_panels() if isinstance(self._plan, _NchwcConvPlan)
+                    else packed.pointwise_panels(int(self._panel_jobs[0].panel_rows)))
                 for job in self._panel_jobs:
                     job.apack = panels
             self._packed = weakref.ref(packed)
@@ -1535,7 +1612,9 @@ def _plan_settings():
             ROWS_AVX2_MAX_EXPANSION,
             POINTWISE_ROWS_ANY_PLANE_CHANNELS, POINTWISE_MAX_OUT_CHANNELS,
             POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE, ROWS, ROWS_MIN_TILE,
-            ROWS_OVER_WINOGRAD_WIDTH, ROWS_COPY_TASK_BYTES, TASKS_PER_WORKER, TASK_IDLE,
+            ROWS_OVER_WINOGRAD_WIDTH, ROWS_COPY_TASK_BYTES, NCHWC, NCHWC_MAX_WEIGHT_RATIO,
+            TASKS_PER_WORKER,
+            TASK_IDLE,
             _split_cost.emulated_period())
 
 
@@ -1663,3 +1742,5 @@ _POINTWISE_PREPARE_TASK = task_fn("asymo_conv_pointwise_prepare_task")
 _POINTWISE_TASK = task_fn("asymo_conv_pointwise_task")
 _ROWS_PREPARE_TASK = task_fn("asymo_conv_rows_prepare_task")
 _ROWS_TASK = task_fn("asymo_conv_rows_task")
+_NCHWC_PREPARE_TASK = task_fn("asymo_dense_blocked_prepare_task")
+_NCHWC_TASK = task_fn("asymo_dense_blocked_task")

@@ -143,6 +143,24 @@ class PackedConvWeight:
                     self._transforms[key] = a
         return a
 
+    def blocked_panels(self):
+        """The weights of a float32 layer packed for the dense blocked-layout kernel
+        (``asymo_dense_blocked_pack``, the C packer the path's prepare job runs; made once)."""
+        a = self._transforms.get("blocked")
+        if a is None:
+            with self._lock:
+                a = self._transforms.get("blocked")
+                if a is None:
+                    cout, c, kh, kw = self.array.shape
+                    job = ffi.new("asymo_dense_blocked_job *")
+                    job.geom.channels, job.geom.kernel_h, job.geom.kernel_w = c, kh, kw
+                    job.out_channels = cout
+                    a = np.empty(lib.asymo_dense_blocked_packed_size(job), np.float32)
+                    lib.asymo_dense_blocked_pack(job, ffi.from_buffer("float[]", self.array),
+                                                 ffi.from_buffer("float[]", a))
+                    self._transforms["blocked"] = a
+        return a
+
     def winograd(self, m):
         """The packed Winograd transform for tile ``m`` (made once)."""
         u = self._transforms.get(m)

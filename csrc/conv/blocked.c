@@ -1,6 +1,7 @@
 /* The blocked-channel layout (asymo/conv.h, NCHW8c): weight packing, the jobs' checks and
  * task decomposition; the micro-kernels are in kernels/x86_avx2/conv_blocked_avx2.c. */
 #include <stddef.h>
+#include <string.h>
 
 #include "asymo/conv.h"
 #include "asymo/isa.h"
@@ -14,6 +15,9 @@ enum { RUN_BYTES = 96 << 10 };
 enum { K_PART_BYTES = 24 << 10 };
 /* the most pixels of a run whose input channels go in parts (a multiple of 12) */
 enum { PART_PIXELS = 96 };
+/* ... of a dense layer's run (rows of the output, or a segment of a wider row): its sums, 24
+ * KB for a group of three blocks, stay in L1 with a part's weights */
+enum { DENSE_RUN_PIXELS = 256 };
 
 int asymo_blocked_supported(void)
 {
@@ -116,6 +120,184 @@ void asymo_pointwise_blocked_task(int64_t t, void *job_)
             for (int64_t k0 = 0; k0 < K; k0 += kp)
                 asymo_pointwise_blocked_avx2(job, b0, nb, r0, r1, k0, k0 + kp < K ? k0 + kp : K,
                                              parts > 1 ? part : NULL);
+        }
+    }
+#else
+    (void)t;
+    (void)job_;
+#endif
+}
+
+/* ---- dense, through a padded NCHW8c copy -------------------------------------------------- */
+/* The padded copy: every window's extent, (out - 1) * stride + kernel rows and columns, per
+ * input block (a 64-byte multiple of floats); the packed weights after it when the prepare
+ * job packs them. */
+typedef struct {
+    int64_t hp, wp, ldb, copy_floats;
+} dense_layout;
+
+static dense_layout dense_layout_of(const asymo_dense_blocked_job *job)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    dense_layout L;
+    L.hp = (g->out_h - 1) * g->stride_h + g->kernel_h;
+    L.wp = (g->out_w - 1) * g->stride_w + g->kernel_w;
+    L.ldb = cdiv(L.hp * L.wp * 8, 16) * 16;
+    L.copy_floats = g->channels / 8 * L.ldb;
+    return L;
+}
+
+int asymo_dense_blocked_supported(const asymo_dense_blocked_job *job)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t o = g->out_h, w = g->out_w;
+    return asymo_blocked_supported() && g->channels > 0 && g->channels % 8 == 0
+           && job->out_channels > 0 && job->out_channels % 8 == 0 && g->kernel_h >= 1
+           && g->kernel_w >= 1 && g->stride_h == g->stride_w
+           && (g->stride_h == 1 || g->stride_h == 2) && g->dilation_h == 1
+           && g->dilation_w == 1 && g->pad_h >= 0 && g->pad_w >= 0 && g->height >= 1
+           && g->width >= 1 && o >= 1 && w >= 1
+           /* the gather of the shortcut indexes a block's channels in int32 */
+           && 8 * o * w < ((int64_t)1 << 31)
+           && (job->activation == ASYMO_ACT_NONE || job->activation == ASYMO_ACT_RELU
+               || job->activation == ASYMO_ACT_RELU6);
+}
+
+/* Group g of output blocks [b0, b0 + nb) (asymo_pw_blocked_group) at packed[8 b0 K] (K =
+ * channels x taps): input block ib, tap t, channel c, output channel 8 b0 + j at
+ * ((ib x taps + t) x 8 + c) x 8 nb + j after it. */
+int64_t asymo_dense_blocked_packed_size(const asymo_dense_blocked_job *job)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    return job->out_channels * g->channels * g->kernel_h * g->kernel_w;
+}
+
+void asymo_dense_blocked_pack(const asymo_dense_blocked_job *job, const float *w, float *packed)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t taps = g->kernel_h * g->kernel_w, c = g->channels, k = c * taps;
+    const int64_t blocks = job->out_channels / 8, groups = asymo_pw_blocked_groups(blocks);
+    for (int64_t gi = 0; gi < groups; gi++) {
+        int64_t b0;
+        const int nb = asymo_pw_blocked_group(blocks, gi, &b0);
+        float *p = packed + 8 * b0 * k;
+        for (int64_t ib = 0; ib < c / 8; ib++)
+            for (int64_t t = 0; t < taps; t++)
+                for (int64_t ci = 0; ci < 8; ci++)
+                    for (int64_t j = 0; j < 8 * nb; j++)
+                        *p++ = w[((8 * b0 + j) * c + ib * 8 + ci) * taps + t];
+    }
+}
+
+int64_t asymo_dense_blocked_scratch(const asymo_dense_blocked_job *job)
+{
+    const dense_layout L = dense_layout_of(job);
+    return L.copy_floats + (job->apack ? 0 : asymo_dense_blocked_packed_size(job));
+}
+
+int64_t asymo_dense_blocked_prepare_tasks(const asymo_dense_blocked_job *job)
+{
+    const int64_t cb = job->copy_blocks > 0 ? job->copy_blocks : 1;
+    return cdiv(job->geom.channels / 8, cb) + (job->apack ? 0 : 1);
+}
+
+/* Task t below the copy's tasks: input blocks [t * copy_blocks, ...) of the padded copy, each
+ * row reordered to the block's layout between its zero columns; the next (when apack is
+ * NULL): the packed weights, after the copy. */
+void asymo_dense_blocked_prepare_task(int64_t t, void *job_)
+{
+#if defined(__x86_64__)
+    const asymo_dense_blocked_job *job = (const asymo_dense_blocked_job *)job_;
+    const asymo_conv_geometry *g = &job->geom;
+    const dense_layout L = dense_layout_of(job);
+    const int64_t nblocks = g->channels / 8, cb = job->copy_blocks > 0 ? job->copy_blocks : 1;
+    const int64_t copies = cdiv(nblocks, cb);
+    if (t >= copies) {
+        asymo_dense_blocked_pack(job, (const float *)job->weight,
+                                  (float *)job->scratch + L.copy_floats);
+        return;
+    }
+    const int64_t H = g->height, W = g->width, hw = H * W;
+    /* the image's columns inside the copy: [pad_w, pad_w + cols) */
+    const int64_t cols = W < L.wp - g->pad_w ? W : (L.wp - g->pad_w > 0 ? L.wp - g->pad_w : 0);
+    const int64_t tail = L.wp - g->pad_w - cols > 0 ? L.wp - g->pad_w - cols : 0;
+    const int64_t left = g->pad_w < L.wp ? g->pad_w : L.wp;
+    for (int64_t b = t * cb; b < nblocks && b < (t + 1) * cb; b++) {
+        float *dst = (float *)job->scratch + b * L.ldb;
+        for (int64_t r = 0; r < L.hp; r++) {
+            float *d = dst + r * L.wp * 8;
+            const int64_t iy = r - g->pad_h;
+            if (iy < 0 || iy >= H || cols == 0) {
+                memset(d, 0, (size_t)L.wp * 8 * sizeof(float));
+                continue;
+            }
+            memset(d, 0, (size_t)left * 8 * sizeof(float));
+            asymo_reorder_block_avx2((const float *)job->x + b * 8 * hw + iy * W, d + left * 8, cols,
+                                     hw, 1);
+            memset(d + (left + cols) * 8, 0, (size_t)tail * 8 * sizeof(float));
+        }
+    }
+#else
+    (void)t;
+    (void)job_;
+#endif
+}
+
+int64_t asymo_dense_blocked_tasks(const asymo_dense_blocked_job *job)
+{
+    const int64_t oh = job->geom.out_h;
+    const int64_t groups = asymo_pw_blocked_groups(job->out_channels / 8);
+    const int64_t rpt = job->rows_per_task > 0 ? job->rows_per_task : 1;
+    const int64_t gpt = job->groups_per_task > 0 ? job->groups_per_task : 1;
+    return cdiv(oh, rpt) * cdiv(groups, gpt);
+}
+
+/* Task t: rows t / gtasks of the output, groups [t % gtasks * gpt, ...) of output blocks.
+ * Group by group (its weights, all input channels, stay in L2 over the task's rows), in runs
+ * of rows of at most DENSE_RUN_PIXELS pixels (a row wider than that in segments); over a run,
+ * input blocks in parts whose weights for the group fit in about K_PART_BYTES of L1, each
+ * part's weights read from L1 for every row of the run (the sums between parts in the task's
+ * own buffer). */
+void asymo_dense_blocked_task(int64_t t, void *job_)
+{
+#if defined(__x86_64__)
+    const asymo_dense_blocked_job *job = (const asymo_dense_blocked_job *)job_;
+    const asymo_conv_geometry *g = &job->geom;
+    const dense_layout L = dense_layout_of(job);
+    const int64_t oh = g->out_h, ow = g->out_w, blocks = job->out_channels / 8;
+    const int64_t groups = asymo_pw_blocked_groups(blocks);
+    const int64_t rpt = job->rows_per_task > 0 ? job->rows_per_task : 1;
+    const int64_t gpt = job->groups_per_task > 0 ? job->groups_per_task : 1;
+    const int64_t gtasks = cdiv(groups, gpt);
+    const int64_t oy0 = t / gtasks * rpt, oy1 = oy0 + rpt < oh ? oy0 + rpt : oh;
+    const int64_t g0 = t % gtasks * gpt, g1 = g0 + gpt < groups ? g0 + gpt : groups;
+    const int64_t nblocks = g->channels / 8, taps = g->kernel_h * g->kernel_w;
+    const int64_t block_bytes = taps * 64 * ASYMO_PW_BLOCKED_GROUP * 4;
+    int64_t kp = K_PART_BYTES / block_bytes;
+    if (kp < 1)
+        kp = 1;
+    const int parts = kp < nblocks;
+    /* a run: rows x seg pixels */
+    const int64_t seg = ow < DENSE_RUN_PIXELS ? ow : DENSE_RUN_PIXELS;
+    const int64_t run_rows = DENSE_RUN_PIXELS / seg;
+    const float *wpack = job->apack ? (const float *)job->apack
+                                     : (const float *)job->scratch + L.copy_floats;
+    float part[DENSE_RUN_PIXELS * 8 * ASYMO_PW_BLOCKED_GROUP];
+    for (int64_t gi = g0; gi < g1; gi++) {
+        int64_t b0;
+        const int nb = asymo_pw_blocked_group(blocks, gi, &b0);
+        for (int64_t r0 = oy0; r0 < oy1; r0 += run_rows) {
+            const int64_t r1 = r0 + run_rows < oy1 ? r0 + run_rows : oy1;
+            for (int64_t x0 = 0; x0 < ow; x0 += seg) {
+                const int64_t x1 = x0 + seg < ow ? x0 + seg : ow;
+                const int64_t ldp = (r1 - r0) * (x1 - x0) * 8;
+                for (int64_t ib = 0; ib < nblocks; ib += kp)
+                    for (int64_t oy = r0; oy < r1; oy++)
+                        asymo_dense_blocked_avx2(
+                            job, (const float *)job->scratch, L.wp, L.ldb, wpack, b0, nb, oy, x0, x1, ib,
+                            ib + kp < nblocks ? ib + kp : nblocks,
+                            parts ? part + (oy - r0) * (x1 - x0) * 8 : NULL, ldp);
+            }
         }
     }
 #else

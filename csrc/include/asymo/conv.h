@@ -363,6 +363,47 @@ void asymo_pointwise_blocked_pack(const float *w, int64_t channels, int64_t out_
 int64_t asymo_pointwise_blocked_tasks(const asymo_pointwise_blocked_job *job);
 void asymo_pointwise_blocked_task(int64_t task, void *job);
 
+/* A dense convolution (one group, dilation 1, any kernel, stride and padding) through the
+ * blocked layout, NCHW -> NCHW, for the layers whose GEMM packs B from the image once per tap
+ * (ResNet's stride-2 3x3 layers on AVX2): per image, a prepare job reorders the image into a
+ * zero-padded NCHW8c copy in scratch (and packs the weights there when apack is NULL); then
+ * each tile of up to three output blocks by 12 / blocks pixels of one output row reads, per
+ * input block and tap, 8 contiguous channels of each of its pixels (one broadcast each) against
+ * the blocks' weight vectors, and is stored to the NCHW output with bias, shortcut and
+ * activation applied. y = act(conv(x) + bias + residual). Float32, AVX2 kernel.
+ *
+ * Tasks: asymo_dense_blocked_prepare_tasks (copy_blocks input blocks each, then one packing
+ * the weights when apack is NULL), then asymo_dense_blocked_tasks (rows_per_task output rows
+ * by groups_per_task groups of output blocks, rows-major). */
+typedef struct {
+    asymo_conv_geometry geom;   /* channels (input) a multiple of 8, dilation 1 */
+    int32_t activation;
+    int64_t out_channels;       /* a multiple of 8 */
+    const void *x;              /* channels x height x width, one image */
+    const void *weight;         /* out_channels x channels x kernel_h x kernel_w */
+    const void *bias;           /* out_channels values or NULL */
+    const void *residual;       /* like y, or NULL */
+    const void *apack;          /* the weights packed (asymo_dense_blocked_pack), made once for
+                                   weights that do not change; NULL: the prepare job packs
+                                   them into scratch */
+    void *y;                    /* out_channels x out_h x out_w */
+    void *scratch;              /* asymo_dense_blocked_scratch(job) floats */
+    int64_t copy_blocks;        /* input blocks per prepare task (0 counts as 1) */
+    int64_t rows_per_task;      /* output rows per task (0 counts as 1) */
+    int64_t groups_per_task;    /* groups of three output blocks per task (0 counts as 1) */
+} asymo_dense_blocked_job;
+
+int asymo_dense_blocked_supported(const asymo_dense_blocked_job *job);
+int64_t asymo_dense_blocked_packed_size(const asymo_dense_blocked_job *job);
+/* weight (out_channels x channels x kernel_h x kernel_w) into packed (the size above) */
+void asymo_dense_blocked_pack(const asymo_dense_blocked_job *job, const float *weight,
+                              float *packed);
+int64_t asymo_dense_blocked_scratch(const asymo_dense_blocked_job *job);
+int64_t asymo_dense_blocked_prepare_tasks(const asymo_dense_blocked_job *job);
+int64_t asymo_dense_blocked_tasks(const asymo_dense_blocked_job *job);
+void asymo_dense_blocked_prepare_task(int64_t task, void *job);
+void asymo_dense_blocked_task(int64_t task, void *job);
+
 /* Depthwise 3x3 convolution (one channel per group, multiplier 1), NCHW8c -> NCHW8c, stride
  * 1 or 2 (both axes), padding 0 or 1 (each side), dilation 1, y = act(conv(x) + bias +
  * residual). Weights packed by asymo_depthwise_blocked_pack (channels x 9 floats). A task is

@@ -118,6 +118,16 @@ ATTR_AVX2 static inline __attribute__((always_inline)) void pw_tile(
                         ACT, first, last, pp, ldp); break;                                             \
         case 6: pw_tile(NB, (12 / (NB) < 6 ? 12 / (NB) : 6), kc, xp, ldb, w, bias, rp, yp,    \
                         ACT, first, last, pp, ldp); break;                                             \
+        case 7: pw_tile(NB, (12 / (NB) < 7 ? 12 / (NB) : 7), kc, xp, ldb, w, bias, rp, yp,    \
+                        ACT, first, last, pp, ldp); break;                                    \
+        case 8: pw_tile(NB, (12 / (NB) < 8 ? 12 / (NB) : 8), kc, xp, ldb, w, bias, rp, yp,    \
+                        ACT, first, last, pp, ldp); break;                                    \
+        case 9: pw_tile(NB, (12 / (NB) < 9 ? 12 / (NB) : 9), kc, xp, ldb, w, bias, rp, yp,    \
+                        ACT, first, last, pp, ldp); break;                                    \
+        case 10: pw_tile(NB, (12 / (NB) < 10 ? 12 / (NB) : 10), kc, xp, ldb, w, bias, rp, yp, \
+                         ACT, first, last, pp, ldp); break;                                   \
+        case 11: pw_tile(NB, (12 / (NB) < 11 ? 12 / (NB) : 11), kc, xp, ldb, w, bias, rp, yp, \
+                         ACT, first, last, pp, ldp); break;                                   \
         default: pw_tile(NB, 12 / (NB), kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp);      \
                  break;                                                                       \
         }                                                                                     \
@@ -148,6 +158,133 @@ ATTR_AVX2 void asymo_pointwise_blocked_avx2(const asymo_pointwise_blocked_job *j
     case ASYMO_ACT_RELU: PW_BODY(ASYMO_ACT_RELU) break;
     case ASYMO_ACT_RELU6: PW_BODY(ASYMO_ACT_RELU6) break;
     default: PW_BODY(ASYMO_ACT_NONE) break;
+    }
+}
+
+/* ---- dense, any kernel, NCHW output -------------------------------------------------------- */
+/* NB output blocks by R pixels of one output row, S apart in the padded copy x (at the tile's
+ * first window's top-left corner, input block ib0 of the part), the part's nq (input block,
+ * tap) pairs at x + off[q], w the group's packed weights of block ib0. Sums start from the bias (first part) or `part`, go back to `part` (not the last) or,
+ * with the shortcut and activation, to y, NCHW (y and res at the tile's first pixel of the
+ * group's first channel; channels `plane` floats apart). */
+ATTR_AVX2 static inline __attribute__((always_inline)) void dense_tile(
+    const int NB, const int R, const int S, int64_t nq, const int64_t *off, const float *x,
+    const float *w, const float *bias, int first, int last, float *part, int64_t ldp,
+    float *y, const float *res, int64_t plane, int act)
+{
+    __m256 acc[GROUP][12];
+    _Pragma("GCC unroll 3") for (int j = 0; j < NB; j++) {
+        const __m256 b = bias ? _mm256_loadu_ps(bias + 8 * j) : _mm256_setzero_ps();
+        _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)
+            acc[j][r] = first ? b : _mm256_loadu_ps(part + j * ldp + r * 8);
+    }
+    /* one loop over the part's (input block, tap) pairs, as the 1x1 kernel's over blocks:
+     * nested loops over blocks and taps made GCC store the accumulators every step */
+    for (int64_t q = 0; q < nq; q++) {
+        const float *xb = x + off[q];
+        const float *wb = w + q * 64 * NB;
+        _Pragma("GCC unroll 1") for (int c = 0; c < 8; c++) {
+            __m256 wv[GROUP];
+            _Pragma("GCC unroll 3") for (int j = 0; j < NB; j++)
+                wv[j] = _mm256_loadu_ps(wb + c * 8 * NB + 8 * j);
+            _Pragma("GCC unroll 12") for (int r = 0; r < R; r++) {
+                const __m256 xv = _mm256_broadcast_ss(xb + r * S * 8 + c);
+                _Pragma("GCC unroll 3") for (int j = 0; j < NB; j++)
+                    acc[j][r] = _mm256_fmadd_ps(xv, wv[j], acc[j][r]);
+            }
+        }
+    }
+    /* (every loop over the accumulators unrolled: one left rolled kept them in memory,
+     * stored at every step of the loop above) */
+    if (!last) {
+        _Pragma("GCC unroll 3") for (int j = 0; j < NB; j++)
+            _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)
+                _mm256_storeu_ps(part + j * ldp + r * 8, acc[j][r]);
+        return;
+    }
+    /* a channel's values of the tile are R consecutive floats of its plane: each pixel's
+     * vector goes out lane by lane (a few stores per tile of thousands of multiply-adds) */
+    const __m256i lanes = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                             _mm256_set1_epi32((int)plane));
+    _Pragma("GCC unroll 3") for (int j = 0; j < NB; j++)
+        _Pragma("GCC unroll 12") for (int r = 0; r < R; r++) {
+            __m256 v = acc[j][r];
+            if (res)
+                v = _mm256_add_ps(v, _mm256_i32gather_ps(res + 8 * j * plane + r, lanes, 4));
+            float t[8];
+            _mm256_storeu_ps(t, activate_ps256(v, act));
+            float *yp = y + 8 * j * plane + r;
+            for (int l = 0; l < 8; l++)
+                yp[l * plane] = t[l];
+        }
+}
+
+/* pixels [ox0, ox1) of output row oy in the fewest tiles of at most 12 / NB pixels, as even
+ * as possible (a 14-pixel row is 4 + 4 + 3 + 3, not 4 + 4 + 4 + 2) */
+#define DENSE_PIXELS(NB, S)                                                                   \
+    {                                                                                         \
+        const int64_t n = ox1 - ox0, nt = (n + 12 / (NB) - 1) / (12 / (NB));                  \
+        int64_t ox = ox0;                                                                     \
+        for (int64_t i = 0; i < nt; i++) {                                                    \
+            const int r = (int)(n / nt + (i < n % nt));                                       \
+            const float *xp = x + (oy * (S) * wp + ox * (S)) * 8;                             \
+            const int64_t o = oy * ow + ox;                                                   \
+            const float *rp = res ? res + o : NULL;                                           \
+            float *yp = y + o;                                                                \
+            float *pp = part ? part + (ox - ox0) * 8 : NULL;                                  \
+            switch (r) {                                                                      \
+            case 1: DENSE_TILE(NB, 1, S); break;                                              \
+            case 2: DENSE_TILE(NB, 2, S); break;                                              \
+            case 3: DENSE_TILE(NB, 3, S); break;                                              \
+            case 4: DENSE_TILE(NB, (12 / (NB) < 4 ? 12 / (NB) : 4), S); break;                \
+            case 5: DENSE_TILE(NB, (12 / (NB) < 5 ? 12 / (NB) : 5), S); break;                \
+            case 6: DENSE_TILE(NB, (12 / (NB) < 6 ? 12 / (NB) : 6), S); break;                \
+            case 7: DENSE_TILE(NB, (12 / (NB) < 7 ? 12 / (NB) : 7), S); break;                \
+            case 8: DENSE_TILE(NB, (12 / (NB) < 8 ? 12 / (NB) : 8), S); break;                \
+            case 9: DENSE_TILE(NB, (12 / (NB) < 9 ? 12 / (NB) : 9), S); break;                \
+            case 10: DENSE_TILE(NB, (12 / (NB) < 10 ? 12 / (NB) : 10), S); break;             \
+            case 11: DENSE_TILE(NB, (12 / (NB) < 11 ? 12 / (NB) : 11), S); break;             \
+            default: DENSE_TILE(NB, 12 / (NB), S); break;                                     \
+            }                                                                                 \
+            ox += r;                                                                          \
+        }                                                                                     \
+    }
+#define DENSE_TILE(NB, R, S)                                                                  \
+    dense_tile(NB, R, S, nq, off, xp, w, bias, first, last, pp, ldp, yp, rp, plane, act)
+#define DENSE_BODY(S)                                                                         \
+    if (nb == 3) {                                                                            \
+        DENSE_PIXELS(3, S)                                                                    \
+    } else if (nb == 2) {                                                                     \
+        DENSE_PIXELS(2, S)                                                                    \
+    } else {                                                                                  \
+        DENSE_PIXELS(1, S)                                                                    \
+    }
+
+ATTR_AVX2 void asymo_dense_blocked_avx2(const asymo_dense_blocked_job *job, const float *xpad,
+                                        int64_t wp, int64_t ldb, const float *wpack,
+                                        int64_t b0, int nb, int64_t oy, int64_t ox0,
+                                        int64_t ox1, int64_t ib0, int64_t ib1, float *part,
+                                        int64_t ldp)
+{
+    const asymo_conv_geometry *g = &job->geom;
+    const int64_t kh = g->kernel_h, kw = g->kernel_w, ow = g->out_w;
+    const int64_t plane = g->out_h * ow, nblocks = g->channels / 8, nib = ib1 - ib0;
+    const int first = ib0 == 0, last = ib1 == nblocks, act = job->activation;
+    const float *x = xpad + ib0 * ldb;
+    const int64_t nq = nib * kh * kw;
+    int64_t off[nq];
+    for (int64_t ib = 0, q = 0; ib < nib; ib++)
+        for (int64_t ky = 0; ky < kh; ky++)
+            for (int64_t kx = 0; kx < kw; kx++)
+                off[q++] = ib * ldb + (ky * wp + kx) * 8;
+    const float *w = wpack + b0 * 8 * g->channels * kh * kw + ib0 * kh * kw * 64 * nb;
+    const float *bias = job->bias ? (const float *)job->bias + b0 * 8 : NULL;
+    const float *res = job->residual ? (const float *)job->residual + b0 * 8 * plane : NULL;
+    float *y = (float *)job->y + b0 * 8 * plane;
+    if (g->stride_w == 2) {
+        DENSE_BODY(2)
+    } else {
+        DENSE_BODY(1)
     }
 }
 
