@@ -927,6 +927,14 @@ def _panel_tile_split(pool, panels, tiles, flops, by_panels):
     return (per, per_other) if by_panels else (per_other, per)
 
 
+def _prepare_split(pool, ntasks, fastest):
+    """A prepare job's (tasks, per-cluster counts) by whether the weights come prepacked: the
+    job template's apack is NULL, so its ``ntasks`` include the one packing them."""
+    n = int(ntasks)
+    return {False: (n, _task_counts(pool, n, fastest_only=fastest)),
+            True: (n - 1, _task_counts(pool, n - 1, fastest_only=fastest))}
+
+
 def _rows_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation):
     """The job template of a rows-form convolution for this layer (`ROWS`), or None."""
     isa = kernel_isa()
@@ -972,11 +980,7 @@ class _RowsConvPlan:
         self.ntasks = int(lib.asymo_conv_rows_tasks(job))
         fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
         self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
-        # the prepare job's (tasks, per-cluster counts) by whether the weights come prepacked:
-        # the template's apack is NULL, so its task count includes packing them
-        n = int(lib.asymo_conv_rows_prepare_tasks(job))
-        self.prepare = {False: (n, _task_counts(pool, n, fastest_only=fastest)),
-                        True: (n - 1, _task_counts(pool, n - 1, fastest_only=fastest))}
+        self.prepare = _prepare_split(pool, lib.asymo_conv_rows_prepare_tasks(job), fastest)
 
 
 def _nchwc_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation):
@@ -1012,19 +1016,16 @@ class _NchwcConvPlan:
         k = int(g.channels * g.kernel_h * g.kernel_w)
         flops = 2.0 * job.out_channels * k * pixels
         # groups of output blocks first, rows only as far as needed for the tasks wanted: a
-        # task's runs of several rows read each part's weights from L1 once per run (tasks
-        # of one row each ran a layer 1.3-1.5x slower)
+        # task's runs of several rows read each part's weights from L1 once per run
+        # (docs/conv-and-zoo.md, "The NCHWc path")
         job.groups_per_task, job.rows_per_task = _panel_tile_split(
             pool, int(lib.asymo_pointwise_blocked_groups(job.out_channels)), int(g.out_h),
             flops, True)
         self.ntasks = int(lib.asymo_dense_blocked_tasks(job))
         fastest = _split_cost.pool_fastest_only(pool, flops, "mm")
         self.counts = _task_counts(pool, self.ntasks, fastest_only=fastest)
-        # the prepare job's (tasks, per-cluster counts) by whether the weights come prepacked
-        # (the template's apack is NULL: its task count includes packing them)
-        n = int(lib.asymo_dense_blocked_prepare_tasks(job))
-        self.prepare = {False: (n, _task_counts(pool, n, fastest_only=fastest)),
-                        True: (n - 1, _task_counts(pool, n - 1, fastest_only=fastest))}
+        self.prepare = _prepare_split(pool, lib.asymo_dense_blocked_prepare_tasks(job),
+                                      fastest)
 
 
 class _DepthwisePlan:

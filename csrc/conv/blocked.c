@@ -18,6 +18,9 @@ enum { PART_PIXELS = 96 };
 /* ... of a dense layer's run (rows of the output, or a segment of a wider row): its sums, 24
  * KB for a group of three blocks, stay in L1 with a part's weights */
 enum { DENSE_RUN_PIXELS = 256 };
+/* the most taps of a dense layer's kernel (a part of one input block then has this many
+ * offsets, 8 KB) */
+enum { DENSE_MAX_TAPS = 1024 };
 
 int asymo_blocked_supported(void)
 {
@@ -157,6 +160,8 @@ int asymo_dense_blocked_supported(const asymo_dense_blocked_job *job)
            && (g->stride_h == 1 || g->stride_h == 2) && g->dilation_h == 1
            && g->dilation_w == 1 && g->pad_h >= 0 && g->pad_w >= 0 && g->height >= 1
            && g->width >= 1 && o >= 1 && w >= 1
+           /* the kernel's (input block, tap) offsets of a part are on its stack */
+           && g->kernel_h * g->kernel_w <= DENSE_MAX_TAPS
            /* the gather of the shortcut indexes a block's channels in int32 */
            && 8 * o * w < ((int64_t)1 << 31)
            && (job->activation == ASYMO_ACT_NONE || job->activation == ASYMO_ACT_RELU
@@ -232,8 +237,8 @@ void asymo_dense_blocked_prepare_task(int64_t t, void *job_)
                 continue;
             }
             memset(d, 0, (size_t)left * 8 * sizeof(float));
-            asymo_reorder_block_avx2((const float *)job->x + b * 8 * hw + iy * W, d + left * 8, cols,
-                                     hw, 1);
+            const float *x = (const float *)job->x + b * 8 * hw + iy * W;
+            asymo_reorder_block_avx2(x, d + left * 8, cols, hw, 1);
             memset(d + (left + cols) * 8, 0, (size_t)tail * 8 * sizeof(float));
         }
     }
@@ -294,8 +299,8 @@ void asymo_dense_blocked_task(int64_t t, void *job_)
                 for (int64_t ib = 0; ib < nblocks; ib += kp)
                     for (int64_t oy = r0; oy < r1; oy++)
                         asymo_dense_blocked_avx2(
-                            job, (const float *)job->scratch, L.wp, L.ldb, wpack, b0, nb, oy, x0, x1, ib,
-                            ib + kp < nblocks ? ib + kp : nblocks,
+                            job, (const float *)job->scratch, L.wp, L.ldb, wpack, b0, nb, oy,
+                            x0, x1, ib, ib + kp < nblocks ? ib + kp : nblocks,
                             parts ? part + (oy - r0) * (x1 - x0) * 8 : NULL, ldp);
             }
         }

@@ -363,18 +363,18 @@ void asymo_pointwise_blocked_pack(const float *w, int64_t channels, int64_t out_
 int64_t asymo_pointwise_blocked_tasks(const asymo_pointwise_blocked_job *job);
 void asymo_pointwise_blocked_task(int64_t task, void *job);
 
-/* A dense convolution (one group, dilation 1, any kernel, stride and padding) through the
- * blocked layout, NCHW -> NCHW, for the layers whose GEMM packs B from the image once per tap
- * (ResNet's stride-2 3x3 layers on AVX2): per image, a prepare job reorders the image into a
- * zero-padded NCHW8c copy in scratch (and packs the weights there when apack is NULL); then
- * each tile of up to three output blocks by 12 / blocks pixels of one output row reads, per
- * input block and tap, 8 contiguous channels of each of its pixels (one broadcast each) against
- * the blocks' weight vectors, and is stored to the NCHW output with bias, shortcut and
- * activation applied. y = act(conv(x) + bias + residual). Float32, AVX2 kernel.
+/* A dense convolution (one group, dilation 1, stride 1 or 2, any padding, a kernel of at most 1024
+ * taps) through the blocked layout, NCHW -> NCHW, for the layers whose GEMM packs B from the image
+ * once per tap (ResNet's stride-2 3x3 layers on AVX2): per image, a prepare job reorders the image
+ * into a zero-padded NCHW8c copy in scratch (and packs the weights there when apack is NULL); then
+ * each tile of up to three output blocks by 12 / blocks pixels of one output row reads, per input
+ * block and tap, 8 contiguous channels of each of its pixels (one broadcast each) against the
+ * blocks' weight vectors, and is stored to the NCHW output with bias, shortcut and activation
+ * applied. y = act(conv(x) + bias + residual). Float32, AVX2 kernel.
  *
- * Tasks: asymo_dense_blocked_prepare_tasks (copy_blocks input blocks each, then one packing
- * the weights when apack is NULL), then asymo_dense_blocked_tasks (rows_per_task output rows
- * by groups_per_task groups of output blocks, rows-major). */
+ * Tasks: asymo_dense_blocked_prepare_tasks (copy_blocks input blocks each, then one packing the
+ * weights when apack is NULL), then asymo_dense_blocked_tasks (rows_per_task output rows by
+ * groups_per_task groups of output blocks, rows-major). */
 typedef struct {
     asymo_conv_geometry geom;   /* channels (input) a multiple of 8, dilation 1 */
     int32_t activation;

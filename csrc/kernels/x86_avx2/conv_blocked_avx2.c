@@ -109,15 +109,15 @@ ATTR_AVX2 static inline __attribute__((always_inline)) void pw_tile(
         float *yp = y + p * 8;                                                                \
         float *pp = part ? part + (p - p0) * 8 : NULL;                                        \
         switch (r) {                                                                          \
-        case 1: pw_tile(NB, 1, kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp); break;                      \
-        case 2: pw_tile(NB, 2, kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp); break;                      \
-        case 3: pw_tile(NB, 3, kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp); break;                      \
+        case 1: pw_tile(NB, 1, kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp); break;    \
+        case 2: pw_tile(NB, 2, kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp); break;    \
+        case 3: pw_tile(NB, 3, kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp); break;    \
         case 4: pw_tile(NB, (12 / (NB) < 4 ? 12 / (NB) : 4), kc, xp, ldb, w, bias, rp, yp,    \
-                        ACT, first, last, pp, ldp); break;                                             \
+                        ACT, first, last, pp, ldp); break;                                         \
         case 5: pw_tile(NB, (12 / (NB) < 5 ? 12 / (NB) : 5), kc, xp, ldb, w, bias, rp, yp,    \
-                        ACT, first, last, pp, ldp); break;                                             \
+                        ACT, first, last, pp, ldp); break;                                         \
         case 6: pw_tile(NB, (12 / (NB) < 6 ? 12 / (NB) : 6), kc, xp, ldb, w, bias, rp, yp,    \
-                        ACT, first, last, pp, ldp); break;                                             \
+                        ACT, first, last, pp, ldp); break;                                         \
         case 7: pw_tile(NB, (12 / (NB) < 7 ? 12 / (NB) : 7), kc, xp, ldb, w, bias, rp, yp,    \
                         ACT, first, last, pp, ldp); break;                                    \
         case 8: pw_tile(NB, (12 / (NB) < 8 ? 12 / (NB) : 8), kc, xp, ldb, w, bias, rp, yp,    \
@@ -128,7 +128,7 @@ ATTR_AVX2 static inline __attribute__((always_inline)) void pw_tile(
                          ACT, first, last, pp, ldp); break;                                   \
         case 11: pw_tile(NB, (12 / (NB) < 11 ? 12 / (NB) : 11), kc, xp, ldb, w, bias, rp, yp, \
                          ACT, first, last, pp, ldp); break;                                   \
-        default: pw_tile(NB, 12 / (NB), kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp);      \
+        default: pw_tile(NB, 12 / (NB), kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp);  \
                  break;                                                                       \
         }                                                                                     \
     }
@@ -164,8 +164,9 @@ ATTR_AVX2 void asymo_pointwise_blocked_avx2(const asymo_pointwise_blocked_job *j
 /* ---- dense, any kernel, NCHW output -------------------------------------------------------- */
 /* NB output blocks by R pixels of one output row, S apart in the padded copy x (at the tile's
  * first window's top-left corner, input block ib0 of the part), the part's nq (input block,
- * tap) pairs at x + off[q], w the group's packed weights of block ib0. Sums start from the bias (first part) or `part`, go back to `part` (not the last) or,
- * with the shortcut and activation, to y, NCHW (y and res at the tile's first pixel of the
+ * tap) pairs at x + off[q], w the group's packed weights of block ib0. Sums start from the
+ * bias (first part) or `part`, go back to `part` (not the last) or, with the shortcut and
+ * activation, to y, NCHW (y and res at the tile's first pixel of the
  * group's first channel; channels `plane` floats apart). */
 ATTR_AVX2 static inline __attribute__((always_inline)) void dense_tile(
     const int NB, const int R, const int S, int64_t nq, const int64_t *off, const float *x,
