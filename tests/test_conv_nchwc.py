@@ -148,8 +148,10 @@ def test_nchwc_path_tasks_copy_and_scratch():
             assert isinstance(p, conv_mod._NchwcConvPlan)
             assert p.prepare[False][0] == p.prepare[True][0] + 1
             assert p.prepare[True][0] == -(-16 // int(j.copy_blocks))
-            plane = 57 * 57 * 8  # (27 * 2 + 3 rows and columns)
-            assert p.scratch_elems == 16 * (-(-plane // 16) * 16) + 128 * 128 * 9
+            plane = -(-57 * 57 * 8 // 16) * 16  # (27 * 2 + 3 rows and columns; 64-byte blocks)
+            assert int(conv_mod.lib.asymo_dense_blocked_plane(j)) == plane
+            assert int(j.copy_blocks) == max(1, conv_mod.ROWS_COPY_TASK_BYTES // (4 * plane))
+            assert p.scratch_elems == 16 * plane + 128 * 128 * 9
             groups = -(-128 // 24)
             assert p.ntasks == (-(-28 // int(j.rows_per_task))
                                 * -(-groups // int(j.groups_per_task)))

@@ -13,10 +13,10 @@ rule is with its settings below; measurements in docs/conv-and-zoo.md):
 - other float32 layers of one group, dilation 1 and stride 1 or 2, the rows path: the same
   pixel-row micro-kernels over the layer's taps, the image read in place or from a padded
   copy (`ROWS`);
-- other float32 layers of one group, dilation 1, stride 1 or 2 and channels in multiples of 8
-  with more than one tap or stride 2, where the convolution kernels run AVX2, the NCHWc
-  path: the image reordered into a padded NCHW8c copy, tiles of output blocks by pixels of a
-  row reading each pixel's 8 channels as one vector (`NCHWC`);
+- other float32 layers of one group, dilation 1, stride 1 or 2, channels in multiples of 8
+  and more than one tap, where the convolution kernels run AVX2, the NCHWc path: the image
+  reordered into a padded NCHW8c copy, tiles of output blocks by pixels of a row reading
+  each pixel's 8 channels as one vector (`NCHWC`);
 - layers of at most INDIRECT_MAX_CHANNELS input channels (stems) that the rows path does not
   take, the indirect path: the image split into stride-phase planes read in place by a GEMM
   micro-kernel (`INDIRECT`);
@@ -589,8 +589,7 @@ def conv_path(xshape, wshape, stride=1, padding=0, dilation=1, groups=1, *,
     shape ``wshape`` with these arguments on this machine (its ISA and the module's
     settings), as a label: "depthwise", "direct", "winograd F(2x2)" / "F(4x4)", "indirect",
     "pointwise" (+ its form, "rows" or "runs"), "rows", "nchwc" or "gemm". The module
-    docstring says
-    which layers each takes.
+    docstring says which layers each takes.
     """
     xshape, wshape = tuple(int(v) for v in xshape), tuple(int(v) for v in wshape)
     if len(xshape) != 4 or len(wshape) != 4:
@@ -1008,9 +1007,7 @@ class _NchwcConvPlan:
     def __init__(self, pool, job):
         g = job.geom
         self.job = job
-        plane = 4 * ((g.out_h - 1) * g.stride_h + g.kernel_h) * ((g.out_w - 1) * g.stride_w
-                                                                  + g.kernel_w) * 8
-        job.copy_blocks = max(1, ROWS_COPY_TASK_BYTES // plane)
+        job.copy_blocks = max(1, ROWS_COPY_TASK_BYTES // (4 * lib.asymo_dense_blocked_plane(job)))
         self.scratch_elems = int(lib.asymo_dense_blocked_scratch(job))
         pixels = int(g.out_h * g.out_w)
         k = int(g.channels * g.kernel_h * g.kernel_w)
@@ -1615,9 +1612,7 @@ def _plan_settings():
             POINTWISE_ROWS_ANY_PLANE_CHANNELS, POINTWISE_MAX_OUT_CHANNELS,
             POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE, ROWS, ROWS_MIN_TILE,
             ROWS_OVER_WINOGRAD_WIDTH, ROWS_COPY_TASK_BYTES, NCHWC, NCHWC_MAX_WEIGHT_RATIO,
-            TASKS_PER_WORKER,
-            TASK_IDLE,
-            _split_cost.emulated_period())
+            TASKS_PER_WORKER, TASK_IDLE, _split_cost.emulated_period())
 
 
 def _int_pair(v):

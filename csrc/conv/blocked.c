@@ -194,6 +194,11 @@ void asymo_dense_blocked_pack(const asymo_dense_blocked_job *job, const float *w
     }
 }
 
+int64_t asymo_dense_blocked_plane(const asymo_dense_blocked_job *job)
+{
+    return dense_layout_of(job).ldb;
+}
+
 int64_t asymo_dense_blocked_scratch(const asymo_dense_blocked_job *job)
 {
     const dense_layout L = dense_layout_of(job);

@@ -398,6 +398,8 @@ int64_t asymo_dense_blocked_packed_size(const asymo_dense_blocked_job *job);
 /* weight (out_channels x channels x kernel_h x kernel_w) into packed (the size above) */
 void asymo_dense_blocked_pack(const asymo_dense_blocked_job *job, const float *weight,
                               float *packed);
+/* Floats per input block of the padded copy (every window's extent, 64-byte aligned). */
+int64_t asymo_dense_blocked_plane(const asymo_dense_blocked_job *job);
 int64_t asymo_dense_blocked_scratch(const asymo_dense_blocked_job *job);
 int64_t asymo_dense_blocked_prepare_tasks(const asymo_dense_blocked_job *job);
 int64_t asymo_dense_blocked_tasks(const asymo_dense_blocked_job *job);
