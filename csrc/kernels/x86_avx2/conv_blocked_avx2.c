@@ -51,29 +51,30 @@ ATTR_AVX2 void asymo_reorder_block_avx2(const float *x, float *y, int64_t pixels
     }
 }
 
-/* ---- 1x1 ---------------------------------------------------------------------------------- */
-/* NB output blocks by R pixels (NB x R <= 12), input channels [k0, k0 + kc): x at the
- * tile's first pixel of block k0 / 8 (blocks ldb apart), w the group's packed weights of
- * channel k0 (w[ci * 8 NB + 8 j + lane]), res and y at the tile's first pixel of the group's
- * first block (blocks ldb apart). The first part of the channels starts from the bias (or
- * zero), a later one from the sums the part before left in `part` (the task's own buffer,
- * blocks ldp apart: y is written once, with its final values, as a backed-up task's late
- * copy must); the last adds the shortcut, applies the activation and stores to y. NB, R and
- * act are constants in each inlined copy. */
-ATTR_AVX2 static inline __attribute__((always_inline)) void pw_tile(
-    const int NB, const int R, int64_t kc, const float *x, int64_t ldb, const float *w,
-    const float *bias, const float *res, float *y, const int act, int first, int last,
-    float *part, int64_t ldp)
+/* ---- the tiles both kernels run ------------------------------------------------------------ */
+/* The sums of NB output blocks by R pixels (NB x R <= 12) over nq (input block, tap) pairs:
+ * pair q's 8 input channels of pixel r at x + (off ? off[q] : q * ldb) + r * S * 8 (pixels S
+ * vectors apart), its weights at w + q * 64 NB (w[c * 8 NB + 8 j + lane]). The first part of
+ * a layer's input channels starts from the bias (or zero), a later one from the sums the part
+ * before left in `part` (the task's own buffer, blocks ldp apart: y is written once, with its
+ * final values, as a backed-up task's late copy must). NB, R and S are constants in each
+ * inlined copy; every loop over the accumulators is unrolled (one left rolled kept them in
+ * memory, stored at every step of the loop over the pairs). */
+ATTR_AVX2 static inline __attribute__((always_inline)) void tile_sums(
+    __m256 acc[GROUP][12], const int NB, const int R, const int S, int64_t nq,
+    const int64_t *off, int64_t ldb, const float *x, const float *w, const float *bias,
+    int first, const float *part, int64_t ldp)
 {
-    __m256 acc[GROUP][12];
-    for (int j = 0; j < NB; j++) {
+    _Pragma("GCC unroll 3") for (int j = 0; j < NB; j++) {
         const __m256 b = bias ? _mm256_loadu_ps(bias + 8 * j) : _mm256_setzero_ps();
-        for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)
             acc[j][r] = first ? b : _mm256_loadu_ps(part + j * ldp + r * 8);
     }
-    for (int64_t ib = 0; ib < kc / 8; ib++) {
-        const float *xb = x + ib * ldb;
-        const float *wb = w + ib * 8 * 8 * NB;
+    /* one loop over the pairs (nested loops over blocks and taps made GCC store the
+     * accumulators every step) */
+    for (int64_t q = 0; q < nq; q++) {
+        const float *xb = x + (off ? off[q] : q * ldb);
+        const float *wb = w + q * 64 * NB;
         /* (not unrolled: unrolled, GCC ran out of registers and read each weight vector
          * once per pixel) */
         _Pragma("GCC unroll 1") for (int c = 0; c < 8; c++) {
@@ -81,19 +82,60 @@ ATTR_AVX2 static inline __attribute__((always_inline)) void pw_tile(
             _Pragma("GCC unroll 3") for (int j = 0; j < NB; j++)
                 wv[j] = _mm256_loadu_ps(wb + c * 8 * NB + 8 * j);
             _Pragma("GCC unroll 12") for (int r = 0; r < R; r++) {
-                const __m256 xv = _mm256_broadcast_ss(xb + r * 8 + c);
+                const __m256 xv = _mm256_broadcast_ss(xb + r * S * 8 + c);
                 _Pragma("GCC unroll 3") for (int j = 0; j < NB; j++)
                     acc[j][r] = _mm256_fmadd_ps(xv, wv[j], acc[j][r]);
             }
         }
     }
-    for (int j = 0; j < NB; j++)
-        for (int r = 0; r < R; r++) {
+}
+
+/* The sums left for the next part. */
+ATTR_AVX2 static inline __attribute__((always_inline)) void tile_to_part(
+    __m256 acc[GROUP][12], const int NB, const int R, float *part, int64_t ldp)
+{
+    _Pragma("GCC unroll 3") for (int j = 0; j < NB; j++)
+        _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)
+            _mm256_storeu_ps(part + j * ldp + r * 8, acc[j][r]);
+}
+
+/* A tile of r pixels (1 to 12 / NB): CALL(NB, R, ...) with R the constant r. */
+#define TILE_R(NB, R) (12 / (NB) < (R) ? 12 / (NB) : (R))
+#define TILE_SWITCH(r, NB, CALL, ...)                                                         \
+    switch (r) {                                                                              \
+    case 1: CALL(NB, 1, __VA_ARGS__); break;                                                  \
+    case 2: CALL(NB, TILE_R(NB, 2), __VA_ARGS__); break;                                      \
+    case 3: CALL(NB, TILE_R(NB, 3), __VA_ARGS__); break;                                      \
+    case 4: CALL(NB, TILE_R(NB, 4), __VA_ARGS__); break;                                      \
+    case 5: CALL(NB, TILE_R(NB, 5), __VA_ARGS__); break;                                      \
+    case 6: CALL(NB, TILE_R(NB, 6), __VA_ARGS__); break;                                      \
+    case 7: CALL(NB, TILE_R(NB, 7), __VA_ARGS__); break;                                      \
+    case 8: CALL(NB, TILE_R(NB, 8), __VA_ARGS__); break;                                      \
+    case 9: CALL(NB, TILE_R(NB, 9), __VA_ARGS__); break;                                      \
+    case 10: CALL(NB, TILE_R(NB, 10), __VA_ARGS__); break;                                    \
+    case 11: CALL(NB, TILE_R(NB, 11), __VA_ARGS__); break;                                    \
+    default: CALL(NB, 12 / (NB), __VA_ARGS__); break;                                         \
+    }
+
+/* ---- 1x1 ---------------------------------------------------------------------------------- */
+/* NB output blocks by R pixels, input channels [k0, k0 + kc): x at the tile's first pixel of
+ * block k0 / 8 (blocks ldb apart), w the group's packed weights of channel k0, res and y at
+ * the tile's first pixel of the group's first block (blocks ldb apart); the last part adds
+ * the shortcut, applies the activation and stores to y. */
+ATTR_AVX2 static inline __attribute__((always_inline)) void pw_tile(
+    const int NB, const int R, int64_t kc, const float *x, int64_t ldb, const float *w,
+    const float *bias, const float *res, float *y, const int act, int first, int last,
+    float *part, int64_t ldp)
+{
+    __m256 acc[GROUP][12];
+    tile_sums(acc, NB, R, 1, kc / 8, NULL, ldb, x, w, bias, first, part, ldp);
+    if (!last) {
+        tile_to_part(acc, NB, R, part, ldp);
+        return;
+    }
+    _Pragma("GCC unroll 3") for (int j = 0; j < NB; j++)
+        _Pragma("GCC unroll 12") for (int r = 0; r < R; r++) {
             __m256 v = acc[j][r];
-            if (!last) {
-                _mm256_storeu_ps(part + j * ldp + r * 8, v);
-                continue;
-            }
             if (res)
                 v = _mm256_add_ps(v, _mm256_loadu_ps(res + j * ldb + r * 8));
             _mm256_storeu_ps(y + j * ldb + r * 8, activate_ps256(v, act));
@@ -108,29 +150,7 @@ ATTR_AVX2 static inline __attribute__((always_inline)) void pw_tile(
         const float *rp = res ? res + p * 8 : NULL;                                           \
         float *yp = y + p * 8;                                                                \
         float *pp = part ? part + (p - p0) * 8 : NULL;                                        \
-        switch (r) {                                                                          \
-        case 1: pw_tile(NB, 1, kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp); break;    \
-        case 2: pw_tile(NB, 2, kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp); break;    \
-        case 3: pw_tile(NB, 3, kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp); break;    \
-        case 4: pw_tile(NB, (12 / (NB) < 4 ? 12 / (NB) : 4), kc, xp, ldb, w, bias, rp, yp,    \
-                        ACT, first, last, pp, ldp); break;                                         \
-        case 5: pw_tile(NB, (12 / (NB) < 5 ? 12 / (NB) : 5), kc, xp, ldb, w, bias, rp, yp,    \
-                        ACT, first, last, pp, ldp); break;                                         \
-        case 6: pw_tile(NB, (12 / (NB) < 6 ? 12 / (NB) : 6), kc, xp, ldb, w, bias, rp, yp,    \
-                        ACT, first, last, pp, ldp); break;                                         \
-        case 7: pw_tile(NB, (12 / (NB) < 7 ? 12 / (NB) : 7), kc, xp, ldb, w, bias, rp, yp,    \
-                        ACT, first, last, pp, ldp); break;                                    \
-        case 8: pw_tile(NB, (12 / (NB) < 8 ? 12 / (NB) : 8), kc, xp, ldb, w, bias, rp, yp,    \
-                        ACT, first, last, pp, ldp); break;                                    \
-        case 9: pw_tile(NB, (12 / (NB) < 9 ? 12 / (NB) : 9), kc, xp, ldb, w, bias, rp, yp,    \
-                        ACT, first, last, pp, ldp); break;                                    \
-        case 10: pw_tile(NB, (12 / (NB) < 10 ? 12 / (NB) : 10), kc, xp, ldb, w, bias, rp, yp, \
-                         ACT, first, last, pp, ldp); break;                                   \
-        case 11: pw_tile(NB, (12 / (NB) < 11 ? 12 / (NB) : 11), kc, xp, ldb, w, bias, rp, yp, \
-                         ACT, first, last, pp, ldp); break;                                   \
-        default: pw_tile(NB, 12 / (NB), kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp);  \
-                 break;                                                                       \
-        }                                                                                     \
+        TILE_SWITCH(r, NB, pw_tile, kc, xp, ldb, w, bias, rp, yp, ACT, first, last, pp, ldp)  \
     }
 
 #define PW_BODY(ACT)                                                                          \
@@ -164,43 +184,18 @@ ATTR_AVX2 void asymo_pointwise_blocked_avx2(const asymo_pointwise_blocked_job *j
 /* ---- dense, any kernel, NCHW output -------------------------------------------------------- */
 /* NB output blocks by R pixels of one output row, S apart in the padded copy x (at the tile's
  * first window's top-left corner, input block ib0 of the part), the part's nq (input block,
- * tap) pairs at x + off[q], w the group's packed weights of block ib0. Sums start from the
- * bias (first part) or `part`, go back to `part` (not the last) or, with the shortcut and
- * activation, to y, NCHW (y and res at the tile's first pixel of the
- * group's first channel; channels `plane` floats apart). */
+ * tap) pairs at x + off[q], w the group's packed weights of block ib0; the last part adds the
+ * shortcut, applies the activation and stores to y, NCHW (y and res at the tile's first pixel
+ * of the group's first channel; channels `plane` floats apart). */
 ATTR_AVX2 static inline __attribute__((always_inline)) void dense_tile(
     const int NB, const int R, const int S, int64_t nq, const int64_t *off, const float *x,
     const float *w, const float *bias, int first, int last, float *part, int64_t ldp,
     float *y, const float *res, int64_t plane, int act)
 {
     __m256 acc[GROUP][12];
-    _Pragma("GCC unroll 3") for (int j = 0; j < NB; j++) {
-        const __m256 b = bias ? _mm256_loadu_ps(bias + 8 * j) : _mm256_setzero_ps();
-        _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)
-            acc[j][r] = first ? b : _mm256_loadu_ps(part + j * ldp + r * 8);
-    }
-    /* one loop over the part's (input block, tap) pairs, as the 1x1 kernel's over blocks:
-     * nested loops over blocks and taps made GCC store the accumulators every step */
-    for (int64_t q = 0; q < nq; q++) {
-        const float *xb = x + off[q];
-        const float *wb = w + q * 64 * NB;
-        _Pragma("GCC unroll 1") for (int c = 0; c < 8; c++) {
-            __m256 wv[GROUP];
-            _Pragma("GCC unroll 3") for (int j = 0; j < NB; j++)
-                wv[j] = _mm256_loadu_ps(wb + c * 8 * NB + 8 * j);
-            _Pragma("GCC unroll 12") for (int r = 0; r < R; r++) {
-                const __m256 xv = _mm256_broadcast_ss(xb + r * S * 8 + c);
-                _Pragma("GCC unroll 3") for (int j = 0; j < NB; j++)
-                    acc[j][r] = _mm256_fmadd_ps(xv, wv[j], acc[j][r]);
-            }
-        }
-    }
-    /* (every loop over the accumulators unrolled: one left rolled kept them in memory,
-     * stored at every step of the loop above) */
+    tile_sums(acc, NB, R, S, nq, off, 0, x, w, bias, first, part, ldp);
     if (!last) {
-        _Pragma("GCC unroll 3") for (int j = 0; j < NB; j++)
-            _Pragma("GCC unroll 12") for (int r = 0; r < R; r++)
-                _mm256_storeu_ps(part + j * ldp + r * 8, acc[j][r]);
+        tile_to_part(acc, NB, R, part, ldp);
         return;
     }
     /* a channel's values of the tile are R consecutive floats of its plane: each pixel's
@@ -233,25 +228,11 @@ ATTR_AVX2 static inline __attribute__((always_inline)) void dense_tile(
             const float *rp = res ? res + o : NULL;                                           \
             float *yp = y + o;                                                                \
             float *pp = part ? part + (ox - ox0) * 8 : NULL;                                  \
-            switch (r) {                                                                      \
-            case 1: DENSE_TILE(NB, 1, S); break;                                              \
-            case 2: DENSE_TILE(NB, 2, S); break;                                              \
-            case 3: DENSE_TILE(NB, 3, S); break;                                              \
-            case 4: DENSE_TILE(NB, (12 / (NB) < 4 ? 12 / (NB) : 4), S); break;                \
-            case 5: DENSE_TILE(NB, (12 / (NB) < 5 ? 12 / (NB) : 5), S); break;                \
-            case 6: DENSE_TILE(NB, (12 / (NB) < 6 ? 12 / (NB) : 6), S); break;                \
-            case 7: DENSE_TILE(NB, (12 / (NB) < 7 ? 12 / (NB) : 7), S); break;                \
-            case 8: DENSE_TILE(NB, (12 / (NB) < 8 ? 12 / (NB) : 8), S); break;                \
-            case 9: DENSE_TILE(NB, (12 / (NB) < 9 ? 12 / (NB) : 9), S); break;                \
-            case 10: DENSE_TILE(NB, (12 / (NB) < 10 ? 12 / (NB) : 10), S); break;             \
-            case 11: DENSE_TILE(NB, (12 / (NB) < 11 ? 12 / (NB) : 11), S); break;             \
-            default: DENSE_TILE(NB, 12 / (NB), S); break;                                     \
-            }                                                                                 \
+            TILE_SWITCH(r, NB, dense_tile, S, nq, off, xp, w, bias, first, last, pp, ldp, yp, \
+                        rp, plane, act)                                                       \
             ox += r;                                                                          \
         }                                                                                     \
     }
-#define DENSE_TILE(NB, R, S)                                                                  \
-    dense_tile(NB, R, S, nq, off, xp, w, bias, first, last, pp, ldp, yp, rp, plane, act)
 #define DENSE_BODY(S)                                                                         \
     if (nb == 3) {                                                                            \
         DENSE_PIXELS(3, S)                                                                    \
