@@ -511,15 +511,15 @@ def test_both_im2col_methods_on_a_packed_gemm_layer(method, monkeypatch):
     assert plans and all((p.implicit is not None) == (method == "implicit") for p in plans)
 
 
-def test_implicit_products_split_columns_between_clusters(two_cluster_pool, monkeypatch):
+def test_image_products_split_columns_between_clusters(two_cluster_pool, monkeypatch):
     """A product that packs B from the image is split along N (each cluster packs only its
     own columns) once N is a fair fraction of M; along M, every cluster would pack all of B."""
     import asymo.ops.conv as conv_mod
-    from asymo.ops.conv_gemm import IMPLICIT_N_SPLIT_MIN, plan_conv_gemm
+    from asymo.ops.conv_gemm import IMAGE_N_SPLIT_MIN, plan_conv_gemm
 
     pool = two_cluster_pool
     m, k, n = 256, 2304, 196  # ResNet-50 layer3.0 conv2: 3x3 stride 2, 28 -> 14
-    assert n >= IMPLICIT_N_SPLIT_MIN * m
+    assert n >= IMAGE_N_SPLIT_MIN * m
     assert plan_conv_gemm(m, k, n, np.float32, pool).split_dim == "M"
     plan = plan_conv_gemm(m, k, n, np.float32, pool, packs_b=True)
     assert plan.split_dim == "N" and plan.kind == "mm"
@@ -540,6 +540,20 @@ def test_implicit_products_split_columns_between_clusters(two_cluster_pool, monk
     _close(y, reference.conv2d(x, w, b, 2, 1, 1, 1, "relu"), np.float32)
     used = _implicit_plans(conv_mod)
     assert used and all(ch[2].split_dim == "N" for p in used for ch in p.implicit)
+    # a 1x1 layer's product packs the image itself: ResNet-50's layer3 conv1, 1024 -> 256 at
+    # 14x14, splits along N too
+    monkeypatch.setattr(conv_mod, "POINTWISE", "off")
+    x = rng.standard_normal((1, 1024, 14, 14)).astype(np.float32)
+    w = (rng.standard_normal((256, 1024, 1, 1)) / 32).astype(np.float32)
+    b = rng.standard_normal(256).astype(np.float32)
+    r = rng.standard_normal((1, 256, 14, 14)).astype(np.float32)
+    y = conv2d(x, w, b, activation="relu", residual=r, pool=pool)
+    _close(y, np.maximum(reference.conv2d(x, w, b) + r, 0), np.float32)
+    pw = [p for per in conv_mod._plan_cache.values() for p in per.values()
+          if getattr(p, "pointwise", False)]
+    assert pw and all(p.gemm_plan.split_dim == "N" for p in pw)
+    ranges = [b - a for a, b in pw[0].gemm_plan.cluster_ranges]
+    assert sum(ranges) == 196 and ranges[0] > ranges[1] > 0
 
 
 def test_small_jobs_run_on_the_fastest_cluster_alone(two_cluster_pool, monkeypatch):

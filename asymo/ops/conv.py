@@ -1100,7 +1100,8 @@ class _GemmConvPlan:
         if has_bias or activation is not None or has_residual:
             self.epilogue = _bias_act_plan(pool, cout, oh * ow, dtype, activation)
         if self.pointwise:
-            self.gemm_plan = plan_conv_gemm(self.cout_g, k, self.ncols, dtype, pool)
+            self.gemm_plan = plan_conv_gemm(self.cout_g, k, self.ncols, dtype, pool,
+                                            packs_b=True)
             return
         job = self.job = ffi.new("asymo_im2col_job *")
         _geometry(job.geom, cin_g, h, w, (kh, kw), stride, pads, dilation, oh, ow)

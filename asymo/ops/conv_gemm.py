@@ -28,19 +28,21 @@ __all__ = ["plan_conv_gemm", "column_split", "matmul_into"]
 #: plane 56 columns instead of 64) and measured faster there (docs/tuning.md).
 PREFER_AVX512 = False
 
-#: A convolution whose GEMM packs B from the image (implicit im2col: a gather per element) is
-#: split between clusters along N (output pixels) rather than M (output channels) when N is
-#: at least this fraction of M. Split along M, every cluster packs all of B, the slower ones
-#: at their speed; split along N, each packs its own columns and reads all of the (prepacked)
-#: weights, a plain stream. docs/tuning.md has the measurements.
-IMPLICIT_N_SPLIT_MIN = 0.25
+#: A convolution whose GEMM packs B from the image (a 1x1 layer's image itself, or implicit
+#: im2col's gather per element) is split between clusters along N (output pixels) rather than
+#: M (output channels) when N is at least this fraction of M. Split along M, every cluster
+#: packs all of B, the slower ones at their speed; split along N, each packs its own columns
+#: and reads all of the (prepacked) weights, a plain stream. docs/tuning.md has the
+#: measurements.
+IMAGE_N_SPLIT_MIN = 0.25
 
 
 def plan_conv_gemm(m, k, n, dtype, pool, *, packs_b=False):
     """The (cached) GEMM plan for ``(m x k) @ (k x n)`` on ``pool``: calibrated when
     ``asymo calibrate`` made a profile for this CPU (`asymo.plan_matmul`), else the default
     (the AVX-512 kernels for packed products when `PREFER_AVX512` is set). ``packs_b``: the
-    product packs B from the image (implicit im2col; see `IMPLICIT_N_SPLIT_MIN`)."""
+    product packs B from the image (a 1x1 layer, or implicit im2col; see
+    `IMAGE_N_SPLIT_MIN`)."""
     dname = np.dtype(dtype).name
     # (a small GEMM's plan already runs on the fastest cluster alone: asymo.plan.split_cost, the
     # rule matmul uses, decides inside the planners)
@@ -61,16 +63,16 @@ def plan_conv_gemm(m, k, n, dtype, pool, *, packs_b=False):
 
 
 def _split_columns(plan, m, n):
-    """Whether an implicit-im2col product split along M between clusters should be split
-    along N instead: a slower cluster has a share, and N is wide enough for every cluster to
-    get whole micro-tiles of columns."""
+    """Whether a product packing B from the image, split along M between clusters, should be
+    split along N instead: a slower cluster has a share, and N is wide enough for every cluster
+    to get whole micro-tiles of columns."""
     if plan.kind != "mm" or plan.split_dim != "M" or plan.nbatch != 1:
         return False
     shared = [b - a for a, b in plan.cluster_ranges]
     if len(shared) < 2 or not any(shared[1:]):
         return False
     nr = _kernel_tile(plan.isa, plan.dtype)[1]
-    return n >= IMPLICIT_N_SPLIT_MIN * m and n >= 2 * nr * sum(1 for x in shared if x)
+    return n >= IMAGE_N_SPLIT_MIN * m and n >= 2 * nr * sum(1 for x in shared if x)
 
 
 def column_split(plan, n, pool):
