@@ -207,34 +207,61 @@ def test_choice_rule():
     assert not c.decided and c.report()["choice"] == "measuring"
 
 
-def test_a_decided_choice_is_measured_again_when_its_calls_slow_down():
+def _probe(c, kept_s, other_s):
+    """Run a started probe to its end: the kept candidate's calls take ``kept_s``, the
+    other's ``other_s``; returns the candidates dispatched."""
+    order = []
+    while c.probe is not None:
+        cand = c.next_probe()
+        order.append(cand)
+        c.record(cand, None, kept_s if cand == c.choice else other_s)
+    return order
+
+
+def test_a_decided_choice_is_probed_when_its_calls_slow_down():
     n = gm.CHOICE_SAMPLES + 1
     w = gm.CHOICE_RECHECK_CALLS
+    P = gm.CHOICE_PROBE_CALLS
     c = _feed(gm._Choice(), {"all": [([1.0, 1.0], 2.0)] * n,
                              "fastest": [([0.5, 0.5], 1.1)] * n})
-    assert c.choice == "fastest" and c.rechecks == 0
+    assert c.choice == "fastest" and c.rechecks == 0 and c.next_probe() is None
     # as fast as when chosen, or slower but within the margin of all clusters' 2.0: kept
     assert not any(c.observe(1.1) for _ in range(3 * w))
     assert not any(c.observe(2.0 * (1 + gm.CHOICE_RECHECK_MARGIN) - 0.01) for _ in range(w))
     # one stall per window does not count (medians)
     assert not any(c.observe(100.0 if i == 0 else 1.1) for i in range(w))
-    # slower than all clusters were by more than the margin: measured again at the check
+    # slower than all clusters were by more than the margin: a probe at the check
     seen = [c.observe(2.5) for _ in range(w)]
     assert seen[-1] and not any(seen[:-1])
+    assert c.decided and c.probe is not None and not c.observe(9.0)
+    # the whole host slowed: all clusters are as much slower, the choice stays, and the
+    # probe's medians are the yardstick now (the other's, and the kept one's)
+    order = _probe(c, 2.5, 4.6)
+    assert order == ["all", "fastest"] * P
+    assert c.decided and c.choice == "fastest" and c.rechecks == 0 and c.probes == 1
+    assert c.choice_medians == {"all": 4.6, "fastest": 2.5}
+    assert c.report()["choice"] == "fastest" and c.report()["all_s"] == 4.6
+    # the next check needs twice the calls; now all clusters win the probe: measured again
+    seen = [c.observe(6.0) for _ in range(2 * w)]
+    assert seen[-1] and not any(seen[:-1])
+    _probe(c, 6.0, 4.6)
     assert not c.decided and c.rechecks == 1 and c.report()["choice"] == "measuring"
     assert not c.observe(9.0)  # (calls while measuring are not checked)
     # a call dispatched before the restart (step 2: no node times) is not a step-1 sample
     c.record("per node", None, 1.0)
     c.record("all", None, 1.0)
     assert c.call_samples == {"all": [], "fastest": [], "per node": []}
-    # decided again, from the new measurements; the next check needs twice the calls
+    # decided again, from the new measurements; the next check needs four times the calls
     c = _feed(c, {"all": [([1.0, 1.0], 2.0)] * n, "fastest": [([1.5, 1.5], 3.0)] * n})
     assert c.choice == "all" and c.rechecks == 1 and c.report()["rechecks"] == 1
-    seen = [c.observe(5.0) for _ in range(2 * w)]
-    assert seen[-1] and not any(seen[:-1]) and c.rechecks == 2
+    seen = [c.observe(5.0) for _ in range(4 * w)]
+    assert seen[-1] and not any(seen[:-1])
+    # a probe the other wins by less than CHOICE_MARGIN keeps the choice
+    _probe(c, 5.0, 5.0 * (1 - gm.CHOICE_MARGIN) + 0.01)
+    assert c.decided and c.choice == "all" and c.probes == 2 and c.rechecks == 1
 
 
-def test_a_decided_choice_is_measured_again_on_schedule():
+def test_a_decided_choice_is_probed_on_schedule():
     # the blind spot of the check above: the fastest cluster alone, chosen while all clusters
     # were slow, never slows down itself when they become fast again
     n = gm.CHOICE_SAMPLES + 1
@@ -246,16 +273,25 @@ def test_a_decided_choice_is_measured_again_on_schedule():
     assert not c.observe(1.1, now=1000.0)
     assert not any(c.observe(1.1, now=1000.0 + T * i / 100) for i in range(1, 100))
     assert c.observe(1.1, now=1000.0 + T)
+    assert c.decided and c.probe is not None
+    # all clusters are now faster: measured again, and kept; the check's window is unchanged
+    _probe(c, 1.1, 0.8)
     assert not c.decided and c.refreshes == 1 and c.rechecks == 0
     assert c.report()["choice"] == "measuring" and c.report()["refreshes"] == 1
-    # measured again: all clusters are now faster, and kept; the check's window is unchanged
     c = _feed(c, {"all": [([0.4, 0.4], 0.8)] * n, "fastest": [([0.5, 0.5], 1.1)] * n})
     assert c.choice == "all" and c.report()["refreshes"] == 1
     seen = [c.observe(5.0, now=5000.0 + i) for i in range(gm.CHOICE_RECHECK_CALLS)]
-    assert seen[-1] and not any(seen[:-1]) and c.rechecks == 1 and c.refreshes == 1
-    # a refresh is due however the calls run, slower or faster than when chosen
+    assert seen[-1] and not any(seen[:-1])
+    _probe(c, 5.0, 1.1)
+    assert not c.decided and c.rechecks == 1 and c.refreshes == 1
+    # a refresh is due however the calls run, slower or faster than when chosen; a probe the
+    # kept candidate wins keeps it, and the clock starts again
     c = _feed(c, {"all": [([0.4, 0.4], 0.8)] * n, "fastest": [([0.5, 0.5], 1.1)] * n})
-    assert not c.observe(0.1, now=0.0) and c.observe(0.1, now=T) and c.refreshes == 2
+    assert not c.observe(0.1, now=0.0) and c.observe(0.1, now=T)
+    _probe(c, 0.1, 1.1)
+    assert c.decided and c.choice == "all" and c.refreshes == 1 and c.probes == 1
+    assert not c.observe(0.1, now=2 * T) and not c.observe(0.1, now=3 * T - 0.1)
+    assert c.observe(0.1, now=3 * T)
 
 
 @needs_two_cpus
@@ -273,8 +309,17 @@ def test_a_model_measures_its_choice_again_and_keeps_answering(net_and_input):
         np.testing.assert_allclose(m(x.numpy()), ref, rtol=1e-4, atol=1e-4)
         assert len(choice.recent) == before + 1
         slow = 10 * max(v for v in choice.choice_medians.values())
-        while choice.decided:
+        while choice.probe is None:
             choice.observe(slow)
+        # the probe's calls run on the model (the other candidate first), answers right
+        rival = choice.next_probe()
+        assert rival != choice.choice
+        np.testing.assert_allclose(m(x.numpy()), ref, rtol=1e-4, atol=1e-4)
+        assert len(choice.probe[rival]) == 1
+        # the other wins the probe: measured again
+        while choice.probe is not None:
+            cand = choice.next_probe()
+            choice.record(cand, None, slow if cand == choice.choice else slow / 10)
         assert m.chosen_clusters()["choice"] == "measuring"
         _call_until_decided(m, x, ref)
         assert m.chosen_clusters()["rechecks"] == 1

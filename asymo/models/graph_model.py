@@ -67,17 +67,24 @@ CHOICE_MARGIN = 0.03
 CHOICE_MAX_CALLS = 2 * (1 + CHOICE_SAMPLES) + 1 + 3 * CHOICE_SAMPLES
 #: Once "auto" has decided, every call of the kept candidate is timed; when the median of
 #: CHOICE_RECHECK_CALLS of them is more than CHOICE_RECHECK_MARGIN above the best median
-#: another candidate had when the choice was made, the choice is measured again (the machine
-#: changed: another load on a core, another speed). Each re-measure doubles the calls before
-#: the next check, so a machine that keeps changing is not measured without end.
+#: another candidate had when the choice was made, the machine may have changed (another load
+#: on a core, another speed) -- or the whole host slowed, which that median, taken earlier,
+#: cannot show. The kept candidate and that other are then probed (`CHOICE_PROBE_CALLS`), and
+#: the choice is measured again only when the other wins. Each check that fires doubles the
+#: calls before the next, so a machine that keeps changing is not probed without end.
 CHOICE_RECHECK_CALLS = 16
 CHOICE_RECHECK_MARGIN = 0.10
-#: A decided choice is also measured again CHOICE_REFRESH_S seconds after it was made,
-#: however its calls run: the check above sees only the kept candidate slow down, not another
-#: speed up (a choice of the fastest cluster alone, made while cores were busy or transfers
-#: between them dear, would else be kept after they are free again). A re-measure takes at most
-#: CHOICE_MAX_CALLS calls, part of them on the slower candidates.
+#: A decided choice is also probed CHOICE_REFRESH_S seconds after it was made, however its
+#: calls run: the check above sees only the kept candidate slow down, not another speed up (a
+#: choice of the fastest cluster alone, made while cores were busy or transfers between them
+#: dear, would else be kept after they are free again).
 CHOICE_REFRESH_S = 30.0
+#: A probe: the kept candidate and the other candidate with the best median run in turn, the
+#: other first, until each has this many timed calls; the choice is measured again (at most
+#: CHOICE_MAX_CALLS calls, part of them on the slower candidates) only when the other's median
+#: is CHOICE_MARGIN below the kept one's. Otherwise the choice stays, and the probe's medians
+#: (the others scaled by the kept candidate's change) are what later checks compare with.
+CHOICE_PROBE_CALLS = 3
 #: On a pool of several clusters a convolution's tasks may be backed up (docs/pool.md, "Backup
 #: tasks"): a task a stopped core holds is run again on another and the node ends without
 #: waiting for it, its late copy running on into the next nodes. The arena of such a pool's
@@ -754,9 +761,13 @@ class _Choice:
        1's) is kept;
     4. the kept candidate's calls go on being timed (`observe`): a median of
        CHOICE_RECHECK_CALLS calls more than CHOICE_RECHECK_MARGIN above another candidate's
-       median from step 3 starts the choice again, with the check's window doubled;
+       median from step 3 starts a probe (step 6), with the check's window doubled;
     5. the first of its calls to end CHOICE_REFRESH_S seconds after the choice's first
-       observed call starts the choice again too (a refresh).
+       observed call starts a probe too (a refresh);
+    6. a probe runs the best other candidate and the kept one in turn, CHOICE_PROBE_CALLS
+       timed calls each (`next_probe`): when the other is CHOICE_MARGIN faster, the choice
+       starts again from step 1 (a recheck, or a refresh); else it stays, with the probe's
+       medians (the host's speed drifts: a candidate measured minutes ago is no yardstick).
 
     Used under the model's lock."""
 
@@ -765,6 +776,8 @@ class _Choice:
     def __init__(self):
         self.rechecks = 0  # times this choice was found slower and measured again (step 4)
         self.refreshes = 0  # times it was measured again on schedule (step 5)
+        self.probes = 0  # probes that kept the choice (step 6)
+        self._checks = 0  # checks that fired (step 4): each doubles the next one's window
         self._start()
 
     def _start(self):
@@ -780,6 +793,8 @@ class _Choice:
         self.choice_medians = None  # each candidate's median call when the choice was made
         self.on_fastest = None  # the kept placement, per node
         self.kept_since = None  # time.monotonic() at the kept candidate's first observed call
+        self.probe = None  # during a probe (step 6): {candidate: call seconds}
+        self._probe_cause = None  # what started it: "recheck" or "refresh"
 
     @property
     def decided(self):
@@ -801,6 +816,8 @@ class _Choice:
 
     def record(self, cand, node_seconds, call_seconds):
         if self.decided:
+            if self.probe is not None and cand in self.probe:
+                self._probe_sample(cand, call_seconds)
             return
         if self.per_node is not None:  # step 2
             if cand == "per node" and not self.call_samples[cand]:
@@ -843,28 +860,63 @@ class _Choice:
     def observe(self, call_seconds, now=None):
         """One call of the kept candidate took ``call_seconds`` and ended at ``now``
         (`time.monotonic`, the default); when a check finds it slower than another candidate
-        was (step 4), or the choice is due for a refresh (step 5), the choice starts again
-        (True)."""
-        if not self.decided:
+        was (step 4), or the choice is due for a refresh (step 5), a probe starts (True)."""
+        if not self.decided or self.probe is not None:
             return False
         now = time.monotonic() if now is None else now
         if self.kept_since is None:
             self.kept_since = now
         elif now - self.kept_since >= CHOICE_REFRESH_S:
-            self.refreshes += 1
-            self._start()
-            return True
+            return self._start_probe("refresh")
         self.recent.append(call_seconds)
-        if len(self.recent) < CHOICE_RECHECK_CALLS << self.rechecks:
+        if len(self.recent) < CHOICE_RECHECK_CALLS << self._checks:
             return False
         now = float(np.median(self.recent))
         self.recent = []
         others = [v for c, v in self.choice_medians.items() if c != self.choice]
         if not others or now <= (1 + CHOICE_RECHECK_MARGIN) * min(others):
             return False
-        self.rechecks += 1
-        self._start()
+        self._checks += 1
+        return self._start_probe("recheck")
+
+    def _start_probe(self, cause):
+        others = {c: v for c, v in self.choice_medians.items() if c != self.choice}
+        if not others:
+            return False
+        rival = min(others, key=others.get)
+        self.probe = {rival: [], self.choice: []}
+        self._probe_cause = cause
         return True
+
+    def next_probe(self):
+        """The candidate a call dispatched now runs during a probe (the other first, then in
+        turn), or None: no probe."""
+        if self.probe is None:
+            return None
+        return min(self.probe, key=lambda c: (len(self.probe[c]), c == self.choice))
+
+    def _probe_sample(self, cand, call_seconds):
+        self.probe[cand].append(call_seconds)
+        if min(len(v) for v in self.probe.values()) < CHOICE_PROBE_CALLS:
+            return
+        med = {c: float(np.median(v)) for c, v in self.probe.items()}
+        kept = med.pop(self.choice)
+        (rival, other), = med.items()
+        cause, self.probe, self._probe_cause = self._probe_cause, None, None
+        self.recent = []
+        if other < (1 - CHOICE_MARGIN) * kept:
+            if cause == "refresh":
+                self.refreshes += 1
+            else:
+                self.rechecks += 1
+            self._start()
+            return
+        self.probes += 1
+        self.kept_since = None
+        scale = kept / self.choice_medians[self.choice]
+        self.choice_medians = {c: (kept if c == self.choice else other if c == rival
+                                   else v * scale)
+                               for c, v in self.choice_medians.items()}
 
     def report(self):
         if self.choice_medians is not None:
@@ -1262,7 +1314,11 @@ class GraphModel(spec.LayerChain):
         key = (batch, pool.limit, emulated_period())
         with self._lock:
             choice = self._choices.setdefault(pool, {}).setdefault(key, _Choice())
-            if choice.decided:  # (its calls are still timed: _Choice.observe)
+            probe = choice.next_probe() if choice.decided else None
+            if probe is not None:  # (step 6: a timed call of the probe)
+                where, trial = probe, (choice, probe, False)
+                mix = choice.on_fastest if probe == choice.choice else choice.per_node
+            elif choice.decided:  # (its calls are still timed: _Choice.observe)
                 where, trial = choice.choice, (choice, None, False)
                 mix = choice.on_fastest
             else:
