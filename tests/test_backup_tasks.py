@@ -248,6 +248,16 @@ def test_models_on_a_two_cluster_pool_use_the_roomy_arena_and_backups():
                      if fn is lib.asymo_pool_run}
             m._release(inst)
         assert lib.ASYMO_RUN_BACKUP in flags
+        # the fastest cluster alone backs nothing up: its calls take the tight arena, and the
+        # roomy one goes back to calls on all clusters
+        m.cluster_choice = "fastest"
+        m._free.pop((1, False), None)  # (the one-cluster pool's instance, above)
+        np.testing.assert_allclose(m(x, pool=two), want, rtol=1e-5, atol=1e-6)
+        assert [i.overlap for i in m._free.get((1, False), [])] == [0]
+        assert [i.overlap for i in m._free[(1, True)]] == [BACKUP_OVERLAP_NODES]
+        m.cluster_choice = "all"
+        np.testing.assert_allclose(m(x, pool=two), want, rtol=1e-5, atol=1e-6)
+        assert len(m._free[(1, True)]) == 1 and len(m._free[(1, False)]) == 1
 
 
 @needs2

@@ -1253,9 +1253,10 @@ class GraphModel(spec.LayerChain):
                                                  BACKUP_OVERLAP_NODES if backups else 0)
         return p
 
-    def _acquire(self, batch, pool):
-        """An instance for ``batch`` images on ``pool`` (held)."""
-        key = (batch, pool.nclusters > 1)
+    def _acquire(self, batch, pool, alone=False):
+        """An instance for ``batch`` images on ``pool`` (held); ``alone``: for a call on its
+        fastest cluster alone."""
+        key = (batch, pool.nclusters > 1 and not alone)
         plan = self.plan(batch, backups=key[1])
         with self._lock:
             free = self._free.setdefault(key, [])
@@ -1399,11 +1400,13 @@ class GraphModel(spec.LayerChain):
             raise ValueError(f"{self.name}: inputs have different batch sizes "
                              f"{[x.shape[0] for x in xs]}")
         with hold(pool if pool is not None else self.pool) as held:
-            inst = self._acquire(batch, held)
+            fastest, on_fastest, trial = self._target(held, batch)
+            # a call on the fastest cluster alone backs no task up: an arena without room for
+            # late copies, whose buffers the nodes share more closely
+            inst = self._acquire(batch, held, alone=fastest is not None and on_fastest is None)
             try:
                 for x, info in zip(xs, g.inputs):
                     np.copyto(inst.views[info.name], x)
-                fastest, on_fastest, trial = self._target(held, batch)
                 timed = trial is not None and trial[1] is not None
                 # every node timed only where the choice reads node times (step 1): two clock
                 # reads a node, which the calls it compares with do not pay
