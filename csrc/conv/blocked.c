@@ -90,7 +90,9 @@ int64_t asymo_pointwise_blocked_tasks(const asymo_pointwise_blocked_job *job)
 /* Task t: chunk t / gtasks of the pixels, groups [t % gtasks * gpt, ...) of output blocks;
  * inside it the chunk goes in runs of pixels whose input (every input block) stays in L2
  * while each group of the task passes over them, so a group's weights are read once a run
- * (a 7 x 7 plane is one run: the weights of a wide layer, megabytes, are read once). */
+ * (a 7 x 7 plane of up to 408 input channels is one run: the weights of a wide layer,
+ * megabytes, are read once; wider inputs go in several runs, the last one short, which
+ * docs/tuning.md measured as costing little). */
 void asymo_pointwise_blocked_task(int64_t t, void *job_)
 {
 #if defined(__x86_64__)
