@@ -1253,10 +1253,9 @@ class GraphModel(spec.LayerChain):
                                                  BACKUP_OVERLAP_NODES if backups else 0)
         return p
 
-    def _acquire(self, batch, pool, alone=False):
-        """An instance for ``batch`` images on ``pool`` (held); ``alone``: for a call on its
-        fastest cluster alone."""
-        key = (batch, pool.nclusters > 1 and not alone)
+    def _acquire(self, batch, pool):
+        """An instance for ``batch`` images whose nodes run on ``pool``."""
+        key = (batch, pool.nclusters > 1)
         plan = self.plan(batch, backups=key[1])
         with self._lock:
             free = self._free.setdefault(key, [])
@@ -1401,9 +1400,10 @@ class GraphModel(spec.LayerChain):
                              f"{[x.shape[0] for x in xs]}")
         with hold(pool if pool is not None else self.pool) as held:
             fastest, on_fastest, trial = self._target(held, batch)
-            # a call on the fastest cluster alone backs no task up: an arena without room for
-            # late copies, whose buffers the nodes share more closely
-            inst = self._acquire(batch, held, alone=fastest is not None and on_fastest is None)
+            # the arena of the pool the nodes run on: a call on the fastest cluster alone
+            # backs no task up, and takes the tight one
+            inst = self._acquire(batch, fastest if fastest is not None and on_fastest is None
+                                 else held)
             try:
                 for x, info in zip(xs, g.inputs):
                     np.copyto(inst.views[info.name], x)

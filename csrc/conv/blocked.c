@@ -162,7 +162,7 @@ int asymo_dense_blocked_supported(const asymo_dense_blocked_job *job)
            && (g->stride_h == 1 || g->stride_h == 2) && g->dilation_h == 1
            && g->dilation_w == 1 && g->pad_h >= 0 && g->pad_w >= 0 && g->height >= 1
            && g->width >= 1 && o >= 1 && w >= 1
-           /* the kernel's (input block, tap) offsets of a part are on its stack */
+           /* a part's (input block, tap) offsets are on the task's stack */
            && g->kernel_h * g->kernel_w <= DENSE_MAX_TAPS
            /* the gather of the shortcut indexes a block's channels in int32 */
            && 8 * o * w < ((int64_t)1 << 31)
@@ -295,6 +295,14 @@ void asymo_dense_blocked_task(int64_t t, void *job_)
     const float *wpack = job->apack ? (const float *)job->apack
                                      : (const float *)job->scratch + L.copy_floats;
     float part[DENSE_RUN_PIXELS * 8 * ASYMO_PW_BLOCKED_GROUP];
+    /* a part's (input block, tap) offsets from its first block's window corner: the same for
+     * every part, row and group of the task (a shorter last part uses the first ones) */
+    const int64_t pk = kp < nblocks ? kp : nblocks;
+    int64_t off[pk * taps];
+    for (int64_t ib = 0, q = 0; ib < pk; ib++)
+        for (int64_t ky = 0; ky < g->kernel_h; ky++)
+            for (int64_t kx = 0; kx < g->kernel_w; kx++)
+                off[q++] = ib * L.ldb + (ky * L.wp + kx) * 8;
     for (int64_t gi = g0; gi < g1; gi++) {
         int64_t b0;
         const int nb = asymo_pw_blocked_group(blocks, gi, &b0);
@@ -306,8 +314,8 @@ void asymo_dense_blocked_task(int64_t t, void *job_)
                 for (int64_t ib = 0; ib < nblocks; ib += kp)
                     for (int64_t oy = r0; oy < r1; oy++)
                         asymo_dense_blocked_avx2(
-                            job, (const float *)job->scratch, L.wp, L.ldb, wpack, b0, nb, oy,
-                            x0, x1, ib, ib + kp < nblocks ? ib + kp : nblocks,
+                            job, (const float *)job->scratch, L.wp, L.ldb, off, wpack, b0, nb,
+                            oy, x0, x1, ib, ib + kp < nblocks ? ib + kp : nblocks,
                             parts ? part + (oy - r0) * (x1 - x0) * 8 : NULL, ldp);
             }
         }

@@ -43,14 +43,15 @@ void asymo_pointwise_blocked_avx2(const asymo_pointwise_blocked_job *job, int64_
                                   int64_t p0, int64_t p1, int64_t k0, int64_t k1, float *part);
 /* Pixels [ox0, ox1) of output row oy of a dense job's output blocks [b0, b0 + nb) (a group),
  * input blocks [ib0, ib1) (a part): xpad the padded NCHW8c copy (rows wp pixels wide, blocks
- * ldb floats apart), wpack the packed weights; the first part starts from the bias, later ones
- * from the sums in `part` (at pixel ox0; nb blocks ldp floats apart, 8 floats a pixel; NULL
- * when [ib0, ib1) is all of them), the last stores y (NCHW) with the shortcut and the
- * activation. */
+ * ldb floats apart), off the offsets of a part's (input block, tap) pairs from its first
+ * block's window corner (the same for every part: asymo_dense_blocked_task makes them once a
+ * task), wpack the packed weights; the first part starts from the bias, later ones from the
+ * sums in `part` (at pixel ox0; nb blocks ldp floats apart, 8 floats a pixel; NULL when
+ * [ib0, ib1) is all of them), the last stores y (NCHW) with the shortcut and the activation. */
 void asymo_dense_blocked_avx2(const asymo_dense_blocked_job *job, const float *xpad,
-                              int64_t wp, int64_t ldb, const float *wpack, int64_t b0, int nb,
-                              int64_t oy, int64_t ox0, int64_t ox1, int64_t ib0, int64_t ib1,
-                              float *part, int64_t ldp);
+                              int64_t wp, int64_t ldb, const int64_t *off, const float *wpack,
+                              int64_t b0, int nb, int64_t oy, int64_t ox0, int64_t ox1,
+                              int64_t ib0, int64_t ib1, float *part, int64_t ldp);
 /* Output rows [oy0, oy1) of channel block b of a depthwise job. */
 void asymo_depthwise_blocked_avx2(const asymo_depthwise_blocked_job *job, int64_t b,
                                   int64_t oy0, int64_t oy1);

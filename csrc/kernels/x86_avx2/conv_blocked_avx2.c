@@ -243,22 +243,18 @@ ATTR_AVX2 static inline __attribute__((always_inline)) void dense_tile(
     }
 
 ATTR_AVX2 void asymo_dense_blocked_avx2(const asymo_dense_blocked_job *job, const float *xpad,
-                                        int64_t wp, int64_t ldb, const float *wpack,
-                                        int64_t b0, int nb, int64_t oy, int64_t ox0,
-                                        int64_t ox1, int64_t ib0, int64_t ib1, float *part,
-                                        int64_t ldp)
+                                        int64_t wp, int64_t ldb, const int64_t *off,
+                                        const float *wpack, int64_t b0, int nb, int64_t oy,
+                                        int64_t ox0, int64_t ox1, int64_t ib0, int64_t ib1,
+                                        float *part, int64_t ldp)
 {
     const asymo_conv_geometry *g = &job->geom;
     const int64_t kh = g->kernel_h, kw = g->kernel_w, ow = g->out_w;
-    const int64_t plane = g->out_h * ow, nblocks = g->channels / 8, nib = ib1 - ib0;
+    const int64_t plane = g->out_h * ow, nblocks = g->channels / 8;
     const int first = ib0 == 0, last = ib1 == nblocks, act = job->activation;
     const float *x = xpad + ib0 * ldb;
-    const int64_t nq = nib * kh * kw;
-    int64_t off[nq];
-    for (int64_t ib = 0, q = 0; ib < nib; ib++)
-        for (int64_t ky = 0; ky < kh; ky++)
-            for (int64_t kx = 0; kx < kw; kx++)
-                off[q++] = ib * ldb + (ky * wp + kx) * 8;
+    /* (a shorter last part reads the table's first pairs) */
+    const int64_t nq = (ib1 - ib0) * kh * kw;
     const float *w = wpack + b0 * 8 * g->channels * kh * kw + ib0 * kh * kw * 64 * nb;
     const float *bias = job->bias ? (const float *)job->bias + b0 * 8 : NULL;
     const float *res = job->residual ? (const float *)job->residual + b0 * 8 * plane : NULL;
