@@ -43,6 +43,7 @@ from asymo.ops.conv import BoundConv2d, PackedConvWeight, conv_path
 from asymo.ops.packed import PackedMatVec
 from asymo.plan.split_cost import emulated_period
 from asymo.runtime.ffi import lib
+from asymo.runtime.memory import CACHE_LINE, empty_aligned
 from asymo.runtime.pool import caller_on_fastest, hold
 
 __all__ = ["GraphModel", "ExecutionPlan", "ALIAS_OPS", "INPLACE_OPS"]
@@ -50,7 +51,7 @@ __all__ = ["GraphModel", "ExecutionPlan", "ALIAS_OPS", "INPLACE_OPS"]
 ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 INPLACE_OPS = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "Add", "Mul", "Sub",
                          "Div", "BatchNormalization"})
-ALIGN = 64  # bytes: every arena tensor starts on a cache line
+ALIGN = CACHE_LINE  # bytes: every arena tensor starts on a cache line
 #: The largest activation arena planned (bytes), so a bad shape fails clearly, not in malloc.
 MAX_ARENA_BYTES = 16 << 30
 #: ``GraphModel.cluster_choice`` values: "auto" (measured, see `_Choice`), "all" (every
@@ -934,10 +935,8 @@ class _Instance:
     """An arena and the graph's nodes bound to views of it (used by one call at a time)."""
 
     def __init__(self, graph, plan, packed, matvec, blocked_weight):
-        self.arena = np.empty(max(plan.arena_bytes, ALIGN) // 4 + ALIGN // 4, np.float32)
-        # align the arena's start to a cache line
-        shift = (-self.arena.ctypes.data % ALIGN) // 4
-        base = self.arena[shift:]
+        self.arena = empty_aligned(max(plan.arena_bytes, ALIGN) // 4, np.float32)
+        base = self.arena
         V = {}
         for t, (off, nbytes) in plan.storage.items():
             shape = plan.shapes[t]

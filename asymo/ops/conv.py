@@ -56,6 +56,7 @@ from asymo.ops import winograd as _winograd
 from asymo.ops.winograd import PackedConvWeight, prepack_conv
 from asymo.plan import split_cost as _split_cost
 from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.memory import empty_aligned, empty_result
 from asymo.runtime.partition import even_block_size as _even_block_size
 from asymo.runtime.pool import Pool as _Pool
 from asymo.runtime.pool import acquire as _acquire_pool
@@ -520,7 +521,7 @@ def _prepare(x, weight, bias, stride, padding, dilation, groups, activation, res
     if direct and (np.may_share_memory(yb, xb) or np.may_share_memory(yb, w_c)
                    or (b_c is not None and np.may_share_memory(yb, b_c))):
         direct = False
-    target = yb if direct else np.empty(shape, dtype)
+    target = yb if direct else empty_result(shape, dtype)
 
     r.xb, r.w, r.b, r.packed, r.residual = xb, w_c, b_c, packed, residual
     r.target, r.direct = target, direct
@@ -531,7 +532,7 @@ def _prepare(x, weight, bias, stride, padding, dilation, groups, activation, res
 
 def _check_out(out, shape, dtype):
     if out is None:
-        return np.empty(shape, dtype)
+        return empty_result(shape, dtype)
     if not isinstance(out, np.ndarray):
         raise TypeError(f"conv2d: out must be a numpy array, got {type(out).__name__}")
     if out.shape != tuple(shape):
@@ -1304,7 +1305,7 @@ class _NativeCalls:
         else:
             self._gemm(plan, x, has_bias, y, residual, pool)
         if self._col_elems and bound:
-            self._col = np.empty(self._col_elems, x.dtype)  # a bound call owns its own
+            self._col = empty_aligned(self._col_elems, x.dtype)  # a bound call owns its own
         self._sources = sorted({src for _s, _f, src, _o in self._slots})
 
     def _at(self, struct, field, src, offset=0):
@@ -1690,7 +1691,7 @@ def _cached_conv2d(sig, x, weight, bias, residual, out, pool):
                 or _plan_settings() != e.settings
                 or _cached_plan(pool, e.plan_key) is not e.plan):
             return None
-        y = np.empty(e.shape, e.dtype) if out is None else out
+        y = empty_result(e.shape, e.dtype) if out is None else out
         e.busy = True
         try:
             keep = e.calls.fill(x, w, None if w is weight else weight, bias, y, residual)

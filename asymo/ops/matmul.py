@@ -25,6 +25,7 @@ import os
 import numpy as np
 
 from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.memory import empty_result
 from asymo.plan import gemm as _plans
 from asymo.plan.matmul import plan_for_matmul as _plan_for_matmul
 from asymo.ops.matmul_fast import matmul as _fast_matmul
@@ -269,7 +270,7 @@ def _matmul_general(a, b, out, backend, pool):
         return np.matmul(a, b, out=out)
 
     scalar = a.ndim == 1 and b.ndim == 1 and out is None
-    res = np.empty(rshape, dt) if out is None else out
+    res = empty_result(rshape, dt) if out is None else out
     # views with the promoted dimensions restored: a2 (..., M, K), b2 (..., K, N), c2 (..., M, N)
     a2 = a[np.newaxis, :] if a.ndim == 1 else a
     b2 = b[:, np.newaxis] if b.ndim == 1 else b
@@ -293,7 +294,7 @@ def _matmul_general(a, b, out, backend, pool):
     target = c2
     if out is not None and (not _usable(c2) or np.may_share_memory(c2, a2)
                             or np.may_share_memory(c2, b2) or _overlaps_itself(c2)):
-        target = np.empty(c2.shape, dt)
+        target = empty_result(c2.shape, dt)
     pool = _hold_pool(pool)
     try:
         _run(a2, b2, target, batch, M, K, N, backend, pool)
@@ -406,7 +407,7 @@ def _packed_product(a2, b2, out, pa, pb, M, K, N, rshape, dt, plan, pool):
         a2 = np.ascontiguousarray(a2)
     if b2 is not None and not _usable(b2):
         b2 = np.ascontiguousarray(b2)
-    res = np.empty(rshape, dt) if out is None else out
+    res = empty_result(rshape, dt) if out is None else out
     if out is None:
         c2 = res.reshape(M, N)  # a view: res is fresh and contiguous
     elif (out.ndim == 2 and _usable(out) and not _overlaps_itself(out)
@@ -414,7 +415,7 @@ def _packed_product(a2, b2, out, pa, pb, M, K, N, rshape, dt, plan, pool):
           and not (b2 is not None and np.may_share_memory(out, b2))):
         c2 = out
     else:
-        c2 = np.empty((M, N), dt)
+        c2 = empty_result((M, N), dt)
     _run_packed(pa.array if a2 is None else a2, pb.array if b2 is None else b2, c2, M, K, N,
                 plan, pool, pa, pb)
     if out is not None and c2 is not out:
@@ -474,7 +475,7 @@ def _matmul_2d(a, b, out, pool):
     if (rsa | csa | rsb | csb) % es or not (fa.aligned and fb.aligned):  # es: a power of 2
         return None
     if out is None:
-        c = np.empty(rshape, dt)
+        c = empty_result(rshape, dt)
         rsc, csc = N, 1
         pc = _from_buffer(c)
     else:
@@ -642,7 +643,7 @@ def gemm(a, b, out=None, *, plan=None, pool=None, backend=None):
         raise TypeError(f"gemm: a is {a.dtype} and b is {b.dtype}; both must be float32 or "
                         "both float64")
     if out is None:
-        out = np.empty((M, N), a.dtype)
+        out = empty_result((M, N), a.dtype)
     elif (type(out) is not np.ndarray or out.shape != (M, N) or out.dtype != a.dtype
           or not out.flags.writeable):
         raise ValueError(f"gemm: out must be a writeable {a.dtype} ndarray of shape {(M, N)}")
@@ -664,7 +665,7 @@ def gemm(a, b, out=None, *, plan=None, pool=None, backend=None):
         a = np.ascontiguousarray(a)
     if not _usable(b):
         b = np.ascontiguousarray(b)
-    target = out if _usable(out) else np.empty((M, N), a.dtype)
+    target = out if _usable(out) else empty_result((M, N), a.dtype)
     pool = _hold_pool(pool)
     try:
         if plan is not None and plan.nclusters > pool.nclusters:

@@ -22,6 +22,7 @@ import threading
 import numpy as np
 
 from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.memory import empty_aligned
 
 __all__ = ["PackedOperand", "prepack", "PackedMatVec", "MAX_LAYOUTS"]
 
@@ -30,7 +31,6 @@ MAX_LAYOUTS = 8
 
 _SIDES = {"a": lib.ASYMO_PACK_A, "b": lib.ASYMO_PACK_B}
 _DTYPES = {np.dtype(np.float32): lib.ASYMO_DTYPE_F32, np.dtype(np.float64): lib.ASYMO_DTYPE_F64}
-_ALIGN = 64
 
 
 class PackedOperand:
@@ -107,9 +107,7 @@ class PackedOperand:
             nbytes = lib.asymo_gemm_packed_bytes(isa, s.dtype, s.side, s.dim, s.k)
             if nbytes < 0:
                 raise ValueError(f"prepack: the kernel family {isa} cannot pack this operand")
-            raw = np.empty(nbytes + _ALIGN, np.uint8)
-            off = (-raw.ctypes.data) % _ALIGN
-            buf = raw[off:off + nbytes]
+            buf = empty_aligned(nbytes, np.uint8)
             x = self.array
             es = x.itemsize
             rc = lib.asymo_gemm_pack(isa, s.dtype, s.side, s.dim, s.k, kc,
@@ -122,7 +120,7 @@ class PackedOperand:
             s.isa[n] = isa
             s.kc[n] = kc
             s.data[n] = ffi.cast("void *", buf.ctypes.data)
-            self._buffers[(isa, kc)] = raw  # keeps the memory alive
+            self._buffers[(isa, kc)] = buf  # keeps the memory alive
             s.nlayouts = n + 1
 
 

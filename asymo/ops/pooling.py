@@ -10,6 +10,7 @@ import numpy as np
 
 from asymo.ops.conv import CALL_CACHE_SIZE, _geometry, _int_pair, _pair, _ptr, remember_call
 from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.memory import empty_result
 from asymo.runtime.partition import even_block_size as _even_block_size
 from asymo.runtime.pool import hold as _hold
 from asymo.runtime.tasks import (DTYPE_CODES, INLINE_BYTES, TASK_IDLE, TASKS_PER_WORKER,
@@ -100,7 +101,7 @@ def _pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_pad, out,
                                 and out.dtype == x.dtype and out.flags.c_contiguous
                                 and out.flags.writeable
                                 and not np.may_share_memory(out, x))):
-            y = np.empty(call.shape, x.dtype) if out is None else out
+            y = empty_result(call.shape, x.dtype) if out is None else out
             call.busy = True
             try:
                 with _hold(pool) as pool:
@@ -119,11 +120,11 @@ def _checked_pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_p
     kernel, stride, padding, h, w, oh, ow, shape = _check(kind, x, kernel, stride, padding,
                                                           ceil_mode, out)
     if out is None:
-        y = np.empty(shape, x.dtype)
+        y = empty_result(shape, x.dtype)
     else:
         # an output overlapping the input (out=x) would be read after it is written
         y = out if out.flags.c_contiguous and not np.may_share_memory(out, x) \
-            else np.empty(shape, x.dtype)
+            else empty_result(shape, x.dtype)
     call = _new_call(kind, x, h, w, kernel, stride, padding, oh, ow, count_include_pad, shape)
     if call.planes == 0:
         return y

@@ -333,7 +333,6 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
                 C->panel_elems = C->nsl * nr * min64(C->kc, g->k);
                 const int64_t npanels = C->ntn * C->npc;
                 C->bpack = carve_take(&cv, (size_t)(npanels * C->panel_elems) * es);
-                C->claim = carve_take(&cv, sizeof(_Atomic int64_t) * npanels);
                 C->ready = carve_take(&cv, (size_t)(npanels * C->nsl));
             }
             /* A blocks are kept for reuse (mm.c) only when one thread runs the whole product
@@ -372,8 +371,6 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
                 if (!C->ntasks || C->bpre || C->direct_b)
                     continue;
                 const int64_t npanels = C->ntn * C->npc;
-                for (int64_t i = 0; i < npanels; i++)
-                    atomic_init(&C->claim[i], 0);
                 memset((void *)C->ready, 0, (size_t)(npanels * C->nsl));
             }
             for (int c = 0; c < p->nclusters; c++) {

@@ -1,13 +1,18 @@
 /* MM: the packed five-loop product; one task = an mc x nc block of C over the whole K loop.
  *
- * Packing B without barriers. Every task of a cluster needs the kc x nc panels of B for its
- * column block. A panel is cut into nr-wide slivers; a task that reaches a panel claims slivers
- * from the panel's atomic counter and packs them until none is left, then computes sliver by
- * sliver, spinning only on a sliver another thread has claimed and is packing right now. A
- * claimed sliver is always being packed by a running thread that never waits while packing,
- * so no task ever waits for work that needs the waiting thread (or any queued task): a stolen
- * task cannot deadlock, and no barrier exists. Each panel is packed exactly once per cluster,
- * by the cluster that computes with it; a task stolen by another cluster packs a private copy. */
+ * Packing B without barriers, just in time. Every task of a cluster needs the kc x nc panels of
+ * B for its column block. A panel is cut into nr-wide slivers, each with a state (free, being
+ * packed, packed). A task reaching a sliver that is not packed yet claims it and packs it, or,
+ * when another thread is packing it right now, spins until it is done. A claimed sliver is
+ * always being packed by a running thread that never waits while packing, so no task ever
+ * waits for work that needs the waiting thread (or any queued task): a stolen task cannot
+ * deadlock, and no barrier exists. Each panel is packed exactly once per cluster, by the
+ * cluster that computes with it; a task stolen by another cluster packs a private copy.
+ *
+ * While the kernel works on one sliver, the rows of B the next one will be packed from are
+ * fetched into L2 (B in memory only): a 1x1 convolution's image is read once per sliver, one
+ * cache line per row at the stride of a whole image row, and packing whole panels up front
+ * left the packer waiting on memory with nothing to overlap it (docs/tuning.md). */
 #include <sched.h>
 #include <stdatomic.h>
 
@@ -22,10 +27,13 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-static void spin_until_ready(_Atomic unsigned char *flag)
+/* A sliver's state in cluster_part.ready */
+enum { SLIVER_FREE, SLIVER_PACKING, SLIVER_PACKED };
+
+static void spin_until_packed(_Atomic unsigned char *state)
 {
     unsigned spins = 0;
-    while (!atomic_load_explicit(flag, memory_order_acquire)) {
+    while (atomic_load_explicit(state, memory_order_acquire) != SLIVER_PACKED) {
         CPU_RELAX();
         if (++spins == (1u << 14)) { /* the packer was preempted: let it run */
             sched_yield();
@@ -45,10 +53,40 @@ static inline void pack_b_sliver(const job *J, const operands *o, void *dst, int
         J->ops->pack_b(dst, o->b, o->rsb, o->csb, jj, cols, p0, kb, J->nr);
 }
 
+/* Sliver s of a shared panel, packed once the call returns: by this thread if no other has
+ * claimed it. */
+static void take_sliver(const job *J, const operands *o, _Atomic unsigned char *state, char *dst,
+                        int64_t jj, int64_t cols, int64_t p0, int64_t kb)
+{
+    unsigned char expect = SLIVER_FREE;
+    if (atomic_compare_exchange_strong_explicit(state, &expect, SLIVER_PACKING,
+                                                memory_order_acquire, memory_order_relaxed)) {
+        pack_b_sliver(J, o, dst, jj, cols, p0, kb);
+        atomic_store_explicit(state, SLIVER_PACKED, memory_order_release);
+    } else if (expect != SLIVER_PACKED) {
+        spin_until_packed(state);
+    }
+}
+
+/* Rows [p, p + n) of B's columns [jj, jj + nr) into L2 (B in memory, unit column stride): both
+ * ends of each row's piece, which straddles two lines when rows are not line multiples. */
+static inline void prefetch_b_rows(const job *J, const operands *o, int64_t jj, int64_t p,
+                                   int64_t n)
+{
+    const size_t row = (size_t)o->rsb * J->es, last = (size_t)J->nr * J->es - 1;
+    const char *src = o->b + ((size_t)p * o->rsb + jj) * J->es;
+    for (int64_t r = 0; r < n; r++, src += row) {
+        __builtin_prefetch(src, 0, 2);
+        __builtin_prefetch(src + last, 0, 2);
+    }
+}
+
 /* Compute C[i0:i1, j0:j1] += / = Apack @ Bsliver... for one kc step; sliver s is packed at
- * bpanel + s * kb * nr, or, when `bdirect` is set (B read in place, rows p0.. of B), full
+ * bpanel + s * kb * nr (with `C`, the cluster's shared panel `panel`: packed by the first task
+ * to reach the sliver), or, when `bdirect` is set (B read in place, rows p0.. of B), full
  * slivers are read there and only a partial one is packed (into bpanel, by this thread).
- * `last`: the last K step, after which the block gets the epilogue while it is in cache. */
+ * `last`: the last K step, after which the block gets the epilogue while it is in cache; `p0`:
+ * its first row of B (for slivers packed here). */
 static void mm_macro(const job *J, const operands *o, const char *apack, char *tile,
                      int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t kb, int accumulate,
                      const cluster_part *C, int64_t panel, const char *bpanel, int last,
@@ -60,12 +98,23 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
     const int fuse = epi && J->kern->ukr_epi && !bdirect && o->csc == 1;
     const int mr = J->mr, nr = J->nr, es = J->es;
     const int64_t nsl = cdiv(j1 - j0, nr);
+    const int64_t npan = cdiv(i1 - i0, mr);
+    /* B rows the next sliver is packed from, fetched a share per micro-panel */
+    const int fetch = C && !o->pack_b && o->csb == 1;
+    const int64_t share = cdiv(kb, npan);
     for (int64_t s = 0; s < nsl; s++) {
         const int64_t jj = j0 + s * nr;
         const int64_t cols = min64(nr, j1 - jj);
-        if (C)
-            spin_until_ready(&C->ready[panel * C->nsl + s]);
         const char *bs = bpanel + (size_t)(s * kb * nr) * es;
+        if (C) {
+            _Atomic unsigned char *state = &C->ready[panel * C->nsl + s];
+            if (atomic_load_explicit(state, memory_order_acquire) != SLIVER_PACKED)
+                take_sliver(J, o, state, (char *)bs, jj, cols, p0, kb);
+        }
+        const int fetch_next = fetch && s + 1 < nsl && jj + nr + nr <= j1
+                               && atomic_load_explicit(&C->ready[panel * C->nsl + s + 1],
+                                                       memory_order_relaxed) == SLIVER_FREE;
+        int64_t fetched = 0;
         const int in_place = bdirect && cols == nr;
         if (in_place)
             bs = bdirect + jj * es;
@@ -105,6 +154,11 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
                     J->epilogue(cp, o->rsc, rows, cols, tb, tr, o->rsr, o->act);
             }
             ap += (size_t)(kb * mr) * es;
+            if (fetch_next && fetched < kb) {
+                const int64_t n = min64(share, kb - fetched);
+                prefetch_b_rows(J, o, jj + nr, p0 + fetched, n);
+                fetched += n;
+            }
         }
     }
     if (epi && !fuse) /* the block is in L2: one pass with long rows (per tile measured slower) */
@@ -193,21 +247,8 @@ void mm_task(int64_t t, void *ctx)
             continue;
         }
         char *bpanel = C->bpack + (size_t)(panel * C->panel_elems) * es;
-        /* help pack the shared panel */
-        if (atomic_load_explicit(&C->claim[panel], memory_order_relaxed) < nsl) {
-            for (;;) {
-                const int64_t s = atomic_fetch_add_explicit(&C->claim[panel], 1,
-                                                            memory_order_relaxed);
-                if (s >= nsl)
-                    break;
-                const int64_t jj = j0 + s * nr;
-                pack_b_sliver(J, o, bpanel + (size_t)(s * kb * nr) * es, jj,
-                              min64(nr, j1 - jj), p0, kb);
-                atomic_store_explicit(&C->ready[panel * C->nsl + s], 1, memory_order_release);
-            }
-        }
         mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, C, panel, bpanel,
-                 pc == C->npc - 1, NULL, 0);
+                 pc == C->npc - 1, NULL, p0);
     }
 }
 

@@ -221,6 +221,35 @@ static int may_overlap_itself(PyArrayObject *x, int es)
     return s1 < es || s0 / s1 < n1 - 1 || s0 - (n1 - 1) * s1 < es;
 }
 
+/* The result array, its data on a cache line from RESULT_ALIGN_BYTES on (asymo.runtime.memory:
+ * NumPy aligns to 16 bytes, and the kernels' 64-byte tile rows would straddle two lines): a
+ * view of a uint8 buffer that is its base. */
+#define CACHE_LINE 64
+#define RESULT_ALIGN_BYTES 4096
+static PyArrayObject *new_result(int nd, npy_intp *dims, int type, int es)
+{
+    const npy_intp nbytes = PyArray_MultiplyList(dims, nd) * es;
+    if (nbytes < RESULT_ALIGN_BYTES)
+        return (PyArrayObject *)PyArray_SimpleNew(nd, dims, type);
+    npy_intp rawn = nbytes + CACHE_LINE;
+    PyArrayObject *raw = (PyArrayObject *)PyArray_SimpleNew(1, &rawn, NPY_UINT8);
+    if (raw == NULL)
+        return NULL;
+    char *data = PyArray_BYTES(raw);
+    data += (CACHE_LINE - (uintptr_t)data % CACHE_LINE) % CACHE_LINE;
+    PyArrayObject *c = (PyArrayObject *)PyArray_NewFromDescr(
+        &PyArray_Type, PyArray_DescrFromType(type), nd, dims, NULL, data, NPY_ARRAY_CARRAY, NULL);
+    if (c == NULL) {
+        Py_DECREF(raw);
+        return NULL;
+    }
+    if (PyArray_SetBaseObject(c, (PyObject *)raw) < 0) { /* the reference is stolen either way */
+        Py_DECREF(c);
+        return NULL;
+    }
+    return c;
+}
+
 static int dtype_code(PyArrayObject *x)
 {
     int t = PyArray_TYPE(x);
@@ -432,7 +461,7 @@ static PyObject *fast_matmul(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_INCREF(keep);
 
     if (c == NULL) {
-        c = (PyArrayObject *)PyArray_SimpleNew(nr, rdims, PyArray_TYPE(a));
+        c = new_result(nr, rdims, PyArray_TYPE(a), es);
         if (c == NULL) {
             Py_DECREF(keep);
             return NULL;
