@@ -60,7 +60,7 @@ static void take_sliver(const job *J, const operands *o, _Atomic unsigned char *
 {
     unsigned char expect = SLIVER_FREE;
     if (atomic_compare_exchange_strong_explicit(state, &expect, SLIVER_PACKING,
-                                                memory_order_acquire, memory_order_relaxed)) {
+                                                memory_order_acquire, memory_order_acquire)) {
         pack_b_sliver(J, o, dst, jj, cols, p0, kb);
         atomic_store_explicit(state, SLIVER_PACKED, memory_order_release);
     } else if (expect != SLIVER_PACKED) {
