@@ -120,6 +120,34 @@ def test_block_chooser_and_forced_isa():
         P.plan_gemm(5, 5, 5, "float32", topology=SYM, isa="sse9")
 
 
+def test_a_new_block_chooser_reaches_convolutions_planned_before():
+    """set_block_chooser clears the plan caches, conv2d's too: a layer planned before the
+    chooser is planned again with it (and still answers right)."""
+    import asymo
+    from asymo.ops.conv import conv_path
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 64, 20, 20)).astype(np.float32)
+    w = rng.standard_normal((256, 64, 1, 1)).astype(np.float32)
+    pool = asymo.Pool("c:0@1.0")
+    assert conv_path(x.shape, w.shape, 1, 0) == "gemm"
+    want = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x)
+    np.testing.assert_allclose(asymo.conv2d(x, w, pool=pool), want, rtol=1e-4, atol=1e-4)
+    calls = []
+
+    def chooser(M, N, K, cluster, threads, mr, nr, itemsize):
+        calls.append((M, N, K))
+        return (mr, nr, 16)
+    P.set_block_chooser(chooser)
+    try:
+        np.testing.assert_allclose(asymo.conv2d(x, w, pool=pool), want, rtol=1e-4, atol=1e-4)
+        assert (256, 400, 64) in calls
+    finally:
+        P.set_block_chooser(None)
+    calls.clear()
+    np.testing.assert_allclose(asymo.conv2d(x, w, pool=pool), want, rtol=1e-4, atol=1e-4)
+    assert not calls
+
+
 def test_invalid_plans_are_rejected():
     good = P.plan_gemm(100, 50, 60, "float32", topology=SYM).to_dict()
     for change, match in [({"cluster_ranges": [[0, 50]]}, "end at 50"),

@@ -54,6 +54,7 @@ import numpy as np
 
 from asymo.ops import winograd as _winograd
 from asymo.ops.winograd import PackedConvWeight, prepack_conv
+from asymo.plan import gemm as _gemm_plans
 from asymo.plan import split_cost as _split_cost
 from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.memory import empty_aligned, empty_result
@@ -549,6 +550,17 @@ def _check_out(out, shape, dtype):
 _PLAN_CACHE_MAX = 512
 _plan_cache = weakref.WeakKeyDictionary()  # pool -> {key: plan}
 _plan_lock = threading.Lock()
+
+
+def _forget_plans():
+    """Drop every cached convolution plan. They hold GEMM plans, so they go whenever
+    `asymo.plan.gemm` clears its cache (a new block chooser, a calibration loaded): the next
+    call plans again with the new rule."""
+    with _plan_lock:
+        _plan_cache.clear()
+
+
+_gemm_plans._clear_hooks.append(_forget_plans)
 
 
 def _conv_path(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
