@@ -120,6 +120,22 @@ def test_block_chooser_and_forced_isa():
         P.plan_gemm(5, 5, 5, "float32", topology=SYM, isa="sse9")
 
 
+def test_on_plans_cleared_hooks_run_when_plans_go_stale():
+    calls = []
+    hook = lambda: calls.append(1)  # noqa: E731
+    P.on_plans_cleared(hook)
+    try:
+        P.clear_plan_cache()
+        assert calls == [1]
+        with P.force_isa("portable"):
+            assert calls == [1, 1]
+        assert calls == [1, 1, 1]
+    finally:
+        P._clear_hooks.remove(hook)
+    with pytest.raises(TypeError, match="callable"):
+        P.on_plans_cleared("not a function")
+
+
 def test_a_new_block_chooser_reaches_convolutions_planned_before():
     """set_block_chooser clears the plan caches, conv2d's too: a layer planned before the
     chooser is planned again with it (and still answers right)."""

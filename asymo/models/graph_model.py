@@ -935,12 +935,11 @@ class _Instance:
     """An arena and the graph's nodes bound to views of it (used by one call at a time)."""
 
     def __init__(self, graph, plan, packed, matvec, blocked_weight):
-        self.arena = empty_aligned(max(plan.arena_bytes, ALIGN) // 4, np.float32)
-        base = self.arena
+        self.arena = empty_aligned(plan.arena_bytes // 4, np.float32)
         V = {}
         for t, (off, nbytes) in plan.storage.items():
             shape = plan.shapes[t]
-            V[t] = base[off // 4: off // 4 + nbytes // 4].reshape(shape)
+            V[t] = self.arena[off // 4: off // 4 + nbytes // 4].reshape(shape)
         for t, (y, c0, c1) in plan.slices.items():
             V[t] = V[y][:, c0:c1]
         self.views = V

@@ -560,7 +560,7 @@ def _forget_plans():
         _plan_cache.clear()
 
 
-_gemm_plans._clear_hooks.append(_forget_plans)
+_gemm_plans.on_plans_cleared(_forget_plans)
 
 
 def _conv_path(xshape, wshape, dtype, stride, pads, dilation, groups, activation,

@@ -136,7 +136,7 @@ def _install():
     _ext.set_context(_pool.Pool, _plan, _pool._environ_data, _pool._TOPOLOGY_KEY,
                      _pool._POLICY_KEY)
     _pool._destroy_hooks.append(_forget)
-    _gemm_plan._clear_hooks.append(_ext.clear_plans)
+    _gemm_plan.on_plans_cleared(_ext.clear_plans)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_ext.after_fork)
     if _off_by_env:

@@ -44,7 +44,7 @@ from asymo.runtime.partition import largest_remainder
 __all__ = [
     "GemmPlan", "plan_gemm", "default_blocks", "block_candidates", "set_block_chooser",
     "isa_names", "supported_isas", "best_isa", "force_isa", "kernel_tile", "clear_plan_cache",
-    "SKINNY_MAX", "ISA_ENV_VAR",
+    "on_plans_cleared", "SKINNY_MAX", "ISA_ENV_VAR",
 ]
 
 #: env var forcing the micro-kernel family (for tests and comparisons)
@@ -505,9 +505,17 @@ _plan_cache = {}
 _PLAN_CACHE_MAX = 4096
 
 
-#: called (no arguments) whenever cached plans become stale: asymo.matmul's fast path keeps
-#: its own copy of the plans it runs (asymo/matmul_fast.py)
+#: called (no arguments) whenever cached plans become stale (`on_plans_cleared`)
 _clear_hooks = []
+
+
+def on_plans_cleared(hook):
+    """Call ``hook()`` whenever the cached plans become stale (`clear_plan_cache`,
+    `set_block_chooser`, `force_isa`): for caches that hold GEMM plans of their own, such as
+    asymo.matmul's C fast path and conv2d's layer plans."""
+    if not callable(hook):
+        raise TypeError(f"hook must be callable, not {type(hook).__name__}")
+    _clear_hooks.append(hook)
 
 
 def clear_plan_cache():

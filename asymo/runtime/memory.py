@@ -40,21 +40,27 @@ def empty_aligned(shape, dtype=np.float32):
     ValueError
         When a dimension is negative.
     """
-    dtype = np.dtype(dtype)
-    shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
-    if any(s < 0 for s in shape):
-        raise ValueError(f"empty_aligned: negative dimension in shape {shape}")
-    nbytes = math.prod(shape) * dtype.itemsize
-    raw = np.empty(nbytes + CACHE_LINE, np.uint8)
-    off = -raw.__array_interface__["data"][0] % CACHE_LINE
-    return np.ndarray(shape, dtype, raw, off)
+    return _aligned(*_layout(shape, dtype))
 
 
 def empty_result(shape, dtype=np.float32):
     """An uninitialised C-contiguous array to return to a caller: `empty_aligned` from
     `RESULT_ALIGN_BYTES` on, `numpy.empty` below."""
+    shape, dtype, nbytes = _layout(shape, dtype)
+    if nbytes < RESULT_ALIGN_BYTES:
+        return np.empty(shape, dtype)
+    return _aligned(shape, dtype, nbytes)
+
+
+def _layout(shape, dtype):
+    """(shape tuple, dtype, bytes) of an array request; negative dimensions rejected."""
     dtype = np.dtype(dtype)
     shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
-    if math.prod(shape) * dtype.itemsize < RESULT_ALIGN_BYTES:
-        return np.empty(shape, dtype)
-    return empty_aligned(shape, dtype)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"negative dimension in shape {shape}")
+    return shape, dtype, math.prod(shape) * dtype.itemsize
+
+
+def _aligned(shape, dtype, nbytes):
+    raw = np.empty(nbytes + CACHE_LINE, np.uint8)
+    return np.ndarray(shape, dtype, raw, -raw.__array_interface__["data"][0] % CACHE_LINE)
