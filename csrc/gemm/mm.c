@@ -53,19 +53,39 @@ static inline void pack_b_sliver(const job *J, const operands *o, void *dst, int
         J->ops->pack_b(dst, o->b, o->rsb, o->csb, jj, cols, p0, kb, J->nr);
 }
 
-/* Sliver s of a shared panel, packed once the call returns: by this thread if no other has
- * claimed it. */
-static void take_sliver(const job *J, const operands *o, _Atomic unsigned char *state, char *dst,
-                        int64_t jj, int64_t cols, int64_t p0, int64_t kb)
+/* Sliver s of a shared panel (states `st`, slivers at `bpanel`, columns from j0 to j1), packed
+ * once the call returns: by this thread if no other has claimed it. While another thread packs
+ * it, this one packs the panel's later free slivers rather than spin: every task of a cluster
+ * whose tasks share one column block (a 7 x 7 plane has one) reaches each sliver at once, and
+ * the packing would otherwise run on one thread at a time. */
+static void take_sliver(const job *J, const operands *o, _Atomic unsigned char *st, char *bpanel,
+                        int64_t s, int64_t nsl, int64_t j0, int64_t j1, int64_t p0, int64_t kb)
 {
+    const int nr = J->nr;
+    const size_t sliver_bytes = (size_t)(kb * nr) * J->es;
     unsigned char expect = SLIVER_FREE;
-    if (atomic_compare_exchange_strong_explicit(state, &expect, SLIVER_PACKING,
+    if (atomic_compare_exchange_strong_explicit(&st[s], &expect, SLIVER_PACKING,
                                                 memory_order_acquire, memory_order_acquire)) {
-        pack_b_sliver(J, o, dst, jj, cols, p0, kb);
-        atomic_store_explicit(state, SLIVER_PACKED, memory_order_release);
-    } else if (expect != SLIVER_PACKED) {
-        spin_until_packed(state);
+        pack_b_sliver(J, o, bpanel + s * sliver_bytes, j0 + s * nr, min64(nr, j1 - j0 - s * nr),
+                      p0, kb);
+        atomic_store_explicit(&st[s], SLIVER_PACKED, memory_order_release);
+        return;
     }
+    if (expect == SLIVER_PACKED)
+        return;
+    for (int64_t t = s + 1;
+         t < nsl && atomic_load_explicit(&st[s], memory_order_relaxed) != SLIVER_PACKED; t++) {
+        unsigned char free_state = SLIVER_FREE;
+        if (atomic_load_explicit(&st[t], memory_order_relaxed) != SLIVER_FREE
+            || !atomic_compare_exchange_strong_explicit(&st[t], &free_state, SLIVER_PACKING,
+                                                        memory_order_relaxed,
+                                                        memory_order_relaxed))
+            continue;
+        pack_b_sliver(J, o, bpanel + t * sliver_bytes, j0 + t * nr, min64(nr, j1 - j0 - t * nr),
+                      p0, kb);
+        atomic_store_explicit(&st[t], SLIVER_PACKED, memory_order_release);
+    }
+    spin_until_packed(&st[s]);
 }
 
 /* Rows [p, p + n) of B's columns [jj, jj + nr) into L2 (B in memory, unit column stride): both
@@ -107,9 +127,9 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
         const int64_t cols = min64(nr, j1 - jj);
         const char *bs = bpanel + (size_t)(s * kb * nr) * es;
         if (C) {
-            _Atomic unsigned char *state = &C->ready[panel * C->nsl + s];
-            if (atomic_load_explicit(state, memory_order_acquire) != SLIVER_PACKED)
-                take_sliver(J, o, state, (char *)bs, jj, cols, p0, kb);
+            _Atomic unsigned char *st = &C->ready[panel * C->nsl];
+            if (atomic_load_explicit(&st[s], memory_order_acquire) != SLIVER_PACKED)
+                take_sliver(J, o, st, (char *)bpanel, s, nsl, j0, j1, p0, kb);
         }
         const int fetch_next = fetch && s + 1 < nsl && jj + nr + nr <= j1
                                && atomic_load_explicit(&C->ready[panel * C->nsl + s + 1],

@@ -156,8 +156,11 @@ static void implicit_pack_b(const void *ctx_, void *dst, int64_t j0, int64_t col
 /* Pre-packed A and B (asymo_gemm_pack, plain pointers NULL) and row-major contiguous B, on a
  * plan split along split_dim at a multiple of the tile; kc smaller than K so several K blocks
  * are packed. Returns the number of failures. */
+/* `shared`: one cluster whose tasks are single micro-panels of rows over one column block, so
+ * every task of the pool needs every sliver of each panel at once (the packers race, and a
+ * thread that finds a sliver being packed packs the panel's later ones meanwhile). */
 static int check_packed(asymo_pool *pool, int isa, int dtype, int64_t m, int64_t k, int64_t n,
-                        int split_dim, int64_t kc, int pack_a, int pack_b)
+                        int split_dim, int64_t kc, int pack_a, int pack_b, int shared)
 {
     const int es = dtype == ASYMO_DTYPE_F32 ? 4 : 8;
     int mr, nr, bad = 0;
@@ -213,6 +216,12 @@ static int check_packed(asymo_pool *pool, int isa, int dtype, int64_t m, int64_t
     for (int cl = 0; cl < 2; cl++) {
         p.mc[cl] = 2 * mr; p.nc[cl] = 2 * nr; p.kc[cl] = kc; p.chunk[cl] = 1;
     }
+    if (shared) {
+        p.nclusters = 1;
+        p.stop[0] = dim;
+        p.mc[0] = mr;
+        p.nc[0] = (n + nr - 1) / nr * nr;
+    }
     int rc = asymo_gemm(pool, &g, &p);
     if (rc != ASYMO_OK) {
         printf("packed asymo_gemm failed: %d\n", rc);
@@ -252,7 +261,10 @@ int main(void)
     const int cpus[2] = {-1, -1}, clusters[2] = {0, 1};
     int err = 0;
     asymo_pool *pool = asymo_pool_create(2, cpus, clusters, 2, ASYMO_POLICY_STEAL, ASYMO_QUEUE_DEFAULT, &err);
-    if (!pool) {
+    const int one_cluster[2] = {0, 0};
+    asymo_pool *shared_pool = asymo_pool_create(2, cpus, one_cluster, 1, ASYMO_POLICY_STEAL,
+                                                ASYMO_QUEUE_DEFAULT, &err);
+    if (!pool || !shared_pool) {
         printf("pool creation failed: %d\n", err);
         return 2;
     }
@@ -280,13 +292,23 @@ int main(void)
                     /* (A packed, B packed / plain / implicit): 11, 01, 10, 11, 12 */
                     failures += check_packed(use_pool ? pool : NULL, isa, dtype, 53, 75, 61,
                                              pk & 1 ? ASYMO_SPLIT_N : ASYMO_SPLIT_M, 32,
-                                             pk != 1, pk == 4 ? 2 : pk != 2);
+                                             pk != 1, pk == 4 ? 2 : pk != 2, 0);
+                    cases++;
+                }
+        /* one cluster of two workers sharing each panel's slivers: B plain and implicit (a
+         * 7 x 7 plane's convolution), repeated so the packers meet in many orders */
+        for (int dtype = 0; dtype < 2; dtype++)
+            for (int rep = 0; rep < 20; rep++)
+                for (int implicit = 0; implicit < 2; implicit++) {
+                    failures += check_packed(shared_pool, isa, dtype, 24 * mr, 150, 49,
+                                             ASYMO_SPLIT_M, 16, 1, implicit ? 2 : 0, 1);
                     cases++;
                 }
         asymo_gemm_kernel_tile(isa, ASYMO_DTYPE_F32, &mr, &nr);
         printf("isa %s: f32 tile %dx%d, %d cases\n", asymo_isa_name(isa), mr, nr, cases);
     }
     asymo_pool_destroy(pool);
+    asymo_pool_destroy(shared_pool);
     printf("%s\n", failures ? "FAILED" : "OK");
     return failures ? 1 : 0;
 }
