@@ -53,6 +53,15 @@ static inline void pack_b_sliver(const job *J, const operands *o, void *dst, int
         J->ops->pack_b(dst, o->b, o->rsb, o->csb, jj, cols, p0, kb, J->nr);
 }
 
+/* Sliver t of a panel whose slivers start at `bpanel` (the panel's columns from j0 to j1). */
+static inline void pack_panel_sliver(const job *J, const operands *o, char *bpanel, int64_t t,
+                                     int64_t j0, int64_t j1, int64_t p0, int64_t kb)
+{
+    const int64_t jj = j0 + t * J->nr;
+    pack_b_sliver(J, o, bpanel + (size_t)(t * kb * J->nr) * J->es, jj, min64(J->nr, j1 - jj),
+                  p0, kb);
+}
+
 /* Sliver s of a shared panel (states `st`, slivers at `bpanel`, columns from j0 to j1), packed
  * once the call returns: by this thread if no other has claimed it. While another thread packs
  * it, this one packs the panel's later free slivers rather than spin: every task of a cluster
@@ -61,13 +70,10 @@ static inline void pack_b_sliver(const job *J, const operands *o, void *dst, int
 static void take_sliver(const job *J, const operands *o, _Atomic unsigned char *st, char *bpanel,
                         int64_t s, int64_t nsl, int64_t j0, int64_t j1, int64_t p0, int64_t kb)
 {
-    const int nr = J->nr;
-    const size_t sliver_bytes = (size_t)(kb * nr) * J->es;
     unsigned char expect = SLIVER_FREE;
     if (atomic_compare_exchange_strong_explicit(&st[s], &expect, SLIVER_PACKING,
                                                 memory_order_acquire, memory_order_acquire)) {
-        pack_b_sliver(J, o, bpanel + s * sliver_bytes, j0 + s * nr, min64(nr, j1 - j0 - s * nr),
-                      p0, kb);
+        pack_panel_sliver(J, o, bpanel, s, j0, j1, p0, kb);
         atomic_store_explicit(&st[s], SLIVER_PACKED, memory_order_release);
         return;
     }
@@ -81,8 +87,7 @@ static void take_sliver(const job *J, const operands *o, _Atomic unsigned char *
                                                         memory_order_relaxed,
                                                         memory_order_relaxed))
             continue;
-        pack_b_sliver(J, o, bpanel + t * sliver_bytes, j0 + t * nr, min64(nr, j1 - j0 - t * nr),
-                      p0, kb);
+        pack_panel_sliver(J, o, bpanel, t, j0, j1, p0, kb);
         atomic_store_explicit(&st[t], SLIVER_PACKED, memory_order_release);
     }
     spin_until_packed(&st[s]);
@@ -139,7 +144,7 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
         if (in_place)
             bs = bdirect + jj * es;
         else if (bdirect)
-            pack_b_sliver(J, o, (char *)bs, jj, cols, p0, kb);
+            pack_panel_sliver(J, o, (char *)bpanel, s, j0, j1, p0, kb);
         const char *ap = apack;
         for (int64_t ii = i0; ii < i1; ii += mr) {
             const int64_t rows = min64(mr, i1 - ii);
@@ -223,7 +228,7 @@ void mm_task(int64_t t, void *ctx)
     const int slot = slot_of(J);
     char *apack = J->apack + J->apack_bytes * slot;
     char *tile = J->tile + J->tile_bytes * slot;
-    const int es = J->es, nr = J->nr;
+    const int es = J->es;
     /* A task stolen by a worker of another (faster) cluster packs its B panels into that
      * worker's own scratch: it never waits on the owning cluster's packers, one of which may
      * be descheduled mid-sliver, and it keeps its data in the thief's caches. */
@@ -257,11 +262,8 @@ void mm_task(int64_t t, void *ctx)
         }
         if (stolen) {
             char *own = J->bslot + J->bslot_bytes * slot;
-            for (int64_t s = 0; s < nsl; s++) {
-                const int64_t jj = j0 + s * nr;
-                pack_b_sliver(J, o, own + (size_t)(s * kb * nr) * es, jj,
-                              min64(nr, j1 - jj), p0, kb);
-            }
+            for (int64_t s = 0; s < nsl; s++)
+                pack_panel_sliver(J, o, own, s, j0, j1, p0, kb);
             mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0, own,
                      pc == C->npc - 1, NULL, 0);
             continue;
@@ -278,14 +280,13 @@ void mm_serial(const job *J, const operands *o, const cluster_part *C, int slot)
     char *apack = J->apack + J->apack_bytes * slot;
     char *tile = J->tile + J->tile_bytes * slot;
     char *bpanel = J->bslot + J->bslot_bytes * slot;
-    const int es = J->es, nr = J->nr;
+    const int nr = J->nr;
     for (int64_t j0 = 0; j0 < o->n; j0 += C->nc) {
         const int64_t j1 = min64(j0 + C->nc, o->n);
         for (int64_t p0 = 0; p0 < o->k; p0 += C->kc) {
             const int64_t kb = min64(C->kc, o->k - p0);
-            for (int64_t jj = j0, s = 0; jj < j1; jj += nr, s++)
-                pack_b_sliver(J, o, bpanel + (size_t)(s * kb * nr) * es, jj,
-                              min64(nr, j1 - jj), p0, kb);
+            for (int64_t s = 0; s < cdiv(j1 - j0, nr); s++)
+                pack_panel_sliver(J, o, bpanel, s, j0, j1, p0, kb);
             for (int64_t i0 = 0; i0 < o->m; i0 += C->mc) {
                 const int64_t i1 = min64(i0 + C->mc, o->m);
                 J->ops->pack_a(apack, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr,
