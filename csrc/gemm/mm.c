@@ -53,13 +53,18 @@ static inline void pack_b_sliver(const job *J, const operands *o, void *dst, int
         J->ops->pack_b(dst, o->b, o->rsb, o->csb, jj, cols, p0, kb, J->nr);
 }
 
+/* Where sliver t of a panel of kb rows whose slivers start at `bpanel` lives. */
+static inline char *sliver_at(const job *J, const char *bpanel, int64_t t, int64_t kb)
+{
+    return (char *)bpanel + (size_t)(t * kb * J->nr) * J->es;
+}
+
 /* Sliver t of a panel whose slivers start at `bpanel` (the panel's columns from j0 to j1). */
-static inline void pack_panel_sliver(const job *J, const operands *o, char *bpanel, int64_t t,
-                                     int64_t j0, int64_t j1, int64_t p0, int64_t kb)
+static inline void pack_panel_sliver(const job *J, const operands *o, const char *bpanel,
+                                     int64_t t, int64_t j0, int64_t j1, int64_t p0, int64_t kb)
 {
     const int64_t jj = j0 + t * J->nr;
-    pack_b_sliver(J, o, bpanel + (size_t)(t * kb * J->nr) * J->es, jj, min64(J->nr, j1 - jj),
-                  p0, kb);
+    pack_b_sliver(J, o, sliver_at(J, bpanel, t, kb), jj, min64(J->nr, j1 - jj), p0, kb);
 }
 
 /* Sliver s of a shared panel (states `st`, slivers at `bpanel`, columns from j0 to j1), packed
@@ -67,7 +72,8 @@ static inline void pack_panel_sliver(const job *J, const operands *o, char *bpan
  * it, this one packs the panel's later free slivers rather than spin: every task of a cluster
  * whose tasks share one column block (a 7 x 7 plane has one) reaches each sliver at once, and
  * the packing would otherwise run on one thread at a time. */
-static void take_sliver(const job *J, const operands *o, _Atomic unsigned char *st, char *bpanel,
+static void take_sliver(const job *J, const operands *o, _Atomic unsigned char *st,
+                        const char *bpanel,
                         int64_t s, int64_t nsl, int64_t j0, int64_t j1, int64_t p0, int64_t kb)
 {
     unsigned char expect = SLIVER_FREE;
@@ -130,11 +136,11 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
     for (int64_t s = 0; s < nsl; s++) {
         const int64_t jj = j0 + s * nr;
         const int64_t cols = min64(nr, j1 - jj);
-        const char *bs = bpanel + (size_t)(s * kb * nr) * es;
+        const char *bs = sliver_at(J, bpanel, s, kb);
         if (C) {
             _Atomic unsigned char *st = &C->ready[panel * C->nsl];
             if (atomic_load_explicit(&st[s], memory_order_acquire) != SLIVER_PACKED)
-                take_sliver(J, o, st, (char *)bpanel, s, nsl, j0, j1, p0, kb);
+                take_sliver(J, o, st, bpanel, s, nsl, j0, j1, p0, kb);
         }
         const int fetch_next = fetch && s + 1 < nsl && jj + nr + nr <= j1
                                && atomic_load_explicit(&C->ready[panel * C->nsl + s + 1],
@@ -144,7 +150,7 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
         if (in_place)
             bs = bdirect + jj * es;
         else if (bdirect)
-            pack_panel_sliver(J, o, (char *)bpanel, s, j0, j1, p0, kb);
+            pack_panel_sliver(J, o, bpanel, s, j0, j1, p0, kb);
         const char *ap = apack;
         for (int64_t ii = i0; ii < i1; ii += mr) {
             const int64_t rows = min64(mr, i1 - ii);
@@ -285,7 +291,7 @@ void mm_serial(const job *J, const operands *o, const cluster_part *C, int slot)
         const int64_t j1 = min64(j0 + C->nc, o->n);
         for (int64_t p0 = 0; p0 < o->k; p0 += C->kc) {
             const int64_t kb = min64(C->kc, o->k - p0);
-            for (int64_t s = 0; s < cdiv(j1 - j0, nr); s++)
+            for (int64_t s = 0, nsl = cdiv(j1 - j0, nr); s < nsl; s++)
                 pack_panel_sliver(J, o, bpanel, s, j0, j1, p0, kb);
             for (int64_t i0 = 0; i0 < o->m; i0 += C->mc) {
                 const int64_t i1 = min64(i0 + C->mc, o->m);

@@ -155,10 +155,10 @@ static void implicit_pack_b(const void *ctx_, void *dst, int64_t j0, int64_t col
 
 /* Pre-packed A and B (asymo_gemm_pack, plain pointers NULL) and row-major contiguous B, on a
  * plan split along split_dim at a multiple of the tile; kc smaller than K so several K blocks
- * are packed. Returns the number of failures. */
-/* `shared`: one cluster whose tasks are single micro-panels of rows over one column block, so
- * every task of the pool needs every sliver of each panel at once (the packers race, and a
- * thread that finds a sliver being packed packs the panel's later ones meanwhile). */
+ * are packed. `shared`: instead, one cluster whose tasks are single micro-panels of rows over
+ * one column block, so every task of the pool needs every sliver of each panel at once (the
+ * packers race, and a thread that finds a sliver being packed packs the panel's later ones
+ * meanwhile). Returns the number of failures. */
 static int check_packed(asymo_pool *pool, int isa, int dtype, int64_t m, int64_t k, int64_t n,
                         int split_dim, int64_t kc, int pack_a, int pack_b, int shared)
 {
