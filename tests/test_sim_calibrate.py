@@ -294,9 +294,11 @@ def test_calibrate_sim_tiny_run_on_this_machine():
     assert 0 < e["corun"]["factor"] <= 1 and 0 < e["corun"]["corunner_busy_share"] <= 1
     assert e["emulated"] == {}
     assert e["untraced_1core_s"] > 0 and e["untraced_samples"] >= 3
-    # (None when this tiny call is too short to tell its tasks from its serial work)
+    # None when this tiny call is too short to tell its tasks from its serial work. A 1 ms
+    # run has no dependable upper bound (the untraced call can leave a sliver of time for the
+    # tasks and the ratio read 104 once); the arithmetic is checked exactly above.
     ratio = simcal.traced_ratio(cal, "spin")
-    assert ratio is None or 0 < ratio < 100
+    assert ratio is None or (ratio > 0 and math.isfinite(ratio))
     jobs, itf = simcal.sim_inputs(cal, "spin", 2, top)
     assert math.isfinite(sim.simulate(top, jobs, policy="asymo", interference=itf).makespan)
 
