@@ -202,6 +202,18 @@ int64_t asymo_gemm_task_counts(const asymo_gemm_args *g, const asymo_gemm_plan *
     return total;
 }
 
+/* Whether cluster c (> 0) of a product split along M reads the B panels of cluster 0 (the
+ * fastest) instead of packing all of B itself (mm.c): both have the same single column block
+ * and K panels, so every panel c needs is one cluster 0's tasks pack, and a pool runs them. */
+static int reads_fastest_panels(const job *J, const asymo_pool *pool, const asymo_gemm_plan *p,
+                                int c)
+{
+    const cluster_part *F = &J->cl[0], *C = &J->cl[c];
+    return pool && c > 0 && p->split_dim == ASYMO_SPLIT_M && F->ntasks > 0 && !F->bpre
+           && !F->direct_b && F->ntn == 1 && C->ntn == 1 && C->q0 == F->q0 && C->q1 == F->q1
+           && C->nc == F->nc && C->kc == F->kc;
+}
+
 static int run_tasks(asymo_pool *pool, asymo_task_fn fn, job *J, int64_t total)
 {
     int64_t counts[MAXC] = {0};
@@ -329,6 +341,15 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
                 cluster_part *C = &J.cl[c];
                 if (!C->ntasks || C->bpre || C->direct_b)
                     continue;
+                C->b_reader = reads_fastest_panels(&J, pool, p, c);
+                if (C->b_reader) {
+                    const cluster_part *F = &J.cl[0];
+                    C->nsl = F->nsl;
+                    C->panel_elems = F->panel_elems;
+                    C->bpack = F->bpack;
+                    C->ready = F->ready;
+                    continue;
+                }
                 C->nsl = cdiv(min64(C->nc, C->q1 - C->q0), nr);
                 C->panel_elems = C->nsl * nr * min64(C->kc, g->k);
                 const int64_t npanels = C->ntn * C->npc;
@@ -368,7 +389,7 @@ int asymo_gemm(struct asymo_pool *pool, const asymo_gemm_args *g,
         } else if (p->kind == ASYMO_GEMM_MM) {
             for (int c = 0; c < p->nclusters; c++) {
                 cluster_part *C = &J.cl[c];
-                if (!C->ntasks || C->bpre || C->direct_b)
+                if (!C->ntasks || C->bpre || C->direct_b || C->b_reader)
                     continue;
                 const int64_t npanels = C->ntn * C->npc;
                 memset((void *)C->ready, 0, (size_t)(npanels * C->nsl));

@@ -86,6 +86,7 @@ typedef struct {
     char *bpack;
     const char *apre, *bpre; /* pre-packed A / B layout this cluster uses, or NULL */
     int direct_b;           /* B read in place by the kernel (no shared panels, see mm.c) */
+    int b_reader;           /* reads cluster 0's B panels instead of packing its own (mm.c) */
     _Atomic unsigned char *ready; /* per panel and sliver: free, being packed, packed (mm.c) */
     /* A blocks kept for the cluster's other column blocks (see mm.c), or NULL: block
      * (tm, pc) of nmp micro-panels at akeep + (tm * npc + pc) * nmp * mr * kc elements */

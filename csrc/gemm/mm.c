@@ -9,12 +9,20 @@
  * deadlock, and no barrier exists. Each panel is packed exactly once per cluster, by the
  * cluster that computes with it; a task stolen by another cluster packs a private copy.
  *
+ * Split along M over one column block (a 7 x 7 plane's layers), every cluster needs all of B,
+ * and a slower cluster packing its own copy packs the whole of B at its speed for its share of
+ * the rows. There the slower clusters read the fastest cluster's panels instead (b_reader,
+ * dispatch.c decides): their threads wait for a sliver the fastest cluster is packing or has
+ * yet to reach, and claim one only after it has stayed free for OWNER_WAIT_NS, so nobody ever
+ * waits on a free sliver without bound and the argument above holds.
+ *
  * While the kernel works on one sliver, the rows of B the next one will be packed from are
  * fetched into L2 (B in memory only): a 1x1 convolution's image is read once per sliver, one
  * cache line per row at the stride of a whole image row, and packing whole panels up front
  * left the packer waiting on memory with nothing to overlap it (docs/tuning.md). */
 #include <sched.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "gemm/gemm_internal.h"
 
@@ -29,6 +37,42 @@
 
 /* A sliver's state in cluster_part.ready */
 enum { SLIVER_FREE, SLIVER_PACKING, SLIVER_PACKED };
+
+/* How long a thread of a slower cluster waits for a free sliver of the fastest cluster's panel
+ * before packing it itself: far longer than a sliver takes to pack and compute with, so it
+ * packs only when the fastest cluster is not on the panel at all (preempted, or busy). */
+#define OWNER_WAIT_NS 50000
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Wait until a sliver of the fastest cluster's panel is packed, or has been free (nobody
+ * packing it) for OWNER_WAIT_NS; the caller claims it in the second case. */
+static void wait_for_owner(_Atomic unsigned char *state)
+{
+    int64_t free_since = -1;
+    for (unsigned spins = 1;; spins++) {
+        const unsigned char s = atomic_load_explicit(state, memory_order_acquire);
+        if (s == SLIVER_PACKED)
+            return;
+        if (s == SLIVER_PACKING) {
+            free_since = -1;
+        } else if (spins % 64 == 0) {
+            const int64_t t = now_ns();
+            if (free_since < 0)
+                free_since = t;
+            else if (t - free_since >= OWNER_WAIT_NS)
+                return;
+        }
+        CPU_RELAX();
+        if (spins % (1u << 14) == 0) /* the packer was preempted: let it run */
+            sched_yield();
+    }
+}
 
 static void spin_until_packed(_Atomic unsigned char *state)
 {
@@ -117,11 +161,12 @@ static inline void prefetch_b_rows(const job *J, const operands *o, int64_t jj, 
  * to reach the sliver), or, when `bdirect` is set (B read in place, rows p0.. of B), full
  * slivers are read there and only a partial one is packed (into bpanel, by this thread).
  * `last`: the last K step, after which the block gets the epilogue while it is in cache; `p0`:
- * its first row of B (for slivers packed here). */
+ * its first row of B (for slivers packed here); `reader`: the panel is the fastest cluster's
+ * and this thread is not of it (wait for its packers first). */
 static void mm_macro(const job *J, const operands *o, const char *apack, char *tile,
                      int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t kb, int accumulate,
                      const cluster_part *C, int64_t panel, const char *bpanel, int last,
-                     const char *bdirect, int64_t p0)
+                     const char *bdirect, int64_t p0, int reader)
 {
     const int epi = last && (o->bias || o->res || o->act);
     /* bias, residual and activation in each tile's store (B read in place: that path keeps
@@ -131,7 +176,7 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
     const int64_t nsl = cdiv(j1 - j0, nr);
     const int64_t npan = cdiv(i1 - i0, mr);
     /* B rows the next sliver is packed from, fetched a share per micro-panel */
-    const int fetch = C && !o->pack_b && o->csb == 1;
+    const int fetch = C && !reader && !o->pack_b && o->csb == 1;
     const int64_t share = cdiv(kb, npan);
     for (int64_t s = 0; s < nsl; s++) {
         const int64_t jj = j0 + s * nr;
@@ -139,8 +184,11 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
         const char *bs = sliver_at(J, bpanel, s, kb);
         if (C) {
             _Atomic unsigned char *st = &C->ready[panel * C->nsl];
-            if (atomic_load_explicit(&st[s], memory_order_acquire) != SLIVER_PACKED)
+            if (atomic_load_explicit(&st[s], memory_order_acquire) != SLIVER_PACKED) {
+                if (reader)
+                    wait_for_owner(&st[s]);
                 take_sliver(J, o, st, bpanel, s, nsl, j0, j1, p0, kb);
+            }
         }
         const int fetch_next = fetch && s + 1 < nsl && jj + nr + nr <= j1
                                && atomic_load_explicit(&C->ready[panel * C->nsl + s + 1],
@@ -237,9 +285,14 @@ void mm_task(int64_t t, void *ctx)
     const int es = J->es;
     /* A task stolen by a worker of another (faster) cluster packs its B panels into that
      * worker's own scratch: it never waits on the owning cluster's packers, one of which may
-     * be descheduled mid-sliver, and it keeps its data in the thief's caches. */
-    const int stolen = J->bslot_bytes > 0 && J->pool && asymo_pool_current() == J->pool
-                       && asymo_pool_current_cluster() != (int)(C - J->cl);
+     * be descheduled mid-sliver, and it keeps its data in the thief's caches. The task of a
+     * b_reader cluster reads the fastest cluster's panels: when a worker of the fastest
+     * cluster steals it, they are that worker's own. */
+    const int mine = (int)(C - J->cl), owner = C->b_reader ? 0 : mine;
+    const int here = J->pool && asymo_pool_current() == J->pool ? asymo_pool_current_cluster()
+                                                                : mine;
+    const int stolen = J->bslot_bytes > 0 && here != mine && here != owner;
+    const int reader = !stolen && here != owner;
 
     for (int64_t pc = 0; pc < C->npc; pc++) {
         const int64_t p0 = pc * C->kc, kb = min64(C->kc, o->k - p0);
@@ -257,13 +310,13 @@ void mm_task(int64_t t, void *ctx)
         if (C->bpre) {
             mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0,
                      C->bpre + (size_t)(p0 * J->npad + j0 * kb) * es, pc == C->npc - 1,
-                     NULL, 0);
+                     NULL, 0, 0);
             continue;
         }
         if (C->direct_b) { /* few rows of A: the kernel reads B where it is */
             mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0,
                      J->bslot + J->bslot_bytes * slot, pc == C->npc - 1,
-                     o->b + p0 * o->rsb * es, p0);
+                     o->b + p0 * o->rsb * es, p0, 0);
             continue;
         }
         if (stolen) {
@@ -271,12 +324,12 @@ void mm_task(int64_t t, void *ctx)
             for (int64_t s = 0; s < nsl; s++)
                 pack_panel_sliver(J, o, own, s, j0, j1, p0, kb);
             mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, NULL, 0, own,
-                     pc == C->npc - 1, NULL, 0);
+                     pc == C->npc - 1, NULL, 0, 0);
             continue;
         }
         char *bpanel = C->bpack + (size_t)(panel * C->panel_elems) * es;
         mm_macro(J, o, ap, tile, i0, i1, j0, j1, kb, pc > 0, C, panel, bpanel,
-                 pc == C->npc - 1, NULL, p0);
+                 pc == C->npc - 1, NULL, p0, reader);
     }
 }
 
@@ -298,7 +351,7 @@ void mm_serial(const job *J, const operands *o, const cluster_part *C, int slot)
                 J->ops->pack_a(apack, o->a, o->rsa, o->csa, i0, i1, p0, kb, J->mr,
                                J->kern->pack_a_rows);
                 mm_macro(J, o, apack, tile, i0, i1, j0, j1, kb, p0 > 0, NULL, 0, bpanel,
-                         p0 + kb == o->k, NULL, 0);
+                         p0 + kb == o->k, NULL, 0, 0);
             }
         }
     }

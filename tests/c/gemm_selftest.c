@@ -158,7 +158,9 @@ static void implicit_pack_b(const void *ctx_, void *dst, int64_t j0, int64_t col
  * are packed. `shared`: instead, one cluster whose tasks are single micro-panels of rows over
  * one column block, so every task of the pool needs every sliver of each panel at once (the
  * packers race, and a thread that finds a sliver being packed packs the panel's later ones
- * meanwhile). Returns the number of failures. */
+ * meanwhile). `shared` 2: two clusters split along M over one column block, whose second
+ * cluster reads the first one's panels (and a thread of either cluster may steal the other's
+ * tasks). Returns the number of failures. */
 static int check_packed(asymo_pool *pool, int isa, int dtype, int64_t m, int64_t k, int64_t n,
                         int split_dim, int64_t kc, int pack_a, int pack_b, int shared)
 {
@@ -216,7 +218,12 @@ static int check_packed(asymo_pool *pool, int isa, int dtype, int64_t m, int64_t
     for (int cl = 0; cl < 2; cl++) {
         p.mc[cl] = 2 * mr; p.nc[cl] = 2 * nr; p.kc[cl] = kc; p.chunk[cl] = 1;
     }
-    if (shared) {
+    if (shared == 2) {
+        for (int cl = 0; cl < 2; cl++) {
+            p.mc[cl] = mr;
+            p.nc[cl] = (n + nr - 1) / nr * nr;
+        }
+    } else if (shared) {
         p.nclusters = 1;
         p.stop[0] = dim;
         p.mc[0] = mr;
@@ -302,6 +309,14 @@ int main(void)
                 for (int implicit = 0; implicit < 2; implicit++) {
                     failures += check_packed(shared_pool, isa, dtype, 24 * mr, 150, 49,
                                              ASYMO_SPLIT_M, 16, 1, implicit ? 2 : 0, 1);
+                    cases++;
+                }
+        /* two clusters over one column block: the second reads the first one's panels */
+        for (int dtype = 0; dtype < 2; dtype++)
+            for (int rep = 0; rep < 20; rep++)
+                for (int implicit = 0; implicit < 2; implicit++) {
+                    failures += check_packed(pool, isa, dtype, 24 * mr, 150, 49,
+                                             ASYMO_SPLIT_M, 16, 1, implicit ? 2 : 0, 2);
                     cases++;
                 }
         asymo_gemm_kernel_tile(isa, ASYMO_DTYPE_F32, &mr, &nr);
