@@ -302,23 +302,19 @@ int main(void)
                                              pk != 1, pk == 4 ? 2 : pk != 2, 0);
                     cases++;
                 }
-        /* one cluster of two workers sharing each panel's slivers: B plain and implicit (a
-         * 7 x 7 plane's convolution), repeated so the packers meet in many orders */
-        for (int dtype = 0; dtype < 2; dtype++)
-            for (int rep = 0; rep < 20; rep++)
-                for (int implicit = 0; implicit < 2; implicit++) {
-                    failures += check_packed(shared_pool, isa, dtype, 24 * mr, 150, 49,
-                                             ASYMO_SPLIT_M, 16, 1, implicit ? 2 : 0, 1);
-                    cases++;
-                }
-        /* two clusters over one column block: the second reads the first one's panels */
-        for (int dtype = 0; dtype < 2; dtype++)
-            for (int rep = 0; rep < 20; rep++)
-                for (int implicit = 0; implicit < 2; implicit++) {
-                    failures += check_packed(pool, isa, dtype, 24 * mr, 150, 49,
-                                             ASYMO_SPLIT_M, 16, 1, implicit ? 2 : 0, 2);
-                    cases++;
-                }
+        /* packers meeting on one column block, B plain and implicit (a 7 x 7 plane's
+         * convolution), repeated so they meet in many orders: one cluster of two workers
+         * sharing each panel's slivers (shared 1), two clusters whose second reads the first
+         * one's panels (shared 2) */
+        for (int shared = 1; shared <= 2; shared++)
+            for (int dtype = 0; dtype < 2; dtype++)
+                for (int rep = 0; rep < 20; rep++)
+                    for (int implicit = 0; implicit < 2; implicit++) {
+                        failures += check_packed(shared == 1 ? shared_pool : pool, isa, dtype,
+                                                 24 * mr, 150, 49, ASYMO_SPLIT_M, 16, 1,
+                                                 implicit ? 2 : 0, shared);
+                        cases++;
+                    }
         asymo_gemm_kernel_tile(isa, ASYMO_DTYPE_F32, &mr, &nr);
         printf("isa %s: f32 tile %dx%d, %d cases\n", asymo_isa_name(isa), mr, nr, cases);
     }
