@@ -22,18 +22,10 @@
  * left the packer waiting on memory with nothing to overlap it (docs/tuning.md). */
 #include <sched.h>
 #include <stdatomic.h>
-#include <time.h>
+#include <stdint.h>
 
 #include "gemm/gemm_internal.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define CPU_RELAX() _mm_pause()
-#elif defined(__aarch64__)
-#define CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
-#else
-#define CPU_RELAX() ((void)0)
-#endif
+#include "pool/spin.h" /* now_ns, cpu_relax */
 
 /* A sliver's state in cluster_part.ready */
 enum { SLIVER_FREE, SLIVER_PACKING, SLIVER_PACKED };
@@ -43,46 +35,28 @@ enum { SLIVER_FREE, SLIVER_PACKING, SLIVER_PACKED };
  * packs only when the fastest cluster is not on the panel at all (preempted, or busy). */
 #define OWNER_WAIT_NS 50000
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* Wait until a sliver of the fastest cluster's panel is packed, or has been free (nobody
- * packing it) for OWNER_WAIT_NS; the caller claims it in the second case. */
-static void wait_for_owner(_Atomic unsigned char *state)
+/* Wait until a sliver is packed (returns 1), or until it has stayed free, nobody packing it,
+ * for `free_ns` (returns 0: the caller claims it). A sliver being packed is being packed by a
+ * running thread, so that wait ends; a claimed sliver is never free again (free_ns INT64_MAX). */
+static int wait_packed(_Atomic unsigned char *state, int64_t free_ns)
 {
     int64_t free_since = -1;
     for (unsigned spins = 1;; spins++) {
         const unsigned char s = atomic_load_explicit(state, memory_order_acquire);
         if (s == SLIVER_PACKED)
-            return;
+            return 1;
         if (s == SLIVER_PACKING) {
             free_since = -1;
         } else if (spins % 64 == 0) {
             const int64_t t = now_ns();
             if (free_since < 0)
                 free_since = t;
-            else if (t - free_since >= OWNER_WAIT_NS)
-                return;
+            else if (t - free_since >= free_ns)
+                return 0;
         }
-        CPU_RELAX();
+        cpu_relax();
         if (spins % (1u << 14) == 0) /* the packer was preempted: let it run */
             sched_yield();
-    }
-}
-
-static void spin_until_packed(_Atomic unsigned char *state)
-{
-    unsigned spins = 0;
-    while (atomic_load_explicit(state, memory_order_acquire) != SLIVER_PACKED) {
-        CPU_RELAX();
-        if (++spins == (1u << 14)) { /* the packer was preempted: let it run */
-            sched_yield();
-            spins = 0;
-        }
     }
 }
 
@@ -140,7 +114,7 @@ static void take_sliver(const job *J, const operands *o, _Atomic unsigned char *
         pack_panel_sliver(J, o, bpanel, t, j0, j1, p0, kb);
         atomic_store_explicit(&st[t], SLIVER_PACKED, memory_order_release);
     }
-    spin_until_packed(&st[s]);
+    wait_packed(&st[s], INT64_MAX);
 }
 
 /* Rows [p, p + n) of B's columns [jj, jj + nr) into L2 (B in memory, unit column stride): both
@@ -185,9 +159,8 @@ static void mm_macro(const job *J, const operands *o, const char *apack, char *t
         if (C) {
             _Atomic unsigned char *st = &C->ready[panel * C->nsl];
             if (atomic_load_explicit(&st[s], memory_order_acquire) != SLIVER_PACKED) {
-                if (reader)
-                    wait_for_owner(&st[s]);
-                take_sliver(J, o, st, bpanel, s, nsl, j0, j1, p0, kb);
+                if (!reader || !wait_packed(&st[s], OWNER_WAIT_NS))
+                    take_sliver(J, o, st, bpanel, s, nsl, j0, j1, p0, kb);
             }
         }
         const int fetch_next = fetch && s + 1 < nsl && jj + nr + nr <= j1

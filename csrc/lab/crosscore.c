@@ -1,6 +1,7 @@
 /* Cross-core transfer probe (lab/crosscore.h). */
 #define _GNU_SOURCE
 #include "lab/crosscore.h"
+#include "pool/spin.h" /* now_ns */
 
 #include <errno.h>
 #include <pthread.h>
@@ -34,13 +35,6 @@ typedef struct {
     int cpu;
     int err;
 } side_t;
-
-static int64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
 
 static int pin(int cpu)
 {

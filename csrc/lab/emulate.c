@@ -1,6 +1,7 @@
 /* Asymmetry emulator: the spin/sleep loop of one helper. See emulate.h. */
 #define _GNU_SOURCE
 #include "emulate.h"
+#include "pool/spin.h" /* now_ns, cpu_relax */
 
 #include <errno.h>
 #include <math.h>
@@ -15,13 +16,6 @@
 
 #define NSEC_PER_SEC 1000000000LL
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * NSEC_PER_SEC + ts.tv_nsec;
-}
-
 static void sleep_until(int64_t t_ns)
 {
     struct timespec ts = {.tv_sec = t_ns / NSEC_PER_SEC, .tv_nsec = t_ns % NSEC_PER_SEC};
@@ -29,15 +23,6 @@ static void sleep_until(int64_t t_ns)
      * errors never accumulate from period to period. */
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
     }
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__) || defined(__arm__)
-    __asm__ __volatile__("yield");
-#endif
 }
 
 static void report(int fd, const char *line)

@@ -221,23 +221,7 @@ extern _Atomic(pool_intercept_fn) pool_intercept_run POOL_INTERNAL;
 /* ------------------------------------------------------------------------------------------ */
 /* small helpers */
 
-static inline int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__) || defined(__arm__)
-    __asm__ __volatile__("yield" ::: "memory");
-#else
-    __asm__ __volatile__("" ::: "memory");
-#endif
-}
+#include "pool/spin.h" /* now_ns, cpu_relax */
 
 static inline void futex_wait(_Atomic uint32_t *addr, uint32_t expected)
 {
