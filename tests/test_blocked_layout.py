@@ -6,7 +6,7 @@ import pytest
 import asymo
 from asymo.hw.topology import parse_spec
 from asymo.ops import blocked as B
-from asymo.runtime.ffi import lib
+from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.pool import hold
 
 pytestmark = pytest.mark.skipif(not lib.asymo_blocked_supported(),
@@ -87,12 +87,14 @@ def _blocked_call(pool, x, w, b, r, y_shape, stride, pads, act, planar=False):
 def test_pointwise_kernel_against_float64(spec):
     # output blocks 1 to 7 (groups of three, two and one, a remainder of one made two twos),
     # pixels below, at and past a tile of 12 / blocks and a run (one block: a last tile of 7
-    # to 11 pixels), a layer wider in weights than in activations (cut by groups), every
+    # to 11 pixels), input channels in two parts and in more, layers wider in weights than
+    # in activations (cut by groups; seven groups also by pixels, group-major), every
     # epilogue, batch 2, and a NaN reaching its outputs
     rng = np.random.default_rng(7)
     layers = [(8, 8, 1, 1), (8, 16, 3, 5), (16, 8, 3, 3), (8, 8, 1, 23), (16, 24, 7, 7),
               (24, 32, 5, 3), (8, 40, 13, 1),
-              (32, 56, 9, 9), (576, 96, 14, 14), (320, 1280, 7, 7), (16, 96, 40, 40)]
+              (32, 56, 9, 9), (576, 96, 14, 14), (320, 1280, 7, 7), (16, 96, 40, 40),
+              (256, 64, 9, 9), (960, 160, 7, 7)]
     with asymo.Pool(topology=parse_spec(spec)) as pool:
         for cin, cout, h, w in layers:
             for act, bias, res in ((None, False, False), ("relu6", True, True),
@@ -109,6 +111,24 @@ def test_pointwise_kernel_against_float64(spec):
                                            equal_nan=True, err_msg=str((cin, cout, h, w)))
                 if cin == 24:  # the NaN is in pixel (2, 1) of image 1 only
                     assert np.isnan(got[1, :, 2, 1]).all() and np.isnan(got).sum() == cout
+
+
+def test_pointwise_split_shares_weight_bound_layers_out_evenly():
+    # weights outweigh activations: cut by groups, group-major; seven groups on two workers
+    # also in two chunks of pixels (fourteen tasks), on one worker in one
+    groups = int(lib.asymo_pointwise_blocked_groups(160))
+    for spec, tasks, chunk in (("c0:0-1", 14, 25), ("c0:0", 1, 49)):
+        with asymo.Pool(topology=parse_spec(spec)) as pool:
+            job = ffi.new("asymo_pointwise_blocked_job *",
+                          {"channels": 960, "out_channels": 160, "pixels": 49})
+            assert B._pointwise_split(job, pool, groups, 49) == tasks
+            assert (job.groups_outer, job.chunk_pixels) == (1, chunk)
+            # activations outweigh weights: pixels first, chunk-major
+            job = ffi.new("asymo_pointwise_blocked_job *",
+                          {"channels": 16, "out_channels": 96, "pixels": 1600})
+            B._pointwise_split(job, pool, int(lib.asymo_pointwise_blocked_groups(96)), 1600)
+            assert job.groups_outer == 0
+            assert job.chunk_pixels == (1600 if spec == "c0:0" else 200)
 
 
 @pytest.mark.parametrize("spec", POOLS)

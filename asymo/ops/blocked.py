@@ -17,7 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from asymo.runtime.ffi import ffi, lib
-from asymo.runtime.tasks import ACTIVATION_CODES, TASKS_PER_WORKER, task_fn, tasks_call
+from asymo.runtime.partition import even_block_size
+from asymo.runtime.tasks import (ACTIVATION_CODES, TASK_IDLE, TASKS_PER_WORKER, task_fn,
+                                 tasks_call)
 
 __all__ = ["BLOCK", "blocked_kind", "PackedBlockedWeight", "bind_blocked_conv",
            "bind_reorder", "planar_input_ok"]
@@ -127,13 +129,23 @@ def bind_reorder(src, dst, to_blocked, pool, backup=False):
 def _pointwise_split(job, pool, groups, pixels):
     """Pixels first (chunks of at least 12: a tile), then groups of output blocks; but a
     layer with more bytes of weights than of activations (the 7 x 7 layers of a CNN) is cut
-    by groups only, so that no two workers read the same weights."""
+    by groups, its tasks group-major so that two workers share at most one group's weights,
+    and its pixels in as few chunks as share the tasks out evenly (seven groups on two
+    workers: fourteen tasks, not seven)."""
     weights = job.channels * job.out_channels
-    chunks = 1 if weights > (job.channels + job.out_channels) * pixels else \
-        _chunks(pool, pixels, 12)
-    job.chunk_pixels = -(-pixels // chunks)
-    gtasks = max(1, min(groups, -(-_tasks_wanted(pool) // chunks)))
-    job.groups_per_task = -(-groups // gtasks)
+    if weights > (job.channels + job.out_channels) * pixels:
+        gtasks = max(1, min(groups, _tasks_wanted(pool)))
+        job.groups_per_task = -(-groups // gtasks)
+        gtasks = -(-groups // job.groups_per_task)
+        job.chunk_pixels = even_block_size(pixels, 1, pool.nworkers, fixed=gtasks,
+                                           tolerance=TASK_IDLE)
+        job.groups_outer = 1
+    else:
+        chunks = _chunks(pool, pixels, 12)
+        job.chunk_pixels = -(-pixels // chunks)
+        gtasks = max(1, min(groups, -(-_tasks_wanted(pool) // chunks)))
+        job.groups_per_task = -(-groups // gtasks)
+        job.groups_outer = 0
     return int(lib.asymo_pointwise_blocked_tasks(job))
 
 

@@ -11,8 +11,11 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* a 1x1 task's run of pixels: its input in about this many bytes (half a 512 KB L2) */
 enum { RUN_BYTES = 96 << 10 };
-/* a part of a 1x1 layer's input channels: its weights for one group in about this many bytes */
-enum { K_PART_BYTES = 24 << 10 };
+/* a part of a 1x1 layer's input channels: its weights for one group in about this many bytes
+ * (with the tile's input lines beside them in L1: docs/tuning.md) */
+enum { PW_K_PART_BYTES = 12 << 10 };
+/* ... of a dense layer's input blocks, all taps */
+enum { DENSE_K_PART_BYTES = 24 << 10 };
 /* the most pixels of a run whose input channels go in parts (a multiple of 12) */
 enum { PART_PIXELS = 96 };
 /* ... of a dense layer's run (rows of the output, or a segment of a wider row): its sums, 24
@@ -101,18 +104,20 @@ void asymo_pointwise_blocked_task(int64_t t, void *job_)
     const int64_t groups = asymo_pw_blocked_groups(blocks);
     const int64_t gpt = job->groups_per_task > 0 ? job->groups_per_task : 1;
     const int64_t chunk = job->chunk_pixels > 0 ? job->chunk_pixels : P;
-    const int64_t gtasks = cdiv(groups, gpt);
-    const int64_t c0 = t / gtasks * chunk, c1 = c0 + chunk < P ? c0 + chunk : P;
-    const int64_t g0 = t % gtasks * gpt, g1 = g0 + gpt < groups ? g0 + gpt : groups;
+    const int64_t gtasks = cdiv(groups, gpt), ctasks = cdiv(P, chunk);
+    const int64_t ci = job->groups_outer ? t % ctasks : t / gtasks;
+    const int64_t gi = job->groups_outer ? t / ctasks : t % gtasks;
+    const int64_t c0 = ci * chunk, c1 = c0 + chunk < P ? c0 + chunk : P;
+    const int64_t g0 = gi * gpt, g1 = g0 + gpt < groups ? g0 + gpt : groups;
     /* a run's input: channels x run x 4 bytes in about RUN_BYTES */
     int64_t run = RUN_BYTES / (job->channels * 4) / 12 * 12;
     if (run < 12)
         run = 12;
     /* input channels in parts whose weights, for a group of three blocks, fit in about
-     * K_PART_BYTES of L1 (the 960-input layers of MobileNet V2 read 92 KB a group); the sums
-     * between parts stay in the task's own buffer */
+     * PW_K_PART_BYTES of L1 (the 960-input layers of MobileNet V2 read 92 KB a group); the
+     * sums between parts stay in the task's own buffer */
     const int64_t K = job->channels;
-    const int64_t parts = cdiv(K * 8 * ASYMO_PW_BLOCKED_GROUP * 4, K_PART_BYTES);
+    const int64_t parts = cdiv(K * 8 * ASYMO_PW_BLOCKED_GROUP * 4, PW_K_PART_BYTES);
     const int64_t kp = cdiv(cdiv(K, parts), 8) * 8;
     float part[PART_PIXELS * 8 * ASYMO_PW_BLOCKED_GROUP];
     if (parts > 1 && run > PART_PIXELS)
@@ -267,7 +272,7 @@ int64_t asymo_dense_blocked_tasks(const asymo_dense_blocked_job *job)
 /* Task t: rows t / gtasks of the output, groups [t % gtasks * gpt, ...) of output blocks.
  * Group by group (its weights, all input channels, stay in L2 over the task's rows), in runs
  * of rows of at most DENSE_RUN_PIXELS pixels (a row wider than that in segments); over a run,
- * input blocks in parts whose weights for the group fit in about K_PART_BYTES of L1, each
+ * input blocks in parts whose weights for the group fit in about DENSE_K_PART_BYTES of L1, each
  * part's weights read from L1 for every row of the run (the sums between parts in the task's
  * own buffer). */
 void asymo_dense_blocked_task(int64_t t, void *job_)
@@ -285,7 +290,7 @@ void asymo_dense_blocked_task(int64_t t, void *job_)
     const int64_t g0 = t % gtasks * gpt, g1 = g0 + gpt < groups ? g0 + gpt : groups;
     const int64_t nblocks = g->channels / 8, taps = g->kernel_h * g->kernel_w;
     const int64_t block_bytes = taps * 64 * ASYMO_PW_BLOCKED_GROUP * 4;
-    int64_t kp = K_PART_BYTES / block_bytes;
+    int64_t kp = DENSE_K_PART_BYTES / block_bytes;
     if (kp < 1)
         kp = 1;
     const int parts = kp < nblocks;

@@ -338,8 +338,11 @@ void asymo_reorder_task(int64_t task, void *job);
 /* 1x1 stride-1 convolution, NCHW8c -> NCHW8c, y = act(conv(x) + bias + residual). The
  * weights are packed by asymo_pointwise_blocked_pack into groups of three output blocks
  * (asymo_pointwise_blocked_packed_size floats). A task is `groups_per_task` groups of output
- * blocks over one chunk of `chunk_pixels` pixels, chunk-major: ntasks = ceil(pixels /
- * chunk_pixels) x ceil(groups / groups_per_task), where groups = ceil(out_channels / 24). */
+ * blocks over one chunk of `chunk_pixels` pixels: ntasks = ceil(pixels / chunk_pixels) x
+ * ceil(groups / groups_per_task), where groups = ceil(out_channels / 24); chunk-major (the
+ * tasks of one chunk consecutive: a worker reads the pixels it wrote in the job before), or
+ * with `groups_outer` group-major (a worker's consecutive tasks share a group's weights, and
+ * two workers share at most the weights of the group where their ranges meet). */
 typedef struct {
     int64_t channels;           /* input channels, a multiple of 8 */
     int64_t out_channels;       /* a multiple of 8 */
@@ -352,6 +355,7 @@ typedef struct {
     float *y;                   /* out_channels / 8 x pixels x 8 */
     int64_t chunk_pixels;
     int64_t groups_per_task;
+    int32_t groups_outer;       /* 1: tasks group-major (see above) */
 } asymo_pointwise_blocked_job;
 
 int64_t asymo_pointwise_blocked_packed_size(int64_t channels, int64_t out_channels);
