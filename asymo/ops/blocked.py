@@ -129,9 +129,9 @@ def bind_reorder(src, dst, to_blocked, pool, backup=False):
 def _pointwise_split(job, pool, groups, pixels):
     """Pixels first (chunks of at least 12: a tile), then groups of output blocks; but a
     layer with more bytes of weights than of activations (the 7 x 7 layers of a CNN) is cut
-    by groups, its tasks group-major so that two workers share at most one group's weights,
-    and its pixels in as few chunks as share the tasks out evenly (seven groups on two
-    workers: fourteen tasks, not seven)."""
+    by groups, its tasks group-major (workers given contiguous ranges of tasks share only the
+    weights of the groups where their ranges meet), and its pixels in as few chunks as share
+    the tasks out evenly (seven groups on two workers: fourteen tasks, not seven)."""
     weights = job.channels * job.out_channels
     if weights > (job.channels + job.out_channels) * pixels:
         gtasks = max(1, min(groups, _tasks_wanted(pool)))

@@ -341,8 +341,8 @@ void asymo_reorder_task(int64_t task, void *job);
  * blocks over one chunk of `chunk_pixels` pixels: ntasks = ceil(pixels / chunk_pixels) x
  * ceil(groups / groups_per_task), where groups = ceil(out_channels / 24); chunk-major (the
  * tasks of one chunk consecutive: a worker reads the pixels it wrote in the job before), or
- * with `groups_outer` group-major (a worker's consecutive tasks share a group's weights, and
- * two workers share at most the weights of the group where their ranges meet). */
+ * with `groups_outer` group-major (a worker's consecutive tasks share a group's weights; two
+ * workers given contiguous ranges share those of the group where the ranges meet). */
 typedef struct {
     int64_t channels;           /* input channels, a multiple of 8 */
     int64_t out_channels;       /* a multiple of 8 */
