@@ -5,7 +5,7 @@ import pytest
 
 import asymo
 import asymo.ops.conv as conv
-from asymo.runtime.partition import even_block_size
+from asymo.runtime.partition import even_block_size, split_blocks
 
 
 def _tasks(units, per, fixed=1):
@@ -35,6 +35,42 @@ def test_even_block_size_is_the_fewest_even_blocks(units, blocks, workers, fixed
     assert per == expect
     idle = _idle(_tasks(units, per, fixed), workers)
     assert idle <= 0.1 or idle == min(c[0] for c in cands)
+
+
+@pytest.mark.parametrize("split,other,want,workers", [
+    (7, 49, 8, 2), (14, 49, 8, 2), (54, 49, 8, 2), (7, 49, 1, 1), (20, 1, 8, 2),
+    (3, 28, 8, 2), (160, 196, 8, 3), (1, 1, 8, 2),
+])
+def test_split_blocks_cuts_the_split_dimension_first_and_shares_out_evenly(split, other, want,
+                                                                           workers):
+    per, per_other = split_blocks(split, other, want, workers)
+    blocks, other_blocks = -(-split // per), -(-other // per_other)
+    tasks = blocks * other_blocks
+    # the split dimension in about `want` blocks (never more than it has units), the other
+    # only as far as the tasks wanted need, then evened out
+    assert 1 <= per <= split and 1 <= per_other <= other
+    assert blocks <= max(want, 1) * 2 and blocks <= split
+    assert other_blocks <= max(1, 2 * -(-want // blocks))
+    # within 10% idle, else the most even of the chunkings even_block_size weighs (from the
+    # blocks the tasks wanted need up to twice as many)
+    idle = _idle(tasks, workers)
+    first = min(-(-want // blocks), other)
+    alternatives = [_idle(blocks * -(-other // -(-other // n)), workers)
+                    for n in range(first, min(2 * first, other) + 1)]
+    assert idle <= 0.1 or idle == min(alternatives) or other == 1
+
+
+def test_split_blocks_cases_by_hand():
+    # seven weight groups of a 7 x 7 layer on two workers: each group's pixels in two chunks
+    assert split_blocks(7, 49, 8, 2) == (1, 25)
+    # ... on one worker, one task
+    assert split_blocks(7, 49, 1, 1) == (7, 49)
+    # fourteen groups share out as they are
+    assert split_blocks(14, 49, 8, 2) == (1, 49)
+    # nothing to cut but the split: its blocks evened out (20 groups, 8 wanted -> 2 each)
+    assert split_blocks(20, 1, 8, 2) == (2, 1)
+    with pytest.raises(ValueError, match="want"):
+        split_blocks(7, 49, 0, 2)
 
 
 def test_even_block_size_cases_by_hand():

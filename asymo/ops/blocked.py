@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from asymo.runtime.ffi import ffi, lib
-from asymo.runtime.partition import even_block_size
+from asymo.runtime.partition import split_blocks
 from asymo.runtime.tasks import (ACTIVATION_CODES, TASK_IDLE, TASKS_PER_WORKER, task_fn,
                                  tasks_call)
 
@@ -129,16 +129,14 @@ def bind_reorder(src, dst, to_blocked, pool, backup=False):
 def _pointwise_split(job, pool, groups, pixels):
     """Pixels first (chunks of at least 12: a tile), then groups of output blocks; but a
     layer with more bytes of weights than of activations (the 7 x 7 layers of a CNN) is cut
-    by groups, its tasks group-major (workers given contiguous ranges of tasks share only the
-    weights of the groups where their ranges meet), and its pixels in as few chunks as share
-    the tasks out evenly (seven groups on two workers: fourteen tasks, not seven)."""
+    by groups first, its pixels only as far as needed to share the tasks out evenly (seven
+    groups on two workers: fourteen tasks, not seven; `split_blocks`, as the rows paths cut
+    theirs), its tasks group-major (workers given contiguous ranges of tasks share only the
+    weights of the groups where their ranges meet)."""
     weights = job.channels * job.out_channels
     if weights > (job.channels + job.out_channels) * pixels:
-        gtasks = max(1, min(groups, _tasks_wanted(pool)))
-        job.groups_per_task = -(-groups // gtasks)
-        gtasks = -(-groups // job.groups_per_task)
-        job.chunk_pixels = even_block_size(pixels, 1, pool.nworkers, fixed=gtasks,
-                                           tolerance=TASK_IDLE)
+        job.groups_per_task, job.chunk_pixels = split_blocks(
+            groups, pixels, _tasks_wanted(pool), pool.nworkers, tolerance=TASK_IDLE)
         job.groups_outer = 1
     else:
         chunks = _chunks(pool, pixels, 12)

@@ -58,7 +58,8 @@ from asymo.plan import gemm as _gemm_plans
 from asymo.plan import split_cost as _split_cost
 from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.memory import empty_aligned, empty_result
-from asymo.runtime.partition import even_block_size as _even_block_size
+from asymo.runtime.partition import even_block_size as _even_block_size, \
+    split_blocks as _split_blocks
 from asymo.runtime.pool import Pool as _Pool
 from asymo.runtime.pool import acquire as _acquire_pool
 from asymo.runtime.pool import hold as _hold
@@ -930,12 +931,7 @@ def _panel_tile_split(pool, panels, tiles, flops, by_panels):
     wanted, and the task count evened out over the workers."""
     want = max(TASKS_PER_WORKER * pool.nworkers, int(flops // INDIRECT_TASK_FLOPS))
     split, other = (panels, tiles) if by_panels else (tiles, panels)
-    per = max(1, split // want)
-    if other == 1:  # nothing to even the split out with but the split itself
-        per = _even_block_size(split, -(-split // per), pool.nworkers, tolerance=TASK_IDLE)
-    groups = -(-split // per)
-    per_other = _even_block_size(other, -(-want // groups), pool.nworkers, fixed=groups,
-                                 tolerance=TASK_IDLE)
+    per, per_other = _split_blocks(split, other, want, pool.nworkers, tolerance=TASK_IDLE)
     return (per, per_other) if by_panels else (per_other, per)
 
 

@@ -12,7 +12,7 @@ import math
 import numbers
 from fractions import Fraction
 
-__all__ = ["largest_remainder", "even_block_size"]
+__all__ = ["largest_remainder", "even_block_size", "split_blocks"]
 
 
 def largest_remainder(n, weights):
@@ -101,3 +101,37 @@ def even_block_size(units, blocks, workers, *, fixed=1, tolerance=0.1):
         if idle <= tolerance:
             break
     return best[1]
+
+
+def split_blocks(split, other, want, workers, *, tolerance=0.1):
+    """Units per block of a job cut along two dimensions: ``split``, the one whose data each
+    worker should read only its share of (a layer's weights when they outweigh its image),
+    into about ``want`` blocks; ``other`` only as far as the tasks wanted need, and into as
+    few blocks as share the tasks out evenly (`even_block_size`).
+
+    Parameters
+    ----------
+    split, other : int
+        Units of the two dimensions (weight panels or groups, image rows or pixels), >= 1.
+    want : int
+        The tasks the job aims for (>= 1).
+    workers : int
+        Workers the tasks are shared over (>= 1).
+    tolerance : float
+        Idle time accepted, as a fraction of the work (`even_block_size`).
+
+    Returns
+    -------
+    (int, int)
+        Units of ``split`` and of ``other`` per block; the job's tasks are
+        ``ceil(split / first) * ceil(other / second)``.
+    """
+    for name, v in (("split", split), ("other", other), ("want", want)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    per = max(1, split // want)
+    if other == 1:  # nothing to even the split out with but the split itself
+        per = even_block_size(split, -(-split // per), workers, tolerance=tolerance)
+    blocks = -(-split // per)
+    return per, even_block_size(other, -(-want // blocks), workers, fixed=blocks,
+                                tolerance=tolerance)
