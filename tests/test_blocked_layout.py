@@ -7,6 +7,7 @@ import asymo
 from asymo.hw.topology import parse_spec
 from asymo.ops import blocked as B
 from asymo.runtime.ffi import ffi, lib
+from asymo.ops.conv import use_kernel_isa
 from asymo.runtime.pool import hold
 
 pytestmark = pytest.mark.skipif(not lib.asymo_blocked_supported(),
@@ -372,13 +373,49 @@ def test_torchvision_mobilenet_v2_runs_blocked_and_matches_torch():
 
     net = tv.build("mobilenet_v2").eval()
     x = torch.randn(2, 3, 96, 96)
-    m = asymo.from_torch(net, x[:1])
-    kinds = m.plan(1).kernels.values()
-    # every 1x1 and depthwise layer (all but the stem and the classifier)
-    assert sum(k.startswith("conv2d:blocked") for k in kinds) == 51
-    with torch.inference_mode():
-        want = net(x).numpy()
-    got = m(x.numpy())
+    # (AVX2's rule: on AVX-512 the small planes' 1x1 layers stay NCHW, the next test)
+    with use_kernel_isa("avx2_fma"):
+        m = asymo.from_torch(net, x[:1])
+        kinds = m.plan(1).kernels.values()
+        # every 1x1 and depthwise layer (all but the stem and the classifier)
+        assert sum(k.startswith("conv2d:blocked") for k in kinds) == 51
+        with torch.inference_mode():
+            want = net(x).numpy()
+        got = m(x.numpy())
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.skipif(not lib.asymo_isa_supported() & (1 << lib.ASYMO_ISA_AVX512),
+                    reason="the CPU has no AVX-512")
+def test_avx512_keeps_small_plane_pointwise_layers_nchw():
+    # where the kernels run AVX-512, a 1x1 layer the NCHW rows form takes for its small plane
+    # (at most POINTWISE_ROWS_MAX_PIXELS pixels, POINTWISE_ROWS_MIN_CHANNELS channels) is
+    # not blocked; the larger planes' chain still is
+    torch = pytest.importorskip("torch")
+    from asymo.models import torchvision_defs as tv
+    from asymo.ops import conv as C
+
+    net = tv.build("mobilenet_v2").eval()
+    x = torch.randn(2, 3, 224, 224)  # (every 14 x 14 and 7 x 7 1x1 layer has >= 64 inputs)
+    with use_kernel_isa("avx512"):
+        m = asymo.from_torch(net, x[:1])
+        plan = m.plan(1)
+        small = large = 0
+        for n in m.graph.nodes:
+            w = m.graph.initializers.get(n.inputs[1]) if len(n.inputs) > 1 else None
+            if n.op != "asymo.Conv" or w is None or w.shape[2:] != (1, 1) or w.shape[1] % 8:
+                continue
+            _, c, h, wd = plan.shapes[n.inputs[0]]
+            if h * wd <= C.POINTWISE_ROWS_MAX_PIXELS and c >= C.POINTWISE_ROWS_MIN_CHANNELS:
+                assert plan.kernels[n.name] == "conv2d:pointwise rows", n.name
+                small += 1
+            else:
+                assert plan.kernels[n.name] == "conv2d:blocked pointwise", n.name
+                large += 1
+        assert small >= 10 and large >= 10, (small, large)
+        with torch.inference_mode():
+            want = net(x).numpy()
+        got = m(x.numpy())
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 

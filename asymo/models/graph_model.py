@@ -39,7 +39,8 @@ from asymo.models.graph import GraphError
 from asymo.models.graph_plan import optimize
 from asymo.models.shapes import infer_shapes, ints, pad_amounts, slice_spec, split_sizes
 from asymo.ops import blocked as _blocked
-from asymo.ops.conv import BoundConv2d, PackedConvWeight, conv_path
+from asymo.ops.conv import (BoundConv2d, PackedConvWeight, conv_path, kernel_isa,
+                             rows_form_small_plane)
 from asymo.ops.packed import PackedMatVec
 from asymo.plan.split_cost import emulated_period
 from asymo.runtime.ffi import lib
@@ -282,9 +283,14 @@ def _blocked_kind(n, shapes, consts):
     if n.op != "asymo.Conv" or consts[n.inputs[1]].dtype != np.float32:
         return None
     a = n.attrs
-    return _blocked.blocked_kind(shapes[n.inputs[0]], consts[n.inputs[1]].shape, a["strides"],
+    xshape = shapes[n.inputs[0]]
+    kind = _blocked.blocked_kind(xshape, consts[n.inputs[1]].shape, a["strides"],
                                  (a["pads"][0], a["pads"][1]), a["dilations"], a["group"],
                                  a["activation"])
+    # on AVX-512 the NCHW rows form beats the (AVX2) blocked 1x1 kernel on small planes
+    if kind == "pointwise" and kernel_isa() == "avx512" and rows_form_small_plane(xshape):
+        return None
+    return kind
 
 
 def _blocked_tensors(graph, shapes, consts, slices, aliases):

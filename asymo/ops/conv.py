@@ -860,6 +860,13 @@ def _rows_on_avx2(cout, k):
             and cout <= ROWS_AVX2_MAX_EXPANSION * k)
 
 
+def rows_form_small_plane(xshape):
+    """Whether the AVX-512 rows form takes a 1x1 layer with an NCHW input of ``xshape`` for
+    its small plane (`POINTWISE_ROWS_MAX_PIXELS`, `POINTWISE_ROWS_MIN_CHANNELS`)."""
+    return (xshape[2] * xshape[3] <= POINTWISE_ROWS_MAX_PIXELS
+            and xshape[1] >= POINTWISE_ROWS_MIN_CHANNELS)
+
+
 def _pointwise_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
                    has_residual):
     """The job template of an in-place pointwise convolution for this layer (`POINTWISE`), or
@@ -882,7 +889,7 @@ def _pointwise_job(xshape, wshape, dtype, stride, pads, dilation, groups, activa
             return None
         job.form = lib.ASYMO_POINTWISE_ROWS
         job.panel_rows = panel
-    elif ((h * w <= POINTWISE_ROWS_MAX_PIXELS and c >= POINTWISE_ROWS_MIN_CHANNELS)
+    elif (rows_form_small_plane(xshape)
             or (c >= POINTWISE_ROWS_ANY_PLANE_CHANNELS and 8 * (-cout % panel) <= cout)):
         job.form = lib.ASYMO_POINTWISE_ROWS
         job.panel_rows = panel
