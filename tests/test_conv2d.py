@@ -1104,8 +1104,10 @@ def test_pointwise_path_only_where_it_applies(monkeypatch):
         assert form(plan((1, 513, 20, 20), (64, 513, 1, 1))) == "rows"
         assert form(plan((1, 256, 56, 56), (1000, 256, 1, 1))) == "rows"
         assert form(plan((1, 192, 28, 28), (16, 192, 1, 1))) == "runs"  # half a panel padded
+        # ResNet-50's 64 -> 256 at 56 x 56, with its shortcut
+        assert form(plan((1, 64, 56, 56), (256, 64, 1, 1), residual=True)) == "runs"
         for p in (plan((1, 191, 20, 20), (176, 191, 1, 1)), plan((1, 32, 7, 7), (32, 32, 1, 1)),
-                  plan((1, 16, 20, 20), (208, 16, 1, 1)),
+                  plan((1, 16, 20, 20), (272, 16, 1, 1)),
                   plan((1, 32, 20, 20), (24, 32, 1, 1)),
                   plan((1, 32, 10, 9), (32, 32, 1, 1), stride=(2, 2)),
                   plan((1, 32, 11, 9), (32, 32, 1, 1), pads=((1, 1), (1, 1))),
@@ -1117,7 +1119,11 @@ def test_pointwise_path_only_where_it_applies(monkeypatch):
     if "avx2_fma" in _supported_isas():
         monkeypatch.setattr(conv_mod, "POINTWISE", "auto")
         with conv_mod.use_kernel_isa("avx2_fma"):
-            assert isinstance(plan((1, 64, 8, 10), (32, 64, 1, 1)), conv_mod._GemmConvPlan)
+            # AVX2 has the rows form only (ROWS_AVX2_*), no runs form
+            assert form(plan((1, 64, 8, 10), (32, 64, 1, 1))) == "rows"
+            for p in (plan((1, 16, 8, 10), (96, 16, 1, 1)),  # more than 4 outputs per input
+                      plan((1, 32, 20, 20), (256, 32, 1, 1))):  # more than 192 outputs
+                assert isinstance(p, conv_mod._GemmConvPlan)
 
 
 @needs_indirect

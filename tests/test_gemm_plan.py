@@ -136,7 +136,7 @@ def test_on_plans_cleared_hooks_run_when_plans_go_stale():
         P.on_plans_cleared("not a function")
 
 
-def test_a_new_block_chooser_reaches_convolutions_planned_before():
+def test_a_new_block_chooser_reaches_convolutions_planned_before(monkeypatch):
     """set_block_chooser clears the plan caches, conv2d's too: a layer planned before the
     chooser is planned again with it (and still answers right)."""
     import asymo
@@ -145,6 +145,9 @@ def test_a_new_block_chooser_reaches_convolutions_planned_before():
     x = rng.standard_normal((1, 64, 20, 20)).astype(np.float32)
     w = rng.standard_normal((256, 64, 1, 1)).astype(np.float32)
     pool = asymo.Pool("c:0@1.0")
+    from asymo.ops import conv as conv_mod
+    for path in ("POINTWISE", "ROWS", "NCHWC"):  # (the layer as a GEMM on any ISA)
+        monkeypatch.setattr(conv_mod, path, "off")
     assert conv_path(x.shape, w.shape, 1, 0) == "gemm"
     want = np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x)
     np.testing.assert_allclose(asymo.conv2d(x, w, pool=pool), want, rtol=1e-4, atol=1e-4)
