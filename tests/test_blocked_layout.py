@@ -6,8 +6,8 @@ import pytest
 import asymo
 from asymo.hw.topology import parse_spec
 from asymo.ops import blocked as B
-from asymo.runtime.ffi import ffi, lib
 from asymo.ops.conv import use_kernel_isa
+from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.pool import hold
 
 pytestmark = pytest.mark.skipif(not lib.asymo_blocked_supported(),
