@@ -170,6 +170,17 @@ def test_rows_path_only_where_it_applies(monkeypatch):
                                 ((1, 1), (1, 1))), conv_mod._RowsConvPlan)
         assert isinstance(_plan(pool, (1, 64, 8, 8), (64, 64, 3, 3), (1, 1),
                                 ((1, 1), (1, 1))), conv_mod._WinogradConvPlan)
+        # ... and up to 13 x 13 where the weights are cold (a network's bound layers)
+        for hw, cold, kind in ((13, False, conv_mod._WinogradConvPlan),
+                               (13, True, conv_mod._RowsConvPlan),
+                               (14, True, conv_mod._WinogradConvPlan)):
+            plan = conv_mod._conv_plan(pool, (1, 64, hw, hw), (256, 64, 3, 3),
+                                       np.dtype(np.float32), (1, 1), ((1, 1), (1, 1)), (1, 1),
+                                       1, "relu", True, False, cold_weights=cold)[0]
+            assert isinstance(plan, kind), (hw, cold)
+            assert conv_mod.conv_path((1, 64, hw, hw), (256, 64, 3, 3), padding=1,
+                                      cold_weights=cold) == (
+                "rows" if kind is conv_mod._RowsConvPlan else "winograd F(4x4)")
         # the 7x7 stride-2 stem, which the indirect path takes too: a stem both take runs on
         # the rows path (docs/conv-and-zoo.md)
         assert isinstance(_plan(pool, (1, 3, 224, 224), (64, 3, 7, 7), (2, 2),
@@ -233,3 +244,30 @@ def test_rows_path_tasks_and_copy():
                                 * -(-tiles // j.tiles_per_task))
     finally:
         pool.close()
+
+
+@needs_avx512
+def test_network_layers_of_small_planes_take_the_rows_path():
+    # a model binds its layers with cold weights: a 3x3 layer of a 13 x 13 plane runs the
+    # rows path there, Winograd when called alone, and both give torch's result
+    torch = pytest.importorskip("torch")
+    from asymo.models.torch_loader import export_onnx_bytes
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(48, 64, 1), torch.nn.ReLU(),
+                              torch.nn.Conv2d(64, 192, 3, padding=1), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 48, 13, 13)
+    with conv_mod.use_kernel_isa("avx512"):
+        model = asymo.from_onnx(export_onnx_bytes(net, x))
+        kinds = [k for k in model.plan().kernels.values() if k.startswith("conv2d")]
+        assert len(kinds) == 2 and kinds[1] == "conv2d:rows"
+        with torch.no_grad():
+            ref = net(x).numpy()
+        pool = asymo.get_pool()
+        np.testing.assert_allclose(model(x.numpy(), pool=pool), ref, rtol=1e-4, atol=1e-4)
+        # the plan the model bound (not only its label)
+        bound = [p for key, p in conv_mod._plan_cache.get(pool, {}).items()
+                 if key[0] == (1, 64, 13, 13) and key[-1]]
+        assert bound and all(isinstance(p, conv_mod._RowsConvPlan) for p in bound)
+        w = net[2].weight.detach().numpy()
+        assert conv_mod.conv_path((1, 64, 13, 13), w.shape, padding=1) == "winograd F(4x4)"

@@ -151,7 +151,7 @@ def _kernel_path(node, shapes, consts):
         return "conv2d:" + conv_path(shapes[node.inputs[0]], consts[node.inputs[1]].shape,
                                      a["strides"], (a["pads"][0], a["pads"][1]),
                                      a["dilations"], a["group"], activation=a["activation"],
-                                     residual=residual)
+                                     residual=residual, cold_weights=True)
     if op == "asymo.Gemm":
         return "matmul:rows"
     if op in ("MaxPool", "AveragePool", "GlobalAveragePool"):
@@ -381,9 +381,11 @@ class _ConvStep:
     def bind(self, pool):
         from asymo.ops.conv import bind_conv2d
 
-        # backups on pools of several clusters (_Instance.run fences)
+        # backups on pools of several clusters (_Instance.run fences); a network's weights
+        # leave the caches between calls
         return bind_conv2d(self.x, self.w, self.b, residual=self.r, out=self.y, pool=pool,
-                           backup=self.backup and pool.nclusters > 1, **self.args)
+                           backup=self.backup and pool.nclusters > 1, cold_weights=True,
+                           **self.args)
 
 
 class _BlockedConvStep:

@@ -6,8 +6,9 @@ rule is with its settings below; measurements in docs/conv-and-zoo.md):
 - a depthwise convolution (one input channel per group) runs a direct C kernel: a pool task
   is a block of 16 channels (one vector lane each) and output rows, bias and activation fused;
 - a 3x3 stride-2 layer of at most 3 input channels (a stem), the direct path (`DIRECT`);
-- 3x3 stride-1 layers of planes at most ROWS_OVER_WINOGRAD_WIDTH wide, the rows path (below);
-  wider ones, Winograd F(2x2) or F(4x4) (`WINOGRAD`, docs/winograd.md);
+- 3x3 stride-1 layers of planes at most ROWS_OVER_WINOGRAD_WIDTH wide (a network's layers:
+  ROWS_OVER_WINOGRAD_WIDTH_COLD), the rows path (below); wider ones, Winograd F(2x2) or
+  F(4x4) (`WINOGRAD`, docs/winograd.md);
 - 1x1 stride-1 unpadded layers, the pointwise path in place: runs of 16 pixels or tiles of
   pixel rows against micro-panels of the weights (`POINTWISE`);
 - other float32 layers of one group, dilation 1 and stride 1 or 2, the rows path: the same
@@ -183,6 +184,12 @@ ROWS_MIN_TILE = 5
 # ... and layers Winograd would take whose output rows are at most this many pixels wide (at
 # 7 x 7 Winograd's 2 x 2 tiles pad the plane to 8 x 8 and its transforms outweigh its saving)
 ROWS_OVER_WINOGRAD_WIDTH = 7
+# ... or at most this many where the weights are cold at every call, as in a network
+# (`bind_conv2d(cold_weights=True)`, what a model binds): Winograd's transformed weights,
+# 1.8-4x the weights, are read again from memory each time and its small plane reuses them
+# over few tiles, while the rows path reads the weights themselves (SqueezeNet's 13 x 13
+# layers; alone and warm Winograd ran them in half the time). Measured: docs/tuning.md.
+ROWS_OVER_WINOGRAD_WIDTH_COLD = 13
 # ... the padded copy in tasks of about this many bytes (not tuned: a copy is a few percent
 # of its layer)
 ROWS_COPY_TASK_BYTES = 32 << 10
@@ -430,11 +437,12 @@ class _Checked:
     __slots__ = ("xb", "w", "b", "packed", "residual", "y", "yb", "target", "direct",
                  "empty", "stride", "pads", "dilation", "groups", "activation")
 
-    def plan_for(self, pool, settings=None, limit=None):
+    def plan_for(self, pool, settings=None, limit=None, cold_weights=False):
         """``(plan, its key in the plan cache)`` for this call on ``pool``."""
         return _conv_plan(pool, self.xb.shape, self.w.shape, self.xb.dtype, self.stride,
                           self.pads, self.dilation, self.groups, self.activation,
-                          self.b is not None, self.residual is not None, settings, limit)
+                          self.b is not None, self.residual is not None, settings, limit,
+                          cold_weights)
 
 
 def _prepare(x, weight, bias, stride, padding, dilation, groups, activation, residual, out):
@@ -565,17 +573,18 @@ _gemm_plans.on_plans_cleared(_forget_plans)
 
 
 def _conv_path(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
-               has_residual):
+               has_residual, cold_weights=False):
     """The path a convolution of these shapes takes (the module docstring's order), as
     ``(name, what its plan is built from)``: "depthwise" (None), "direct" (its job),
     "winograd" (the tile), "indirect", "pointwise", "rows", "nchwc" (their jobs) or "gemm"
-    (None)."""
+    (None). ``cold_weights``: see `bind_conv2d`."""
     c = xshape[1]
     cin_g = wshape[1]
     tile = _winograd_tile(xshape, wshape, dtype, stride, pads, dilation, groups)
     rows = _rows_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation)
-    if tile and rows is not None and rows.geom.out_w <= ROWS_OVER_WINOGRAD_WIDTH:
-        tile = 0  # (the rows path takes narrow planes: ROWS_OVER_WINOGRAD_WIDTH)
+    narrow = ROWS_OVER_WINOGRAD_WIDTH_COLD if cold_weights else ROWS_OVER_WINOGRAD_WIDTH
+    if tile and rows is not None and rows.geom.out_w <= narrow:
+        tile = 0  # (the rows path takes narrow planes: ROWS_OVER_WINOGRAD_WIDTH[_COLD])
     if cin_g == 1 and groups == c:
         return "depthwise", None
     if (job := _direct_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
@@ -598,12 +607,13 @@ def _conv_path(xshape, wshape, dtype, stride, pads, dilation, groups, activation
 
 
 def conv_path(xshape, wshape, stride=1, padding=0, dilation=1, groups=1, *,
-              activation=None, residual=False, dtype=np.float32):
+              activation=None, residual=False, dtype=np.float32, cold_weights=False):
     """The kernel path ``conv2d`` takes for a float input of shape ``xshape`` and weights of
     shape ``wshape`` with these arguments on this machine (its ISA and the module's
     settings), as a label: "depthwise", "direct", "winograd F(2x2)" / "F(4x4)", "indirect",
     "pointwise" (+ its form, "rows" or "runs"), "rows", "nchwc" or "gemm". The module
-    docstring says which layers each takes.
+    docstring says which layers each takes. ``cold_weights=True``: the path of a call bound
+    with `bind_conv2d(cold_weights=True)`, as a model's layers are.
     """
     xshape, wshape = tuple(int(v) for v in xshape), tuple(int(v) for v in wshape)
     if len(xshape) != 4 or len(wshape) != 4:
@@ -615,7 +625,7 @@ def conv_path(xshape, wshape, stride=1, padding=0, dilation=1, groups=1, *,
     stride, dilation = _pair(stride, "stride", 1), _pair(dilation, "dilation", 1)
     pads = _resolve_padding(padding, wshape[2:], stride, dilation)
     path, arg = _conv_path(xshape, wshape, np.dtype(dtype), stride, pads, dilation,
-                           int(groups), activation, bool(residual))
+                           int(groups), activation, bool(residual), bool(cold_weights))
     if path == "winograd":
         return f"winograd F({arg}x{arg})"
     if path == "pointwise":
@@ -625,17 +635,17 @@ def conv_path(xshape, wshape, stride=1, padding=0, dilation=1, groups=1, *,
 
 
 def _conv_plan(pool, xshape, wshape, dtype, stride, pads, dilation, groups, activation,
-               has_bias, has_residual, settings=None, limit=None):
-    # (settings, limit: `_plan_settings()` and the pool's limit when the caller has them)
-    # Returns (plan, its key in the plan cache).
+               has_bias, has_residual, settings=None, limit=None, cold_weights=False):
+    # (settings, limit: `_plan_settings()` and the pool's limit when the caller has them;
+    # cold_weights: see bind_conv2d) Returns (plan, its key in the plan cache).
     key = (xshape, wshape, dtype.num, stride, pads, dilation, groups, activation, has_bias,
            has_residual, _plan_settings() if settings is None else settings,
-           pool.limit if limit is None else limit)
+           pool.limit if limit is None else limit, cold_weights)
     plan = _cached_plan(pool, key)
     if plan is not None:
         return plan, key
     path, arg = _conv_path(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
-                           has_residual)
+                           has_residual, cold_weights)
     if path == "depthwise":
         plan = _DepthwisePlan(pool, xshape, wshape, dtype, stride, pads, dilation, activation,
                               has_residual)
@@ -1562,7 +1572,7 @@ class BoundConv2d:
 
 
 def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
-                activation=None, residual=None, out, pool, backup=False):
+                activation=None, residual=None, out, pool, backup=False, cold_weights=False):
     """Bind ``conv2d(x, weight, bias, ..., out=out, pool=pool)`` once; returns a
     `BoundConv2d` whose calls recompute ``out`` from the current contents of ``x`` (and
     ``residual``).
@@ -1577,6 +1587,10 @@ def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     task running that still reads ``x``, ``residual`` and the call's scratch and writes
     ``out`` (the same values). The caller must fence the pool before it changes or frees
     any of them, as a model's runner does between nodes.
+
+    ``cold_weights=True`` says the weights will have left the caches between calls (the
+    layer is one of a network's): the plan then favours paths that read fewer weight bytes
+    per call (`ROWS_OVER_WINOGRAD_WIDTH_COLD`).
     """
     packed = weight if isinstance(weight, PackedConvWeight) else PackedConvWeight(weight)
     # the checks and errors of conv2d, once
@@ -1590,7 +1604,7 @@ def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
         return BoundConv2d([], [], fallback=lambda: None)
     if pool is None or not _in_place(c, x, packed.array, bias, residual, out):
         return BoundConv2d([], [c], fallback=fallback)
-    calls = _NativeCalls(c.plan_for(pool)[0], c.xb, c.b, c.target, c.residual, pool, bound=True,
+    calls = _NativeCalls(c.plan_for(pool, cold_weights=cold_weights)[0], c.xb, c.b, c.target, c.residual, pool, bound=True,
                          prepacked=True, backup=backup)
     keep = [x, packed, bias, residual, out, c, calls,
             calls.fill(c.xb, c.w, packed, c.b, c.target, c.residual)]
@@ -1628,7 +1642,7 @@ def _plan_settings():
             ROWS_AVX2_MAX_EXPANSION,
             POINTWISE_ROWS_ANY_PLANE_CHANNELS, POINTWISE_MAX_OUT_CHANNELS,
             POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE, ROWS, ROWS_MIN_TILE,
-            ROWS_OVER_WINOGRAD_WIDTH, ROWS_COPY_TASK_BYTES, NCHWC, NCHWC_MAX_WEIGHT_RATIO,
+            ROWS_OVER_WINOGRAD_WIDTH, ROWS_OVER_WINOGRAD_WIDTH_COLD, ROWS_COPY_TASK_BYTES, NCHWC, NCHWC_MAX_WEIGHT_RATIO,
             TASKS_PER_WORKER, TASK_IDLE, _split_cost.emulated_period())
 
 
