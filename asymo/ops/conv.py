@@ -1604,7 +1604,8 @@ def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
         return BoundConv2d([], [], fallback=lambda: None)
     if pool is None or not _in_place(c, x, packed.array, bias, residual, out):
         return BoundConv2d([], [c], fallback=fallback)
-    calls = _NativeCalls(c.plan_for(pool, cold_weights=cold_weights)[0], c.xb, c.b, c.target, c.residual, pool, bound=True,
+    plan = c.plan_for(pool, cold_weights=cold_weights)[0]
+    calls = _NativeCalls(plan, c.xb, c.b, c.target, c.residual, pool, bound=True,
                          prepacked=True, backup=backup)
     keep = [x, packed, bias, residual, out, c, calls,
             calls.fill(c.xb, c.w, packed, c.b, c.target, c.residual)]
@@ -1642,8 +1643,9 @@ def _plan_settings():
             ROWS_AVX2_MAX_EXPANSION,
             POINTWISE_ROWS_ANY_PLANE_CHANNELS, POINTWISE_MAX_OUT_CHANNELS,
             POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE, ROWS, ROWS_MIN_TILE,
-            ROWS_OVER_WINOGRAD_WIDTH, ROWS_OVER_WINOGRAD_WIDTH_COLD, ROWS_COPY_TASK_BYTES, NCHWC, NCHWC_MAX_WEIGHT_RATIO,
-            TASKS_PER_WORKER, TASK_IDLE, _split_cost.emulated_period())
+            ROWS_OVER_WINOGRAD_WIDTH, ROWS_OVER_WINOGRAD_WIDTH_COLD, ROWS_COPY_TASK_BYTES,
+            NCHWC, NCHWC_MAX_WEIGHT_RATIO, TASKS_PER_WORKER, TASK_IDLE,
+            _split_cost.emulated_period())
 
 
 def _int_pair(v):
