@@ -405,8 +405,7 @@ def test_avx512_keeps_small_plane_pointwise_layers_nchw():
             w = m.graph.initializers.get(n.inputs[1]) if len(n.inputs) > 1 else None
             if n.op != "asymo.Conv" or w is None or w.shape[2:] != (1, 1) or w.shape[1] % 8:
                 continue
-            _, c, h, wd = plan.shapes[n.inputs[0]]
-            if h * wd <= C.POINTWISE_ROWS_MAX_PIXELS and c >= C.POINTWISE_ROWS_MIN_CHANNELS:
+            if C.rows_form_small_plane(plan.shapes[n.inputs[0]]):
                 assert plan.kernels[n.name] == "conv2d:pointwise rows", n.name
                 small += 1
             else:
