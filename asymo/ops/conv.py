@@ -190,6 +190,11 @@ ROWS_OVER_WINOGRAD_WIDTH = 7
 # over few tiles, while the rows path reads the weights themselves (SqueezeNet's 13 x 13
 # layers; alone and warm Winograd ran them in half the time). Measured: docs/tuning.md.
 ROWS_OVER_WINOGRAD_WIDTH_COLD = 13
+# ... or of any width where the weights are cold and a group has at most this many input
+# channels: with few channels Winograd's time goes to its transforms, whose scratch passes
+# through L2, and lost most where the host halves a core's cache bandwidth (SqueezeNet's
+# 16- and 32-channel 3x3 layers). Measured: docs/tuning.md.
+ROWS_OVER_WINOGRAD_CHANNELS_COLD = 32
 # ... the padded copy in tasks of about this many bytes (not tuned: a copy is a few percent
 # of its layer)
 ROWS_COPY_TASK_BYTES = 32 << 10
@@ -583,8 +588,9 @@ def _conv_path(xshape, wshape, dtype, stride, pads, dilation, groups, activation
     tile = _winograd_tile(xshape, wshape, dtype, stride, pads, dilation, groups)
     rows = _rows_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation)
     narrow = ROWS_OVER_WINOGRAD_WIDTH_COLD if cold_weights else ROWS_OVER_WINOGRAD_WIDTH
-    if tile and rows is not None and rows.geom.out_w <= narrow:
-        tile = 0  # (the rows path takes narrow planes: ROWS_OVER_WINOGRAD_WIDTH[_COLD])
+    if tile and rows is not None and (rows.geom.out_w <= narrow or (
+            cold_weights and cin_g <= ROWS_OVER_WINOGRAD_CHANNELS_COLD)):
+        tile = 0  # (ROWS_OVER_WINOGRAD_WIDTH[_COLD], ROWS_OVER_WINOGRAD_CHANNELS_COLD)
     if cin_g == 1 and groups == c:
         return "depthwise", None
     if (job := _direct_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
@@ -1643,7 +1649,8 @@ def _plan_settings():
             ROWS_AVX2_MAX_EXPANSION,
             POINTWISE_ROWS_ANY_PLANE_CHANNELS, POINTWISE_MAX_OUT_CHANNELS,
             POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE, ROWS, ROWS_MIN_TILE,
-            ROWS_OVER_WINOGRAD_WIDTH, ROWS_OVER_WINOGRAD_WIDTH_COLD, ROWS_COPY_TASK_BYTES,
+            ROWS_OVER_WINOGRAD_WIDTH, ROWS_OVER_WINOGRAD_WIDTH_COLD,
+            ROWS_OVER_WINOGRAD_CHANNELS_COLD, ROWS_COPY_TASK_BYTES,
             NCHWC, NCHWC_MAX_WEIGHT_RATIO, TASKS_PER_WORKER, TASK_IDLE,
             _split_cost.emulated_period())
 
