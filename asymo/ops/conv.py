@@ -7,8 +7,9 @@ rule is with its settings below; measurements in docs/conv-and-zoo.md):
   is a block of 16 channels (one vector lane each) and output rows, bias and activation fused;
 - a 3x3 stride-2 layer of at most 3 input channels (a stem), the direct path (`DIRECT`);
 - 3x3 stride-1 layers of planes at most ROWS_OVER_WINOGRAD_WIDTH wide (a network's layers:
-  ROWS_OVER_WINOGRAD_WIDTH_COLD), the rows path (below); wider ones, Winograd F(2x2) or
-  F(4x4) (`WINOGRAD`, docs/winograd.md);
+  ROWS_OVER_WINOGRAD_WIDTH_COLD, or any width with at most ROWS_OVER_WINOGRAD_CHANNELS_COLD
+  input channels), the rows path (below); wider ones, Winograd F(2x2) or F(4x4)
+  (`WINOGRAD`, docs/winograd.md);
 - 1x1 stride-1 unpadded layers, the pointwise path in place: runs of 16 pixels or tiles of
   pixel rows against micro-panels of the weights (`POINTWISE`);
 - other float32 layers of one group, dilation 1 and stride 1 or 2, the rows path: the same
