@@ -170,28 +170,21 @@ def test_rows_path_only_where_it_applies(monkeypatch):
                                 ((1, 1), (1, 1))), conv_mod._RowsConvPlan)
         assert isinstance(_plan(pool, (1, 64, 8, 8), (64, 64, 3, 3), (1, 1),
                                 ((1, 1), (1, 1))), conv_mod._WinogradConvPlan)
-        # ... and up to 13 x 13 where the weights are cold (a network's bound layers)
-        for hw, cold, kind in ((13, False, conv_mod._WinogradConvPlan),
-                               (13, True, conv_mod._RowsConvPlan),
-                               (14, True, conv_mod._WinogradConvPlan)):
-            plan = conv_mod._conv_plan(pool, (1, 64, hw, hw), (256, 64, 3, 3),
-                                       np.dtype(np.float32), (1, 1), ((1, 1), (1, 1)), (1, 1),
-                                       1, "relu", True, False, cold_weights=cold)[0]
-            assert isinstance(plan, kind), (hw, cold)
-            assert conv_mod.conv_path((1, 64, hw, hw), (256, 64, 3, 3), padding=1,
-                                      cold_weights=cold) == (
-                "rows" if kind is conv_mod._RowsConvPlan else "winograd F(4x4)")
-        # ... and at any width where the weights are cold and the layer has at most
+        # ... and, where the weights are cold (a network's bound layers), up to 13 x 13
+        # (ROWS_OVER_WINOGRAD_WIDTH_COLD) or at any width with at most
         # ROWS_OVER_WINOGRAD_CHANNELS_COLD input channels
         limit = conv_mod.ROWS_OVER_WINOGRAD_CHANNELS_COLD
-        for c, cold, kind in ((limit, True, conv_mod._RowsConvPlan),
-                              (limit, False, conv_mod._WinogradConvPlan),
-                              (limit + 8, True, conv_mod._WinogradConvPlan)):
-            plan = conv_mod._conv_plan(pool, (1, c, 55, 55), (64, c, 3, 3),
+        for c, k, hw, cold, kind in ((64, 256, 13, False, conv_mod._WinogradConvPlan),
+                                     (64, 256, 13, True, conv_mod._RowsConvPlan),
+                                     (64, 256, 14, True, conv_mod._WinogradConvPlan),
+                                     (limit, 64, 55, True, conv_mod._RowsConvPlan),
+                                     (limit, 64, 55, False, conv_mod._WinogradConvPlan),
+                                     (limit + 8, 64, 55, True, conv_mod._WinogradConvPlan)):
+            plan = conv_mod._conv_plan(pool, (1, c, hw, hw), (k, c, 3, 3),
                                        np.dtype(np.float32), (1, 1), ((1, 1), (1, 1)), (1, 1),
                                        1, "relu", True, False, cold_weights=cold)[0]
-            assert isinstance(plan, kind), (c, cold)
-            assert conv_mod.conv_path((1, c, 55, 55), (64, c, 3, 3), padding=1,
+            assert isinstance(plan, kind), (c, hw, cold)
+            assert conv_mod.conv_path((1, c, hw, hw), (k, c, 3, 3), padding=1,
                                       activation="relu", cold_weights=cold) == (
                 "rows" if kind is conv_mod._RowsConvPlan else "winograd F(4x4)")
         # the 7x7 stride-2 stem, which the indirect path takes too: a stem both take runs on

@@ -1596,8 +1596,9 @@ def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     any of them, as a model's runner does between nodes.
 
     ``cold_weights=True`` says the weights will have left the caches between calls (the
-    layer is one of a network's): the plan then favours paths that read fewer weight bytes
-    per call (`ROWS_OVER_WINOGRAD_WIDTH_COLD`).
+    layer is one of a network's): the plan then takes the rows path over Winograd on narrow
+    planes (`ROWS_OVER_WINOGRAD_WIDTH_COLD`) and on layers of few input channels
+    (`ROWS_OVER_WINOGRAD_CHANNELS_COLD`).
     """
     packed = weight if isinstance(weight, PackedConvWeight) else PackedConvWeight(weight)
     # the checks and errors of conv2d, once
