@@ -425,13 +425,20 @@ def test_single_thread_work_on_the_slowed_core_runs_at_the_requested_speed(speed
             if ok(measured[-1]):
                 break
     assert ok(measured[-1]), f"asked {speed}, measured (time ratio, cpu share) {measured}"
-    # The same measurement without emulation shows two equal cores.
+    # The same measurement without emulation shows the core given back: the whole cpu share,
+    # and no time ratio near the one asked (1 / speed: 2 or more). The bound on the ratio
+    # leaves room for the host: a VM whose host held one vCPU back read 1.34-1.42 for a
+    # second, with the full share, long after every helper had gone.
+    def unemulated(m):
+        ratio, share = m
+        return 0.8 < ratio < 1.6 and share > 0.85
+
     control = []
     for _ in range(3):
         control.append(measured_speed(SLOW_CPU, FAST_CPU, rounds=3, seconds=0.05))
-        if 0.8 < control[-1][0] < 1.25 and control[-1][1] > 0.85:
+        if unemulated(control[-1]):
             break
-    assert 0.8 < control[-1][0] < 1.25 and control[-1][1] > 0.85, f"unemulated {control}"
+    assert unemulated(control[-1]), f"unemulated {control}"
 
 
 @pytest.mark.skipif(len(AFFINITY) < 2, reason="needs at least 2 usable cpus")
