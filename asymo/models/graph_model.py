@@ -46,6 +46,7 @@ from asymo.plan.split_cost import emulated_period
 from asymo.runtime.ffi import lib
 from asymo.runtime.memory import CACHE_LINE, empty_aligned
 from asymo.runtime.pool import caller_on_fastest, hold
+from asymo.runtime.tasks import merged_call
 
 __all__ = ["GraphModel", "ExecutionPlan", "ALIAS_OPS", "INPLACE_OPS"]
 
@@ -105,6 +106,14 @@ BLOCKED_LAYOUT = "auto"
 #: other side is a Winograd 3x3 one (NCHW), two reorders for each two convolutions, and ran
 #: slower than in NCHW (docs/conv-and-zoo.md, "The blocked layout").
 BLOCKED_REORDERS_PER_CONV = 0.5
+
+#: Adjacent convolutions none of which reads another's result (a fire module's two expand
+#: layers, an inception module's first layers) run as one pool job, up to this many at once:
+#: one submission and one wait instead of several, and each layer's tasks fill the others'
+#: tails (`asymo.runtime.tasks.merged_call`). 1: every node alone. Four keep a merged job
+#: within ASYMO_MULTI_MAX_PARTS with a share per worker on up to eight workers. Measured:
+#: docs/tuning.md.
+SIBLING_MAX_NODES = 4
 # operators that write a strided output (a channel slice of a concat) correctly
 SLICE_WRITERS = frozenset({"asymo.Conv", "MaxPool", "AveragePool", "Relu", "Clip", "Sigmoid",
                            "HardSigmoid", "HardSwish", "asymo.SiLU", "Tanh"})
@@ -120,7 +129,9 @@ class ExecutionPlan:
     ``naive_bytes``: what one buffer per tensor would take; ``slices``: tensor -> ``(concat
     output, first channel, end channel)`` for concat inputs written in place; ``overlap``: the
     nodes past its last reader a tensor's memory is kept (a backed-up task's late copy may
-    still use it; BACKUP_OVERLAP_NODES on pools of several clusters, else 0)."""
+    still use it; BACKUP_OVERLAP_NODES on pools of several clusters, else 0); ``siblings``:
+    groups of adjacent node indices run as one pool job, longest first (`_sibling_groups`),
+    whose tensors the arena keeps apart for the whole group."""
 
     batch: int
     shapes: dict
@@ -132,6 +143,7 @@ class ExecutionPlan:
     slices: dict = field(default_factory=dict)
     overlap: int = 0
     blocked: dict = field(default_factory=dict)
+    siblings: list = field(default_factory=list)
 
     def to_dict(self):
         return {"batch": self.batch, "arena_bytes": self.arena_bytes,
@@ -140,6 +152,7 @@ class ExecutionPlan:
                 "kernels": dict(self.kernels), "aliases": dict(self.aliases),
                 "slices": {k: list(v) for k, v in self.slices.items()},
                 "blocked": dict(self.blocked),
+                "siblings": [list(g) for g in self.siblings],
                 "shapes": {k: list(v) for k, v in self.shapes.items()}}
 
 
@@ -170,11 +183,18 @@ def _plan(graph, batch, overlap=0):
     consts = graph.initializers
     nodes = graph.nodes
     end = len(nodes)
+    siblings = _sibling_groups(graph, shapes)
+    # a group's nodes run at once: what any of them reads lives to the group's end, what
+    # any writes from its start (so no two share memory)
+    start, stop = list(range(end)), list(range(end))
+    for g in siblings:
+        for i in g:
+            start[i], stop[i] = min(g), max(g)
     last_use = {}
     for i, n in enumerate(nodes):
         for t in n.inputs:
             if t and t not in consts:
-                last_use[t] = i
+                last_use[t] = stop[i]
     for t in graph.outputs:
         last_use[t] = end
     root = {}
@@ -204,7 +224,7 @@ def _plan(graph, batch, overlap=0):
             continue
         for t in outs:
             root[t] = t
-            birth[t] = i
+            birth[t] = start[i]
             members[t] = [t]
     # Concat along channels: producers that feed only the concat write straight into their
     # channel slice of its output (no copy); the output's storage is then live from the first
@@ -275,7 +295,41 @@ def _plan(graph, batch, overlap=0):
             kernels[n.name] = f"conv2d:blocked {runs_blocked[n.name]}"
     naive = sum(4 * math.prod(shapes[t]) for t in root)
     return ExecutionPlan(batch, {t: shapes[t] for t in root}, storage, arena, kernels, naive,
-                         aliases, slices, overlap, blocked)
+                         aliases, slices, overlap, blocked, siblings)
+
+
+def _sibling_groups(graph, shapes):
+    """Runs of adjacent convolution nodes (at most SIBLING_MAX_NODES) none of which reads a
+    tensor another of the run writes or writes one another reads or writes, as lists of node
+    indices, the most FLOPs first (`merged_call` deals each job's share after the previous
+    one's, so the short ones fill the long one's tail)."""
+    consts = graph.initializers
+    nodes = graph.nodes
+    groups, run = [], []
+
+    def flops(i):
+        n = nodes[i]
+        return math.prod(shapes[n.outputs[0]]) * math.prod(consts[n.inputs[1]].shape[1:])
+
+    def close():
+        if len(run) > 1:
+            groups.append(sorted(run, key=lambda i: (-flops(i), i)))
+        run.clear()
+
+    for i, n in enumerate(nodes):
+        if (n.op != "asymo.Conv" or n.inputs[1] not in consts or SIBLING_MAX_NODES < 2
+                or n.outputs[0] in graph.outputs):
+            close()
+            continue
+        reads = {t for t in n.inputs if t and t not in consts}
+        if run and (len(run) >= SIBLING_MAX_NODES or any(
+                reads & set(nodes[k].outputs)
+                or set(n.outputs) & ({t for t in nodes[k].inputs if t} | set(nodes[k].outputs))
+                for k in run)):
+            close()
+        run.append(i)
+    close()
+    return groups
 
 
 def _blocked_kind(n, shapes, consts):
@@ -955,6 +1009,7 @@ class _Instance:
         self._planar = {}  # blocked tensor -> its NCHW buffer at a run_layers boundary
         self.batch = plan.batch
         self.overlap = plan.overlap
+        self.siblings = plan.siblings
         C = graph.initializers
         self.steps = []
         self._bindings = {}  # (id(pool), limit, emulator period) -> _binding's entry
@@ -1012,15 +1067,20 @@ class _Instance:
         if entry is None or entry[0]() is not pool:
             if len(self._bindings) >= 4:  # (all clusters, the fastest alone, limits)
                 self._bindings.clear()
-            entry = self._bindings[key] = (weakref.ref(pool), [
-                None if fn is None else
-                fn.bind(pool) if hasattr(fn, "bind") else partial(fn, pool)
-                for fn in self.steps], {})
+            steps = [None if fn is None else
+                     fn.bind(pool) if hasattr(fn, "bind") else partial(fn, pool)
+                     for fn in self.steps]
+            entry = self._bindings[key] = (weakref.ref(pool), steps, {},
+                                           _merge_siblings(self.siblings, steps, pool))
         return entry
 
     def _steps_for(self, pool):
         """The steps bound to ``pool`` (held by the caller), made on first use."""
         return self._binding(pool)[1]
+
+    def _merged_for(self, pool):
+        """{first node: (last node, call)}: the sibling groups bound to ``pool`` as one job."""
+        return self._binding(pool)[3]
 
     def run(self, first, last, pool, *, fastest=None, on_fastest=None, times=None):
         """Run nodes ``first..last`` on ``pool``; with ``fastest`` (the pool's fastest-cluster
@@ -1040,14 +1100,24 @@ class _Instance:
                                    [f if sel else s for s, f, sel in
                                     zip(whole, steps, on_fastest)])
                 steps = self._mixed[1]
+            # sibling groups as one job, unless each node is timed or placed on its own
+            merged = ({} if times is not None or on_fastest is not None else
+                      self._merged_for(pool if fastest is None else fast))
             if self.overlap and pool.nclusters > 1 and (fastest is None or
                                                         on_fastest is not None):
-                self._run_fenced(steps, first, last, pool._handle, times)
+                self._run_fenced(steps, merged, first, last, pool._handle, times)
                 return
             if times is None:
-                for fn in steps[first:last + 1]:
-                    if fn is not None:
-                        fn()
+                i = first
+                while i <= last:
+                    group = merged.get(i)
+                    if group is not None and group[0] <= last:
+                        group[1]()
+                        i = group[0] + 1
+                        continue
+                    if steps[i] is not None:
+                        steps[i]()
+                    i += 1
                 return
             clock = time.perf_counter
             for i in range(first, last + 1):
@@ -1057,11 +1127,11 @@ class _Instance:
                     fn()
                     times[i] += clock() - t0
 
-    def _run_fenced(self, steps, first, last, handle, times):
+    def _run_fenced(self, steps, merged, first, last, handle, times):
         """Nodes ``first..last`` whose convolutions may leave backed-up tasks running: before
         node k, every late copy of the last earlier node whose memory k writes, and of those
         before it, has returned (`_late_copy_fences`; at the end of the call, every late
-        copy)."""
+        copy). A sibling group (``merged``) waits for what each of its nodes waits for."""
         fence, everything = lib.asymo_pool_fence, (1 << 64) - 1
         after = self.fence_until
         # before[k]: the last job number before node k began (every job of nodes before k is
@@ -1069,9 +1139,22 @@ class _Instance:
         before = {}
         clock = time.perf_counter
         try:
-            for i in range(first, last + 1):
+            i = first
+            while i <= last:
+                group = merged.get(i)
+                if group is not None and group[0] <= last:
+                    # (a node of the group waits for no other: they share no memory)
+                    seqs = [0 if after[k] < first else everything if after[k] >= i
+                            else before[after[k]] for k in range(i, group[0] + 1)]
+                    seq = fence(handle, max(seqs))
+                    for k in range(i, group[0] + 1):
+                        before[k] = seq
+                    group[1]()
+                    i = group[0] + 1
+                    continue
                 fn = steps[i]
                 if fn is None:
+                    i += 1
                     continue
                 j = after[i]  # wait for late copies of jobs before node j (steps only)
                 before[i] = fence(handle, 0 if j < first else
@@ -1082,8 +1165,45 @@ class _Instance:
                     t0 = clock()
                     fn()
                     times[i] += clock() - t0
+                i += 1
         finally:
             fence(handle, everything)
+
+
+class _MergedSiblings:
+    """A sibling group's convolutions as one pool job: each node's other jobs (a padded copy)
+    first, in node order, then every node's last job as parts of one (`merged_call`)."""
+
+    __slots__ = ("_calls", "_keep")
+
+    def __init__(self, calls, keep):
+        self._calls, self._keep = calls, keep
+
+    def __call__(self):
+        for fn, args in self._calls:
+            rc = fn(*args)
+            if rc:
+                raise RuntimeError(f"a native job failed with code {rc}")
+
+
+def _merge_siblings(groups, steps, pool):
+    """{first node: (last node, _MergedSiblings)} for the sibling groups (`_sibling_groups`,
+    nodes adjacent and longest first) whose bound steps are convolutions running only pool
+    jobs (`BoundConv2d.calls`); a group with a node that is not (a fallback, an inline job)
+    keeps its nodes apart."""
+    merged = {}
+    for group in groups:
+        calls = [getattr(steps[i], "calls", None) for i in group]
+        if any(not c for c in calls):
+            continue
+        last = merged_call(pool, [c[-1] for c in calls])
+        if last is None:
+            continue
+        call, keep = last
+        pre = [c for i in sorted(group) for c in calls[group.index(i)][:-1]]
+        merged[min(group)] = (max(group), _MergedSiblings(pre + [call],
+                                                          [keep] + [steps[i] for i in group]))
+    return merged
 
 
 def _byte_intervals(plan, t):

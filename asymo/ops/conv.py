@@ -1577,6 +1577,16 @@ class BoundConv2d:
             return
         _run_calls(self._calls)
 
+    @property
+    def calls(self):
+        """The pool jobs a call runs, in order, as ``(asymo_pool_run, args)`` pairs
+        (`asymo.runtime.tasks.tasks_call`), for a caller that runs them itself (a model's
+        sibling convolutions merged into one job); None when a call runs anything else."""
+        if self._fallback is not None or any(fn is not lib.asymo_pool_run
+                                             for fn, _args in self._calls):
+            return None
+        return list(self._calls)
+
 
 def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
                 activation=None, residual=None, out, pool, backup=False, cold_weights=False):

@@ -12,7 +12,7 @@ import numpy as np
 
 from asymo.runtime.ffi import ffi, lib
 
-__all__ = ["resolve_pool", "run_tasks", "tasks_call", "task_counts", "workspace",
+__all__ = ["resolve_pool", "run_tasks", "tasks_call", "merged_call", "task_counts", "workspace",
            "DTYPE_CODES", "ACTIVATION_CODES", "TASKS_PER_WORKER", "TASK_IDLE"]
 
 # gemm.h's ASYMO_DTYPE_* codes (the C kernels use the same values)
@@ -46,6 +46,9 @@ TASKS_PER_WORKER = 4
 TASK_IDLE = 0.1
 
 
+_MULTI_TASK = ffi.addressof(lib, "asymo_multi_task")
+
+
 def task_counts(pool, ntasks, *, fastest_only=False):
     """Per-cluster task counts, decided once at plan time rather than on every run: the
     pool's capacity split, or every task on the fastest cluster (None on a one-cluster pool:
@@ -65,6 +68,70 @@ def tasks_call(pool, fn, job, ntasks, counts, inline, backup=False):
             "int64_t[]", pool.split_counts(int(ntasks)))
     flags = lib.ASYMO_RUN_INLINE if inline else lib.ASYMO_RUN_BACKUP if backup else 0
     return (lib.asymo_pool_run, (pool._handle, fn, job, int(ntasks), counts, flags))
+
+
+def _cluster_shares(pool, ntasks, counts):
+    """A job's tasks per cluster as ``asymo_pool_run`` deals them: ``counts``, or for NULL an
+    even split over the active workers, the remainder from the fastest cluster on."""
+    if counts != ffi.NULL:
+        return [int(counts[c]) for c in range(pool.nclusters)]
+    act = pool.active_workers_per_cluster()
+    total = sum(act)
+    cnt = [ntasks * a // total for a in act]
+    c = 0
+    while sum(cnt) < ntasks:
+        if act[c]:
+            cnt[c] += 1
+        c = (c + 1) % len(cnt)
+    return cnt
+
+
+def merged_call(pool, calls):
+    """One pool job running the jobs of several `tasks_call` calls, which must be independent
+    of one another, as parts of one (``asymo_multi_task``): ``(call, keep)`` (``keep`` must
+    outlive the call), or None when they do not fit one (an inline job, or more parts than
+    ``ASYMO_MULTI_MAX_PARTS``).
+
+    Per cluster, and within it per active worker, each job's share follows the previous
+    job's, so a worker is dealt the tasks of each job it would have been dealt alone; given
+    the longest job first, the shorter jobs' tasks come last in each worker's range, where
+    thieves take from, and fill the longer job's tail. The job backs tasks up
+    (``ASYMO_RUN_BACKUP``) only if every part did."""
+    jobs, flags = [], ~0
+    for fn, args in calls:
+        handle, task, ctx, ntasks, counts, fl = args
+        if fn is not lib.asymo_pool_run or handle != pool._handle or fl & lib.ASYMO_RUN_INLINE:
+            return None
+        jobs.append((task, ctx, int(ntasks), _cluster_shares(pool, int(ntasks), counts)))
+        flags &= int(fl)
+    active = (pool.active_workers_per_cluster() if pool.nclusters > 1 else [pool.nworkers])
+    # a chunk per active worker of each cluster, else (too many parts) one per cluster
+    for chunks in ([max(1, n) for n in active], [1] * len(active)):
+        parts, shares = [], [0] * len(active)
+        for c, nc in enumerate(chunks):
+            for w in range(nc):
+                for task, ctx, _n, cnt in jobs:
+                    base = sum(cnt[:c])
+                    lo, hi = base + cnt[c] * w // nc, base + cnt[c] * (w + 1) // nc
+                    if hi > lo:
+                        parts.append((task, ctx, lo, hi - lo))
+                        shares[c] += hi - lo
+        if len(parts) <= lib.ASYMO_MULTI_MAX_PARTS:
+            break
+    else:
+        return None
+    multi = ffi.new("asymo_multi_job *")
+    first = 0
+    for i, (task, ctx, lo, k) in enumerate(parts):
+        multi.first[i] = first
+        multi.parts[i].fn = task
+        multi.parts[i].ctx = ctx
+        multi.parts[i].lo = lo
+        first += k
+    multi.nparts = len(parts)
+    counts = ffi.NULL if pool.nclusters == 1 else ffi.new("int64_t[]", shares)
+    keep = [multi, counts, calls]
+    return (lib.asymo_pool_run, (pool._handle, _MULTI_TASK, multi, first, counts, flags)), keep
 
 
 def run_tasks(pool, fn, job, ntasks, counts=None, *, inline=False):

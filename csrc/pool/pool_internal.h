@@ -18,6 +18,7 @@
  *                     again, the fence
  *   fork.c            the registry of live pools and the fork handlers
  *   tasks.c           diagnostic tasks
+ *   multi.c           asymo_multi_task: one job made of parts of others
  */
 #ifndef ASYMO_POOL_INTERNAL_H
 #define ASYMO_POOL_INTERNAL_H

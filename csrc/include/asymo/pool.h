@@ -180,6 +180,25 @@ enum {
     ASYMO_POOL_STEAL_UP_MIN = 4
 };
 
+/* A job made of parts of other jobs, so that independent work (sibling branches of a network)
+ * shares one submission and one wait, and each part's tasks fill the others' tails. Task t of
+ * the multi-job is task parts[i].lo + (t - first[i]) of part i's job, for the last i with
+ * first[i] <= t: first[0] = 0, ascending, nparts <= ASYMO_MULTI_MAX_PARTS. Run it with
+ * asymo_pool_run(pool, asymo_multi_task, &multi, ntasks, counts, flags); its tasks must be
+ * independent of one another, as every job's are. */
+enum { ASYMO_MULTI_MAX_PARTS = 32 };
+typedef struct {
+    asymo_task_fn fn; /* the part's task function */
+    void *ctx;        /* its context */
+    int64_t lo;       /* the part's first task in its own job's numbering */
+} asymo_job_part;
+typedef struct {
+    int64_t nparts;                 /* parts in use */
+    int64_t first[32];              /* multi-job task id of each part's first task */
+    asymo_job_part parts[32];       /* ASYMO_MULTI_MAX_PARTS of them */
+} asymo_multi_job;
+void asymo_multi_task(int64_t task, void *ctx);
+
 /* Diagnostic tasks for tests, benchmarks and self-checks. */
 void asymo_task_noop(int64_t task, void *ctx);
 /* Atomically increments ((int32_t *)ctx)[task]. */
