@@ -1,6 +1,11 @@
 /* One pool job made of parts of other jobs (asymo_multi_task, asymo/pool.h). */
 #include "asymo/pool.h"
 
+_Static_assert(sizeof(((asymo_multi_job *)0)->first) / sizeof(int64_t) == ASYMO_MULTI_MAX_PARTS
+                   && sizeof(((asymo_multi_job *)0)->parts) / sizeof(asymo_job_part)
+                          == ASYMO_MULTI_MAX_PARTS,
+               "asymo_multi_job's arrays hold ASYMO_MULTI_MAX_PARTS parts");
+
 void asymo_multi_task(int64_t task, void *ctx)
 {
     const asymo_multi_job *m = (const asymo_multi_job *)ctx;

@@ -192,10 +192,12 @@ typedef struct {
     void *ctx;        /* its context */
     int64_t lo;       /* the part's first task in its own job's numbering */
 } asymo_job_part;
+/* (the arrays' length is ASYMO_MULTI_MAX_PARTS written out: cffi's declarations take a
+ * literal; multi.c checks that the two agree) */
 typedef struct {
-    int64_t nparts;                 /* parts in use */
-    int64_t first[32];              /* multi-job task id of each part's first task */
-    asymo_job_part parts[32];       /* ASYMO_MULTI_MAX_PARTS of them */
+    int64_t nparts;           /* parts in use */
+    int64_t first[32];        /* the multi-job's task id of each part's first task */
+    asymo_job_part parts[32]; /* the parts */
 } asymo_multi_job;
 void asymo_multi_task(int64_t task, void *ctx);
 
