@@ -1090,7 +1090,8 @@ class _Instance:
         # caller (the glue between jobs, and a helper in each) on the fastest cluster
         with hold(pool) as pool, caller_on_fastest(pool), \
                 (hold(fastest) if fastest is not None else nullcontext()) as fast:
-            steps = self._steps_for(pool) if fastest is None else self._steps_for(fast)
+            bound = self._binding(pool if fastest is None else fast)
+            steps = bound[1]
             if fastest is not None and on_fastest is not None:
                 whole = self._steps_for(pool)
                 src = self._mixed[0]
@@ -1101,8 +1102,7 @@ class _Instance:
                                     zip(whole, steps, on_fastest)])
                 steps = self._mixed[1]
             # sibling groups as one job, unless each node is timed or placed on its own
-            merged = ({} if times is not None or on_fastest is not None else
-                      self._merged_for(pool if fastest is None else fast))
+            merged = {} if times is not None or on_fastest is not None else bound[3]
             if self.overlap and pool.nclusters > 1 and (fastest is None or
                                                         on_fastest is not None):
                 self._run_fenced(steps, merged, first, last, pool._handle, times)
@@ -1170,27 +1170,12 @@ class _Instance:
             fence(handle, everything)
 
 
-class _MergedSiblings:
-    """A sibling group's convolutions as one pool job: each node's other jobs (a padded copy)
-    first, in node order, then every node's last job as parts of one (`merged_call`)."""
-
-    __slots__ = ("_calls", "_keep")
-
-    def __init__(self, calls, keep):
-        self._calls, self._keep = calls, keep
-
-    def __call__(self):
-        for fn, args in self._calls:
-            rc = fn(*args)
-            if rc:
-                raise RuntimeError(f"a native job failed with code {rc}")
-
-
 def _merge_siblings(groups, steps, pool):
-    """{first node: (last node, _MergedSiblings)} for the sibling groups (`_sibling_groups`,
-    nodes adjacent and longest first) whose bound steps are convolutions running only pool
-    jobs (`BoundConv2d.calls`); a group with a node that is not (a fallback, an inline job)
-    keeps its nodes apart."""
+    """{first node: (last node, call)} for the sibling groups (`_sibling_groups`, nodes
+    adjacent and longest first) whose bound steps are convolutions running only pool jobs
+    (`BoundConv2d.calls`): a `BoundConv2d` running each node's other jobs (a padded copy)
+    first, in node order, then every node's last job as parts of one (`merged_call`). A group
+    with a node that is not (a fallback, an inline job) keeps its nodes apart."""
     merged = {}
     for group in groups:
         calls = [getattr(steps[i], "calls", None) for i in group]
@@ -1201,8 +1186,8 @@ def _merge_siblings(groups, steps, pool):
             continue
         call, keep = last
         pre = [c for i in sorted(group) for c in calls[group.index(i)][:-1]]
-        merged[min(group)] = (max(group), _MergedSiblings(pre + [call],
-                                                          [keep] + [steps[i] for i in group]))
+        merged[min(group)] = (max(group), BoundConv2d(pre + [call],
+                                                      [keep] + [steps[i] for i in group]))
     return merged
 
 

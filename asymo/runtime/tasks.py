@@ -70,27 +70,12 @@ def tasks_call(pool, fn, job, ntasks, counts, inline, backup=False):
     return (lib.asymo_pool_run, (pool._handle, fn, job, int(ntasks), counts, flags))
 
 
-def _cluster_shares(pool, ntasks, counts):
-    """A job's tasks per cluster as ``asymo_pool_run`` deals them: ``counts``, or for NULL an
-    even split over the active workers, the remainder from the fastest cluster on."""
-    if counts != ffi.NULL:
-        return [int(counts[c]) for c in range(pool.nclusters)]
-    act = pool.active_workers_per_cluster()
-    total = sum(act)
-    cnt = [ntasks * a // total for a in act]
-    c = 0
-    while sum(cnt) < ntasks:
-        if act[c]:
-            cnt[c] += 1
-        c = (c + 1) % len(cnt)
-    return cnt
-
-
 def merged_call(pool, calls):
     """One pool job running the jobs of several `tasks_call` calls, which must be independent
     of one another, as parts of one (``asymo_multi_task``): ``(call, keep)`` (``keep`` must
-    outlive the call), or None when they do not fit one (an inline job, or more parts than
-    ``ASYMO_MULTI_MAX_PARTS``).
+    outlive the call), or None when they do not fit one (an inline job, a job without
+    per-cluster counts on a pool of several clusters -- `tasks_call` gives them counts there --
+    or more parts than ``ASYMO_MULTI_MAX_PARTS``).
 
     Per cluster, and within it per active worker, each job's share follows the previous
     job's, so a worker is dealt the tasks of each job it would have been dealt alone; given
@@ -100,11 +85,14 @@ def merged_call(pool, calls):
     jobs, flags = [], ~0
     for fn, args in calls:
         handle, task, ctx, ntasks, counts, fl = args
-        if fn is not lib.asymo_pool_run or handle != pool._handle or fl & lib.ASYMO_RUN_INLINE:
+        if (fn is not lib.asymo_pool_run or handle != pool._handle
+                or fl & lib.ASYMO_RUN_INLINE or (counts == ffi.NULL and pool.nclusters > 1)):
             return None
-        jobs.append((task, ctx, int(ntasks), _cluster_shares(pool, int(ntasks), counts)))
+        shares = ([int(ntasks)] if counts == ffi.NULL
+                  else [int(counts[c]) for c in range(pool.nclusters)])
+        jobs.append((task, ctx, int(ntasks), shares))
         flags &= int(fl)
-    active = (pool.active_workers_per_cluster() if pool.nclusters > 1 else [pool.nworkers])
+    active = pool.active_workers_per_cluster()
     # a chunk per active worker of each cluster, else (too many parts) one per cluster
     for chunks in ([max(1, n) for n in active], [1] * len(active)):
         parts, shares = [], [0] * len(active)
