@@ -355,6 +355,52 @@ def test_idle_pool_uses_no_cpu():
         assert used < 0.05 * (time.perf_counter() - t0), used
 
 
+def test_submit_spin_setting():
+    with make_pool("c0:0-1@1.0", "asymo") as pool:
+        assert pool.submit_spin_us == lib.ASYMO_POOL_SUBMIT_SPIN_NS // 1000
+        pool.submit_spin_us = 0
+        assert pool.submit_spin_us == 0
+        for bad in (-1, 1_000_001, 2.5, "10", None):
+            with pytest.raises(ValueError, match="submit_spin_us"):
+                pool.submit_spin_us = bad
+        assert pool.submit_spin_us == 0
+    with pytest.raises(ValueError, match="submit_spin_us"):
+        Pool("c0:0@1.0", submit_spin_us=-5)
+    with Pool("big:0@1.0,little:1@0.5", submit_spin_us=25) as pool:
+        assert pool.submit_spin_us == 25
+        assert pool.fastest_cluster_pool().submit_spin_us == 25
+    with pytest.raises(ValueError, match="closed"):
+        pool.submit_spin_us = 10
+
+
+def test_submitter_polls_then_sleeps():
+    """A submitter with nothing to run (on a core without a worker of the pool) polls its job
+    for submit_spin_us, then sleeps: its CPU time over a 50 ms task follows the setting. (The
+    best of three tries each: a VM's host may stop a vCPU, and its thread's clock, for a while.)"""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores")
+    saved = os.sched_getaffinity(0)
+    with Pool("c0:1@1.0") as pool:
+        ctx = spin_ctx(1_000_000)
+        pool.parallel_for(SPIN, 1, ctx=ctx)  # wakes the worker
+        t0 = time.perf_counter()
+        pool.parallel_for(SPIN, 1, ctx=ctx)
+        ctx[0] = max(int(1_000_000 * 0.05 / max(time.perf_counter() - t0, 1e-6)), 1000)
+        used = {0: [], 1_000_000: []}
+        try:
+            os.sched_setaffinity(0, {0})
+            for _ in range(3):
+                for spin in used:
+                    pool.submit_spin_us = spin
+                    c0, w0 = time.thread_time(), time.perf_counter()
+                    pool.parallel_for(SPIN, 1, ctx=ctx)
+                    used[spin].append((time.thread_time() - c0) / (time.perf_counter() - w0))
+        finally:
+            os.sched_setaffinity(0, saved)
+    assert min(used[0]) < 0.2, used
+    assert max(used[1_000_000]) > 0.5, used
+
+
 def test_default_pool_and_reset():
     a = get_pool()
     assert get_pool() is a

@@ -33,6 +33,7 @@ def test_spin_matches_pool_c():
 
 @pytest.mark.parametrize("piecewise", [False, True])
 @pytest.mark.parametrize("costs,expected_us", [
+    # a 10 us spin (the pool's submit_spin_us = 10)
     # worker 0 (the submitter) idle at 1 us, last task ends at 100 us: waited 99 us > spin
     ((1, 100), 100 + 50),
     # the job ends on the submitter's core: no wait
@@ -45,17 +46,29 @@ def test_spin_matches_pool_c():
 def test_wake_only_past_the_spin(costs, expected_us, piecewise):
     job = Job(costs=np.array(costs) * US)
     itf = [CoRunning(factor=1.0)] if piecewise else []   # CoRunning: the piecewise loop
-    res = simulate(two_cores(), [job], policy="even", overheads=Overheads(wake=50 * US),
-                   interference=itf)
+    res = simulate(two_cores(), [job], policy="even",
+                   overheads=Overheads(wake=50 * US, spin=10 * US), interference=itf)
     assert res.makespan == pytest.approx(expected_us * US, rel=1e-9)
     # no wake cost configured: plain makespan
     res0 = simulate(two_cores(), [job], policy="even", interference=itf)
     assert res0.makespan == pytest.approx(max(costs) * US, rel=1e-9)
 
 
+@pytest.mark.parametrize("piecewise", [False, True])
+def test_default_spin_covers_a_tail(piecewise):
+    # the pool's default poll (ASYMO_POOL_SUBMIT_SPIN_NS, 1 ms) outlasts a 99 us tail: no
+    # wake-up; a tail past it pays one
+    itf = [CoRunning(factor=1.0)] if piecewise else []
+    for costs, expected_us in (((1, 100), 100), ((1, 1200), 1200 + 50)):
+        res = simulate(two_cores(), [Job(costs=np.array(costs) * US)], policy="even",
+                       overheads=Overheads(wake=50 * US), interference=itf)
+        assert res.makespan == pytest.approx(expected_us * US, rel=1e-9)
+
+
 def test_wake_delays_the_next_job():
     jobs = [Job(costs=np.array([1, 100]) * US), Job(costs=np.array([100, 1]) * US, delay=2 * US)]
-    res = simulate(two_cores(), jobs, policy="even", overheads=Overheads(wake=30 * US))
+    res = simulate(two_cores(), jobs, policy="even",
+                   overheads=Overheads(wake=30 * US, spin=10 * US))
     # job 1: 100 + 30 wake; job 2: delay 2 + 100, ends on the submitter's core
     assert res.job_makespans == pytest.approx([130 * US, 102 * US], rel=1e-9)
 

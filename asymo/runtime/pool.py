@@ -200,6 +200,9 @@ class Pool:
     spin_us : int, optional
         How long an idle worker looks for work before it sleeps (default 200 us, or env
         ``ASYMO_POOL_SPIN_US``).
+    submit_spin_us : int, optional
+        How long a thread that submitted a job and has nothing left to run polls the job
+        before it sleeps (default 1000 us; see `submit_spin_us`).
     queue : {"mutex", "chaselev"} or None
         Per-worker queue implementation; None uses env ``ASYMO_POOL_QUEUE`` or the default
         (the faster one measured by ``bench/pool_queues.py``). For benchmarking.
@@ -211,7 +214,8 @@ class Pool:
     `close`, to stop its threads; pools are also closed at interpreter exit.
     """
 
-    def __init__(self, topology=None, policy="asymo", *, spin_us=None, queue=None):
+    def __init__(self, topology=None, policy="asymo", *, spin_us=None, submit_spin_us=None,
+                 queue=None):
         if topology is None:
             topology = detect()
         elif isinstance(topology, str):
@@ -225,6 +229,10 @@ class Pool:
             raise ValueError(f"unknown queue {queue!r}; expected one of {sorted(QUEUES)}")
         if spin_us is not None and (not _is_integral(spin_us) or not 0 <= spin_us <= 1_000_000):
             raise ValueError(f"spin_us must be an integer in [0, 1000000], not {spin_us!r}")
+        if submit_spin_us is not None and (not _is_integral(submit_spin_us)
+                                           or not 0 <= submit_spin_us <= 1_000_000):
+            raise ValueError(f"submit_spin_us must be an integer in [0, 1000000], not "
+                             f"{submit_spin_us!r}")
         if topology.nclusters > MAX_CLUSTERS:
             raise ValueError(f"topology has {topology.nclusters} clusters; the pool supports "
                              f"at most {MAX_CLUSTERS}")
@@ -260,6 +268,8 @@ class Pool:
             spin_us = env_spin_us
         if spin_us is not None:
             self.spin_us = spin_us
+        if submit_spin_us is not None:
+            self.submit_spin_us = submit_spin_us
         if not env_caller_helps:
             lib.asymo_pool_set_caller_helps(handle, 0)
         if _global_limit is not None:
@@ -272,7 +282,7 @@ class Pool:
                 "unpinned", RuntimeWarning, stacklevel=2)
 
     def fastest_cluster_pool(self):
-        """A pool of this pool's fastest cluster alone (same policy and spin time), made on
+        """A pool of this pool's fastest cluster alone (same policy and spin times), made on
         first use and closed with this pool; this pool itself when it has one cluster.
 
         Its workers are pinned to the same cpus as this pool's fastest-cluster workers (and
@@ -282,7 +292,7 @@ class Pool:
         """
         if self.nclusters == 1:
             return self
-        spin_us = self.spin_us  # (reads the handle: not under the lock)
+        spin_us, submit_spin_us = self.spin_us, self.submit_spin_us  # (not under the lock)
         with self._lock:
             self._check_open()
             sub = self._fastest
@@ -292,7 +302,8 @@ class Pool:
                 sub_top = dataclasses.replace(
                     top, clusters=(fast,),
                     emulated={c: v for c, v in top.emulated.items() if c in fast.cpus})
-                sub = self._fastest = Pool(sub_top, self._policy, spin_us=spin_us)
+                sub = self._fastest = Pool(sub_top, self._policy, spin_us=spin_us,
+                                           submit_spin_us=submit_spin_us)
         return sub
 
     # -- description ------------------------------------------------------------------------
@@ -359,6 +370,27 @@ class Pool:
         if not _is_integral(value) or not 0 <= value <= 1_000_000:
             raise ValueError(f"spin_us must be an integer in [0, 1000000], not {value!r}")
         self._call(lib.asymo_pool_set_spin_us, int(value))
+
+    @property
+    def submit_spin_us(self):
+        """How long (microseconds) a thread that submitted a job polls it, once it has nothing
+        left to run, before it sleeps until the job ends (default 1000).
+
+        A job's last tasks may end on other cores well after the submitter ran out of work
+        (a network's convolution ends with one worker's tail of tens to hundreds of
+        microseconds); a sleeping submitter is woken by a futex and a reschedule on its core,
+        and the next job starts that much later. Polling takes no core from the pool: the
+        submitter runs the work of the worker on its core, or yields to that worker's thread
+        while it runs some. Lower it to hand an idle submitter's core back sooner (to other
+        processes, or to save energy); docs/pool.md has the measured effect."""
+        return self._call(lib.asymo_pool_get_submit_spin_us)
+
+    @submit_spin_us.setter
+    def submit_spin_us(self, value):
+        self._check_open()
+        if not _is_integral(value) or not 0 <= value <= 1_000_000:
+            raise ValueError(f"submit_spin_us must be an integer in [0, 1000000], not {value!r}")
+        self._call(lib.asymo_pool_set_submit_spin_us, int(value))
 
     @property
     def caller_helps(self):

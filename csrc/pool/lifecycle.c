@@ -109,6 +109,7 @@ asymo_pool *asymo_pool_create(int nworkers, const int *cpus, const int *worker_c
     p->queue = queue;
     atomic_store(&p->limit, nworkers);
     atomic_store(&p->spin_us, DEFAULT_SPIN_US);
+    atomic_store(&p->submit_spin_us, (int)(ASYMO_POOL_SUBMIT_SPIN_NS / 1000));
     atomic_store(&p->caller_helps, 1);
     atomic_store(&p->caller_to_fastest, 1);
     atomic_store(&p->backup_factor, ASYMO_POOL_BACKUP_FACTOR);
@@ -256,6 +257,19 @@ int asymo_pool_set_spin_us(asymo_pool *pool, int spin_us)
 int asymo_pool_get_spin_us(const asymo_pool *pool)
 {
     return pool ? atomic_load(&((asymo_pool *)pool)->spin_us) : ASYMO_EINVAL;
+}
+
+int asymo_pool_set_submit_spin_us(asymo_pool *pool, int spin_us)
+{
+    if (!pool || spin_us < 0 || spin_us > 1000000)
+        return ASYMO_EINVAL;
+    atomic_store(&pool->submit_spin_us, spin_us);
+    return ASYMO_OK;
+}
+
+int asymo_pool_get_submit_spin_us(const asymo_pool *pool)
+{
+    return pool ? atomic_load(&((asymo_pool *)pool)->submit_spin_us) : ASYMO_EINVAL;
 }
 
 int asymo_pool_set_caller_helps(asymo_pool *pool, int on)

@@ -46,11 +46,10 @@
 #define MAX_WORKERS 4096
 #define CACHELINE 64
 #define DEFAULT_SPIN_US 200
-/* Chunk growth and the submitter's spin: ASYMO_POOL_* in asymo/pool.h (the simulator reads
- * them from there). */
+/* Chunk growth and stealing up: ASYMO_POOL_* in asymo/pool.h (the simulator reads them from
+ * there, and the submitter's default spin). */
 #define CHUNK_TARGET_NS ((int64_t)ASYMO_POOL_CHUNK_TARGET_NS)
 #define CHUNK_MAX ((int64_t)ASYMO_POOL_CHUNK_MAX)
-#define SUBMIT_SPIN_NS ((int64_t)ASYMO_POOL_SUBMIT_SPIN_NS)
 #define STEAL_UP_MIN ((int64_t)ASYMO_POOL_STEAL_UP_MIN)
 /* The longest a submitter of a backup job sleeps before it looks for late tasks again. */
 #define BACKUP_RECHECK_NS 200000
@@ -174,6 +173,8 @@ struct asymo_pool {
     int cluster_nw[MAX_CLUSTERS];       /* workers of each cluster */
     _Atomic int limit;                  /* workers [0, limit) are active (threadpoolctl cap) */
     _Atomic int spin_us;                /* idle workers spin this long before sleeping */
+    _Atomic int submit_spin_us;         /* a submitter out of work polls its job this long
+                                         * before it sleeps (run.c: wait_job) */
     _Atomic int caller_helps;           /* submitters run work while they wait (run.c) */
     _Atomic int caller_to_fastest;      /* a submitter on a slower cluster's core moves to the
                                          * fastest cluster's cores for its job (run.c) */

@@ -235,13 +235,15 @@ static worker_t *worker_on_my_core(asymo_pool *p)
 
 static void wait_job(asymo_pool *p, job_t *j)
 {
-    int64_t deadline = now_ns() + SUBMIT_SPIN_NS;
+    const int64_t spin_ns =
+        (int64_t)atomic_load_explicit(&p->submit_spin_us, memory_order_relaxed) * 1000;
+    int64_t deadline = now_ns() + spin_ns;
     unsigned spins = 0;
     while (atomic_load_explicit(&j->done, memory_order_acquire) != 1) {
         /* help: run queued work as the worker of this core (see the top of this file) */
         worker_t *mine = worker_on_my_core(p);
         if (mine && help_as(p, mine, j)) {
-            deadline = now_ns() + SUBMIT_SPIN_NS;
+            deadline = now_ns() + spin_ns;
             continue;
         }
         /* A backup needs the submitter awake while another worker runs a task of the job. */

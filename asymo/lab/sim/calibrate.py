@@ -463,14 +463,21 @@ def time_pair_job(pool, spin, buf, i0, i1):
     return wall, [w["busy_s"] for w in pool.stats()["workers"]]
 
 
+#: The measuring pool's poll before the submitter sleeps (`measure_submitter_wake`), us.
+WAKE_PROBE_SPIN_US = 10
+
+
 def measure_submitter_wake(topology, *, jobs=100, task_s=300e-6, quantile=0.1, seed=0):
     """Seconds the submitting thread takes to wake when it waited past its spin.
 
     Two-task jobs under the ``even`` policy on the first two cores (task 0 on the
     submitter's core, task 1 on the other; docs/scaling-validation.md, "The even join"):
-    "submitter short" jobs (task 0 short, task 1 ``task_s`` long: the submitter runs out of work, spins
-    10 us, sleeps on its futex and is woken when task 1 ends) against "worker short" jobs (the
-    job ends on the submitter's own core, within its spin). Per job, wall time minus the
+    "submitter short" jobs (task 0 short, task 1 ``task_s`` long: the submitter runs out of work,
+    polls ``WAKE_PROBE_SPIN_US``, sleeps on its futex and is woken when task 1 ends) against
+    "worker short" jobs (the job ends on the submitter's own core, within its poll). The
+    measuring pool polls that briefly (a pool's default, ``ASYMO_POOL_SUBMIT_SPIN_NS``, is
+    longer than the tasks) so that the submitter sleeps; what a wake-up costs does not depend
+    on how long it polled first. Per job, wall time minus the
     longest task's time inside the task (the pool's ``busy_s``); the wake-up is the
     difference of the two cases' ``quantile`` (low quantiles: on an emulated core a job that
     starts in a stop waits for it; a random pause between jobs spreads their phase so that
@@ -484,6 +491,8 @@ def measure_submitter_wake(topology, *, jobs=100, task_s=300e-6, quantile=0.1, s
     buf = np.zeros(4)
     rng = np.random.default_rng(seed)
     with open_pool(sub, "even") as pool, pinned_thread(sub.cpus[0]):
+        pool.submit_spin_us = WAKE_PROBE_SPIN_US
+
         def job(i0, i1):
             wall, busy = time_pair_job(pool, spin, buf, i0, i1)
             return wall - max(busy), busy[0]

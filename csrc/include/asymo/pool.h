@@ -124,6 +124,14 @@ void asymo_pool_reset_stats(asymo_pool *pool);
 int asymo_pool_set_spin_us(asymo_pool *pool, int spin_us);
 int asymo_pool_get_spin_us(const asymo_pool *pool);
 
+/* How long a submitter that has nothing left to run polls its job before it sleeps on the
+ * job's futex (microseconds, 0 to 1000000; a new pool: ASYMO_POOL_SUBMIT_SPIN_NS). Waking it
+ * costs a futex wake and a reschedule on its core, tens of microseconds on some machines,
+ * added to the job; a shorter poll gives the core back sooner (to other processes, or to save
+ * energy). */
+int asymo_pool_set_submit_spin_us(asymo_pool *pool, int spin_us);
+int asymo_pool_get_submit_spin_us(const asymo_pool *pool);
+
 /* Whether a submitting thread runs queued work as the worker of its core while it waits
  * (1, the default of a new pool) or only waits (0: every task runs on a pool thread). */
 int asymo_pool_set_caller_helps(asymo_pool *pool, int on);
@@ -168,13 +176,15 @@ int asymo_pool_worker_of(const asymo_pool *pool);
 /* Scheduling constants of the pool, here so that its model (asymo.lab.sim) reads them rather
  * than copying them. The owner grows its chunk while a chunk runs shorter than
  * CHUNK_TARGET_NS, so tiny tasks cost few queue operations and long tasks are taken one at a
- * time (and stay stealable), up to CHUNK_MAX tasks. The submitter polls its job
- * SUBMIT_SPIN_NS before sleeping: long enough for a tiny job on hot workers, short enough
- * not to steal a core from a worker on a machine with few cores. */
+ * time (and stay stealable), up to CHUNK_MAX tasks. A new pool's submitter polls its job
+ * SUBMIT_SPIN_NS before sleeping (asymo_pool_set_submit_spin_us): long enough to cover the
+ * other workers' tails of a network's jobs, so that the next job is not held up by the
+ * submitter's wake-up, and no core is taken from a worker meanwhile (a submitter on a
+ * worker's core runs that worker's work, or yields to its thread while it runs some). */
 enum {
     ASYMO_POOL_CHUNK_TARGET_NS = 20000,
     ASYMO_POOL_CHUNK_MAX = 16777216,     /* 1 << 24 */
-    ASYMO_POOL_SUBMIT_SPIN_NS = 10000,
+    ASYMO_POOL_SUBMIT_SPIN_NS = 1000000,
     ASYMO_POOL_BACKUP_FACTOR = 4,
     ASYMO_POOL_BACKUP_MIN_NS = 20000,
     ASYMO_POOL_STEAL_UP_MIN = 4
