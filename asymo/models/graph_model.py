@@ -46,7 +46,7 @@ from asymo.plan.split_cost import emulated_period
 from asymo.runtime.ffi import lib
 from asymo.runtime.memory import CACHE_LINE, empty_aligned
 from asymo.runtime.pool import caller_on_fastest, hold
-from asymo.runtime.tasks import merged_call
+from asymo.runtime.tasks import JobSequence, merged_call
 
 __all__ = ["GraphModel", "ExecutionPlan", "ALIAS_OPS", "INPLACE_OPS"]
 
@@ -114,6 +114,10 @@ BLOCKED_REORDERS_PER_CONV = 0.5
 #: within ASYMO_MULTI_MAX_PARTS with a share per worker on up to eight workers. Measured:
 #: docs/tuning.md.
 SIBLING_MAX_NODES = 4
+#: A whole call's consecutive pool jobs run from one call into C (`_program`,
+#: `asymo.runtime.tasks.JobSequence`) rather than one Python call each: no worker waits for
+#: the interpreter between two jobs. False: node by node. Measured: docs/tuning.md.
+SEQUENCE_JOBS = True
 # operators that write a strided output (a channel slice of a concat) correctly
 SLICE_WRITERS = frozenset({"asymo.Conv", "MaxPool", "AveragePool", "Relu", "Clip", "Sigmoid",
                            "HardSigmoid", "HardSwish", "asymo.SiLU", "Tanh"})
@@ -1060,8 +1064,10 @@ class _Instance:
         return buf, call
 
     def _binding(self, pool):
-        """``(weakref(pool), steps, reorders)``: the steps bound to ``pool`` (held by the
-        caller), made on first use, and the boundary reorders bound to it so far."""
+        """``(weakref(pool), steps, reorders, merged, program)``: the steps bound to ``pool``
+        (held by the caller), made on first use, the boundary reorders bound to it so far,
+        the sibling groups as one job each (`_merge_siblings`) and the whole range as a
+        program (`_program`)."""
         key = (id(pool), pool.limit, emulated_period())
         entry = self._bindings.get(key)
         if entry is None or entry[0]() is not pool:
@@ -1070,8 +1076,9 @@ class _Instance:
             steps = [None if fn is None else
                      fn.bind(pool) if hasattr(fn, "bind") else partial(fn, pool)
                      for fn in self.steps]
-            entry = self._bindings[key] = (weakref.ref(pool), steps, {},
-                                           _merge_siblings(self.siblings, steps, pool))
+            merged = _merge_siblings(self.siblings, steps, pool)
+            entry = self._bindings[key] = (weakref.ref(pool), steps, {}, merged,
+                                           _program(steps, merged, pool))
         return entry
 
     def _steps_for(self, pool):
@@ -1106,6 +1113,11 @@ class _Instance:
             if self.overlap and pool.nclusters > 1 and (fastest is None or
                                                         on_fastest is not None):
                 self._run_fenced(steps, merged, first, last, pool._handle, times)
+                return
+            if SEQUENCE_JOBS and times is None and first == 0 and last == len(steps) - 1 \
+                    and on_fastest is None:
+                for run in bound[4]:
+                    run()
                 return
             if times is None:
                 i = first
@@ -1189,6 +1201,43 @@ def _merge_siblings(groups, steps, pool):
         merged[min(group)] = (max(group), BoundConv2d(pre + [call],
                                                       [keep] + [steps[i] for i in group]))
     return merged
+
+
+def _program(steps, merged, pool):
+    """Every node's step in order, as a list of calls: each run of consecutive nodes (or
+    sibling groups, ``merged``) whose steps are only pool jobs on ``pool``
+    (`BoundConv2d.calls`) as one `JobSequence`, so the jobs follow each other with no Python
+    between them; any other step as it is."""
+    program, pending = [], []
+
+    def flush():
+        if len(pending) > 1:
+            program.append(JobSequence(pool, pending))
+        elif pending:
+            program.append(partial(_run_call, *pending[0]))
+        pending.clear()
+
+    i = 0
+    while i < len(steps):
+        group = merged.get(i)
+        step, nxt = (group[1], group[0] + 1) if group is not None else (steps[i], i + 1)
+        i = nxt
+        if step is None:
+            continue
+        calls = getattr(step, "calls", None)
+        if calls and all(JobSequence.fits(pool, fn, args) for fn, args in calls):
+            pending.extend(calls)
+        else:
+            flush()
+            program.append(step)
+    flush()
+    return program
+
+
+def _run_call(fn, args):
+    rc = fn(*args)
+    if rc:
+        raise RuntimeError(f"a native job failed with code {rc}")
 
 
 def _byte_intervals(plan, t):

@@ -12,7 +12,8 @@ import numpy as np
 
 from asymo.runtime.ffi import ffi, lib
 
-__all__ = ["resolve_pool", "run_tasks", "tasks_call", "merged_call", "task_counts", "workspace",
+__all__ = ["resolve_pool", "run_tasks", "tasks_call", "merged_call", "JobSequence",
+           "task_counts", "workspace",
            "DTYPE_CODES", "ACTIVATION_CODES", "TASKS_PER_WORKER", "TASK_IDLE"]
 
 # gemm.h's ASYMO_DTYPE_* codes (the C kernels use the same values)
@@ -68,6 +69,45 @@ def tasks_call(pool, fn, job, ntasks, counts, inline, backup=False):
             "int64_t[]", pool.split_counts(int(ntasks)))
     flags = lib.ASYMO_RUN_INLINE if inline else lib.ASYMO_RUN_BACKUP if backup else 0
     return (lib.asymo_pool_run, (pool._handle, fn, job, int(ntasks), counts, flags))
+
+
+class JobSequence:
+    """`tasks_call` calls on one pool run by one call into C (``asymo_pool_run_jobs``), in
+    order, as the calls one after another would: nothing runs in Python between the jobs, so
+    no worker waits for the interpreter between two of them. Made once (a model's plan);
+    calling it raises ``RuntimeError`` naming the failing job's code, the jobs after it not
+    run. The jobs' contexts must stay alive as long as the sequence (their owners keep them).
+    """
+
+    __slots__ = ("_handle", "_jobs", "_n", "_failed")
+
+    def __init__(self, pool, calls):
+        calls = list(calls)
+        if not calls:
+            raise ValueError("JobSequence: no calls")
+        jobs = ffi.new("asymo_run_job[]", len(calls))
+        for i, (fn, args) in enumerate(calls):
+            if not JobSequence.fits(pool, fn, args):
+                raise ValueError(f"JobSequence: call {i} is not a job on this pool")
+            _handle, task, ctx, ntasks, counts, flags = args
+            jobs[i].fn, jobs[i].ctx, jobs[i].ntasks = task, ctx, int(ntasks)
+            jobs[i].cluster_counts, jobs[i].flags = counts, int(flags)
+        self._handle, self._jobs, self._n = pool._handle, jobs, len(calls)
+        self._failed = ffi.new("int64_t *")
+
+    @staticmethod
+    def fits(pool, fn, args):
+        """Whether the call ``fn(*args)`` is a `tasks_call` job on ``pool``."""
+        return fn is lib.asymo_pool_run and args[0] == pool._handle
+
+    def __len__(self):
+        return self._n
+
+    def __call__(self):
+        rc = lib.asymo_pool_run_jobs(self._handle, self._jobs, self._n, self._failed)
+        if rc:
+            raise RuntimeError(f"a native job failed with code {rc} (job {self._failed[0]} "
+                               f"of {self._n} in a sequence)")
 
 
 def merged_call(pool, calls):

@@ -403,6 +403,23 @@ int asymo_pool_run(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks
     return rc;
 }
 
+int asymo_pool_run_jobs(asymo_pool *pool, const asymo_run_job *jobs, int64_t n,
+                        int64_t *failed)
+{
+    if (!pool || n < 0 || (n > 0 && !jobs))
+        return ASYMO_EINVAL;
+    for (int64_t i = 0; i < n; i++) {
+        const int rc = asymo_pool_run(pool, jobs[i].fn, jobs[i].ctx, jobs[i].ntasks,
+                                      jobs[i].cluster_counts, jobs[i].flags);
+        if (rc != ASYMO_OK) {
+            if (failed)
+                *failed = i;
+            return rc;
+        }
+    }
+    return ASYMO_OK;
+}
+
 int asymo_pool_current_worker(void) { return pool_tls_worker; }
 
 int asymo_pool_current_cluster(void)

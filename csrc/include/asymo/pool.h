@@ -111,6 +111,23 @@ int asymo_pool_get_limit(const asymo_pool *pool);
 int asymo_pool_run(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks,
                    const int64_t *cluster_counts, unsigned flags);
 
+/* One job of asymo_pool_run_jobs: asymo_pool_run's arguments. */
+typedef struct {
+    asymo_task_fn fn;              /* the task function */
+    void *ctx;                     /* its context */
+    int64_t ntasks;                /* the job's tasks */
+    const int64_t *cluster_counts; /* per-cluster task counts, or NULL */
+    unsigned flags;                /* ASYMO_RUN_* */
+} asymo_run_job;
+
+/* Runs jobs[0..n) in order, as n calls of asymo_pool_run would, without returning to the
+ * caller between them: a model's run of dependent layers, where the caller's code between
+ * jobs (an interpreter's, say) keeps every worker waiting. Returns ASYMO_OK, or the first
+ * failing job's code with its index in *failed (when failed is not NULL); the jobs after it
+ * do not run. */
+int asymo_pool_run_jobs(asymo_pool *pool, const asymo_run_job *jobs, int64_t n,
+                        int64_t *failed);
+
 /* Index of the calling pool worker (0..nworkers-1 of the pool it belongs to), or -1 when not
  * called from a worker. See asymo_pool_worker_of for jobs nested across pools. */
 int asymo_pool_current_worker(void);

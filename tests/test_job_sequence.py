@@ -1,0 +1,118 @@
+"""A model's consecutive pool jobs from one call into C (`asymo_pool_run_jobs`,
+`asymo.runtime.tasks.JobSequence`, the runner's `_program`): jobs run in order and each
+completely before the next, a failing job stops the sequence with its code and index, and
+models give the same outputs as node by node."""
+import os
+import warnings
+
+import numba
+import numpy as np
+import pytest
+from numba import types
+
+import asymo
+import asymo.models.graph_model as gm
+from asymo.hw.topology import Cluster, Topology
+from asymo.runtime.ffi import ffi, lib
+from asymo.runtime.pool import Pool, hold
+from asymo.runtime.tasks import JobSequence, tasks_call
+
+CPUS = sorted(os.sched_getaffinity(0))
+COUNT = ffi.addressof(lib, "asymo_task_count")
+N = 4096
+
+
+@numba.cfunc(types.void(types.int64, types.voidptr))
+def _double_plus_one(i, ctx):
+    x = numba.carray(ctx, (N,), np.float64)
+    x[i] = 2.0 * x[i] + 1.0
+
+
+@numba.cfunc(types.void(types.int64, types.voidptr))
+def _triple(i, ctx):
+    x = numba.carray(ctx, (N,), np.float64)
+    x[i] = 3.0 * x[i]
+
+
+def pools():
+    a, b = CPUS[0], CPUS[-1]
+    tops = [Topology(clusters=(Cluster("c0", (a,)),)), Topology(clusters=(Cluster("c0", (a, b)),)),
+            Topology(clusters=(Cluster("big", (a,)), Cluster("little", (b,), capacity=0.5)))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return [Pool(t) for t in tops]
+
+
+def fn_ptr(cf):
+    return ffi.cast("asymo_task_fn", cf.address)
+
+
+@pytest.mark.parametrize("which", range(3))
+def test_jobs_run_in_order_each_whole(which):
+    pool = pools()[which]
+    with pool:
+        x = np.zeros(N)
+        ctx = ffi.from_buffer("double[]", x)
+        a = tasks_call(pool, fn_ptr(_double_plus_one), ctx, N, None, False)
+        b = tasks_call(pool, fn_ptr(_triple), ctx, N, None, False)
+        with hold(pool):
+            JobSequence(pool, [a, b, a])()
+        np.testing.assert_array_equal(x, 7.0)  # ((0 * 2 + 1) * 3) * 2 + 1
+        with hold(pool):
+            JobSequence(pool, [b, a, b])()
+        np.testing.assert_array_equal(x, 3.0 * (2.0 * 21.0 + 1.0))
+
+
+def test_failing_job_stops_the_sequence():
+    pool = pools()[2]  # two clusters: counts must add up to the tasks
+    with pool:
+        c0, c1, c2 = (np.zeros(64, np.int32) for _ in range(3))
+        calls = [tasks_call(pool, COUNT, ffi.from_buffer("int32_t[]", c), 64, None, False)
+                 for c in (c0, c1, c2)]
+        fn, args = calls[1]
+        calls[1] = (fn, args[:4] + (ffi.new("int64_t[]", [1, 1]),) + args[5:])  # 2 != 64
+        seq = JobSequence(pool, calls)
+        with hold(pool), pytest.raises(RuntimeError, match=r"code -?\d+ \(job 1 of 3"):
+            seq()
+        assert (c0 == 1).all() and (c1 == 0).all() and (c2 == 0).all()
+
+
+def test_sequence_takes_only_jobs_on_its_pool():
+    p1, p2 = pools()[:2]
+    with p1, p2:
+        c = np.zeros(8, np.int32)
+        call = tasks_call(p1, COUNT, ffi.from_buffer("int32_t[]", c), 8, None, False)
+        assert JobSequence.fits(p1, *call) and not JobSequence.fits(p2, *call)
+        with pytest.raises(ValueError, match="not a job on this pool"):
+            JobSequence(p2, [call])
+        with pytest.raises(ValueError, match="not a job on this pool"):
+            JobSequence(p1, [call, (lib.asymo_pool_fence, (p1._handle, 0))])
+        with pytest.raises(ValueError, match="no calls"):
+            JobSequence(p1, [])
+        assert len(JobSequence(p1, [call, call])) == 2
+    assert lib.asymo_pool_run_jobs(ffi.NULL, ffi.NULL, 0, ffi.NULL) == lib.ASYMO_EINVAL
+
+
+onnx = pytest.importorskip("onnx")
+
+
+@pytest.mark.parametrize("name", ["squeezenet1_1", "mobilenet_v2"])
+def test_models_equal_node_by_node(name, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from asymo.models import torchvision_defs as tv
+    from asymo.models.torch_loader import export_onnx_bytes
+
+    x = np.random.default_rng(0).standard_normal((1, 3, 96, 96)).astype(np.float32)
+    m = asymo.from_onnx(export_onnx_bytes(tv.build(name), torch.from_numpy(x)))
+    for pool in pools()[:2]:
+        with pool:
+            monkeypatch.setattr(gm, "SEQUENCE_JOBS", False)
+            ref = m(x, pool=pool)
+            monkeypatch.setattr(gm, "SEQUENCE_JOBS", True)
+            inst = m._acquire(1, pool)
+            with hold(pool) as p:
+                program = inst._binding(p)[4]
+            m._release(inst)
+            seqs = [e for e in program if isinstance(e, JobSequence)]
+            assert seqs and sum(len(s) for s in seqs) >= 10
+            np.testing.assert_array_equal(m(x, pool=pool), ref)
