@@ -107,6 +107,14 @@ def _is_integral(x):
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
+def _check_spin(name, value):
+    """``value`` as an int, or a ValueError naming the setting ``name``: a spin time in
+    [0, 1000000] microseconds."""
+    if not _is_integral(value) or not 0 <= value <= 1_000_000:
+        raise ValueError(f"{name} must be an integer in [0, 1000000], not {value!r}")
+    return int(value)
+
+
 def _as_task_fn(fn):
     """Coerce ``fn`` to a C ``asymo_task_fn``; raise ValueError/TypeError naming the problem."""
     hint = ("pass a C function `void fn(int64_t task, void *ctx)`: a cffi function pointer, "
@@ -227,12 +235,10 @@ class Pool:
             raise ValueError(f"unknown policy {policy!r}; expected one of {sorted(POLICIES)}")
         if queue is not None and (not isinstance(queue, str) or queue not in QUEUES):
             raise ValueError(f"unknown queue {queue!r}; expected one of {sorted(QUEUES)}")
-        if spin_us is not None and (not _is_integral(spin_us) or not 0 <= spin_us <= 1_000_000):
-            raise ValueError(f"spin_us must be an integer in [0, 1000000], not {spin_us!r}")
-        if submit_spin_us is not None and (not _is_integral(submit_spin_us)
-                                           or not 0 <= submit_spin_us <= 1_000_000):
-            raise ValueError(f"submit_spin_us must be an integer in [0, 1000000], not "
-                             f"{submit_spin_us!r}")
+        if spin_us is not None:
+            _check_spin("spin_us", spin_us)
+        if submit_spin_us is not None:
+            _check_spin("submit_spin_us", submit_spin_us)
         if topology.nclusters > MAX_CLUSTERS:
             raise ValueError(f"topology has {topology.nclusters} clusters; the pool supports "
                              f"at most {MAX_CLUSTERS}")
@@ -367,9 +373,7 @@ class Pool:
     @spin_us.setter
     def spin_us(self, value):
         self._check_open()
-        if not _is_integral(value) or not 0 <= value <= 1_000_000:
-            raise ValueError(f"spin_us must be an integer in [0, 1000000], not {value!r}")
-        self._call(lib.asymo_pool_set_spin_us, int(value))
+        self._call(lib.asymo_pool_set_spin_us, _check_spin("spin_us", value))
 
     @property
     def submit_spin_us(self):
@@ -388,9 +392,7 @@ class Pool:
     @submit_spin_us.setter
     def submit_spin_us(self, value):
         self._check_open()
-        if not _is_integral(value) or not 0 <= value <= 1_000_000:
-            raise ValueError(f"submit_spin_us must be an integer in [0, 1000000], not {value!r}")
-        self._call(lib.asymo_pool_set_submit_spin_us, int(value))
+        self._call(lib.asymo_pool_set_submit_spin_us, _check_spin("submit_spin_us", value))
 
     @property
     def caller_helps(self):
