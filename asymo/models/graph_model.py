@@ -1211,10 +1211,8 @@ def _program(steps, merged, pool):
     program, pending = [], []
 
     def flush():
-        if len(pending) > 1:
+        if pending:
             program.append(JobSequence(pool, pending))
-        elif pending:
-            program.append(partial(_run_call, *pending[0]))
         pending.clear()
 
     i = 0
@@ -1232,12 +1230,6 @@ def _program(steps, merged, pool):
             program.append(step)
     flush()
     return program
-
-
-def _run_call(fn, args):
-    rc = fn(*args)
-    if rc:
-        raise RuntimeError(f"a native job failed with code {rc}")
 
 
 def _byte_intervals(plan, t):

@@ -125,8 +125,8 @@ def merged_call(pool, calls):
     jobs, flags = [], ~0
     for fn, args in calls:
         handle, task, ctx, ntasks, counts, fl = args
-        if (fn is not lib.asymo_pool_run or handle != pool._handle
-                or fl & lib.ASYMO_RUN_INLINE or (counts == ffi.NULL and pool.nclusters > 1)):
+        if (not JobSequence.fits(pool, fn, args) or fl & lib.ASYMO_RUN_INLINE
+                or (counts == ffi.NULL and pool.nclusters > 1)):
             return None
         shares = ([int(ntasks)] if counts == ffi.NULL
                   else [int(counts[c]) for c in range(pool.nclusters)])
