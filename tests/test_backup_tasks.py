@@ -131,6 +131,96 @@ def test_fence_of_an_earlier_job_does_not_wait_for_a_later_ones_late_copy():
         assert job.late_done.is_set()
 
 
+def _sequence_after_a_late_copy(pool, fences, marks):
+    """A backup job left with a late copy (the little worker stopped in a task), then a
+    JobSequence of a stalling-free job and a counting one with ``fences``: (seconds the
+    sequence took, whether the late copy had ended when the sequence's jobs ran)."""
+    from asymo.runtime.tasks import JobSequence, tasks_call
+
+    job = Stalling(24)
+    run(pool, job, 24, [16, 8], lib.ASYMO_RUN_BACKUP)
+    assert not job.late_done.is_set()
+    seen = []
+
+    @ffi.callback("void(int64_t, void *)")
+    def probe(t, ctx):
+        seen.append(job.late_done.is_set())
+
+    calls = [tasks_call(pool, probe, ffi.NULL, 2, ffi.new("int64_t[2]", [2, 0]), False)] * 2
+    seq = JobSequence(pool, calls, fences, marks)
+    t0 = time.perf_counter()
+    mask = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {CPUS[0]})
+    try:
+        with hold(pool):
+            seq()
+    finally:
+        os.sched_setaffinity(0, mask)
+    took = time.perf_counter() - t0
+    pool.fence()
+    return took, seen
+
+
+@needs2
+def test_a_sequence_waits_for_late_copies_where_its_fences_say():
+    from asymo.runtime.tasks import JobSequence
+
+    with make_pool(big_little()) as pool:
+        marks = ffi.new("uint64_t[]", 3)
+        # no fence: the jobs run beside the late copy; the marks record the job before each
+        took, seen = _sequence_after_a_late_copy(
+            pool, [(JobSequence.WAIT_NONE, 0), (JobSequence.WAIT_NONE, 1)], marks)
+        assert took < STALL_S / 2 and not any(seen)
+        assert marks[1] == marks[0] + 1 and marks[0] == pool.fence() - 2
+        # a fence on every job: the first job waits for the late copy
+        took, seen = _sequence_after_a_late_copy(
+            pool, [(JobSequence.WAIT_ALL, -1), (JobSequence.WAIT_NONE, -1)], marks)
+        assert took >= STALL_S * 0.3 and all(seen) and len(seen) == 4
+        # a fence on a mark from before the backup job: no wait (an earlier job's fence)
+        marks[2] = pool.fence()
+        took, seen = _sequence_after_a_late_copy(
+            pool, [(2, -1), (JobSequence.WAIT_NONE, -1)], marks)
+        assert took < STALL_S / 2 and not any(seen)
+        # the second job waits on the mark the first recorded: after the backup job, so the
+        # late copy must end first
+        took, seen = _sequence_after_a_late_copy(
+            pool, [(JobSequence.WAIT_NONE, 0), (0, -1)], marks)
+        assert took >= STALL_S * 0.3 and seen == [False, False, True, True]
+
+
+def test_sequence_fences_are_checked():
+    from asymo.runtime.tasks import JobSequence, tasks_call
+
+    with make_pool(Topology(clusters=(Cluster("c0", (CPUS[0],)),))) as pool:
+        c = np.zeros(8, np.int32)
+        call = tasks_call(pool, ffi.addressof(lib, "asymo_task_count"),
+                          ffi.from_buffer("int32_t[]", c), 8, None, False)
+        marks = ffi.new("uint64_t[]", 2)
+        for bad in [(2, -1), (-3, -1), (-1, 2), (-1, -2)]:
+            with pytest.raises(ValueError, match="outside the 2 marks"):
+                JobSequence(pool, [call], [bad], marks)
+        with pytest.raises(ValueError, match="need a marks array"):
+            JobSequence(pool, [call], [(0, -1)])
+        with pytest.raises(ValueError, match="1 fences for 2 calls"):
+            JobSequence(pool, [call, call], [(-1, -1)], marks)
+        # the C entry refuses a bad program before running any of it
+        jobs = ffi.new("asymo_run_job[2]")
+        for j in jobs:
+            j.fn, j.ctx, j.ntasks = call[1][1], call[1][2], 8
+            j.wait, j.mark = lib.ASYMO_WAIT_NONE, -1
+        jobs[1].wait = 5
+        failed = ffi.new("int64_t *")
+        with hold(pool) as p:
+            assert lib.asymo_pool_run_jobs(p._handle, jobs, 2, marks, 2,
+                                           failed) == lib.ASYMO_EINVAL
+            assert failed[0] == 1 and (c == 0).all()
+            assert lib.asymo_pool_run_jobs(p._handle, jobs, 2, ffi.NULL, 2,
+                                           failed) == lib.ASYMO_EINVAL
+            jobs[1].wait = 1
+            assert lib.asymo_pool_run_jobs(p._handle, jobs, 2, marks, 2, failed) == lib.ASYMO_OK
+        assert (c == 2).all()
+
+
 @needs2
 def test_the_slower_worker_takes_single_tasks_of_backup_jobs_from_a_long_faster_queue():
     # The little worker gets 1 task of 40 and finishes it early (it is as fast as the big

@@ -43,7 +43,7 @@ from asymo.ops.conv import (BoundConv2d, PackedConvWeight, conv_path, kernel_isa
                              rows_form_small_plane)
 from asymo.ops.packed import PackedMatVec
 from asymo.plan.split_cost import emulated_period
-from asymo.runtime.ffi import lib
+from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.memory import CACHE_LINE, empty_aligned
 from asymo.runtime.pool import caller_on_fastest, hold
 from asymo.runtime.tasks import JobSequence, merged_call
@@ -115,9 +115,12 @@ BLOCKED_REORDERS_PER_CONV = 0.5
 #: docs/tuning.md.
 SIBLING_MAX_NODES = 4
 #: A whole call's consecutive pool jobs run from one call into C (`_program`,
-#: `asymo.runtime.tasks.JobSequence`) rather than one Python call each: no worker waits for
-#: the interpreter between two jobs. False: node by node. Measured: docs/tuning.md.
+#: `asymo.runtime.tasks.JobSequence`; with the late copies' fences where backups run,
+#: `_fenced_program`) rather than one Python call each: no worker waits for the interpreter
+#: between two jobs. False: node by node. Measured: docs/tuning.md.
 SEQUENCE_JOBS = True
+# asymo_pool_fence's job number for "every job so far"
+_EVERY_JOB = (1 << 64) - 1
 # operators that write a strided output (a channel slice of a concat) correctly
 SLICE_WRITERS = frozenset({"asymo.Conv", "MaxPool", "AveragePool", "Relu", "Clip", "Sigmoid",
                            "HardSigmoid", "HardSwish", "asymo.SiLU", "Tanh"})
@@ -1064,10 +1067,11 @@ class _Instance:
         return buf, call
 
     def _binding(self, pool):
-        """``(weakref(pool), steps, reorders, merged, program)``: the steps bound to ``pool``
-        (held by the caller), made on first use, the boundary reorders bound to it so far,
-        the sibling groups as one job each (`_merge_siblings`) and the whole range as a
-        program (`_program`)."""
+        """``(weakref(pool), steps, reorders, merged, program, fenced)``: the steps bound to
+        ``pool`` (held by the caller), made on first use, the boundary reorders bound to it
+        so far, the sibling groups as one job each (`_merge_siblings`), the whole range as a
+        program (`_program`) and, where late copies may run (`fence_until`), as a program
+        with their fences (`_fenced_program`; else None)."""
         key = (id(pool), pool.limit, emulated_period())
         entry = self._bindings.get(key)
         if entry is None or entry[0]() is not pool:
@@ -1077,8 +1081,11 @@ class _Instance:
                      fn.bind(pool) if hasattr(fn, "bind") else partial(fn, pool)
                      for fn in self.steps]
             merged = _merge_siblings(self.siblings, steps, pool)
+            fenced = None
+            if self.fence_until is not None and pool.nclusters > 1:
+                fenced = _fenced_program(steps, merged, pool, self.fence_until)
             entry = self._bindings[key] = (weakref.ref(pool), steps, {}, merged,
-                                           _program(steps, merged, pool))
+                                           _program(steps, merged, pool), fenced)
         return entry
 
     def _steps_for(self, pool):
@@ -1112,6 +1119,14 @@ class _Instance:
             merged = {} if times is not None or on_fastest is not None else bound[3]
             if self.overlap and pool.nclusters > 1 and (fastest is None or
                                                         on_fastest is not None):
+                if SEQUENCE_JOBS and times is None and first == 0 and \
+                        last == len(steps) - 1 and on_fastest is None and bound[5]:
+                    try:
+                        for run in bound[5]:
+                            run()
+                    finally:
+                        lib.asymo_pool_fence(pool._handle, _EVERY_JOB)
+                    return
                 self._run_fenced(steps, merged, first, last, pool._handle, times)
                 return
             if SEQUENCE_JOBS and times is None and first == 0 and last == len(steps) - 1 \
@@ -1144,7 +1159,7 @@ class _Instance:
         node k, every late copy of the last earlier node whose memory k writes, and of those
         before it, has returned (`_late_copy_fences`; at the end of the call, every late
         copy). A sibling group (``merged``) waits for what each of its nodes waits for."""
-        fence, everything = lib.asymo_pool_fence, (1 << 64) - 1
+        fence, everything = lib.asymo_pool_fence, _EVERY_JOB
         after = self.fence_until
         # before[k]: the last job number before node k began (every job of nodes before k is
         # at or below it)
@@ -1230,6 +1245,55 @@ def _program(steps, merged, pool):
             program.append(step)
     flush()
     return program
+
+
+def _fenced_program(steps, merged, pool, after):
+    """`_program` for a pool where late copies may run: each node's (or sibling group's)
+    first job waits for the late copies `_run_fenced` waits for, and records the last job
+    number before it, in one ``uint64_t[]`` of marks (one per node) the program's fences read;
+    a step that is not only pool jobs does both in Python. For whole calls (every mark a fence
+    reads is written earlier in the same call)."""
+    marks = ffi.new("uint64_t[]", max(len(steps), 1))
+    slot = list(range(len(steps)))  # a group's nodes share its first node's mark
+    for i, (last, _) in merged.items():
+        for k in range(i, last + 1):
+            slot[k] = i
+    none, every = JobSequence.WAIT_NONE, JobSequence.WAIT_ALL
+    program, pending, fences = [], [], []
+
+    def flush():
+        if pending:
+            program.append(JobSequence(pool, pending, fences, marks))
+        pending.clear()
+        fences.clear()
+
+    i = 0
+    while i < len(steps):
+        group = merged.get(i)
+        nodes = range(i, group[0] + 1) if group is not None else (i,)
+        step, nxt = (group[1], group[0] + 1) if group is not None else (steps[i], i + 1)
+        if step is not None:
+            waits = [after[k] for k in nodes if after[k] >= 0]
+            wait = (none if not waits else every if max(waits) >= i
+                    else slot[max(waits)])
+            calls = getattr(step, "calls", None)
+            if calls and all(JobSequence.fits(pool, fn, args) for fn, args in calls):
+                pending.extend(calls)
+                fences.extend([(wait, i)] + [(none, -1)] * (len(calls) - 1))
+            else:
+                flush()
+                program.append(partial(_fenced_step, step, pool._handle, marks, wait, i))
+        i = nxt
+    flush()
+    return program  # (its sequences and steps hold the marks)
+
+
+def _fenced_step(step, handle, marks, wait, mark):
+    """A step of `_fenced_program` run from Python: its fence, its mark, the step."""
+    marks[mark] = lib.asymo_pool_fence(handle, 0 if wait == JobSequence.WAIT_NONE else
+                                       _EVERY_JOB if wait == JobSequence.WAIT_ALL
+                                       else marks[wait])
+    step()
 
 
 def _byte_intervals(plan, t):

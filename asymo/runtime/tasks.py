@@ -77,22 +77,46 @@ class JobSequence:
     no worker waits for the interpreter between two of them. Made once (a model's plan);
     calling it raises ``RuntimeError`` naming the failing job's code, the jobs after it not
     run. The jobs' contexts must stay alive as long as the sequence (their owners keep them).
+
+    ``fences`` (one ``(wait, mark)`` per call, or None for none) puts an
+    ``asymo_pool_fence`` before a job: ``wait`` is an index into ``marks`` (a cffi
+    ``uint64_t[]`` the caller owns and may write between calls), `WAIT_ALL` (every late copy)
+    or `WAIT_NONE`; ``mark`` (an index, or -1) records there the last job number before the
+    job began, for later fences to wait on.
     """
 
-    __slots__ = ("_handle", "_jobs", "_n", "_failed")
+    __slots__ = ("_handle", "_jobs", "_n", "_failed", "_marks", "_nmarks")
 
-    def __init__(self, pool, calls):
+    #: ``wait`` values: no fence; a fence for every job so far
+    WAIT_NONE, WAIT_ALL = lib.ASYMO_WAIT_NONE, lib.ASYMO_WAIT_ALL
+
+    def __init__(self, pool, calls, fences=None, marks=None):
         calls = list(calls)
         if not calls:
             raise ValueError("JobSequence: no calls")
+        if fences is not None:
+            fences = list(fences)
+            if len(fences) != len(calls):
+                raise ValueError(f"JobSequence: {len(fences)} fences for {len(calls)} calls")
+            if marks is None and any(w >= 0 or m >= 0 for w, m in fences):
+                raise ValueError("JobSequence: fences on marks need a marks array")
+        nmarks = 0 if marks is None else len(marks)
         jobs = ffi.new("asymo_run_job[]", len(calls))
         for i, (fn, args) in enumerate(calls):
             if not JobSequence.fits(pool, fn, args):
                 raise ValueError(f"JobSequence: call {i} is not a job on this pool")
             _handle, task, ctx, ntasks, counts, flags = args
-            jobs[i].fn, jobs[i].ctx, jobs[i].ntasks = task, ctx, int(ntasks)
-            jobs[i].cluster_counts, jobs[i].flags = counts, int(flags)
+            wait, mark = (self.WAIT_NONE, -1) if fences is None else fences[i]
+            if not (self.WAIT_ALL <= wait < nmarks and -1 <= mark < nmarks):
+                raise ValueError(f"JobSequence: call {i}'s fence ({wait}, {mark}) is outside "
+                                 f"the {nmarks} marks")
+            job = jobs[i]
+            job.fn, job.ctx, job.ntasks = task, ctx, int(ntasks)
+            job.cluster_counts, job.flags = counts, int(flags)
+            job.wait, job.mark = int(wait), int(mark)
         self._handle, self._jobs, self._n = pool._handle, jobs, len(calls)
+        self._marks = ffi.NULL if marks is None else marks
+        self._nmarks = nmarks
         self._failed = ffi.new("int64_t *")
 
     @staticmethod
@@ -104,7 +128,8 @@ class JobSequence:
         return self._n
 
     def __call__(self):
-        rc = lib.asymo_pool_run_jobs(self._handle, self._jobs, self._n, self._failed)
+        rc = lib.asymo_pool_run_jobs(self._handle, self._jobs, self._n, self._marks,
+                                     self._nmarks, self._failed)
         if rc:
             raise RuntimeError(f"a native job failed with code {rc} (job {self._failed[0]} "
                                f"of {self._n} in a sequence)")

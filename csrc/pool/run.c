@@ -404,13 +404,30 @@ int asymo_pool_run(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks
 }
 
 int asymo_pool_run_jobs(asymo_pool *pool, const asymo_run_job *jobs, int64_t n,
-                        int64_t *failed)
+                        uint64_t *marks, int64_t nmarks, int64_t *failed)
 {
-    if (!pool || n < 0 || (n > 0 && !jobs))
+    if (!pool || n < 0 || (n > 0 && !jobs) || nmarks < 0 || (nmarks > 0 && !marks))
         return ASYMO_EINVAL;
     for (int64_t i = 0; i < n; i++) {
-        const int rc = asymo_pool_run(pool, jobs[i].fn, jobs[i].ctx, jobs[i].ntasks,
-                                      jobs[i].cluster_counts, jobs[i].flags);
+        const int64_t w = jobs[i].wait, m = jobs[i].mark;
+        if (w < ASYMO_WAIT_ALL || w >= nmarks || m < -1 || m >= nmarks) {
+            if (failed)
+                *failed = i;
+            return ASYMO_EINVAL;
+        }
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const asymo_run_job *job = &jobs[i];
+        if (job->wait != ASYMO_WAIT_NONE || job->mark >= 0) {
+            const uint64_t last = job->wait == ASYMO_WAIT_NONE ? asymo_pool_last_job(pool)
+                                  : asymo_pool_fence(pool, job->wait == ASYMO_WAIT_ALL
+                                                               ? UINT64_MAX
+                                                               : marks[job->wait]);
+            if (job->mark >= 0)
+                marks[job->mark] = last;
+        }
+        const int rc = asymo_pool_run(pool, job->fn, job->ctx, job->ntasks,
+                                      job->cluster_counts, job->flags);
         if (rc != ASYMO_OK) {
             if (failed)
                 *failed = i;

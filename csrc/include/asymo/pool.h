@@ -111,22 +111,35 @@ int asymo_pool_get_limit(const asymo_pool *pool);
 int asymo_pool_run(asymo_pool *pool, asymo_task_fn fn, void *ctx, int64_t ntasks,
                    const int64_t *cluster_counts, unsigned flags);
 
-/* One job of asymo_pool_run_jobs: asymo_pool_run's arguments. */
+/* asymo_run_job.wait values other than an index into the marks: no fence, or a fence for
+ * every job so far */
+enum { ASYMO_WAIT_NONE = -1, ASYMO_WAIT_ALL = -2 };
+
+/* One job of asymo_pool_run_jobs: asymo_pool_run's arguments, and the fence before it. */
 typedef struct {
     asymo_task_fn fn;              /* the task function */
     void *ctx;                     /* its context */
     int64_t ntasks;                /* the job's tasks */
     const int64_t *cluster_counts; /* per-cluster task counts, or NULL */
     unsigned flags;                /* ASYMO_RUN_* */
+    int64_t wait;                  /* before the job, asymo_pool_fence(pool, marks[wait]) for
+                                      wait >= 0, asymo_pool_fence(pool, UINT64_MAX) for
+                                      ASYMO_WAIT_ALL; ASYMO_WAIT_NONE: none */
+    int64_t mark;                  /* >= 0: marks[mark] = the last job number before this job
+                                      (as the fence, or asymo_pool_last_job(), returns it);
+                                      -1: none */
 } asymo_run_job;
 
-/* Runs jobs[0..n) in order, as n calls of asymo_pool_run would, without returning to the
- * caller between them: a model's run of dependent layers, where the caller's code between
- * jobs (an interpreter's, say) keeps every worker waiting. Returns ASYMO_OK, or the first
+/* Runs jobs[0..n) in order, as n calls of asymo_pool_run would, each after its fence,
+ * without returning to the caller between them: a model's run of dependent layers, where the
+ * caller's code between jobs (an interpreter's, say) keeps every worker waiting. marks[0..
+ * nmarks) hold job numbers the fences read and the marks write (NULL when no job waits on or
+ * writes one); the caller may write some between two calls (steps it runs itself). A wait or
+ * mark out of range is ASYMO_EINVAL before any job runs. Returns ASYMO_OK, or the first
  * failing job's code with its index in *failed (when failed is not NULL); the jobs after it
  * do not run. */
 int asymo_pool_run_jobs(asymo_pool *pool, const asymo_run_job *jobs, int64_t n,
-                        int64_t *failed);
+                        uint64_t *marks, int64_t nmarks, int64_t *failed);
 
 /* Index of the calling pool worker (0..nworkers-1 of the pool it belongs to), or -1 when not
  * called from a worker. See asymo_pool_worker_of for jobs nested across pools. */
