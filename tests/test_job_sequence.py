@@ -15,7 +15,7 @@ import asymo.models.graph_model as gm
 from asymo.hw.topology import Cluster, Topology
 from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.pool import Pool, hold
-from asymo.runtime.tasks import JobSequence, tasks_call
+from asymo.runtime.tasks import BoundJobs, JobSequence, tasks_call
 
 CPUS = sorted(os.sched_getaffinity(0))
 COUNT = ffi.addressof(lib, "asymo_task_count")
@@ -93,6 +93,26 @@ def test_sequence_takes_only_jobs_on_its_pool():
     assert lib.asymo_pool_run_jobs(ffi.NULL, ffi.NULL, 0, ffi.NULL, 0, ffi.NULL) == lib.ASYMO_EINVAL
 
 
+def test_bound_jobs_run_in_order_and_name_a_failure():
+    pool = pools()[2]
+    with pool:
+        c = np.zeros(64, np.int32)
+        ok = tasks_call(pool, COUNT, ffi.from_buffer("int32_t[]", c), 64, None, False)
+        fn, args = ok
+        bad = (fn, args[:4] + (ffi.new("int64_t[]", [1, 1]),) + args[5:])  # 2 != 64 tasks
+        jobs = BoundJobs([ok, ok], c, "a test call")
+        assert jobs.calls == [ok, ok]
+        with hold(pool):
+            jobs()
+        assert (c == 2).all()
+        with hold(pool), pytest.raises(RuntimeError, match=r"a test call: a native job failed"):
+            BoundJobs([ok, bad, ok], c, "a test call")()
+        assert (c == 3).all()
+        # a call that is not a pool job: runnable, but not for a caller to run as jobs
+        other = BoundJobs([ok, (lib.asymo_pool_fence, (pool._handle, 0))], c, "x")
+        assert other.calls is None
+
+
 onnx = pytest.importorskip("onnx")
 
 
@@ -113,8 +133,10 @@ def test_models_equal_node_by_node(name, monkeypatch):
             with hold(pool) as p:
                 program = inst._binding(p)[4]
             m._release(inst)
-            seqs = [e for e in program if isinstance(e, JobSequence)]
-            assert seqs and sum(len(s) for s in seqs) >= 10
+            # every step is pool jobs (convolutions, pooling, the classifier's product): the
+            # whole call is one sequence
+            assert len(program) == 1 and isinstance(program[0], JobSequence)
+            assert len(program[0]) >= 10
             np.testing.assert_array_equal(m(x, pool=pool), ref)
 
 

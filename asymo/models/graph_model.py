@@ -115,9 +115,9 @@ BLOCKED_REORDERS_PER_CONV = 0.5
 #: docs/tuning.md.
 SIBLING_MAX_NODES = 4
 #: A whole call's consecutive pool jobs run from one call into C (`_program`,
-#: `asymo.runtime.tasks.JobSequence`; with the late copies' fences where backups run,
-#: `_fenced_program`) rather than one Python call each: no worker waits for the interpreter
-#: between two jobs. False: node by node. Measured: docs/tuning.md.
+#: `asymo.runtime.tasks.JobSequence`; with the late copies' fences where backups run) rather
+#: than one Python call each: no worker waits for the interpreter between two jobs. False:
+#: node by node. Measured: docs/tuning.md.
 SEQUENCE_JOBS = True
 # asymo_pool_fence's job number for "every job so far"
 _EVERY_JOB = (1 << 64) - 1
@@ -1071,7 +1071,7 @@ class _Instance:
         ``pool`` (held by the caller), made on first use, the boundary reorders bound to it
         so far, the sibling groups as one job each (`_merge_siblings`), the whole range as a
         program (`_program`) and, where late copies may run (`fence_until`), as a program
-        with their fences (`_fenced_program`; else None)."""
+        with their fences (else None)."""
         key = (id(pool), pool.limit, emulated_period())
         entry = self._bindings.get(key)
         if entry is None or entry[0]() is not pool:
@@ -1083,7 +1083,7 @@ class _Instance:
             merged = _merge_siblings(self.siblings, steps, pool)
             fenced = None
             if self.fence_until is not None and pool.nclusters > 1:
-                fenced = _fenced_program(steps, merged, pool, self.fence_until)
+                fenced = _program(steps, merged, pool, self.fence_until)
             entry = self._bindings[key] = (weakref.ref(pool), steps, {}, merged,
                                            _program(steps, merged, pool), fenced)
         return entry
@@ -1218,52 +1218,27 @@ def _merge_siblings(groups, steps, pool):
     return merged
 
 
-def _program(steps, merged, pool):
+def _program(steps, merged, pool, after=None):
     """Every node's step in order, as a list of calls: each run of consecutive nodes (or
     sibling groups, ``merged``) whose steps are only pool jobs on ``pool``
     (`BoundConv2d.calls`) as one `JobSequence`, so the jobs follow each other with no Python
-    between them; any other step as it is."""
-    program, pending = [], []
+    between them; any other step as it is.
 
-    def flush():
-        if pending:
-            program.append(JobSequence(pool, pending))
-        pending.clear()
-
-    i = 0
-    while i < len(steps):
-        group = merged.get(i)
-        step, nxt = (group[1], group[0] + 1) if group is not None else (steps[i], i + 1)
-        i = nxt
-        if step is None:
-            continue
-        calls = getattr(step, "calls", None)
-        if calls and all(JobSequence.fits(pool, fn, args) for fn, args in calls):
-            pending.extend(calls)
-        else:
-            flush()
-            program.append(step)
-    flush()
-    return program
-
-
-def _fenced_program(steps, merged, pool, after):
-    """`_program` for a pool where late copies may run: each node's (or sibling group's)
-    first job waits for the late copies `_run_fenced` waits for, and records the last job
-    number before it, in one ``uint64_t[]`` of marks (one per node) the program's fences read;
-    a step that is not only pool jobs does both in Python. For whole calls (every mark a fence
-    reads is written earlier in the same call)."""
-    marks = ffi.new("uint64_t[]", max(len(steps), 1))
+    With ``after`` (`fence_until`: a pool where late copies may run), each node's (or sibling
+    group's) first job also waits for the late copies `_run_fenced` waits for and records the
+    last job number before it, in one ``uint64_t[]`` of marks (one per node) the fences read;
+    a step that is not only pool jobs does both in Python (`_fenced_step`). For whole calls:
+    every mark a fence reads is written earlier in the same call."""
+    marks = None if after is None else ffi.new("uint64_t[]", max(len(steps), 1))
     slot = list(range(len(steps)))  # a group's nodes share its first node's mark
     for i, (last, _) in merged.items():
-        for k in range(i, last + 1):
-            slot[k] = i
+        slot[i:last + 1] = [i] * (last + 1 - i)
     none, every = JobSequence.WAIT_NONE, JobSequence.WAIT_ALL
     program, pending, fences = [], [], []
 
     def flush():
         if pending:
-            program.append(JobSequence(pool, pending, fences, marks))
+            program.append(JobSequence(pool, pending, None if marks is None else fences, marks))
         pending.clear()
         fences.clear()
 
@@ -1273,23 +1248,23 @@ def _fenced_program(steps, merged, pool, after):
         nodes = range(i, group[0] + 1) if group is not None else (i,)
         step, nxt = (group[1], group[0] + 1) if group is not None else (steps[i], i + 1)
         if step is not None:
-            waits = [after[k] for k in nodes if after[k] >= 0]
-            wait = (none if not waits else every if max(waits) >= i
-                    else slot[max(waits)])
+            waits = [] if after is None else [after[k] for k in nodes if after[k] >= 0]
+            wait = none if not waits else every if max(waits) >= i else slot[max(waits)]
             calls = getattr(step, "calls", None)
             if calls and all(JobSequence.fits(pool, fn, args) for fn, args in calls):
                 pending.extend(calls)
                 fences.extend([(wait, i)] + [(none, -1)] * (len(calls) - 1))
             else:
                 flush()
-                program.append(partial(_fenced_step, step, pool._handle, marks, wait, i))
+                program.append(step if marks is None else
+                               partial(_fenced_step, step, pool._handle, marks, wait, i))
         i = nxt
     flush()
-    return program  # (its sequences and steps hold the marks)
+    return program  # (with fences, its sequences and steps hold the marks)
 
 
 def _fenced_step(step, handle, marks, wait, mark):
-    """A step of `_fenced_program` run from Python: its fence, its mark, the step."""
+    """A step of a fenced `_program` run from Python: its fence, its mark, the step."""
     marks[mark] = lib.asymo_pool_fence(handle, 0 if wait == JobSequence.WAIT_NONE else
                                        _EVERY_JOB if wait == JobSequence.WAIT_ALL
                                        else marks[wait])

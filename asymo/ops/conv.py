@@ -66,7 +66,7 @@ from asymo.runtime.pool import Pool as _Pool
 from asymo.runtime.pool import acquire as _acquire_pool
 from asymo.runtime.pool import hold as _hold
 from asymo.runtime.tasks import (ACTIVATION_CODES, DTYPE_CODES, INLINE_BYTES, TASK_IDLE,
-                                 TASKS_PER_WORKER, task_fn, workspace)
+                                 TASKS_PER_WORKER, BoundJobs, run_calls, task_fn, workspace)
 from asymo.runtime.tasks import task_counts as _task_counts
 from asymo.runtime.tasks import tasks_call as _tasks_call
 
@@ -1551,41 +1551,36 @@ class _NativeCalls:
                                       inline and n == 1))
 
 def _run_calls(calls):
-    for fn, args in calls:
-        rc = fn(*args)
-        if rc:
-            raise RuntimeError(f"conv2d: a native job failed with code {rc}")
+    run_calls(calls, "conv2d")
 
 
-class BoundConv2d:
+class BoundConv2d(BoundJobs):
     """A convolution bound to fixed arrays and one pool: checked, planned and its weights
-    packed once (`bind_conv2d`); a call runs the kernels with no Python work between them.
+    packed once (`bind_conv2d`); a call runs the kernels with no Python work between them
+    (`asymo.runtime.tasks.BoundJobs`), or ``fallback`` (the unbound call) where the kernels
+    cannot use the arrays in place.
 
     The arrays it was bound to must stay as they are (same memory, shapes and strides; the
     input's and residual's *contents* change between calls, the weights' never). A call must
     hold the pool (`asymo.runtime.pool.hold`), as a model's inference does.
     """
 
-    __slots__ = ("_calls", "_keep", "_fallback")
+    __slots__ = ("_fallback",)
 
     def __init__(self, calls, keep, fallback=None):
-        self._calls, self._keep, self._fallback = calls, keep, fallback
+        super().__init__(calls, keep, "conv2d")
+        self._fallback = fallback
 
     def __call__(self):
         if self._fallback is not None:
             self._fallback()
             return
-        _run_calls(self._calls)
+        super().__call__()
 
     @property
     def calls(self):
-        """The pool jobs a call runs, in order, as ``(asymo_pool_run, args)`` pairs
-        (`asymo.runtime.tasks.tasks_call`), for a caller that runs them itself (a model's
-        sibling convolutions merged into one job); None when a call runs anything else."""
-        if self._fallback is not None or any(fn is not lib.asymo_pool_run
-                                             for fn, _args in self._calls):
-            return None
-        return list(self._calls)
+        """`BoundJobs.calls`; None for a call bound to the fallback."""
+        return None if self._fallback is not None else BoundJobs.calls.fget(self)
 
 
 def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,

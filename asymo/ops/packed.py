@@ -202,7 +202,8 @@ class PackedMatVec:
         from asymo.plan.split_cost import pool_fastest_only
         from asymo.runtime.partition import even_block_size
         from asymo.runtime.tasks import (ACTIVATION_CODES, INLINE_BYTES, TASK_IDLE,
-                                         TASKS_PER_WORKER, task_counts, task_fn, tasks_call)
+                                         TASKS_PER_WORKER, BoundJobs, task_counts, task_fn,
+                                         tasks_call)
 
         m, k = self.shape
         x, y = np.asarray(x), np.asarray(y)
@@ -244,9 +245,5 @@ class PackedMatVec:
                               fastest_only=pool_fastest_only(pool, 2 * m * k, "mv"))
         run, args = tasks_call(pool, task_fn("asymo_mv_packed_task"), job, ntasks, counts,
                                 4 * m * k < INLINE_BYTES)
-        keep = (self, x, y, bias)  # what the job points into, alive as long as the call
-
-        def bound(_keep=keep):
-            if run(*args) != 0:
-                raise RuntimeError("asymo_pool_run failed in a bound matrix-vector call")
-        return bound
+        # (keep: what the job points into, alive as long as the call)
+        return BoundJobs([(run, args)], (self, x, y, bias), "a bound matrix-vector call")

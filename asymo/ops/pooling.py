@@ -14,7 +14,7 @@ from asymo.runtime.memory import empty_result
 from asymo.runtime.partition import even_block_size as _even_block_size
 from asymo.runtime.pool import hold as _hold
 from asymo.runtime.tasks import (DTYPE_CODES, INLINE_BYTES, TASK_IDLE, TASKS_PER_WORKER,
-                                 run_tasks, task_fn)
+                                 BoundJobs, run_tasks, task_fn)
 from asymo.runtime.tasks import tasks_call as _tasks_call
 
 __all__ = ["max_pool2d", "avg_pool2d", "pool_output_size", "bind_pool2d"]
@@ -209,7 +209,8 @@ def bind_pool2d(kind, x, kernel_size, stride=None, padding=0, ceil_mode=False,
                 count_include_pad=True, *, out, pool):
     """Bind ``max_pool2d`` (``kind="max"``) / ``avg_pool2d`` (``"avg"``) of ``x`` into ``out``
     on ``pool`` once; returns a function of no arguments that recomputes ``out`` from the
-    current contents of ``x``.
+    current contents of ``x`` (an `asymo.runtime.tasks.BoundJobs` where the kernel takes the
+    arrays in place: its ``calls`` let a model run the job in a sequence).
 
     For a model's fixed arena arrays: the job struct, the task split and the two addresses are
     set here, so a call is one C call. Inside a network the per-call Python of the unbound
@@ -247,10 +248,6 @@ def bind_pool2d(kind, x, kernel_size, stride=None, padding=0, ceil_mode=False,
     job.x = _ptr(x)
     job.y = _ptr(out)
     job.planes_per_task, ntasks, counts = call.split(pool)
-    run, args = _tasks_call(pool, _TASK, job, ntasks, counts, call.inline)
-    keep = (x, out, call)  # alive as long as the bound call (args hold the job and counts)
-
-    def bound(_keep=keep):
-        if run(*args) != 0:
-            raise RuntimeError("asymo_pool_run failed in a bound pooling call")
-    return bound
+    # (keep: alive as long as the bound call; args hold the job and counts)
+    return BoundJobs([_tasks_call(pool, _TASK, job, ntasks, counts, call.inline)],
+                     (x, out, call), f"a bound {kind} pooling call")

@@ -12,7 +12,8 @@ import numpy as np
 
 from asymo.runtime.ffi import ffi, lib
 
-__all__ = ["resolve_pool", "run_tasks", "tasks_call", "merged_call", "JobSequence",
+__all__ = ["resolve_pool", "run_tasks", "tasks_call", "run_calls", "BoundJobs", "merged_call",
+           "JobSequence",
            "task_counts", "workspace",
            "DTYPE_CODES", "ACTIVATION_CODES", "TASKS_PER_WORKER", "TASK_IDLE"]
 
@@ -69,6 +70,40 @@ def tasks_call(pool, fn, job, ntasks, counts, inline, backup=False):
             "int64_t[]", pool.split_counts(int(ntasks)))
     flags = lib.ASYMO_RUN_INLINE if inline else lib.ASYMO_RUN_BACKUP if backup else 0
     return (lib.asymo_pool_run, (pool._handle, fn, job, int(ntasks), counts, flags))
+
+
+def run_calls(calls, what):
+    """Run ``(function, args)`` calls returning status codes in order; ``RuntimeError`` naming
+    ``what`` and the code at the first that fails."""
+    for fn, args in calls:
+        rc = fn(*args)
+        if rc:
+            raise RuntimeError(f"{what}: a native job failed with code {rc}")
+
+
+class BoundJobs:
+    """Pool jobs bound to fixed arrays and one pool (`tasks_call` calls, and any other
+    ``(function, args)`` calls returning a status code): a call runs them in order with no
+    Python work between them and raises ``RuntimeError`` naming ``what`` if one fails. ``keep``
+    holds what the jobs point into, alive as long as the calls. A call must hold the pool
+    (`asymo.runtime.pool.hold`), as a model's inference does."""
+
+    __slots__ = ("_calls", "_keep", "_what")
+
+    def __init__(self, calls, keep, what):
+        self._calls, self._keep, self._what = calls, keep, what
+
+    def __call__(self):
+        run_calls(self._calls, self._what)
+
+    @property
+    def calls(self):
+        """The pool jobs a call runs, in order, as ``(asymo_pool_run, args)`` pairs, for a
+        caller that runs them itself (a model's `JobSequence`, sibling convolutions merged
+        into one job); None when a call runs anything else."""
+        if any(fn is not lib.asymo_pool_run for fn, _args in self._calls):
+            return None
+        return list(self._calls)
 
 
 class JobSequence:
