@@ -116,23 +116,36 @@ def test_bound_jobs_run_in_order_and_name_a_failure():
 onnx = pytest.importorskip("onnx")
 
 
-@pytest.mark.parametrize("name", ["squeezenet1_1", "mobilenet_v2"])
-def test_models_equal_node_by_node(name, monkeypatch):
+def _model(name):
+    """The torchvision-style network ``name`` from ONNX, and an input for it."""
     torch = pytest.importorskip("torch")
     from asymo.models import torchvision_defs as tv
     from asymo.models.torch_loader import export_onnx_bytes
 
     x = np.random.default_rng(0).standard_normal((1, 3, 96, 96)).astype(np.float32)
-    m = asymo.from_onnx(export_onnx_bytes(tv.build(name), torch.from_numpy(x)))
+    return asymo.from_onnx(export_onnx_bytes(tv.build(name), torch.from_numpy(x))), x
+
+
+def _reference_and_binding(m, x, pool, monkeypatch):
+    """``m``'s output on ``pool`` node by node, an instance of it and its binding to the pool
+    (`_Instance._binding`: the steps, the sibling groups, the programs)."""
+    monkeypatch.setattr(gm, "SEQUENCE_JOBS", False)
+    ref = m(x, pool=pool)
+    monkeypatch.setattr(gm, "SEQUENCE_JOBS", True)
+    inst = m._acquire(1, pool)
+    with hold(pool) as p:
+        bound = inst._binding(p)
+    m._release(inst)
+    return ref, inst, bound
+
+
+@pytest.mark.parametrize("name", ["squeezenet1_1", "mobilenet_v2"])
+def test_models_equal_node_by_node(name, monkeypatch):
+    m, x = _model(name)
     for pool in pools()[:2]:
         with pool:
-            monkeypatch.setattr(gm, "SEQUENCE_JOBS", False)
-            ref = m(x, pool=pool)
-            monkeypatch.setattr(gm, "SEQUENCE_JOBS", True)
-            inst = m._acquire(1, pool)
-            with hold(pool) as p:
-                program = inst._binding(p)[4]
-            m._release(inst)
+            ref, _inst, bound = _reference_and_binding(m, x, pool, monkeypatch)
+            program = bound[4]
             # every step is pool jobs (convolutions, pooling, the classifier's product): the
             # whole call is one sequence
             assert len(program) == 1 and isinstance(program[0], JobSequence)
@@ -145,22 +158,11 @@ def test_models_on_two_clusters_fence_in_the_sequence_as_node_by_node(name, monk
     # On a pool of two clusters a convolution's tasks may be backed up and its late copy run
     # into the next nodes: the whole call's program fences in C (asymo_run_job.wait / .mark)
     # where the node-by-node runner fences from Python.
-    torch = pytest.importorskip("torch")
-    from asymo.models import torchvision_defs as tv
-    from asymo.models.torch_loader import export_onnx_bytes
-
-    x = np.random.default_rng(0).standard_normal((1, 3, 96, 96)).astype(np.float32)
-    m = asymo.from_onnx(export_onnx_bytes(tv.build(name), torch.from_numpy(x)))
+    m, x = _model(name)
     m.cluster_choice = "all"
     with pools()[2] as pool:
-        monkeypatch.setattr(gm, "SEQUENCE_JOBS", False)
-        ref = m(x, pool=pool)
-        monkeypatch.setattr(gm, "SEQUENCE_JOBS", True)
-        inst = m._acquire(1, pool)
-        with hold(pool) as p:
-            fenced = inst._binding(p)[5]
-        after, merged = inst.fence_until, inst._binding(p)[3]
-        m._release(inst)
+        ref, inst, bound = _reference_and_binding(m, x, pool, monkeypatch)
+        fenced, merged, after = bound[5], bound[3], inst.fence_until
         seqs = [e for e in fenced if isinstance(e, JobSequence)]
         assert seqs and sum(len(s) for s in seqs) >= 10
         # each node's (or sibling group's) first job waits as fence_until says and marks

@@ -13,8 +13,7 @@ import numpy as np
 from asymo.runtime.ffi import ffi, lib
 
 __all__ = ["resolve_pool", "run_tasks", "tasks_call", "run_calls", "BoundJobs", "merged_call",
-           "JobSequence",
-           "task_counts", "workspace",
+           "JobSequence", "task_counts", "workspace",
            "DTYPE_CODES", "ACTIVATION_CODES", "TASKS_PER_WORKER", "TASK_IDLE"]
 
 # gemm.h's ASYMO_DTYPE_* codes (the C kernels use the same values)
