@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -256,8 +257,10 @@ def test_clusters_sharing_a_policy_cannot_disagree(tmp_path):
 
 
 def _child(root, body):
+    # (SIGUSR1 dumps the child's threads to stderr: _wait_dead's report of a child that hung)
     code = textwrap.dedent(f"""
-        import sys, time, signal
+        import sys, time, signal, faulthandler
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         sys.path.insert(0, {os.path.join(REPO, 'tests')!r})
         from _dvfs_fakes import kirin_topology
         from asymo.dvfs import CpuFreq
@@ -274,6 +277,20 @@ def _wait_ready(p):
     assert line.strip() == "READY", (line, p.stderr.read())
 
 
+def _wait_dead(p, why, timeout=20):
+    """Wait for child ``p`` to end; if it has not within ``timeout`` s, fail with where its
+    threads were (faulthandler) and what it wrote to stderr."""
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+        p.kill()
+        _, err = p.communicate(timeout=20)
+        pytest.fail(f"the child did not end within {timeout} s after {why}; its stderr, "
+                    f"threads last:\n{err}")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_restores_then_dies_like_the_signal(kirin, sig):
     root, paths = kirin
@@ -286,7 +303,7 @@ def test_signal_restores_then_dies_like_the_signal(kirin, sig):
         _wait_ready(p)
         assert read(f"{paths['big']}/scaling_governor") == "userspace"
         p.send_signal(sig)
-        p.wait(timeout=20)
+        _wait_dead(p, sig.name)
     finally:
         p.kill()
     if sig == signal.SIGTERM:
@@ -327,7 +344,7 @@ def test_atexit_restores_on_normal_exit(kirin):
     """)
     try:
         _wait_ready(p)
-        p.wait(timeout=20)
+        _wait_dead(p, "READY")
     finally:
         p.kill()
     assert p.returncode == 0
