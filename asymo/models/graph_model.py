@@ -45,7 +45,7 @@ from asymo.ops.packed import PackedMatVec
 from asymo.plan.split_cost import emulated_period
 from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.memory import CACHE_LINE, empty_aligned
-from asymo.runtime.pool import caller_on_fastest, hold
+from asymo.runtime.pool import EVERY_JOB, caller_on_fastest, hold
 from asymo.runtime.tasks import JobSequence, merged_call
 
 __all__ = ["GraphModel", "ExecutionPlan", "ALIAS_OPS", "INPLACE_OPS"]
@@ -119,8 +119,6 @@ SIBLING_MAX_NODES = 4
 #: than one Python call each: no worker waits for the interpreter between two jobs. False:
 #: node by node. Measured: docs/tuning.md.
 SEQUENCE_JOBS = True
-# asymo_pool_fence's job number for "every job so far"
-_EVERY_JOB = (1 << 64) - 1
 # operators that write a strided output (a channel slice of a concat) correctly
 SLICE_WRITERS = frozenset({"asymo.Conv", "MaxPool", "AveragePool", "Relu", "Clip", "Sigmoid",
                            "HardSigmoid", "HardSwish", "asymo.SiLU", "Tanh"})
@@ -1117,22 +1115,20 @@ class _Instance:
                 steps = self._mixed[1]
             # sibling groups as one job, unless each node is timed or placed on its own
             merged = {} if times is not None or on_fastest is not None else bound[3]
-            if self.overlap and pool.nclusters > 1 and (fastest is None or
-                                                        on_fastest is not None):
-                if SEQUENCE_JOBS and times is None and first == 0 and \
-                        last == len(steps) - 1 and on_fastest is None and bound[5]:
-                    try:
-                        for run in bound[5]:
-                            run()
-                    finally:
-                        lib.asymo_pool_fence(pool._handle, _EVERY_JOB)
-                    return
-                self._run_fenced(steps, merged, first, last, pool._handle, times)
+            fenced = self.overlap and pool.nclusters > 1 and (fastest is None or
+                                                              on_fastest is not None)
+            if SEQUENCE_JOBS and times is None and on_fastest is None and first == 0 and \
+                    last == len(steps) - 1:
+                # a whole call: its program (fenced: fastest is None here, so bound to pool)
+                try:
+                    for run in bound[5] if fenced else bound[4]:
+                        run()
+                finally:
+                    if fenced:
+                        lib.asymo_pool_fence(pool._handle, EVERY_JOB)
                 return
-            if SEQUENCE_JOBS and times is None and first == 0 and last == len(steps) - 1 \
-                    and on_fastest is None:
-                for run in bound[4]:
-                    run()
+            if fenced:
+                self._run_fenced(steps, merged, first, last, pool._handle, times)
                 return
             if times is None:
                 i = first
@@ -1155,46 +1151,38 @@ class _Instance:
                     times[i] += clock() - t0
 
     def _run_fenced(self, steps, merged, first, last, handle, times):
-        """Nodes ``first..last`` whose convolutions may leave backed-up tasks running: before
-        node k, every late copy of the last earlier node whose memory k writes, and of those
-        before it, has returned (`_late_copy_fences`; at the end of the call, every late
-        copy). A sibling group (``merged``) waits for what each of its nodes waits for."""
-        fence, everything = lib.asymo_pool_fence, _EVERY_JOB
-        after = self.fence_until
-        # before[k]: the last job number before node k began (every job of nodes before k is
-        # at or below it)
-        before = {}
+        """Nodes ``first..last`` whose convolutions may leave backed-up tasks running, one by
+        one from Python: before node k, every late copy of the last earlier node whose memory
+        k writes, and of those before it, has returned (`_late_copy_fences`, `_fence_wait`; at
+        the end of the call, every late copy). A sibling group (``merged``) waits for what
+        each of its nodes waits for."""
+        # marks[k]: the last job number before node k began (every job of nodes before k is
+        # at or below it); a group's nodes all get its mark
+        marks = [0] * len(steps)
         clock = time.perf_counter
         try:
             i = first
             while i <= last:
                 group = merged.get(i)
                 if group is not None and group[0] <= last:
-                    # (a node of the group waits for no other: they share no memory)
-                    seqs = [0 if after[k] < first else everything if after[k] >= i
-                            else before[after[k]] for k in range(i, group[0] + 1)]
-                    seq = fence(handle, max(seqs))
-                    for k in range(i, group[0] + 1):
-                        before[k] = seq
+                    nodes = range(i, group[0] + 1)
+                    _fence(handle, marks, _fence_wait(self.fence_until, nodes, first), i)
+                    marks[i:group[0] + 1] = [marks[i]] * len(nodes)
                     group[1]()
                     i = group[0] + 1
                     continue
                 fn = steps[i]
-                if fn is None:
-                    i += 1
-                    continue
-                j = after[i]  # wait for late copies of jobs before node j (steps only)
-                before[i] = fence(handle, 0 if j < first else
-                                  everything if j == i else before[j])
-                if times is None:
-                    fn()
-                else:
-                    t0 = clock()
-                    fn()
-                    times[i] += clock() - t0
+                if fn is not None:
+                    _fence(handle, marks, _fence_wait(self.fence_until, (i,), first), i)
+                    if times is None:
+                        fn()
+                    else:
+                        t0 = clock()
+                        fn()
+                        times[i] += clock() - t0
                 i += 1
         finally:
-            fence(handle, everything)
+            lib.asymo_pool_fence(handle, EVERY_JOB)
 
 
 def _merge_siblings(groups, steps, pool):
@@ -1218,6 +1206,29 @@ def _merge_siblings(groups, steps, pool):
     return merged
 
 
+def _fence_wait(after, nodes, first, slot=None):
+    """What node ``nodes[0]`` (alone, or the first of a sibling group's ``nodes``) waits for
+    before it runs, from ``after`` (`_Instance.fence_until`) in a run that began at node
+    ``first``: `JobSequence.WAIT_NONE`; `JobSequence.WAIT_ALL` (a node waits on itself: every
+    late copy so far); or the node whose mark (the last job number before it began) bounds the
+    late copies to wait for -- the latest of the nodes' (marks grow in node order), mapped
+    through ``slot`` (a group's nodes share its first node's mark) when given."""
+    i = nodes[0]
+    waits = [after[k] for k in nodes if after[k] >= first]
+    if not waits:
+        return JobSequence.WAIT_NONE
+    j = max(waits)
+    return JobSequence.WAIT_ALL if j >= i else j if slot is None else slot[j]
+
+
+def _fence(handle, marks, wait, mark):
+    """The fence `_fence_wait` gave (``wait``), and the last job number before it, in
+    ``marks[mark]``: what `asymo_pool_run_jobs` does before a job, from Python."""
+    marks[mark] = lib.asymo_pool_fence(handle, 0 if wait == JobSequence.WAIT_NONE else
+                                       EVERY_JOB if wait == JobSequence.WAIT_ALL
+                                       else marks[wait])
+
+
 def _program(steps, merged, pool, after=None):
     """Every node's step in order, as a list of calls: each run of consecutive nodes (or
     sibling groups, ``merged``) whose steps are only pool jobs on ``pool``
@@ -1225,15 +1236,14 @@ def _program(steps, merged, pool, after=None):
     between them; any other step as it is.
 
     With ``after`` (`fence_until`: a pool where late copies may run), each node's (or sibling
-    group's) first job also waits for the late copies `_run_fenced` waits for and records the
-    last job number before it, in one ``uint64_t[]`` of marks (one per node) the fences read;
-    a step that is not only pool jobs does both in Python (`_fenced_step`). For whole calls:
-    every mark a fence reads is written earlier in the same call."""
+    group's) first job also fences as `_fence_wait` says and records the last job number before
+    it, in one ``uint64_t[]`` of marks (one per node) the fences read; a step that is not only
+    pool jobs does both in Python (`_fenced_step`). For whole calls: every mark a fence reads
+    is written earlier in the same call."""
     marks = None if after is None else ffi.new("uint64_t[]", max(len(steps), 1))
     slot = list(range(len(steps)))  # a group's nodes share its first node's mark
     for i, (last, _) in merged.items():
         slot[i:last + 1] = [i] * (last + 1 - i)
-    none, every = JobSequence.WAIT_NONE, JobSequence.WAIT_ALL
     program, pending, fences = [], [], []
 
     def flush():
@@ -1248,12 +1258,12 @@ def _program(steps, merged, pool, after=None):
         nodes = range(i, group[0] + 1) if group is not None else (i,)
         step, nxt = (group[1], group[0] + 1) if group is not None else (steps[i], i + 1)
         if step is not None:
-            waits = [] if after is None else [after[k] for k in nodes if after[k] >= 0]
-            wait = none if not waits else every if max(waits) >= i else slot[max(waits)]
+            wait = (JobSequence.WAIT_NONE if after is None
+                    else _fence_wait(after, nodes, 0, slot))
             calls = getattr(step, "calls", None)
             if calls and all(JobSequence.fits(pool, fn, args) for fn, args in calls):
                 pending.extend(calls)
-                fences.extend([(wait, i)] + [(none, -1)] * (len(calls) - 1))
+                fences.extend([(wait, i)] + [(JobSequence.WAIT_NONE, -1)] * (len(calls) - 1))
             else:
                 flush()
                 program.append(step if marks is None else
@@ -1264,10 +1274,8 @@ def _program(steps, merged, pool, after=None):
 
 
 def _fenced_step(step, handle, marks, wait, mark):
-    """A step of a fenced `_program` run from Python: its fence, its mark, the step."""
-    marks[mark] = lib.asymo_pool_fence(handle, 0 if wait == JobSequence.WAIT_NONE else
-                                       _EVERY_JOB if wait == JobSequence.WAIT_ALL
-                                       else marks[wait])
+    """A step of a fenced `_program` run from Python: its fence and mark, then the step."""
+    _fence(handle, marks, wait, mark)
     step()
 
 

@@ -427,7 +427,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         calls = _NativeCalls(plan, c.xb, c.b, c.target, c.residual, pool,
                              prepacked=c.packed is not None)
         keep = calls.fill(c.xb, c.w, c.packed, c.b, c.target, c.residual)
-        _run_calls(calls.calls)
+        run_calls(calls.calls, "conv2d")
         del keep
         if sig is not None and _in_place(c, x, c.packed.array if c.packed is not None
                                          else weight, bias, residual, out):
@@ -1550,10 +1550,6 @@ class _NativeCalls:
         self.calls.append(_tasks_call(pool, _BIAS_ACT_TASK, job, ntasks * n, counts,
                                       inline and n == 1))
 
-def _run_calls(calls):
-    run_calls(calls, "conv2d")
-
-
 class BoundConv2d(BoundJobs):
     """A convolution bound to fixed arrays and one pool: checked, planned and its weights
     packed once (`bind_conv2d`); a call runs the kernels with no Python work between them
@@ -1580,7 +1576,7 @@ class BoundConv2d(BoundJobs):
     @property
     def calls(self):
         """`BoundJobs.calls`; None for a call bound to the fallback."""
-        return None if self._fallback is not None else BoundJobs.calls.fget(self)
+        return None if self._fallback is not None else super().calls
 
 
 def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
@@ -1740,7 +1736,7 @@ def _cached_conv2d(sig, x, weight, bias, residual, out, pool):
         e.busy = True
         try:
             keep = e.calls.fill(x, w, None if w is weight else weight, bias, y, residual)
-            _run_calls(e.calls.calls)
+            run_calls(e.calls.calls, "conv2d")
         finally:
             e.busy = False
         del keep

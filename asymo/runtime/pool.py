@@ -58,8 +58,9 @@ from asymo.runtime.ffi import ffi, lib
 from asymo.hw.topology import ENV_VAR as TOPOLOGY_ENV_VAR
 from asymo.hw.topology import Topology, detect, parse_spec
 
-__all__ = ["Pool", "POLICIES", "QUEUES", "get_pool", "reset_default_pool", "set_thread_limit",
-           "get_thread_limit", "acquire", "release", "hold", "caller_on_fastest"]
+__all__ = ["Pool", "POLICIES", "QUEUES", "EVERY_JOB", "get_pool", "reset_default_pool",
+           "set_thread_limit", "get_thread_limit", "acquire", "release", "hold",
+           "caller_on_fastest"]
 
 #: policy name -> C constant: the C library's ``ASYMO_POLICY_*`` enum, in its order (the
 #: one list of policies: the lab's simulator and sweeps read it from here)
@@ -105,6 +106,10 @@ def _affinity():
 
 def _is_integral(x):
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+#: `asymo_pool_fence`'s job number for "every job so far" (``Pool.fence()``'s default)
+EVERY_JOB = (1 << 64) - 1
 
 
 def _check_spin(name, value):
@@ -634,8 +639,7 @@ class Pool:
         The model runner calls it between nodes, so a late copy never meets memory that is
         reused (docs/pool.md, "Backup tasks").
         """
-        return int(self._call(lib.asymo_pool_fence,
-                              (1 << 64) - 1 if job is None else int(job)))
+        return int(self._call(lib.asymo_pool_fence, EVERY_JOB if job is None else int(job)))
 
     def reset_stats(self):
         """Zero the counters reported by `stats`."""
