@@ -47,8 +47,8 @@ def _plan(pool, xs, ws, stride, pads, act=None, bias=False, res=False):
 # (cin, cout, h, w, kernel, stride, pads): stride-2 3x3 with padding on the top and left only
 # (even planes) and on all sides (odd), 1x1 stride 2 read in place, 5x5 stride 1 padded, 3x3
 # stride 1 unpadded (read in place, windows short of the bottom-right), a 2x3 kernel padded
-# on the left and right only, a 7x7 stride-2 layer, a plane narrower than a tile and one of a
-# single row
+# on the left and right only, a 7x7 stride-2 layer, a plane narrower than a tile, one of a
+# single row, and rows of several tiles whose tasks (and copy's bands) begin inside a row
 LAYERS = [
     (32, 40, 14, 14, (3, 3), (2, 2), (1, 1)),
     (29, 64, 13, 11, (3, 3), (2, 2), (1, 1)),
@@ -59,6 +59,7 @@ LAYERS = [
     (8, 70, 23, 19, (7, 7), (2, 2), (3, 3)),
     (40, 31, 5, 3, (3, 3), (1, 1), (1, 1)),
     (64, 40, 1, 30, (1, 3), (2, 2), (0, 1)),
+    (24, 60, 7, 25, (3, 3), (1, 1), (1, 1)),
 ]
 EPILOGUES = [(1, True, "relu", False), (2, False, None, True), (1, True, "relu6", True),
              (1, False, "relu6", False)]
@@ -89,7 +90,8 @@ def test_rows_path_against_float64(isa, panel, monkeypatch):
     # every panel width of each ISA's kernels (AVX-512: tiles of 1 to 12, 8 or 6 pixels;
     # AVX2: 1 to 12, 6 or 4; rows cut into even tiles), output channels below, at and past a
     # panel, every epilogue, batches, plain and prepacked weights, on one to two workers of
-    # symmetric and asymmetric pools, the copy in tasks of one and of several channels
+    # symmetric and asymmetric pools, the copy in tasks of one and of several channels and in
+    # the layer's bands of output rows
     if not _available(isa):
         pytest.skip(f"no {isa} rows kernels here")
     monkeypatch.setattr(conv_mod, "POINTWISE_ROWS_PANELS", (panel,))
@@ -100,8 +102,11 @@ def test_rows_path_against_float64(isa, panel, monkeypatch):
     monkeypatch.setattr(conv_mod, "ROWS_AVX2_MAX_EXPANSION", 1 << 20)
     monkeypatch.setattr(conv_mod, "WINOGRAD", "off")  # (3x3 stride 1 here too)
     rng = np.random.default_rng(50 + panel)
-    for spec, copy_bytes in (("c0:0", 32 << 10), ("c0:0-1", 1), ("c0:0@1,c1:1@0.5", 1 << 20)):
+    for spec, copy_bytes, bands in (("c0:0", 32 << 10, True), ("c0:0-1", 1, False),
+                                    ("c0:0-1", 32 << 10, True),
+                                    ("c0:0@1,c1:1@0.5", 1 << 20, True)):
         monkeypatch.setattr(conv_mod, "ROWS_COPY_TASK_BYTES", copy_bytes)
+        monkeypatch.setattr(conv_mod, "ROWS_COPY_BANDS", bands)
         with asymo.Pool(spec) as pool, conv_mod.use_kernel_isa(isa):
             _check(pool, LAYERS, EPILOGUES, rng, panel)
 
@@ -229,17 +234,30 @@ def test_rows_path_panel_width_keeps_tiles_whole():
 
 
 @needs_avx512
-def test_rows_path_tasks_and_copy():
+def test_rows_path_tasks_and_copy(monkeypatch):
     # the padded copy only where the windows reach past the image; task counts cover every
-    # panel and tile; the copy in tasks of about ROWS_COPY_TASK_BYTES
+    # panel and tile; the copy in the layer's bands of output rows where its tasks are such
+    # bands (one task per band: task t of both jobs on the same worker), else in tasks of
+    # about ROWS_COPY_TASK_BYTES
     pool = asymo.Pool("c0:0-1")
     try:
         with conv_mod.use_kernel_isa("avx512"):
-            p = _plan(pool, (1, 128, 56, 56), (128, 128, 3, 3), (2, 2), ((1, 1), (1, 1)))
-            assert conv_mod.lib.asymo_conv_rows_padded(p.job)
-            assert p.prepare[False][0] == p.prepare[True][0] + 1
-            assert p.prepare[True][0] == -(-128 // int(p.job.copy_channels))
-            assert p.ntasks % 2 == 0 and p.ntasks >= 8
+            for bands in (True, False):
+                monkeypatch.setattr(conv_mod, "ROWS_COPY_BANDS", bands)
+                p = _plan(pool, (1, 128, 56, 56), (128, 128, 3, 3), (2, 2), ((1, 1), (1, 1)))
+                assert conv_mod.lib.asymo_conv_rows_padded(p.job)
+                assert p.prepare[False][0] == p.prepare[True][0] + 1
+                panels = -(-128 // int(p.job.panel_rows))
+                assert int(p.job.panels_per_task) >= panels  # tasks are bands of rows
+                assert p.prepare[True][0] == (p.ntasks if bands
+                                              else -(-128 // int(p.job.copy_channels)))
+                assert p.ntasks % 2 == 0 and p.ntasks >= 8
+                assert p.prepare[True][1] == p.counts or not bands
+            # tasks split by panels (a 7 x 7 layer's weights outweigh its image): by channels
+            monkeypatch.setattr(conv_mod, "ROWS_COPY_BANDS", True)
+            p = _plan(pool, (1, 256, 14, 14), (512, 256, 3, 3), (2, 2), ((1, 1), (1, 1)))
+            assert int(p.job.panels_per_task) < -(-512 // int(p.job.panel_rows))
+            assert p.prepare[True][0] == -(-256 // int(p.job.copy_channels))
             q = _plan(pool, (1, 256, 56, 56), (512, 256, 1, 1), (2, 2), ((0, 0), (0, 0)))
             assert not conv_mod.lib.asymo_conv_rows_padded(q.job)
             assert q.prepare[False][0] == 1 and q.prepare[True][0] == 0

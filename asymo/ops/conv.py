@@ -199,6 +199,9 @@ ROWS_OVER_WINOGRAD_CHANNELS_COLD = 32
 # ... the padded copy in tasks of about this many bytes (not tuned: a copy is a few percent
 # of its layer)
 ROWS_COPY_TASK_BYTES = 32 << 10
+# ... or, where the layer's tasks are bands of output rows, by the same bands (each worker then
+# reads mostly the rows it copied; docs/tuning.md)
+ROWS_COPY_BANDS = True
 # Where the convolution kernels run AVX2, float32 layers of one group, dilation 1, stride 1
 # or 2, input and output channels multiples of 8 and more than one tap, that the paths above
 # leave to the GEMM (ResNet's stride-2 3x3 layers, whose GEMM packs B from the image once per
@@ -1002,6 +1005,7 @@ class _RowsConvPlan:
         self.offsets = _tap_offsets(job, g.channels * g.kernel_h * g.kernel_w,
                                     lib.asymo_conv_rows_offsets)
         job.copy_channels = max(1, ROWS_COPY_TASK_BYTES // (4 * lib.asymo_conv_rows_plane(job)))
+        job.copy_bands = bool(ROWS_COPY_BANDS)
         self.scratch_elems = int(lib.asymo_conv_rows_scratch(job))
         k = int(g.channels * g.kernel_h * g.kernel_w)
         pixels = int(g.out_h * g.out_w)
@@ -1653,7 +1657,7 @@ def _plan_settings():
             POINTWISE_ROWS_ANY_PLANE_CHANNELS, POINTWISE_MAX_OUT_CHANNELS,
             POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE, ROWS, ROWS_MIN_TILE,
             ROWS_OVER_WINOGRAD_WIDTH, ROWS_OVER_WINOGRAD_WIDTH_COLD,
-            ROWS_OVER_WINOGRAD_CHANNELS_COLD, ROWS_COPY_TASK_BYTES,
+            ROWS_OVER_WINOGRAD_CHANNELS_COLD, ROWS_COPY_TASK_BYTES, ROWS_COPY_BANDS,
             NCHWC, NCHWC_MAX_WEIGHT_RATIO, TASKS_PER_WORKER, TASK_IDLE,
             _split_cost.emulated_period())
 

@@ -124,11 +124,56 @@ int64_t asymo_conv_rows_tasks(const asymo_conv_rows_job *job)
     return 0;
 }
 
+/* With copy_bands, where the layer's tasks are bands of output rows, every output channel (one
+ * group of panels, more than one of tiles): the padded copy goes by the same bands, its task t copying every
+ * channel's rows from band t's first window row to band t + 1's, so the worker that runs
+ * task t of both jobs reads the rows it wrote but for its band's last kernel_h - stride
+ * (the next band's first ones). Returns the tile groups (the bands), or 0 (the copy goes by
+ * channels, copy_channels a task). */
+static int64_t copy_bands(const asymo_conv_rows_job *job)
+{
+#if defined(__x86_64__)
+    const asymo_pixel_rows_family *f = family(job);
+    if (!f || !job->copy_bands)
+        return 0;
+    const asymo_pixel_rows_layer L = layer_of(job, f);
+    const int64_t ppt = max64(1, L.panels_per_task), tpt = max64(1, L.tiles_per_task);
+    const int64_t tgroups = cdiv(L.out_h * L.tiles_per_row, tpt);
+    return cdiv(cdiv(L.m, f->cb), ppt) == 1 && tgroups > 1 ? tgroups : 0;
+#else
+    (void)job;
+    return 0;
+#endif
+}
+
+/* The first padded row band b copies (b <= bands: the end of the last) */
+static int64_t band_row(const asymo_conv_rows_job *job, int64_t b, int64_t bands)
+{
+#if defined(__x86_64__)
+    if (b >= bands)
+        return image_of(job).rows;
+    const asymo_pixel_rows_family *f = family(job);
+    const asymo_pixel_rows_layer L = layer_of(job, f);
+    return b * max64(1, L.tiles_per_task) / L.tiles_per_row * job->geom.stride_h;
+#else
+    (void)job;
+    (void)b;
+    (void)bands;
+    return 0;
+#endif
+}
+
+static int64_t copy_tasks(const asymo_conv_rows_job *job)
+{
+    if (!image_of(job).padded)
+        return 0;
+    const int64_t bands = copy_bands(job);
+    return bands ? bands : cdiv(job->geom.channels, max64(1, job->copy_channels));
+}
+
 int64_t asymo_conv_rows_prepare_tasks(const asymo_conv_rows_job *job)
 {
-    const int64_t copies = image_of(job).padded
-                           ? cdiv(job->geom.channels, max64(1, job->copy_channels)) : 0;
-    return copies + (job->apack ? 0 : 1);
+    return copy_tasks(job) + (job->apack ? 0 : 1);
 }
 
 void asymo_conv_rows_offsets(const asymo_conv_rows_job *job, int64_t *off)
@@ -142,25 +187,31 @@ void asymo_conv_rows_offsets(const asymo_conv_rows_job *job, int64_t *off)
     }
 }
 
-/* Task t below the copy's tasks: channels [t * copy_channels, ...) of the padded copy; the
- * next (when apack is NULL): the weights' micro-panels, after the copy. */
+/* Task t below the copy's tasks: band t of the padded copy's rows (copy_bands), or channels
+ * [t * copy_channels, ...) of it; the next (when apack is NULL): the weights' micro-panels,
+ * after the copy. */
 void asymo_conv_rows_prepare_task(int64_t t, void *job_)
 {
     const asymo_conv_rows_job *job = (const asymo_conv_rows_job *)job_;
     const asymo_conv_geometry *g = &job->geom;
     const image_layout L = image_of(job);
     float *scratch = (float *)job->scratch;
-    const int64_t cc = max64(1, job->copy_channels);
-    const int64_t copies = L.padded ? cdiv(g->channels, cc) : 0;
-    if (t >= copies) {
+    if (t >= copy_tasks(job)) {
         asymo_conv_pack_panels((const float *)job->weight, job->out_channels, taps(job),
                                job->panel_rows, scratch + L.copy_floats);
         return;
     }
-    for (int64_t c = t * cc; c < min64(g->channels, (t + 1) * cc); c++)
-        asymo_copy_plane_padded(scratch + c * L.plane, L.rows, L.row,
+    const int64_t bands = copy_bands(job);
+    const int64_t cc = max64(1, job->copy_channels);
+    const int64_t c0 = bands ? 0 : t * cc, c1 = bands ? g->channels : min64(g->channels, c0 + cc);
+    const int64_t r0 = bands ? band_row(job, t, bands) : 0;
+    const int64_t r1 = bands ? band_row(job, t + 1, bands) : L.rows;
+    if (r1 <= r0)
+        return;
+    for (int64_t c = c0; c < c1; c++)
+        asymo_copy_plane_padded(scratch + c * L.plane + r0 * L.row, r1 - r0, L.row,
                                 (const float *)job->x + c * g->height * g->width, g->height,
-                                g->width, 1, -g->pad_h, -g->pad_w);
+                                g->width, 1, r0 - g->pad_h, -g->pad_w);
 }
 
 /* Task t (asymo_pixel_rows_task: panels of output channels by tiles of output rows). */

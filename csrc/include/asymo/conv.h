@@ -261,8 +261,11 @@ void asymo_conv_pointwise_task(int64_t task, void *job);
  * store. y = act(conv(x) + bias + residual).
  *
  * Per image: a prepare job when the image is padded or apack is NULL
- * (asymo_conv_rows_prepare_tasks: blocks of copy_channels channels of the padded copy, then
- * one task packing the weights into scratch when apack is NULL), then asymo_conv_rows_task
+ * (asymo_conv_rows_prepare_tasks: with copy_bands, the padded copy by the layer's bands of
+ * output rows when its tasks are such bands -- every output channel, more than one band --,
+ * each band's rows copied by the prepare task of the same number, so a worker mostly reads
+ * what it copied; else by blocks of copy_channels channels; then one task packing the weights
+ * into scratch when apack is NULL), then asymo_conv_rows_task
  * (asymo_conv_rows_tasks: panels_per_task panels of output channels by tiles_per_task tiles
  * of asymo_conv_rows_tiles, panel-major). Scratch (asymo_conv_rows_scratch floats): the
  * padded copy, then the weights' panels when apack is NULL. */
@@ -283,6 +286,8 @@ typedef struct {
     void *scratch;              /* asymo_conv_rows_scratch(job) floats, or NULL when there is
                                    no prepare job */
     int64_t copy_channels;      /* channels per task of the padded copy (0 counts as 1) */
+    int64_t copy_bands;         /* nonzero: the padded copy by the layer's bands of output
+                                   rows where its tasks are such bands (above) */
     int64_t panels_per_task;    /* micro-panels of output channels per task (0 counts as 1) */
     int64_t tiles_per_task;     /* tiles of asymo_conv_rows_tiles per task (0 counts as 1) */
     const int64_t *offsets;     /* per tap, made once per plan by asymo_conv_rows_offsets
