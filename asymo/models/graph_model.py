@@ -119,6 +119,15 @@ SIBLING_MAX_NODES = 4
 #: than one Python call each: no worker waits for the interpreter between two jobs. False:
 #: node by node. Measured: docs/tuning.md.
 SEQUENCE_JOBS = True
+#: A convolution whose shortcut (a fused residual add) no other node reads writes its output
+#: onto the shortcut's memory, as ONNX Runtime's fused Conv + Sum does: the layer reads each
+#: shortcut value just before it writes the sum there, so its output costs no new lines
+#: (`_residual_in_place`, `asymo.ops.conv.bind_conv2d`). Only on kernel paths whose tasks write
+#: each output once (RESIDUAL_IN_PLACE_PATHS) and in plans without backed-up tasks (a late
+#: copy would read the sum). Measured: docs/tuning.md.
+RESIDUAL_IN_PLACE = True
+RESIDUAL_IN_PLACE_PATHS = frozenset({"conv2d:pointwise runs", "conv2d:pointwise rows",
+                                     "conv2d:rows"})
 # operators that write a strided output (a channel slice of a concat) correctly
 SLICE_WRITERS = frozenset({"asymo.Conv", "MaxPool", "AveragePool", "Relu", "Clip", "Sigmoid",
                            "HardSigmoid", "HardSwish", "asymo.SiLU", "Tanh"})
@@ -264,6 +273,11 @@ def _plan(graph, batch, overlap=0):
             members[y].append(t)
             birth[y] = min(birth[y], birth[t])
             c0 = c1
+    aliases = {t: r for t, r in root.items() if t != r and t not in slices}
+    blocked, runs_blocked = _blocked_tensors(graph, shapes, consts, slices, aliases)
+    if RESIDUAL_IN_PLACE and not overlap:
+        _residual_in_place(graph, shapes, consts, start, stop, last_use, root, members,
+                           birth, slices, blocked, runs_blocked)
     # first-fit placement of the roots, largest first (a root's memory kept `overlap` nodes
     # past its last reader, for late copies of backed-up tasks)
     blocks = []
@@ -294,7 +308,6 @@ def _plan(graph, batch, overlap=0):
         if n.op == "Concat" and all(slices.get(t, (None,))[0] == n.outputs[0]
                                     for t in n.inputs if t):
             kernels[n.name] = "view (its inputs are written in place)"
-    blocked, runs_blocked = _blocked_tensors(graph, shapes, consts, slices, aliases)
     for n in nodes:
         if n.name in runs_blocked:
             kernels[n.name] = f"conv2d:blocked {runs_blocked[n.name]}"
@@ -335,6 +348,36 @@ def _sibling_groups(graph, shapes):
         run.append(i)
     close()
     return groups
+
+
+def _residual_in_place(graph, shapes, consts, start, stop, last_use, root, members, birth,
+                       slices, blocked, runs_blocked):
+    """`RESIDUAL_IN_PLACE`: give each convolution's output its shortcut's storage (``root``
+    and ``members`` updated) where that is safe: this node is the last reader of that storage
+    (of every tensor in it), its other readers done before it (the node in no sibling group;
+    the shortcut not its input too), the storage a tensor's own of the output's shape (no
+    graph input, output, concat slice or blocked tensor in it), and the node's kernel path
+    writes each output once, the shortcut read there just before."""
+    for i, n in enumerate(graph.nodes):
+        if n.op != "asymo.Conv" or len(n.inputs) < 4 or not n.inputs[3]:
+            continue
+        r, y = n.inputs[3], n.outputs[0]
+        if r in consts or r not in root or r in n.inputs[:3]:
+            continue
+        R = root[r]
+        held = members.get(R, ())
+        if (start[i] != i or stop[i] != i or birth.get(R, -1) < 0
+                or max(last_use.get(m, birth[R]) for m in held) != i
+                or any(m in graph.outputs or m in slices or m in blocked for m in held)
+                or R in slices or any(v[0] == R for v in slices.values())
+                or y in graph.outputs or root.get(y) != y or members.get(y) != [y]
+                or y in slices or y in blocked or n.name in runs_blocked
+                or shapes[r] != shapes[y] or shapes[R] != shapes[y]
+                or _kernel_path(n, shapes, consts) not in RESIDUAL_IN_PLACE_PATHS):
+            continue
+        root[y] = R
+        members[R].append(y)
+        del members[y]
 
 
 def _blocked_kind(n, shapes, consts):

@@ -454,8 +454,12 @@ class _Checked:
                           cold_weights)
 
 
-def _prepare(x, weight, bias, stride, padding, dilation, groups, activation, residual, out):
-    """Check a conv2d call's arguments (the errors conv2d documents) and return a `_Checked`."""
+def _prepare(x, weight, bias, stride, padding, dilation, groups, activation, residual, out,
+             residual_in_place=False):
+    """Check a conv2d call's arguments (the errors conv2d documents) and return a `_Checked`.
+    A residual overlapping the output is copied first, unless ``residual_in_place`` and it is
+    the output itself (`_same_array`: a bound call whose kernels read each shortcut value
+    just before they write the output there)."""
     x = _as_float_array(x, "input")
     packed = None
     if isinstance(weight, PackedConvWeight):
@@ -518,7 +522,8 @@ def _prepare(x, weight, bias, stride, padding, dilation, groups, activation, res
         if residual.shape != y.shape or residual.dtype != dtype:
             raise ValueError(f"conv2d: residual of shape {residual.shape} and dtype "
                              f"{residual.dtype} does not match the output ({y.shape}, {dtype})")
-        if np.may_share_memory(residual, y):
+        if np.may_share_memory(residual, y) and not (residual_in_place
+                                                     and _same_array(residual, y)):
             residual = residual.copy()
         residual = np.ascontiguousarray(residual[None] if unbatched else residual)
     yb = y[None] if unbatched else y
@@ -1604,10 +1609,18 @@ def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     layer is one of a network's): the plan then takes the rows path over Winograd on narrow
     planes (`ROWS_OVER_WINOGRAD_WIDTH_COLD`) and on layers of few input channels
     (`ROWS_OVER_WINOGRAD_CHANNELS_COLD`).
+
+    ``residual`` may be ``out`` itself (the same array: a network's shortcut that dies at this
+    layer, `asymo.models.graph_model.RESIDUAL_IN_PLACE`): where the plan's kernels write each
+    output once, reading the shortcut there just before, and no task is backed up (a late
+    copy would read the sum), the layer adds it in place; elsewhere a call copies it first.
     """
     packed = weight if isinstance(weight, PackedConvWeight) else PackedConvWeight(weight)
+    alias = (residual is not None and isinstance(residual, np.ndarray)
+             and isinstance(out, np.ndarray) and _same_array(residual, out))
     # the checks and errors of conv2d, once
-    c = _prepare(x, packed, bias, stride, padding, dilation, groups, activation, residual, out)
+    c = _prepare(x, packed, bias, stride, padding, dilation, groups, activation, residual, out,
+                 residual_in_place=alias)
 
     def fallback():
         conv2d(x, packed, bias, stride, padding, dilation, groups, activation=activation,
@@ -1615,9 +1628,11 @@ def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
 
     if c.empty:
         return BoundConv2d([], [], fallback=lambda: None)
-    if pool is None or not _in_place(c, x, packed.array, bias, residual, out):
+    if pool is None or not _in_place(c, x, packed.array, bias, residual, out, alias):
         return BoundConv2d([], [c], fallback=fallback)
     plan = c.plan_for(pool, cold_weights=cold_weights)[0]
+    if alias and (backup or not plan.writes_once):
+        return BoundConv2d([], [c], fallback=fallback)
     calls = _NativeCalls(plan, c.xb, c.b, c.target, c.residual, pool, bound=True,
                          prepacked=True, backup=backup)
     keep = [x, packed, bias, residual, out, c, calls,
@@ -1625,16 +1640,24 @@ def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     return BoundConv2d(calls.calls, keep)
 
 
-def _in_place(c, x, weight_array, bias, residual, out):
+def _in_place(c, x, weight_array, bias, residual, out, residual_in_place=False):
     """Whether the checked call ``c`` runs its kernels on the caller's own arrays (``x``,
     ``weight_array``, ``bias``, ``residual``, ``out`` or a new output): no copy of an operand,
     no temporary output. A bound call, and a conv2d call from the call cache, then need only
-    the arrays' addresses."""
+    the arrays' addresses. With ``residual_in_place`` the residual may be the output itself."""
     return (c.direct and c.xb.flags.c_contiguous and np.shares_memory(c.xb, x)
             and c.w is weight_array
             and (bias is None or np.shares_memory(c.b, bias))
             and (residual is None or (np.shares_memory(c.residual, residual)
-                                      and not np.may_share_memory(residual, c.y))))
+                                      and (not np.may_share_memory(residual, c.y)
+                                           or (residual_in_place
+                                               and _same_array(residual, c.y))))))
+
+
+def _same_array(a, b):
+    """Whether ``a`` and ``b`` are the same C-contiguous memory viewed the same way."""
+    return (a.shape == b.shape and a.dtype == b.dtype and a.flags.c_contiguous
+            and b.flags.c_contiguous and a.ctypes.data == b.ctypes.data)
 
 
 # ---- the call cache: conv2d's path for a call signature it has seen ------------------------
