@@ -119,13 +119,18 @@ SIBLING_MAX_NODES = 4
 #: than one Python call each: no worker waits for the interpreter between two jobs. False:
 #: node by node. Measured: docs/tuning.md.
 SEQUENCE_JOBS = True
-#: A convolution whose shortcut (a fused residual add) no other node reads writes its output
+#: A convolution whose shortcut (a fused residual add) no later node reads writes its output
 #: onto the shortcut's memory, as ONNX Runtime's fused Conv + Sum does: the layer reads each
 #: shortcut value just before it writes the sum there, so its output costs no new lines
 #: (`_residual_in_place`, `asymo.ops.conv.bind_conv2d`). Only on kernel paths whose tasks write
-#: each output once (RESIDUAL_IN_PLACE_PATHS) and in plans without backed-up tasks (a late
-#: copy would read the sum). Measured: docs/tuning.md.
+#: each output once (RESIDUAL_IN_PLACE_PATHS); where tasks may be backed up (pools of several
+#: clusters), only on long layers, which then back nothing up (a late copy would read the
+#: sum). Measured: docs/tuning.md.
 RESIDUAL_IN_PLACE = True
+#: ... and in plans with backed-up tasks (pools of several clusters), for layers of at least
+#: this many floating-point operations, whose tasks then back nothing up: long layers lose
+#: little by a late task, short ones much (measured under the emulator: docs/tuning.md).
+RESIDUAL_IN_PLACE_BACKUP_FLOPS = 50e6
 RESIDUAL_IN_PLACE_PATHS = frozenset({"conv2d:pointwise runs", "conv2d:pointwise rows",
                                      "conv2d:rows"})
 # operators that write a strided output (a channel slice of a concat) correctly
@@ -275,9 +280,10 @@ def _plan(graph, batch, overlap=0):
             c0 = c1
     aliases = {t: r for t, r in root.items() if t != r and t not in slices}
     blocked, runs_blocked = _blocked_tensors(graph, shapes, consts, slices, aliases)
-    if RESIDUAL_IN_PLACE and not overlap:
+    if RESIDUAL_IN_PLACE:
         _residual_in_place(graph, shapes, consts, start, stop, last_use, root, members,
-                           birth, slices, blocked, runs_blocked)
+                           birth, slices, blocked, runs_blocked,
+                           RESIDUAL_IN_PLACE_BACKUP_FLOPS if overlap else 0)
     # first-fit placement of the roots, largest first (a root's memory kept `overlap` nodes
     # past its last reader, for late copies of backed-up tasks)
     blocks = []
@@ -351,13 +357,14 @@ def _sibling_groups(graph, shapes):
 
 
 def _residual_in_place(graph, shapes, consts, start, stop, last_use, root, members, birth,
-                       slices, blocked, runs_blocked):
+                       slices, blocked, runs_blocked, min_flops=0):
     """`RESIDUAL_IN_PLACE`: give each convolution's output its shortcut's storage (``root``
     and ``members`` updated) where that is safe: this node is the last reader of that storage
     (of every tensor in it), its other readers done before it (the node in no sibling group;
     the shortcut not its input too), the storage a tensor's own of the output's shape (no
-    graph input, output, concat slice or blocked tensor in it), and the node's kernel path
-    writes each output once, the shortcut read there just before."""
+    graph input, output, concat slice or blocked tensor in it), the node's kernel path writes
+    each output once, the shortcut read there just before, and it has at least ``min_flops``
+    floating-point operations (a plan with backups: the layer then backs nothing up)."""
     for i, n in enumerate(graph.nodes):
         if n.op != "asymo.Conv" or len(n.inputs) < 4 or not n.inputs[3]:
             continue
@@ -366,6 +373,8 @@ def _residual_in_place(graph, shapes, consts, start, stop, last_use, root, membe
             continue
         R = root[r]
         held = members.get(R, ())
+        if 2 * math.prod(shapes[y]) * math.prod(consts[n.inputs[1]].shape[1:]) < min_flops:
+            continue
         if (start[i] != i or stop[i] != i or birth.get(R, -1) < 0
                 or max(last_use.get(m, birth[R]) for m in held) != i
                 or any(m in graph.outputs or m in slices or m in blocked for m in held)
@@ -478,7 +487,9 @@ class _ConvStep:
         self.args = dict(stride=a["strides"], padding=(a["pads"][0], a["pads"][1]),
                          dilation=a["dilations"], groups=a["group"],
                          activation=a["activation"])
-        self.backup = backup  # the instance's arena has room for late copies
+        # the instance's arena has room for late copies; a layer writing onto its shortcut
+        # backs nothing up (a late copy would read the sum)
+        self.backup = backup and (self.r is None or self.r.ctypes.data != self.y.ctypes.data)
 
     def bind(self, pool):
         from asymo.ops.conv import bind_conv2d
