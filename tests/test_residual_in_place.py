@@ -181,3 +181,30 @@ def test_bound_call_adds_the_shortcut_in_place_or_copies_it():
         finally:
             for k, v in saved.items():
                 setattr(conv_mod, k, v)
+
+
+def test_a_layer_reading_its_shortcut_as_input_too_keeps_its_own_memory():
+    # the input a view of the shortcut (a reshape to the same shape): writing onto the
+    # shortcut would overwrite what the layer's other tasks still read
+    ort = pytest.importorskip("onnxruntime")
+    c = 64
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["r"], pads=[1, 1, 1, 1]),
+             helper.make_node("Reshape", ["r", "shape"], ["v"]),
+             helper.make_node("Conv", ["v", "w1"], ["s"]),
+             helper.make_node("Add", ["s", "r"], ["y"]),
+             helper.make_node("GlobalAveragePool", ["y"], ["g"])]
+    inits = [("w0", _w(c, 3, 3, 3)), ("w1", _w(c, c, 1, 1)),
+             ("shape", np.array([1, c, 7, 7], np.int64))]
+    g = helper.make_graph(nodes, "view", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 7, 7])], [helper.make_tensor_value_info(
+            "g", TensorProto.FLOAT, None)], [numpy_helper.from_array(v, k) for k, v in inits])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m = asymo.from_onnx(model)
+    conv = next(n for n in m.graph.nodes if n.op == "asymo.Conv" and len(n.inputs) > 3
+                and n.inputs[3])
+    p = m.plan(1)
+    assert p.storage[conv.outputs[0]] != p.storage[conv.inputs[3]]
+    x = RNG.standard_normal((1, 3, 7, 7)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(m(x), want, rtol=1e-4, atol=1e-4)

@@ -369,10 +369,12 @@ def _residual_in_place(graph, shapes, consts, start, stop, last_use, root, membe
         if n.op != "asymo.Conv" or len(n.inputs) < 4 or not n.inputs[3]:
             continue
         r, y = n.inputs[3], n.outputs[0]
-        if r in consts or r not in root or r in n.inputs[:3]:
+        if r in consts or r not in root:
             continue
         R = root[r]
         held = members.get(R, ())
+        if any(t in held for t in n.inputs[:3] if t):  # (its input in the same memory)
+            continue
         if 2 * math.prod(shapes[y]) * math.prod(consts[n.inputs[1]].shape[1:]) < min_flops:
             continue
         if (start[i] != i or stop[i] != i or birth.get(R, -1) < 0

@@ -124,12 +124,12 @@ int64_t asymo_conv_rows_tasks(const asymo_conv_rows_job *job)
     return 0;
 }
 
-/* With copy_bands, where the layer's tasks are bands of output rows, every output channel (one
- * group of panels, more than one of tiles): the padded copy goes by the same bands, its task t copying every
- * channel's rows from band t's first window row to band t + 1's, so the worker that runs
- * task t of both jobs reads the rows it wrote but for its band's last kernel_h - stride
- * (the next band's first ones). Returns the tile groups (the bands), or 0 (the copy goes by
- * channels, copy_channels a task). */
+/* With copy_bands, where the layer's tasks are bands of output rows, every output channel
+ * (one group of panels, more than one of tiles): the padded copy goes by the same bands, its
+ * task t copying every channel's rows from band t's first window row to band t + 1's, so the
+ * worker that runs task t of both jobs reads the rows it wrote but for its band's last
+ * kernel_h - stride (the next band's first ones). Returns the tile groups (the bands), or 0
+ * (the copy goes by channels, copy_channels a task). */
 static int64_t copy_bands(const asymo_conv_rows_job *job)
 {
 #if defined(__x86_64__)
@@ -203,7 +203,8 @@ void asymo_conv_rows_prepare_task(int64_t t, void *job_)
     }
     const int64_t bands = copy_bands(job);
     const int64_t cc = max64(1, job->copy_channels);
-    const int64_t c0 = bands ? 0 : t * cc, c1 = bands ? g->channels : min64(g->channels, c0 + cc);
+    const int64_t c0 = bands ? 0 : t * cc;
+    const int64_t c1 = bands ? g->channels : min64(g->channels, c0 + cc);
     const int64_t r0 = bands ? band_row(job, t, bands) : 0;
     const int64_t r1 = bands ? band_row(job, t + 1, bands) : L.rows;
     if (r1 <= r0)
