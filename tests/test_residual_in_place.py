@@ -85,10 +85,18 @@ def test_planner_shares_a_dying_shortcut_on_write_once_paths(shortcut_is_output,
         shared += ok
         # where tasks may be backed up, only above the limit
         assert (pb.storage[y] == pb.storage[r]) is (ok and not backup_flops)
-    # an instance of the plan with backups: the steps that share back nothing up
+    # an instance of the plan with backups bound to two clusters: the layers that share back
+    # nothing up, the others do (every path here writes its outputs once)
+    if len(os.sched_getaffinity(0)) < 2:
+        return
     inst = gm._Instance(m.graph, pb, m._conv_weights, m._matvec, m._blocked_weight)
-    for i, n in convs:
-        assert inst.steps[i].backup is (pb.storage[n.outputs[0]] != pb.storage[n.inputs[3]])
+    c0, c1 = sorted(os.sched_getaffinity(0))[:2]
+    with asymo.Pool(f"big:{c0}@1.0,little:{c1}@0.5") as pool, hold(pool):
+        steps = inst._steps_for(pool)
+        for i, n in convs:
+            flags = [args[5] for _fn, args in steps[i].calls]
+            backed = any(f & conv_mod.lib.ASYMO_RUN_BACKUP for f in flags)
+            assert backed is (pb.storage[n.outputs[0]] != pb.storage[n.inputs[3]]), n.name
     if all(p.kernels[n.name] in gm.RESIDUAL_IN_PLACE_PATHS for _, n in convs):
         assert shared == (1 if shortcut_is_output else 3)
     # off: nothing shared
@@ -152,9 +160,9 @@ def _conv_ref(x, w, b):
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 usable cpus")
 def test_bound_call_adds_the_shortcut_in_place_or_copies_it():
-    # residual=out: each call adds the layer to what out holds (a write-once path, no
-    # backups: in place, one pool job; with backups or on a path that adds its K blocks into
-    # the output: the residual copied first, the same sums)
+    # residual=out: each call adds the layer to what out holds (a write-once path: in place,
+    # its jobs backing nothing up even where backups are allowed; a path that adds its K
+    # blocks into the output: the residual copied first, the same sums)
     x, w, b = _w(1, 64, 7, 7), _w(96, 64, 1, 1), _w(96)
     conv = _conv_ref(x, w, b)
     r0 = _w(1, 96, 7, 7)
@@ -171,8 +179,11 @@ def test_bound_call_adds_the_shortcut_in_place_or_copies_it():
                 y = r0.copy()
                 bound = bind_conv2d(x, w, b, residual=y, out=y, pool=pool, backup=backup)
                 path = conv_mod.conv_path(x.shape, w.shape, residual=True)
-                in_place = (not backup and path in ("pointwise runs", "pointwise rows", "rows"))
+                in_place = path in ("pointwise runs", "pointwise rows", "rows")
                 assert (bound.calls is not None) is in_place, (spec, backup, path)
+                if in_place:
+                    assert not any(args[5] & conv_mod.lib.ASYMO_RUN_BACKUP
+                                   for _fn, args in bound.calls)
                 with hold(pool):
                     bound()
                     np.testing.assert_allclose(y, conv + r0, rtol=1e-4, atol=1e-4)

@@ -380,7 +380,7 @@ def _residual_in_place(graph, shapes, consts, start, stop, last_use, root, membe
         if (start[i] != i or stop[i] != i or birth.get(R, -1) < 0
                 or max(last_use.get(m, birth[R]) for m in held) != i
                 or any(m in graph.outputs or m in slices or m in blocked for m in held)
-                or R in slices or any(v[0] == R for v in slices.values())
+                or any(v[0] == R for v in slices.values())
                 or y in graph.outputs or root.get(y) != y or members.get(y) != [y]
                 or y in slices or y in blocked or n.name in runs_blocked
                 or shapes[r] != shapes[y] or shapes[R] != shapes[y]
@@ -489,9 +489,9 @@ class _ConvStep:
         self.args = dict(stride=a["strides"], padding=(a["pads"][0], a["pads"][1]),
                          dilation=a["dilations"], groups=a["group"],
                          activation=a["activation"])
-        # the instance's arena has room for late copies; a layer writing onto its shortcut
-        # backs nothing up (a late copy would read the sum)
-        self.backup = backup and (self.r is None or self.r.ctypes.data != self.y.ctypes.data)
+        # the instance's arena has room for late copies (bind_conv2d backs nothing up for a
+        # layer writing onto its shortcut)
+        self.backup = backup
 
     def bind(self, pool):
         from asymo.ops.conv import bind_conv2d

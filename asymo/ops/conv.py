@@ -1612,8 +1612,9 @@ def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
 
     ``residual`` may be ``out`` itself (the same array: a network's shortcut that dies at this
     layer, `asymo.models.graph_model.RESIDUAL_IN_PLACE`): where the plan's kernels write each
-    output once, reading the shortcut there just before, and no task is backed up (a late
-    copy would read the sum), the layer adds it in place; elsewhere a call copies it first.
+    output once, reading the shortcut there just before, the layer adds it in place and backs
+    no task up whatever ``backup`` says (a late copy would read the sum); elsewhere a call
+    copies it first.
     """
     packed = weight if isinstance(weight, PackedConvWeight) else PackedConvWeight(weight)
     alias = (residual is not None and isinstance(residual, np.ndarray)
@@ -1631,8 +1632,9 @@ def bind_conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     if pool is None or not _in_place(c, x, packed.array, bias, residual, out, alias):
         return BoundConv2d([], [c], fallback=fallback)
     plan = c.plan_for(pool, cold_weights=cold_weights)[0]
-    if alias and (backup or not plan.writes_once):
+    if alias and not plan.writes_once:
         return BoundConv2d([], [c], fallback=fallback)
+    backup = backup and not alias
     calls = _NativeCalls(plan, c.xb, c.b, c.target, c.residual, pool, bound=True,
                          prepacked=True, backup=backup)
     keep = [x, packed, bias, residual, out, c, calls,

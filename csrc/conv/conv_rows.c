@@ -124,56 +124,52 @@ int64_t asymo_conv_rows_tasks(const asymo_conv_rows_job *job)
     return 0;
 }
 
-/* With copy_bands, where the layer's tasks are bands of output rows, every output channel
- * (one group of panels, more than one of tiles): the padded copy goes by the same bands, its
- * task t copying every channel's rows from band t's first window row to band t + 1's, so the
- * worker that runs task t of both jobs reads the rows it wrote but for its band's last
- * kernel_h - stride (the next band's first ones). Returns the tile groups (the bands), or 0
- * (the copy goes by channels, copy_channels a task). */
-static int64_t copy_bands(const asymo_conv_rows_job *job)
-{
-#if defined(__x86_64__)
-    const asymo_pixel_rows_family *f = family(job);
-    if (!f || !job->copy_bands)
-        return 0;
-    const asymo_pixel_rows_layer L = layer_of(job, f);
-    const int64_t ppt = max64(1, L.panels_per_task), tpt = max64(1, L.tiles_per_task);
-    const int64_t tgroups = cdiv(L.out_h * L.tiles_per_row, tpt);
-    return cdiv(cdiv(L.m, f->cb), ppt) == 1 && tgroups > 1 ? tgroups : 0;
-#else
-    (void)job;
-    return 0;
-#endif
-}
+/* How the padded copy is cut. With copy_bands, where the layer's tasks are bands of output
+ * rows, every output channel (one group of panels, more than one of tiles), it goes by the
+ * same bands: its task t copies every channel's rows from band t's first window row to band
+ * t + 1's, so the worker that runs task t of both jobs reads the rows it wrote but for its
+ * band's last kernel_h - stride (the next band's first ones). Else by channels,
+ * copy_channels a task. */
+typedef struct {
+    int64_t tasks;         /* the copy's tasks (0: no copy) */
+    int64_t bands;         /* the layer's bands, or 0: by channels */
+    int64_t band_tiles;    /* tiles per band (tiles_per_task) */
+    int64_t tiles_per_row;
+} copy_split;
 
-/* The first padded row band b copies (b <= bands: the end of the last) */
-static int64_t band_row(const asymo_conv_rows_job *job, int64_t b, int64_t bands)
+static copy_split split_of(const asymo_conv_rows_job *job)
 {
-#if defined(__x86_64__)
-    if (b >= bands)
-        return image_of(job).rows;
-    const asymo_pixel_rows_family *f = family(job);
-    const asymo_pixel_rows_layer L = layer_of(job, f);
-    return b * max64(1, L.tiles_per_task) / L.tiles_per_row * job->geom.stride_h;
-#else
-    (void)job;
-    (void)b;
-    (void)bands;
-    return 0;
-#endif
-}
-
-static int64_t copy_tasks(const asymo_conv_rows_job *job)
-{
+    copy_split s = {0, 0, 1, 1};
     if (!image_of(job).padded)
-        return 0;
-    const int64_t bands = copy_bands(job);
-    return bands ? bands : cdiv(job->geom.channels, max64(1, job->copy_channels));
+        return s;
+#if defined(__x86_64__)
+    const asymo_pixel_rows_family *f = family(job);
+    if (f && job->copy_bands) {
+        const asymo_pixel_rows_layer L = layer_of(job, f);
+        const int64_t ppt = max64(1, L.panels_per_task), tpt = max64(1, L.tiles_per_task);
+        const int64_t tgroups = cdiv(L.out_h * L.tiles_per_row, tpt);
+        if (cdiv(cdiv(L.m, f->cb), ppt) == 1 && tgroups > 1) {
+            s.tasks = s.bands = tgroups;
+            s.band_tiles = tpt;
+            s.tiles_per_row = L.tiles_per_row;
+            return s;
+        }
+    }
+#endif
+    s.tasks = cdiv(job->geom.channels, max64(1, job->copy_channels));
+    return s;
+}
+
+/* The first padded row band b copies (b == bands: the end of the last) */
+static int64_t band_row(const asymo_conv_rows_job *job, const copy_split *s, int64_t b)
+{
+    return b >= s->bands ? image_of(job).rows
+                         : b * s->band_tiles / s->tiles_per_row * job->geom.stride_h;
 }
 
 int64_t asymo_conv_rows_prepare_tasks(const asymo_conv_rows_job *job)
 {
-    return copy_tasks(job) + (job->apack ? 0 : 1);
+    return split_of(job).tasks + (job->apack ? 0 : 1);
 }
 
 void asymo_conv_rows_offsets(const asymo_conv_rows_job *job, int64_t *off)
@@ -187,7 +183,7 @@ void asymo_conv_rows_offsets(const asymo_conv_rows_job *job, int64_t *off)
     }
 }
 
-/* Task t below the copy's tasks: band t of the padded copy's rows (copy_bands), or channels
+/* Task t below the copy's tasks: band t of the padded copy's rows (split_of), or channels
  * [t * copy_channels, ...) of it; the next (when apack is NULL): the weights' micro-panels,
  * after the copy. */
 void asymo_conv_rows_prepare_task(int64_t t, void *job_)
@@ -196,17 +192,17 @@ void asymo_conv_rows_prepare_task(int64_t t, void *job_)
     const asymo_conv_geometry *g = &job->geom;
     const image_layout L = image_of(job);
     float *scratch = (float *)job->scratch;
-    if (t >= copy_tasks(job)) {
+    const copy_split s = split_of(job);
+    if (t >= s.tasks) {
         asymo_conv_pack_panels((const float *)job->weight, job->out_channels, taps(job),
                                job->panel_rows, scratch + L.copy_floats);
         return;
     }
-    const int64_t bands = copy_bands(job);
     const int64_t cc = max64(1, job->copy_channels);
-    const int64_t c0 = bands ? 0 : t * cc;
-    const int64_t c1 = bands ? g->channels : min64(g->channels, c0 + cc);
-    const int64_t r0 = bands ? band_row(job, t, bands) : 0;
-    const int64_t r1 = bands ? band_row(job, t + 1, bands) : L.rows;
+    const int64_t c0 = s.bands ? 0 : t * cc;
+    const int64_t c1 = s.bands ? g->channels : min64(g->channels, c0 + cc);
+    const int64_t r0 = s.bands ? band_row(job, &s, t) : 0;
+    const int64_t r1 = s.bands ? band_row(job, &s, t + 1) : L.rows;
     if (r1 <= r0)
         return;
     for (int64_t c = c0; c < c1; c++)
