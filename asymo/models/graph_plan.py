@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from asymo.models.graph import Graph, GraphError, Node
-from asymo.models.shapes import infer_shapes, pool_geometry
+from asymo.models.shapes import infer_shapes, pool_geometry, spatial_out
 
 __all__ = ["optimize"]
 
@@ -233,8 +233,11 @@ class _Rewriter:
                 w = w * np.float32(n.attrs.get("alpha", 1.0))
                 bias = n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else ""
                 if bias:
+                    # (a bias per output feature: a scalar, (N,) or (1, N); a column (M, 1)
+                    # broadcasts over the features and stays a Gemm of its own)
                     c = self.g.initializers.get(bias)
-                    if c is None or c.size not in (1, w.shape[0]):
+                    if c is None or not (c.size == 1 or c.shape in ((w.shape[0],),
+                                                                   (1, w.shape[0]))):
                         continue
                     cb = np.broadcast_to(np.asarray(c, np.float32).reshape(-1)
                                          * np.float32(n.attrs.get("beta", 1.0)), (w.shape[0],))
@@ -290,6 +293,18 @@ class _Rewriter:
                                  "over half the window) without count_include_pad is not "
                                  "supported")
             value = -np.inf if n.op == "MaxPool" else 0.0
+            if ceil:
+                # a ceil-mode window that would start in the end padding is dropped (ONNX,
+                # torch): pad the end only as far as the windows kept reach, so the padded
+                # plane, read without padding, gives the same windows
+                ends = []
+                for axis in (0, 1):
+                    size = shapes[n.inputs[0]][2 + axis]
+                    out = spatial_out(size, k[axis], st[axis], pads[axis], pads[2 + axis], 1,
+                                      True)
+                    reach = (out - 1) * st[axis] + k[axis] - size - pads[axis]
+                    ends.append(min(pads[2 + axis], max(0, reach)))
+                pads = (pads[0], pads[1], ends[0], ends[1])
             pname, tname = self.fresh(f"{n.name}.pad"), self.fresh(f"{n.name}.padded")
             cname, vname = self.fresh(f"{n.name}.pads"), self.fresh(f"{n.name}.pad_value")
             self.g.initializers[cname] = np.array(

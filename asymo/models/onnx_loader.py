@@ -26,7 +26,8 @@ MAX_ONNX_BYTES = 1 << 30
 #: exporter may leave behind); they are not run at inference.
 FOLDABLE_OPS = frozenset({"Identity", "Reshape", "Transpose", "Concat", "Unsqueeze", "Squeeze",
                           "Cast", "Mul", "Add", "Sub", "Div", "Gather", "Shape", "Slice",
-                          "Flatten", "Sqrt", "Reciprocal", "Neg"})
+                          "Flatten", "Sqrt", "Reciprocal", "Neg", "Relu", "Clip", "Sigmoid",
+                          "HardSigmoid", "HardSwish", "Tanh", "LeakyRelu", "ConstantOfShape"})
 
 
 class OnnxError(GraphError):
@@ -120,7 +121,7 @@ def _as_constant(a):
         a = a.astype(np.float32)
     elif a.dtype.kind in "iub":
         a = a.astype(np.int64)
-    a = np.ascontiguousarray(a)
+    a = np.asarray(a, order="C")  # (ascontiguousarray would make a 0-d scalar 1-d)
     a.setflags(write=False)
     return a
 
@@ -165,30 +166,65 @@ def _fold(node, vals, opset):
         return [x.astype(helper.tensor_dtype_to_np_dtype(int(a["to"])))]
     if op in ("Mul", "Add", "Sub", "Div"):
         f = {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract, "Div": np.divide}[op]
-        y = f(vals[0], vals[1])
-        if op == "Div" and vals[0].dtype.kind in "iu":
-            y = np.floor_divide(vals[0], vals[1])
+        if op == "Div" and vals[0].dtype.kind in "iu" and vals[1].dtype.kind in "iu":
+            # integer division truncates toward zero (ONNX, C), where numpy's floors
+            if np.any(vals[1] == 0):
+                raise ValueError("integer division by zero")
+            q = np.abs(vals[0]) // np.abs(vals[1])
+            y = np.where((vals[0] < 0) != (vals[1] < 0), -q, q)
+        else:
+            y = f(vals[0], vals[1])
         return [y.astype(np.result_type(vals[0], vals[1]))]
     if op == "Gather":
         return [np.take(x, vals[1], axis=int(a.get("axis", 0)))]
     if op == "Shape":
         return [np.asarray(x.shape, np.int64)[a.get("start", 0):a.get("end", None)]]
     if op == "Slice":
-        axes = vals[3] if len(vals) > 3 else range(len(vals[1]))
-        steps = vals[4] if len(vals) > 4 else [1] * len(vals[1])
+        # (an input left empty, "", takes its default)
+        axes = vals[3] if len(vals) > 3 and vals[3] is not None else range(len(vals[1]))
+        steps = vals[4] if len(vals) > 4 and vals[4] is not None else [1] * len(vals[1])
         idx = [slice(None)] * x.ndim
         for ax, b, e, s in zip(axes, vals[1], vals[2], steps):
             idx[int(ax)] = slice(int(b), int(e), int(s))
         return [x[tuple(idx)]]
     if op == "Flatten":
-        ax = int(a.get("axis", 1)) % max(x.ndim, 1)
-        return [x.reshape(int(np.prod(x.shape[:ax])), -1)]
+        ax = int(a.get("axis", 1))
+        if not -x.ndim <= ax <= x.ndim:
+            raise ValueError(f"axis {ax} is out of range for a {x.ndim}-D input")
+        ax = ax + x.ndim if ax < 0 else ax
+        return [x.reshape(int(np.prod(x.shape[:ax])), int(np.prod(x.shape[ax:])))]
     if op == "Sqrt":
         return [np.sqrt(x)]
     if op == "Reciprocal":
         return [np.reciprocal(x)]
     if op == "Neg":
         return [np.negative(x)]
+    if op == "ConstantOfShape":
+        value = np.asarray(a.get("value", np.zeros(1, np.float32))).reshape(-1)
+        if value.size != 1:
+            raise ValueError(f"value must hold one element, got {value.size}")
+        shape = [int(v) for v in np.asarray(x).reshape(-1)]
+        if any(v < 0 for v in shape) or int(np.prod(shape)) > 1 << 28:
+            raise ValueError(f"cannot make a constant of shape {shape}")
+        return [np.full(shape, value[0], value.dtype)]
+    if op == "Relu":
+        return [np.maximum(x, 0)]
+    if op == "Clip":
+        lo = a.get("min", vals[1] if len(vals) > 1 and vals[1] is not None else None)
+        hi = a.get("max", vals[2] if len(vals) > 2 and vals[2] is not None else None)
+        return [np.clip(x, -np.inf if lo is None else lo, np.inf if hi is None else hi)
+                .astype(x.dtype)]
+    if op == "Sigmoid":
+        return [1 / (1 + np.exp(-x))]
+    if op == "Tanh":
+        return [np.tanh(x)]
+    if op == "HardSigmoid":
+        return [np.clip(x * np.float32(a.get("alpha", 0.2)) + np.float32(a.get("beta", 0.5)),
+                        0, 1)]
+    if op == "HardSwish":
+        return [x * np.clip(x / 6 + 0.5, 0, 1)]
+    if op == "LeakyRelu":
+        return [np.where(x >= 0, x, x * np.float32(a.get("alpha", 0.01)))]
     raise AssertionError(op)  # pragma: no cover - FOLDABLE_OPS lists the cases above
 
 
@@ -244,7 +280,7 @@ def graph_from_onnx(model, *, name=None, where="the model"):
                 raise OnnxError(f"from_onnx: {where}: node {nname!r} ({pn.op_type}, opset "
                                 f"{opset}) on constants failed: {e}") from None
             for tname, v in zip(node.outputs, outs):
-                v = np.ascontiguousarray(v)
+                v = np.asarray(v, order="C")
                 v.setflags(write=False)
                 inits[tname] = v
             continue
@@ -257,6 +293,11 @@ def graph_from_onnx(model, *, name=None, where="the model"):
             continue
         if pn.op_type not in SUPPORTED_OPS:
             unsupported.append((pn.op_type, nname, f"opset {opset}"))
+            continue
+        if ins and all(t in inits for t in ins):
+            unsupported.append((pn.op_type, nname, f"opset {opset}, on constants only: asymo "
+                                f"folds {', '.join(sorted(FOLDABLE_OPS))} at load; fold the "
+                                "model's constants first (e.g. onnxsim)"))
             continue
         nodes.append(node)
     if unsupported:

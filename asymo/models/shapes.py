@@ -17,7 +17,8 @@ import numpy as np
 class GraphError(ValueError):
     """A graph that cannot be built or run (unsupported operator, bad shapes, cycles...)."""
 
-__all__ = ["GraphError", "infer_shapes", "SUPPORTED_OPS", "conv_pads", "pool_geometry", "ints", "ACTIVATION_OPS"]
+__all__ = ["GraphError", "infer_shapes", "SUPPORTED_OPS", "conv_pads", "pool_geometry",
+           "spatial_out", "ints", "ACTIVATION_OPS"]
 
 # element-wise single-input operators (run in place when their input dies)
 ACTIVATION_OPS = ("Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "LeakyRelu",
@@ -78,16 +79,17 @@ def pool_geometry(node, in_hw):
     return kernel, strides, pads, dil, bool(node.attrs.get("ceil_mode", 0))
 
 
-def _spatial_out(size, k, s, p0, p1, d, ceil):
+def spatial_out(size, k, s, p0, p1, d, ceil):
+    """Output length along one axis of a convolution or pooling window (ceil mode: a window
+    must start inside the input or its begin padding, as ONNX and torch say)."""
     span = size + p0 + p1 - d * (k - 1) - 1
-    if span < 0:
-        return 0
     if not ceil:
-        return span // s + 1
+        return span // s + 1 if span >= 0 else 0
+    # (a window may reach past the padded end, even the first one: torch's rule)
     out = -(-span // s) + 1
     if (out - 1) * s >= size + p0:  # the last window must start inside the input or padding
         out -= 1
-    return out
+    return max(out, 0)
 
 
 def _need_rank(node, shape, rank, what="input"):
@@ -110,10 +112,13 @@ def _conv(g, n, s):
         raise GraphError(f"node {n.name!r} (Conv): input with {x[1]} channels does not fit "
                          f"weight {tuple(w)} with group={group}")
     attrs = dict(n.attrs)
+    if "kernel_shape" in attrs and ints(attrs["kernel_shape"]) != tuple(w[2:]):
+        raise GraphError(f"node {n.name!r} (Conv): kernel_shape {ints(attrs['kernel_shape'])} "
+                         f"differs from the weight's {tuple(w[2:])}")
     attrs.setdefault("kernel_shape", w[2:])
     k, st, p, d, _ = pool_geometry(type(n)(n.name, n.op, n.inputs, n.outputs, attrs), x[2:])
-    oh = _spatial_out(x[2], k[0], st[0], p[0], p[2], d[0], False)
-    ow = _spatial_out(x[3], k[1], st[1], p[1], p[3], d[1], False)
+    oh = spatial_out(x[2], k[0], st[0], p[0], p[2], d[0], False)
+    ow = spatial_out(x[3], k[1], st[1], p[1], p[3], d[1], False)
     if oh < 1 or ow < 1:
         raise GraphError(f"node {n.name!r} (Conv): kernel {k} is larger than the padded input "
                          f"{tuple(x)}")
@@ -124,8 +129,8 @@ def _pool(g, n, s):
     x = s[n.inputs[0]]
     _need_rank(n, x, 4)
     k, st, p, d, ceil = pool_geometry(n, x[2:])
-    oh = _spatial_out(x[2], k[0], st[0], p[0], p[2], d[0], ceil)
-    ow = _spatial_out(x[3], k[1], st[1], p[1], p[3], d[1], ceil)
+    oh = spatial_out(x[2], k[0], st[0], p[0], p[2], d[0], ceil)
+    ow = spatial_out(x[3], k[1], st[1], p[1], p[3], d[1], ceil)
     if oh < 1 or ow < 1:
         raise GraphError(f"node {n.name!r} ({n.op}): window {k} is larger than the input "
                          f"{tuple(x)}")
@@ -183,6 +188,9 @@ def _matmul(g, n, s):
 
 def _bn(g, n, s):
     x = s[n.inputs[0]]
+    if n.attrs.get("training_mode", 0):
+        raise GraphError(f"node {n.name!r} (BatchNormalization): training_mode=1 (batch "
+                         "statistics); asymo runs inference with the running statistics")
     if len(x) < 2:
         raise GraphError(f"node {n.name!r} (BatchNormalization): input {x} has no channels")
     for t in n.inputs[1:5]:
@@ -190,6 +198,15 @@ def _bn(g, n, s):
             raise GraphError(f"node {n.name!r} (BatchNormalization): parameter {t!r} has shape "
                              f"{s[t]}, expected ({x[1]},)")
     return [x]
+
+
+def _dropout(g, n, s):
+    # (opset 12+: training_mode is an input; inference is the identity only when it is off)
+    if len(n.inputs) > 2 and n.inputs[2] and bool(
+            np.asarray(_const(g, n.inputs[2], "training_mode", n)).reshape(-1)[0]):
+        raise GraphError(f"node {n.name!r} (Dropout): training_mode is true; asymo runs "
+                         "inference (dropout off)")
+    return _same(g, n, s)
 
 
 def _axis(n, rank, default=1, key="axis"):
@@ -334,7 +351,13 @@ def _squeeze(g, n, s):
     axes = (n.attrs.get("axes") if "axes" in n.attrs else
             (_const(g, n.inputs[1], "axes", n) if len(n.inputs) > 1 and n.inputs[1] else None))
     if axes is None:
-        axes = [i for i, d in enumerate(x) if d == 1 and i > 0]
+        # ONNX squeezes every axis of size 1, the batch's too (at batch 1), where asymo keeps
+        # the batch dimension: an answer of another shape, so not run
+        if x[0] == 1:
+            raise GraphError(f"node {n.name!r} (Squeeze): without axes it would also remove "
+                             f"the batch dimension of {tuple(x)}; asymo keeps the batch "
+                             "dimension: give the axes to squeeze")
+        axes = [i for i, d in enumerate(x) if d == 1]
     axes = sorted(int(a) % len(x) for a in axes)
     if 0 in axes or any(x[a] != 1 for a in axes):
         raise GraphError(f"node {n.name!r} (Squeeze): cannot squeeze axes {axes} of {tuple(x)}")
@@ -412,7 +435,9 @@ def reduce_axes(g, n, s):
     elif len(n.inputs) > 1 and n.inputs[1]:
         axes = _const(g, n.inputs[1], "axes", n)
     else:
-        axes = range(len(x))
+        axes = ()
+    if len(axes) == 0:  # no axes: every axis, or none with noop_with_empty_axes (opset 18)
+        axes = () if n.attrs.get("noop_with_empty_axes", 0) else range(len(x))
     axes = tuple(sorted(int(a) % len(x) for a in axes))
     if 0 in axes:
         raise GraphError(f"node {n.name!r} ({n.op}): reducing over the batch dimension is not "
@@ -438,7 +463,7 @@ RULES = {
     "Reshape": _reshape, "Flatten": _flatten, "Squeeze": _squeeze, "Unsqueeze": _unsqueeze,
     "MaxPool": _pool, "AveragePool": _pool, "GlobalAveragePool": _global_pool,
     "GlobalMaxPool": _global_pool,
-    "Pad": _pad, "Softmax": _softmax, "LRN": _same, "Dropout": _same, "Identity": _same,
+    "Pad": _pad, "Softmax": _softmax, "LRN": _same, "Dropout": _dropout, "Identity": _same,
 }
 SUPPORTED_OPS = frozenset(k for k in RULES if not k.startswith("asymo."))
 
