@@ -442,3 +442,40 @@ def test_run_layers_gives_nchw_activations_at_blocked_boundaries(monkeypatch):
     mid = len(m.layers) // 2
     np.testing.assert_allclose(m.run_layers(planar.run_layers(x, 0, mid - 1), mid,
                                             len(m.layers) - 1), m(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spec", POOLS)
+def test_blocked_layers_writing_and_reading_concat_slices_at_batches(spec):
+    # the last layers of blocked chains write their NCHW outputs as channel slices of a
+    # concat, whose images lie the whole concat apart (at batch 1 it hid: images 2 and 3
+    # were written over the first's slice); a depthwise layer reading such a slice at a
+    # batch over one reorders it rather than read it in place
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    class Net(nn.Module):
+        def __init__(self, c=16):
+            super().__init__()
+            pw = lambda: nn.Conv2d(c, c, 1)  # noqa: E731
+            dw = lambda: nn.Conv2d(c, c, 3, padding=1, groups=c)  # noqa: E731
+            self.chain = nn.Sequential(pw(), nn.ReLU(), dw(), nn.ReLU(), pw(), nn.ReLU(),
+                                       dw(), nn.ReLU(), pw())
+            self.a, self.b, self.d = dw(), pw(), dw()
+
+        def forward(self, x):
+            t = torch.cat([self.a(self.chain(x)), self.b(self.chain(x))], 1)
+            return t, self.d(t[:, :16] * 1.0 + t[:, 16:])
+
+    torch.manual_seed(0)
+    net = Net().eval()
+    x = torch.randn(3, 16, 20, 20)
+    model = asymo.from_torch(net, (x[:1],))
+    plan = model.plan(3)
+    assert plan.blocked and plan.slices
+    with torch.no_grad():
+        refs = net(x)
+    with asymo.Pool(spec) as pool:
+        for b in (1, 2, 3):
+            outs = model(x[:b].numpy(), pool=pool)
+            for got, ref in zip(outs, refs):
+                np.testing.assert_allclose(got, ref[:b].numpy(), rtol=1e-4, atol=1e-5)

@@ -522,7 +522,9 @@ class _BlockedConvStep:
         a = n.attrs
         self.args = dict(stride=a["strides"], pads=(a["pads"][0], a["pads"][1]),
                          activation=a["activation"])
-        self.planar = (n.inputs[0] not in blocked
+        # (an NCHW input read in place must be contiguous: a concat's channel slice at a
+        # batch over one is reordered into the node's own buffer instead)
+        self.planar = (n.inputs[0] not in blocked and self.x.flags.c_contiguous
                        and _blocked.planar_input_ok(packed.kind, self.x.shape))
         self.xs = None if n.inputs[0] in blocked or self.planar else np.empty_like(self.x)
         self.rs = None if r is None or r in blocked else np.empty_like(self.r)

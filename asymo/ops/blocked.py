@@ -86,6 +86,16 @@ def _ptr(a):
     return ffi.cast("float *", a.ctypes.data) if a is not None else ffi.NULL
 
 
+def _image_stride(a, what):
+    """Floats between the images of ``a`` (N, C, H, W), float32 with each image contiguous
+    (a channel slice of a larger tensor, as a concat's member, is), else ValueError."""
+    n, c, h, w = a.shape
+    if a.dtype != np.float32 or (n > 0 and a.strides[1:] != (h * w * 4, w * 4, 4)):
+        raise ValueError(f"{what}: need float32 images each contiguous, got {a.dtype} of "
+                         f"shape {a.shape} with strides {a.strides}")
+    return a.strides[0] // 4 if n > 1 else c * h * w
+
+
 def _call(pool, fn, job, ntasks, backup):
     # (the pool's capacity split; the backup flag only where there are clusters to back up)
     return tasks_call(pool, fn, job, ntasks, None, False, backup and pool.nclusters > 1)
@@ -115,11 +125,15 @@ def bind_reorder(src, dst, to_blocked, pool, backup=False):
     n, c = src.shape[0], src.shape[1]
     pixels = int(np.prod(src.shape[2:]))
     chunk = -(-pixels // _chunks(pool, pixels, 64))
+    # (either side may be a concat's channel slice: its images lie a whole tensor apart)
+    xs = _image_stride(src, "reorder source")
+    ys = _image_stride(dst.reshape(src.shape) if dst.flags.c_contiguous else dst,
+                       "reorder destination")
     calls, keep = [], [src, dst]
     for i in range(n):
         job = ffi.new("asymo_reorder_job *", {
             "channels": c, "pixels": pixels, "to_blocked": int(bool(to_blocked)),
-            "x": _ptr(src) + i * c * pixels, "y": _ptr(dst) + i * c * pixels,
+            "x": _ptr(src) + i * xs, "y": _ptr(dst) + i * ys,
             "chunk_pixels": chunk})
         calls.append(_call(pool, _REORDER_TASK, job, lib.asymo_reorder_tasks(job), backup))
         keep.append(job)
