@@ -1104,7 +1104,14 @@ class _Instance:
             later = [len(self.steps)] * (len(self.steps) + 1)  # the first step at or after i
             for i in range(len(self.steps) - 1, -1, -1):
                 later[i] = i if self.steps[i] is not None else later[i + 1]
-            self.fence_until = [-1 if j < 0 else later[j + 1] for j in last]
+            # a sibling group's convolutions run as parts of one job (`_merge_siblings`), which
+            # began with the group's first node: a late copy of any of them is bounded only by
+            # the mark of the first step after the whole group
+            end = list(range(len(self.steps)))
+            for group in plan.siblings:
+                for k in group:
+                    end[k] = max(group)
+            self.fence_until = [-1 if j < 0 else later[end[j] + 1] for j in last]
 
     def boundary(self, t, to_blocked, pool):
         """``(buffer, reorder)`` for tensor ``t`` where a caller hands it in
