@@ -177,3 +177,11 @@ def test_training_modes_and_inconsistent_kernels_are_refused_at_load():
                    [1, 4, 5, 5], [("w", RNG.standard_normal((2, 4, 1, 1)).astype(np.float32))])
     with pytest.raises(OnnxError, match="kernel_shape"):
         asymo.from_onnx(model)
+
+
+def test_the_planners_refusals_are_onnx_errors_too():
+    # (GraphError from the load-time planner, as the loader's own, is documented as OnnxError)
+    model = _model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2],
+                                     dilations=[2, 2])], [1, 2, 8, 8])
+    with pytest.raises(OnnxError, match="from_onnx: the ModelProto: .*dilated pooling"):
+        asymo.from_onnx(model)

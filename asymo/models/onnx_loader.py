@@ -407,4 +407,9 @@ def from_onnx(source, *, name=None, max_bytes=MAX_ONNX_BYTES, pool=None,
         raise TypeError("from_onnx: source must be a path, bytes or an onnx.ModelProto, got "
                         f"{type(source).__name__}")
     graph = graph_from_onnx(model, name=name, where=where)
-    return GraphModel(graph, pool=pool, cluster_choice=cluster_choice)
+    try:
+        return GraphModel(graph, pool=pool, cluster_choice=cluster_choice)
+    except OnnxError:
+        raise
+    except GraphError as e:  # the planner's (dilated pooling, ...): an OnnxError as documented
+        raise OnnxError(f"from_onnx: {where}: {e}") from None
