@@ -1,8 +1,10 @@
 """ONNX semantics at the edges, each case a difference from ONNX Runtime that a differential
 run of random models found (2026-11-29): Gemm's column bias, ceil-mode pooling with end
-padding or windows past the input, load-time folding of constants (Flatten's axis, integer division, 0-d scalars,
-activations, ConstantOfShape), ReduceMean's noop_with_empty_axes, and Squeeze without axes
-(a clear error: asymo keeps the batch dimension). Checked against ONNX Runtime."""
+padding or windows past the input, average pooling excluding asymmetric padding, load-time
+folding of constants (Flatten's axis, integer division, 0-d scalars, activations,
+ConstantOfShape), ReduceMean's noop_with_empty_axes, and what is refused with a clear error
+(Squeeze without axes: asymo keeps the batch dimension; training modes; the planner's
+refusals as OnnxError). Checked against ONNX Runtime."""
 import numpy as np
 import pytest
 
@@ -185,3 +187,18 @@ def test_the_planners_refusals_are_onnx_errors_too():
                                      dilations=[2, 2])], [1, 2, 8, 8])
     with pytest.raises(OnnxError, match="from_onnx: the ModelProto: .*dilated pooling"):
         asymo.from_onnx(model)
+
+
+@pytest.mark.parametrize("size,kernel,stride,pads,ceil", [
+    (7, (3, 3), 2, (0, 0, 1, 1), 0), (6, (3, 2), 1, (1, 0, 1, 1), 1),
+    (5, (3, 3), 2, (1, 1, 2, 2), 1), (8, (3, 3), 3, (2, 1, 0, 0), 0)])
+def test_average_pool_excluding_asymmetric_padding(size, kernel, stride, pads, ceil):
+    # TF's SAME padding (tf2onnx): asymmetric pads without count_include_pad; runs as the
+    # padded average rescaled per window (it was refused)
+    attrs = dict(kernel_shape=list(kernel), strides=[stride] * 2, pads=list(pads),
+                 ceil_mode=ceil, count_include_pad=0)
+    model = _model([helper.make_node("AveragePool", ["x"], ["y"], **attrs)], [2, 3, size, size])
+    _against_ort(model, RNG.standard_normal((2, 3, size, size)).astype(np.float32))
+    same = _model([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3],
+                                    strides=[2, 2], auto_pad="SAME_UPPER")], [1, 3, 8, 8])
+    _against_ort(same, RNG.standard_normal((1, 3, 8, 8)).astype(np.float32))

@@ -269,7 +269,7 @@ class _Rewriter:
         self.g.nodes = [n for n in self.g.nodes if n.name not in drop]
 
     def check_pools(self, shapes):
-        extra = {}
+        extra, after = {}, {}
         for n in self.g.nodes:
             if n.op not in ("MaxPool", "AveragePool"):
                 continue
@@ -288,10 +288,8 @@ class _Rewriter:
                            "ceil_mode": int(ceil),
                            "count_include_pad": int(n.attrs.get("count_include_pad", 0))}
                 continue
-            if n.op == "AveragePool" and not n.attrs.get("count_include_pad", 0):
-                raise GraphError(f"node {n.name!r} (AveragePool): padding {pads} (asymmetric or "
-                                 "over half the window) without count_include_pad is not "
-                                 "supported")
+            exclude_pad = n.op == "AveragePool" and not n.attrs.get("count_include_pad", 0)
+            in_hw = shapes[n.inputs[0]][2:]
             value = -np.inf if n.op == "MaxPool" else 0.0
             if ceil:
                 # a ceil-mode window that would start in the end padding is dropped (ONNX,
@@ -310,19 +308,58 @@ class _Rewriter:
             self.g.initializers[cname] = np.array(
                 [0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]], np.int64)
             self.g.initializers[vname] = np.array(value, np.float32)
+            scale = _exclude_pad_scale(in_hw, k, st, pads, ceil) if exclude_pad else None
+            if exclude_pad and scale is None:
+                raise GraphError(f"node {n.name!r} (AveragePool): padding {pads} puts a whole "
+                                 "window in the padding without count_include_pad (no input "
+                                 "to average)")
             extra[n.name] = Node(pname, "Pad", (n.inputs[0], cname, vname), (tname,),
                                  {"mode": "constant"})
             n.inputs = (tname,) + tuple(n.inputs[1:])
             n.attrs = {"kernel_shape": k, "strides": st, "pads": (0, 0, 0, 0),
                        "ceil_mode": int(ceil), "count_include_pad": 1}
             self.log.append(f"padding of {n.op} {n.name} as a Pad node")
+            if scale is not None:
+                # the padded plane's average counts the padding; each window's sum over its
+                # input values alone is that times (its positions in the padded plane) / (its
+                # input positions): one constant map, multiplied in after the pool
+                sname = self.fresh(f"{n.name}.exclude_pad_scale")
+                pooled = self.fresh(f"{n.name}.with_pad")
+                self.g.initializers[sname] = _ro(scale)
+                after[n.name] = Node(self.fresh(f"{n.name}.exclude_pad"), "Mul",
+                                     (pooled, sname), (n.outputs[0],))
+                n.outputs = (pooled,) + tuple(n.outputs[1:])
+                self.log.append(f"AveragePool {n.name} without count_include_pad: its "
+                                "padded average rescaled per window")
         if extra:
             out = []
             for n in self.g.nodes:
                 if n.name in extra:
                     out.append(extra[n.name])
                 out.append(n)
+                if n.name in after:
+                    out.append(after[n.name])
             self.g.nodes = out
+
+
+def _exclude_pad_scale(in_hw, kernel, strides, pads, ceil):
+    """``(1, 1, OH, OW)`` float32: per output, (the window's positions inside the padded
+    plane) / (its positions inside the input), for an average pool over the explicitly padded
+    plane (``pads``, the end ones as the Pad node has them; ceil mode's last windows may reach
+    past it, and count only what they cover); None where a window holds no input."""
+    per_axis = []
+    for axis in (0, 1):
+        size, k, s = in_hw[axis], kernel[axis], strides[axis]
+        p0, p1 = pads[axis], pads[2 + axis]
+        padded = size + p0 + p1
+        out = spatial_out(padded, k, s, 0, 0, 1, ceil)
+        starts = np.arange(out) * s
+        inside = np.minimum(starts + k, padded) - starts
+        real = np.minimum(starts + k, p0 + size) - np.maximum(starts, p0)
+        if (real <= 0).any():
+            return None
+        per_axis.append(inside / real)
+    return (per_axis[0][:, None] * per_axis[1][None, :]).astype(np.float32)[None, None]
 
 
 def optimize(graph):
