@@ -305,7 +305,7 @@ def test_every_isa_variant_and_depthwise_method(isa, method, monkeypatch):
                 y = conv2d(x, w, b, s, p, d, g, activation="relu")
                 _close(y, reference.conv2d(x, w, b, s, p, d, g, "relu"), dt)
             x = rng.standard_normal((2, 3, 15, 14)).astype(dt)
-            np.testing.assert_array_equal(max_pool2d(x, 3, 2, 1, True),
+            np.testing.assert_array_equal(max_pool2d(x, 3, 2, 1, ceil_mode=True),
                                           reference.max_pool2d(x, 3, 2, 1, True))
             np.testing.assert_allclose(avg_pool2d(x, 3, 2, 1, True, False),
                                        reference.avg_pool2d(x, 3, 2, 1, True, False),

@@ -33,7 +33,7 @@ def pool_configs(draw):
 @given(pool_configs())
 def test_pooling_matches_reference_and_torch(cfg):
     x = np.random.default_rng(cfg["seed"]).standard_normal(cfg["shape"]).astype(cfg["dtype"])
-    y = max_pool2d(x, cfg["k"], cfg["s"], cfg["p"], cfg["ceil"])
+    y = max_pool2d(x, cfg["k"], cfg["s"], cfg["p"], ceil_mode=cfg["ceil"])
     ref = reference.max_pool2d(x, cfg["k"], cfg["s"], cfg["p"], cfg["ceil"])
     np.testing.assert_array_equal(y, ref.astype(cfg["dtype"]))
     a = avg_pool2d(x, cfg["k"], cfg["s"], cfg["p"], cfg["ceil"], cfg["include"])
@@ -73,7 +73,7 @@ def test_pooling_unbatched_out_and_errors():
 ])
 def test_pooling_wide_rows_and_global_windows(shape, k, s, p, ceil):
     x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
-    np.testing.assert_array_equal(max_pool2d(x, k, s, p, ceil),
+    np.testing.assert_array_equal(max_pool2d(x, k, s, p, ceil_mode=ceil),
                                   reference.max_pool2d(x, k, s, p, ceil))
     for include in (True, False):
         np.testing.assert_allclose(avg_pool2d(x, k, s, p, ceil, include),
@@ -120,7 +120,7 @@ def test_small_planes_every_geometry_like_torch(dtype):
                 for s in (1, 2, 3):
                     for ceil in (False, True):
                         tmax, tavg = _torch_pools(x, k, s, p, ceil)
-                        np.testing.assert_array_equal(max_pool2d(x, k, s, p, ceil), tmax,
+                        np.testing.assert_array_equal(max_pool2d(x, k, s, p, ceil_mode=ceil), tmax,
                                                       err_msg=f"{h}x{w} k{k} s{s} p{p} {ceil}")
                         for cip in (True, False):
                             np.testing.assert_allclose(
@@ -150,7 +150,7 @@ def test_stride2_max_pooling_of_small_planes_like_torch(dtype):
                     continue
                 for ceil in (False, True):
                     want = F.max_pool2d(torch.from_numpy(x), k, 2, p, ceil_mode=ceil).numpy()
-                    np.testing.assert_array_equal(max_pool2d(x, k, 2, p, ceil), want,
+                    np.testing.assert_array_equal(max_pool2d(x, k, 2, p, ceil_mode=ceil), want,
                                                   err_msg=f"{h}x{w} k{k} p{p} {ceil}")
 
 
@@ -193,7 +193,7 @@ def test_max_pooling_nan_and_inf_at_every_position_like_torch(hw, dtype):
         x = np.concatenate(xs, axis=1)  # one plane per position: each checked on its own
         for k, s, p, ceil in configs:
             np.testing.assert_array_equal(
-                max_pool2d(x, k, s, p, ceil),
+                max_pool2d(x, k, s, p, ceil_mode=ceil),
                 F.max_pool2d(torch.from_numpy(x), k, s, p, ceil_mode=ceil).numpy(),
                 err_msg=f"{value} k{k} s{s} p{p} {ceil}")
 
@@ -392,7 +392,7 @@ def test_3x3_max_pooling_strips_like_torch(isa, dtype):
                         continue
                     for ceil in (False, True):
                         want = F.max_pool2d(torch.from_numpy(x), 3, s, p, ceil_mode=ceil).numpy()
-                        np.testing.assert_array_equal(max_pool2d(x, 3, s, p, ceil), want,
+                        np.testing.assert_array_equal(max_pool2d(x, 3, s, p, ceil_mode=ceil), want,
                                                       err_msg=f"{h}x{w} s{s} p{p} {ceil}")
     finally:
         if ctx is not None:
@@ -417,7 +417,7 @@ def test_3x3_max_pooling_nan_at_every_column_of_a_strip():
             for s, p, ceil in ((1, 0, False), (1, 1, False), (2, 0, True), (2, 1, False),
                                (2, 1, True), (2, 0, False)):
                 np.testing.assert_array_equal(
-                    max_pool2d(x, 3, s, p, ceil),
+                    max_pool2d(x, 3, s, p, ceil_mode=ceil),
                     F.max_pool2d(torch.from_numpy(x), 3, s, p, ceil_mode=ceil).numpy(),
                     err_msg=f"{dtype.__name__} {h}x{w} s{s} p{p} {ceil}")
 
@@ -440,12 +440,43 @@ def test_3x3_max_pooling_reads_nothing_past_the_input():
             x = np.frombuffer(buf, dtype, offset=len(buf) - nbytes).reshape(1, c, h, w)
             x[...] = rng.standard_normal(x.shape)
             np.testing.assert_array_equal(
-                max_pool2d(x, 3, s, p, ceil),
+                max_pool2d(x, 3, s, p, ceil_mode=ceil),
                 F.max_pool2d(torch.from_numpy(x.copy()), 3, s, p, ceil_mode=ceil).numpy(),
                 err_msg=f"{dtype.__name__} {c}x{h}x{w} s{s} p{p} {ceil}")
             # a NaN on the rows where the wide planes' bands of output rows meet
             x[0, 0, 33:37:2, w // 3] = np.nan
             np.testing.assert_array_equal(
-                max_pool2d(x, 3, s, p, ceil),
+                max_pool2d(x, 3, s, p, ceil_mode=ceil),
                 F.max_pool2d(torch.from_numpy(x.copy()), 3, s, p, ceil_mode=ceil).numpy(),
                 err_msg=f"NaN {dtype.__name__} {c}x{h}x{w} s{s} p{p} {ceil}")
+
+
+def test_torch_argument_order_tensors_and_flags():
+    # torch.nn.functional's order: max_pool2d(input, kernel_size, stride, padding, dilation,
+    # ceil_mode); a fifth positional argument was taken as ceil_mode (silently another shape)
+    x = np.random.default_rng(4).standard_normal((1, 2, 9, 9)).astype(np.float32)
+    with pytest.raises(ValueError, match="dilation 2 is not supported"):
+        max_pool2d(x, 3, 1, 1, 2)
+    with pytest.raises(TypeError, match="max_pool2d: dilation"):
+        max_pool2d(x, 3, 2, 1, True)  # ceil_mode is the sixth, as in torch
+    np.testing.assert_array_equal(max_pool2d(x, 3, 2, 1, 1, True),
+                                  reference.max_pool2d(x, 3, 2, 1, True))
+    with pytest.raises(TypeError, match="avg_pool2d: count_include_pad must be a bool"):
+        avg_pool2d(x, 3, 2, 1, False, 2)
+    with pytest.raises(TypeError, match="max_pool2d: ceil_mode must be a bool"):
+        max_pool2d(x, 3, ceil_mode="yes")
+    with pytest.raises(ValueError, match="^max_pool2d: kernel_size must be >= 1"):
+        max_pool2d(x, 0)
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(x).requires_grad_(True)
+    for ours, theirs in ((max_pool2d(t, 3, 2, 1, ceil_mode=True),
+                          torch.nn.functional.max_pool2d(t, 3, 2, 1, ceil_mode=True)),
+                         (avg_pool2d(t, 3, 2, 1, True, False),
+                          torch.nn.functional.avg_pool2d(t, 3, 2, 1, True, False))):
+        assert isinstance(ours, torch.Tensor) and ours.dtype == torch.float32
+        np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), rtol=1e-6,
+                                   atol=1e-6)
+    out = torch.empty(1, 2, 3, 3)
+    assert avg_pool2d(t, 3, out=out) is out
+    np.testing.assert_allclose(out.numpy(), torch.nn.functional.avg_pool2d(t, 3)
+                               .detach().numpy(), rtol=1e-6, atol=1e-6)

@@ -121,3 +121,12 @@ def test_prepack_rejects_bad_input():
     p = asymo.prepack(np.ones((3, 3), np.float32))
     assert isinstance(p, PackedOperand) and not p.array.flags.writeable
     assert asymo.prepack(p) is p
+
+
+def test_packed_products_with_an_empty_inner_dimension():
+    # K = 0: NumPy's zeros (a reshape(-1, 0) of the other operand raised an unclear error)
+    for side, a, b in (("b", np.ones((3, 0), np.float32), np.ones((0, 5), np.float32)),
+                       ("a", np.ones((3, 0), np.float32), np.ones((0, 5), np.float32))):
+        packed = asymo.prepack(b if side == "b" else a, side=side)
+        got = asymo.matmul(a, packed) if side == "b" else asymo.matmul(packed, b)
+        np.testing.assert_array_equal(got, np.zeros((3, 5), np.float32))

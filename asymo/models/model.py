@@ -116,7 +116,7 @@ class AsymoOps:
         if step.is_global:
             return avg_pool2d(x, x.shape[2:], 1, pool=self._pool)
         if step.kind == "max":
-            return max_pool2d(x, step.kernel, step.stride, step.padding, step.ceil_mode,
+            return max_pool2d(x, step.kernel, step.stride, step.padding, ceil_mode=step.ceil_mode,
                               pool=self._pool)
         return avg_pool2d(x, step.kernel, step.stride, step.padding, step.ceil_mode,
                           step.count_include_pad, pool=self._pool)

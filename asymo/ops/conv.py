@@ -251,26 +251,27 @@ def _as_float_array(a, name):
     return a
 
 
-def _pair(v, name, minimum):
+def _pair(v, name, minimum, what="conv2d"):
     """``(int, int)`` from an int or a sequence of one or two ints; anything else (a string,
-    bytes, floats, bools) is a TypeError, as in torch (no silent truncation of 1.9 to 1)."""
+    bytes, floats, bools) is a TypeError, as in torch (no silent truncation of 1.9 to 1).
+    ``what`` names the operation in the messages."""
     if isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)):
         pair = (int(v), int(v))
     else:
         if (isinstance(v, (str, bytes, bytearray, memoryview)) or not hasattr(v, "__len__")
                 or not hasattr(v, "__iter__")):
-            raise TypeError(f"conv2d: {name} must be an int or a pair of ints, got {v!r}")
+            raise TypeError(f"{what}: {name} must be an int or a pair of ints, got {v!r}")
         items = tuple(v)
         if not all(isinstance(e, numbers.Integral) and not isinstance(e, (bool, np.bool_))
                    for e in items):
-            raise TypeError(f"conv2d: {name} must be an int or a pair of ints, got {v!r}")
+            raise TypeError(f"{what}: {name} must be an int or a pair of ints, got {v!r}")
         pair = tuple(int(e) for e in items)
         if len(pair) == 1:
             pair = pair * 2
         if len(pair) != 2:
-            raise ValueError(f"conv2d: {name} must be an int or a pair of ints, got {v!r}")
+            raise ValueError(f"{what}: {name} must be an int or a pair of ints, got {v!r}")
     if min(pair) < minimum:
-        raise ValueError(f"conv2d: {name} must be >= {minimum}, got {v!r}")
+        raise ValueError(f"{what}: {name} must be >= {minimum}, got {v!r}")
     return pair
 
 

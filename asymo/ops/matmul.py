@@ -366,6 +366,8 @@ def _matmul_packed(a, b, out, backend, pool):
             return matmul(plain_a, plain_b, out, backend=backend, pool=pool)  # NumPy's error
         lead = other.shape[:-1]
         rshape = lead + (N,)
+        if K == 0 or 0 in lead:  # (reshape(-1, 0) is ambiguous): NumPy's empty product
+            return matmul(plain_a, plain_b, out, backend=backend, pool=pool)
         a2 = other.reshape(-1, K)
         M = a2.shape[0]
         b2 = None

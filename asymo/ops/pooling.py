@@ -8,7 +8,8 @@ import weakref
 
 import numpy as np
 
-from asymo.ops.conv import CALL_CACHE_SIZE, _geometry, _int_pair, _pair, _ptr, remember_call
+from asymo.ops.conv import (CALL_CACHE_SIZE, _geometry, _int_pair, _pair, _ptr, _tensor_as_array,
+                             _torch_of, remember_call)
 from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.memory import empty_result
 from asymo.runtime.partition import even_block_size as _even_block_size
@@ -113,8 +114,16 @@ def _pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_pad, out,
                            pool, key)
 
 
+def _flag(v):
+    """Whether ``v`` is a bool (or 0 / 1), as torch's boolean pooling arguments take."""
+    return isinstance(v, (bool, np.bool_)) or (type(v) is int and v in (0, 1))
+
+
 def _checked_pool2d(kind, x, kernel, stride, padding, ceil_mode, count_include_pad, out, pool,
                     key):
+    if not _flag(count_include_pad):
+        raise TypeError(f"{kind}_pool2d: count_include_pad must be a bool, got "
+                        f"{count_include_pad!r}")
     if not isinstance(x, np.ndarray):
         x = np.asarray(x)
     kernel, stride, padding, h, w, oh, ow, shape = _check(kind, x, kernel, stride, padding,
@@ -143,14 +152,16 @@ def _check(kind, x, kernel, stride, padding, ceil_mode, out):
     """The argument checks of a pooling call (``x`` an ndarray); returns the kernel, stride
     and padding pairs, the input and output plane sizes and the output shape."""
     name = f"{kind}_pool2d"
+    if not _flag(ceil_mode):
+        raise TypeError(f"{name}: ceil_mode must be a bool, got {ceil_mode!r}")
     if x.dtype not in DTYPE_CODES:
         raise TypeError(f"{name}: input must be float32 or float64, got dtype {x.dtype}")
     if x.ndim not in (3, 4):
         raise ValueError(f"{name}: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got "
                          f"input of shape {x.shape}")
-    kernel = _pair(kernel, "kernel_size", 1)
-    stride = kernel if stride is None else _pair(stride, "stride", 1)
-    padding = _pair(padding, "padding", 0)
+    kernel = _pair(kernel, "kernel_size", 1, name)
+    stride = kernel if stride is None else _pair(stride, "stride", 1, name)
+    padding = _pair(padding, "padding", 0, name)
     if padding[0] > kernel[0] // 2 or padding[1] > kernel[1] // 2:
         raise ValueError(f"{name}: padding {padding} must be at most half the kernel size "
                          f"{kernel}")
@@ -189,20 +200,48 @@ def _new_call(kind, x, h, w, kernel, stride, padding, oh, ow, count_include_pad,
     return _Call(job, shape, planes, min_planes, x.nbytes < INLINE_BYTES)
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, *, out=None,
-               pool=None):
-    """Max pooling over the last two axes of a (N, C, H, W) or (C, H, W) array.
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, *,
+               out=None, pool=None):
+    """Max pooling over the last two axes of a (N, C, H, W) or (C, H, W) array, with the
+    arguments of ``torch.nn.functional.max_pool2d`` in its order.
 
-    ``stride`` defaults to ``kernel_size``; padding counts as -infinity.
+    ``stride`` defaults to ``kernel_size``; padding counts as -infinity; ``dilation`` must be
+    1 (dilated pooling is not supported). A torch tensor in gives a torch tensor out (CPU,
+    float32 or float64; detached: asymo is inference-only).
     """
+    if _pair(dilation, "dilation", 1, "max_pool2d") != (1, 1):
+        raise ValueError(f"max_pool2d: dilation {dilation!r} is not supported (only 1)")
+    torch = _torch_of(x, out)
+    if torch is not None:
+        return _pool2d_torch(torch, "max", x, kernel_size, stride, padding, ceil_mode, True,
+                             out, pool)
     return _pool2d("max", x, kernel_size, stride, padding, ceil_mode, True, out, pool)
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False,
                count_include_pad=True, *, out=None, pool=None):
-    """Average pooling over the last two axes of a (N, C, H, W) or (C, H, W) array."""
+    """Average pooling over the last two axes of a (N, C, H, W) or (C, H, W) array, with the
+    arguments of ``torch.nn.functional.avg_pool2d`` in its order (no ``divisor_override``).
+    A torch tensor in gives a torch tensor out."""
+    torch = _torch_of(x, out)
+    if torch is not None:
+        return _pool2d_torch(torch, "avg", x, kernel_size, stride, padding, ceil_mode,
+                             count_include_pad, out, pool)
     return _pool2d("avg", x, kernel_size, stride, padding, ceil_mode, count_include_pad, out,
                    pool)
+
+
+def _pool2d_torch(torch, kind, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                  out, pool):
+    what = f"{kind}_pool2d"
+    xa = _tensor_as_array(torch, x, what, "input")
+    res = _pool2d(kind, xa, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                  out if isinstance(out, np.ndarray) else None, pool)
+    if isinstance(out, torch.Tensor):
+        with torch.no_grad():
+            out.copy_(torch.from_numpy(res))
+        return out
+    return torch.from_numpy(res)
 
 
 def bind_pool2d(kind, x, kernel_size, stride=None, padding=0, ceil_mode=False,
@@ -230,7 +269,7 @@ def bind_pool2d(kind, x, kernel_size, stride=None, padding=0, ceil_mode=False,
     extra = {} if kind == "max" else {"count_include_pad": count_include_pad}
 
     def fallback():
-        fn(x, kernel_size, stride, padding, ceil_mode, out=out, pool=pool, **extra)
+        fn(x, kernel_size, stride, padding, ceil_mode=ceil_mode, out=out, pool=pool, **extra)
 
     if type(x) is not np.ndarray:
         return fallback
