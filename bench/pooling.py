@@ -83,10 +83,10 @@ def layer_fns(layer, x, pool, before, torch):
             fns["torch"] = lambda: torch.nn.functional.adaptive_avg_pool2d(xt, 1)
         return fns
     a_fn = asymo.max_pool2d if kind == "max" else asymo.avg_pool2d
-    fns = {"asymo": lambda: a_fn(x, k, s, p, ceil, pool=pool)}
+    fns = {"asymo": lambda: a_fn(x, k, s, p, ceil_mode=ceil, pool=pool)}
     if before:
         b_fn = before[0] if kind == "max" else before[1]
-        fns["before"] = lambda: b_fn(x, k, s, p, ceil, pool=pool)
+        fns["before"] = lambda: b_fn(x, k, s, p, ceil_mode=ceil, pool=pool)
     if torch:
         xt = torch.from_numpy(x)
         t_fn = torch.nn.functional.max_pool2d if kind == "max" else \
