@@ -363,7 +363,7 @@ def test_fences_cover_late_copies_of_every_sibling_in_a_group(name):
         for k, step in enumerate(inst.steps):
             if step is None:
                 continue
-            wait = _fence_wait(inst.fence_until, (k,), 0, slot)
+            wait = _fence_wait(inst.fence_until, (k,), 0)
             for j in convs:
                 if j < k and slot[j] != slot[k] and _clash(plan, g, k, j):
                     clashes += 1

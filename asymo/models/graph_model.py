@@ -1106,7 +1106,8 @@ class _Instance:
                 later[i] = i if self.steps[i] is not None else later[i + 1]
             # a sibling group's convolutions run as parts of one job (`_merge_siblings`), which
             # began with the group's first node: a late copy of any of them is bounded only by
-            # the mark of the first step after the whole group
+            # the mark of the first step after the whole group (so no fence names a node
+            # inside a group but its first)
             end = list(range(len(self.steps)))
             for group in plan.siblings:
                 for k in group:
@@ -1222,7 +1223,7 @@ class _Instance:
         the end of the call, every late copy). A sibling group (``merged``) waits for what
         each of its nodes waits for."""
         # marks[k]: the last job number before node k began (every job of nodes before k is
-        # at or below it); a group's nodes all get its mark
+        # at or below it; a sibling group's, at its first node)
         marks = [0] * len(steps)
         clock = time.perf_counter
         try:
@@ -1232,7 +1233,6 @@ class _Instance:
                 if group is not None and group[0] <= last:
                     nodes = range(i, group[0] + 1)
                     _fence(handle, marks, _fence_wait(self.fence_until, nodes, first), i)
-                    marks[i:group[0] + 1] = [marks[i]] * len(nodes)
                     group[1]()
                     i = group[0] + 1
                     continue
@@ -1271,19 +1271,19 @@ def _merge_siblings(groups, steps, pool):
     return merged
 
 
-def _fence_wait(after, nodes, first, slot=None):
+def _fence_wait(after, nodes, first):
     """What node ``nodes[0]`` (alone, or the first of a sibling group's ``nodes``) waits for
     before it runs, from ``after`` (`_Instance.fence_until`) in a run that began at node
     ``first``: `JobSequence.WAIT_NONE`; `JobSequence.WAIT_ALL` (a node waits on itself: every
     late copy so far); or the node whose mark (the last job number before it began) bounds the
-    late copies to wait for -- the latest of the nodes' (marks grow in node order), mapped
-    through ``slot`` (a group's nodes share its first node's mark) when given."""
+    late copies to wait for -- the latest of the nodes' (marks grow in node order; ``after``
+    never names a node inside a sibling group but its first, which writes the group's mark)."""
     i = nodes[0]
     waits = [after[k] for k in nodes if after[k] >= first]
     if not waits:
         return JobSequence.WAIT_NONE
     j = max(waits)
-    return JobSequence.WAIT_ALL if j >= i else j if slot is None else slot[j]
+    return JobSequence.WAIT_ALL if j >= i else j
 
 
 def _fence(handle, marks, wait, mark):
@@ -1306,9 +1306,6 @@ def _program(steps, merged, pool, after=None):
     pool jobs does both in Python (`_fenced_step`). For whole calls: every mark a fence reads
     is written earlier in the same call."""
     marks = None if after is None else ffi.new("uint64_t[]", max(len(steps), 1))
-    slot = list(range(len(steps)))  # a group's nodes share its first node's mark
-    for i, (last, _) in merged.items():
-        slot[i:last + 1] = [i] * (last + 1 - i)
     program, pending, fences = [], [], []
 
     def flush():
@@ -1324,7 +1321,7 @@ def _program(steps, merged, pool, after=None):
         step, nxt = (group[1], group[0] + 1) if group is not None else (steps[i], i + 1)
         if step is not None:
             wait = (JobSequence.WAIT_NONE if after is None
-                    else _fence_wait(after, nodes, 0, slot))
+                    else _fence_wait(after, nodes, 0))
             calls = getattr(step, "calls", None)
             if calls and all(JobSequence.fits(pool, fn, args) for fn, args in calls):
                 pending.extend(calls)

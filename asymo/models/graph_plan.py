@@ -297,7 +297,7 @@ class _Rewriter:
                 # plane, read without padding, gives the same windows
                 ends = []
                 for axis in (0, 1):
-                    size = shapes[n.inputs[0]][2 + axis]
+                    size = in_hw[axis]
                     out = spatial_out(size, k[axis], st[axis], pads[axis], pads[2 + axis], 1,
                                       True)
                     reach = (out - 1) * st[axis] + k[axis] - size - pads[axis]

@@ -351,11 +351,17 @@ def _conv2d_torch(torch, x, weight, bias, stride, padding, dilation, groups, act
             ((x, "input"), (weight, "weight"), (bias, "bias"), (residual, "residual"))]
     res = conv2d(*args[:3], stride, padding, dilation, groups, activation=activation,
                  residual=args[3], out=out if isinstance(out, np.ndarray) else None, pool=pool)
+    return _tensor_result(torch, res, out)
+
+
+def _tensor_result(torch, res, out):
+    """A drop-in's NumPy result ``res`` for a tensor call: copied into the caller's tensor
+    ``out``, or a tensor sharing its memory."""
     if isinstance(out, torch.Tensor):
         with torch.no_grad():
-            out.copy_(torch.from_numpy(res))
+            out.copy_(torch.as_tensor(res))
         return out
-    return torch.from_numpy(res)
+    return torch.as_tensor(res)
 
 
 def _even_blocks(n, nblocks):

@@ -9,7 +9,7 @@ import weakref
 import numpy as np
 
 from asymo.ops.conv import (CALL_CACHE_SIZE, _geometry, _int_pair, _pair, _ptr, _tensor_as_array,
-                             _torch_of, remember_call)
+                             _tensor_result, _torch_of, remember_call)
 from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.memory import empty_result
 from asymo.runtime.partition import even_block_size as _even_block_size
@@ -209,7 +209,9 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     1 (dilated pooling is not supported). A torch tensor in gives a torch tensor out (CPU,
     float32 or float64; detached: asymo is inference-only).
     """
-    if _pair(dilation, "dilation", 1, "max_pool2d") != (1, 1):
+    # (the common dilation=1 costs the cached call no check)
+    if not (type(dilation) is int and dilation == 1) and \
+            _pair(dilation, "dilation", 1, "max_pool2d") != (1, 1):
         raise ValueError(f"max_pool2d: dilation {dilation!r} is not supported (only 1)")
     torch = _torch_of(x, out)
     if torch is not None:
@@ -237,11 +239,7 @@ def _pool2d_torch(torch, kind, x, kernel_size, stride, padding, ceil_mode, count
     xa = _tensor_as_array(torch, x, what, "input")
     res = _pool2d(kind, xa, kernel_size, stride, padding, ceil_mode, count_include_pad,
                   out if isinstance(out, np.ndarray) else None, pool)
-    if isinstance(out, torch.Tensor):
-        with torch.no_grad():
-            out.copy_(torch.from_numpy(res))
-        return out
-    return torch.from_numpy(res)
+    return _tensor_result(torch, res, out)
 
 
 def bind_pool2d(kind, x, kernel_size, stride=None, padding=0, ceil_mode=False,
