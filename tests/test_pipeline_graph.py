@@ -524,3 +524,32 @@ def test_single_stage_plan_runs_frames_in_one_pinned_thread(graph):
                      topology=top)
     with pytest.raises(ValueError, match="mode"):
         plan_runtime(graph, [], "zigzag", topology=top)
+
+
+@needs_ort
+@pytest.mark.parametrize("kind", ["ort", "asymo"])
+def test_stages_around_a_pool_onnx_shape_inference_gets_wrong(tmp_path, kind):
+    """ONNX's shape inference gives a ceil-mode pool whose last window would start in the
+    padding one more column than the operator gives (torch, ONNX Runtime, asymo: 13 here);
+    ONNX Runtime then refused the stage's output buffer and the next stage's input."""
+    torch = pytest.importorskip("torch")
+    from asymo.models.torch_loader import export_onnx_bytes
+    from asymo.pipeline.anyplan import GraphStage
+    from asymo.pipeline.stages import plan_runtime
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.AvgPool2d(2, 2, 1, ceil_mode=True),
+                              torch.nn.ReLU(), torch.nn.Conv2d(4, 5, 3)).eval()
+    x = torch.randn(3, 3, 25, 25)
+    path = tmp_path / "pool.onnx"
+    path.write_bytes(export_onnx_bytes(net, (x[:1],)))
+    g = CutGraph(str(path))
+    assert [s.output_shape[2] for s in g.segments] == [25, 13, 13, 11]
+    with torch.no_grad():
+        ref = net(x).numpy()
+    W = len(g)
+    for cut in (0, 1, 2):
+        stages = [GraphStage(kind, (CPUS[0],), (0, cut), "c0", 1e-3),
+                  GraphStage(kind, (CPUS[-1],), (cut + 1, W - 1), "c1", 1e-3)]
+        with plan_runtime(g, stages) as p:
+            y, _ = p.run(x.numpy())
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)

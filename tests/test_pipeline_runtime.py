@@ -145,6 +145,56 @@ def test_a_stuck_stage_times_out_instead_of_hanging():
 
 
 @two_cpus
+@pytest.mark.parametrize("end", ["timeout", "abandon"])
+def test_a_run_ended_early_after_every_frame_was_fed_closes_the_pipeline(end):
+    """Frames still in flight when a run times out or its stream is abandoned (after the
+    feeder had put all of them in) must not come out of the next run as its outputs."""
+    ev = threading.Event()
+    m = SleepModel([0.0] * 2, block=ev)
+    p = Pipeline(m, [((C0,), (0, 0)), ((C1,), (1, 1))], topology=TOP, queue_depth=2)
+    if end == "timeout":
+        with pytest.raises(TimeoutError):
+            p.run(frames(2), timeout=0.3)
+    else:
+        ev.set()
+        g = p.stream(frames(2))
+        next(g)
+        time.sleep(0.2)  # the feeder has put both frames in
+        g.close()
+    ev.set()
+    with pytest.raises(PipelineError, match="closed itself when a run " +
+                       ("timed out" if end == "timeout" else "was abandoned")):
+        p.run(frames(2))
+    p.close()
+
+
+@two_cpus
+def test_kernel_level_times_out_on_a_stuck_frame():
+    ev = threading.Event()
+    m = SleepModel([0.0] * 2, block=ev)
+    k = KernelLevel(m, topology=TOP)
+    t0 = time.perf_counter()
+    with pytest.raises(TimeoutError):
+        k.run(frames(2), timeout=0.4)
+    assert time.perf_counter() - t0 < 5
+    with pytest.raises(PipelineError, match="timed out"):
+        k.run(frames(1))
+    ev.set()  # the stuck call returns; its thread then closes the pool
+    for t in threading.enumerate():
+        if t.name == "asymo-kernel-level":
+            t.join(10)
+    assert k.pool.closed
+    m = SleepModel([0.001] * 2)
+    with KernelLevel(m, topology=TOP, timeout=5) as k:
+        y, st = k.run(frames(3))
+        np.testing.assert_array_equal(y, expect(3, 2))
+        y, st = k.run(frames(2))  # runs again
+        np.testing.assert_array_equal(y, expect(2, 2))
+        assert st.frames == 2
+    assert k.pool.closed
+
+
+@two_cpus
 def test_close_on_exit_paths_and_reuse():
     m = SleepModel([0.0] * 3)
     with pytest.raises(RuntimeError, match="boom"):

@@ -197,6 +197,12 @@ class OrtExecutor(StageExecutor):
                                             ort_session_options(self.cpus, spin=exclusive),
                                             providers=["CPUExecutionProvider"])
         self._io = self.session.io_binding()
+        # ONNX Runtime checks an output buffer against its own shape inference, which can
+        # disagree with its kernels (see CutGraph.submodel): then it allocates the output
+        # and the stage copies it
+        declared = self.session.get_outputs()[0].shape
+        self._own_output = [d if isinstance(d, int) else None for d in declared] != \
+            list(self.output_shape)
 
     def _bind(self):
         # the caller thread is ONNX Runtime's first intra-op thread: it owns cpus[0]
@@ -205,6 +211,15 @@ class OrtExecutor(StageExecutor):
     def _run(self, x, out):
         io = self._io
         io.bind_cpu_input(self.input_name, x)
+        if self._own_output:
+            io.bind_output(self.output_name, "cpu")
+            self.session.run_with_iobinding(io)
+            y = io.copy_outputs_to_cpu()[0]
+            if y.shape != out.shape:
+                raise RuntimeError(f"ort stage [{self.first}, {self.last}] gave an output of "
+                                   f"shape {y.shape}, asymo's shape inference {out.shape}")
+            np.copyto(out, y)
+            return
         io.bind_output(self.output_name, "cpu", 0, np.float32, list(out.shape),
                        out.ctypes.data)
         self.session.run_with_iobinding(io)

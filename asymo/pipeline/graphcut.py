@@ -213,7 +213,21 @@ class CutGraph:
         ex = getattr(self, "_extractor", None)
         if ex is None:
             ex = self._extractor = onnx.utils.Extractor(self.proto)
-        return ex.extract_model([inp], [out])
+        sub = ex.extract_model([inp], [out])
+        if first > 0:
+            # the input as the stage receives it: ONNX's shape inference can disagree with
+            # the operators' results (a ceil-mode pool whose last window would start in the
+            # padding: one more column than torch, ONNX Runtime and asymo give), and ONNX
+            # Runtime checks a fed input against the declared shape
+            shape = (1,) + tuple(self.segments[first - 1].output_shape[1:])
+            for vi in sub.graph.input:
+                if vi.name == inp:
+                    dims = vi.type.tensor_type.shape.dim
+                    del dims[:]
+                    for d in shape:
+                        dims.add().dim_value = int(d)
+            del sub.graph.value_info[:]
+        return sub
 
     def _check(self, first, last):
         n = len(self.segments)

@@ -302,13 +302,26 @@ class _Base:
         for a stuck thread) so no stale frame can reach a later run."""
         try:
             yield
-        except BaseException:
-            self.close(timeout=0.5, warn=False)
+        except BaseException as exc:
+            self._close_after_run(exc)
             raise
+
+    def _close_after_run(self, exc=None):
+        """Close because a run ended early (``exc``: how; None: abandoned), and say so to
+        whoever uses the runtime next."""
+        if not self._closed:
+            how = ("was abandoned" if exc is None or isinstance(exc, GeneratorExit)
+                   else "timed out" if isinstance(exc, TimeoutError)
+                   else "was interrupted" if isinstance(exc, KeyboardInterrupt)
+                   else f"failed ({type(exc).__name__})")
+            self._closed_why = (f"it closed itself when a run {how}, so that frames in "
+                                "flight cannot reach a later run")
+        self.close(timeout=0.5, warn=False)
 
     def _check_open(self):
         if self._closed:
-            raise PipelineError("operation on a closed pipeline")
+            why = getattr(self, "_closed_why", None)
+            raise PipelineError("operation on a closed pipeline" + (f": {why}" if why else ""))
 
     def _await(self, q, deadline_s):
         """Next item of the output queue, or raise the stage error / a timeout."""
@@ -519,6 +532,7 @@ class Pipeline(_Base):
         if not self._run_lock.acquire(blocking=False):
             raise PipelineError("the pipeline is already running a stream")
         feeder = None
+        done, error = False, None
         try:
             self._raise_if_failed()
             self._busy = [0.0] * self.nstages
@@ -537,14 +551,18 @@ class Pipeline(_Base):
                 if seq != expect or nxt != self.nlayers:  # pragma: no cover - invariant
                     raise PipelineError(f"frame {seq} arrived for {expect} (layer {nxt})")
                 yield seq, x
+            done = True
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
-            aborted = (feeder is not None and feeder.is_alive()) or self._failed.is_set()
             self._run_lock.release()
-            if aborted:
-                # a failed or abandoned stream leaves frames in flight: shut everything down
-                # without waiting for a stage that may be stuck (it closes its pool when it
-                # returns)
-                self.close(timeout=0.5, warn=False)
+            if not done or self._failed.is_set():
+                # a failed, timed-out or abandoned stream may leave frames in flight (fed
+                # ones included): shut everything down without waiting for a stage that may
+                # be stuck (it closes its pool when it returns)
+                self._close_after_run(error if error is not None or not self._failed.is_set()
+                                      else self._error)
 
     def run(self, frames, *, timeout=None):
         """Process ``frames`` and return ``(outputs, RunStats)``; outputs stacked in order.
@@ -588,34 +606,63 @@ class KernelLevel(_Base):
     """Baseline: every layer on all cores of ``topology`` (one pool), one frame at a time.
 
     ``run`` goes through the frames in one thread pinned to ``cpus`` (the caller's own
-    affinity is left alone): no hand-over between threads per frame."""
+    affinity is left alone): no hand-over between threads per frame. Its outputs reach the
+    caller one by one, so ``timeout`` bounds the wait for each, as in the other runtimes."""
+
+    _THREAD = "asymo-kernel-level"
 
     def __init__(self, model, *, topology=None, cpus=None, spin_us=STAGE_SPIN_US,
                  timeout=None, pool_factory=None):
         super().__init__(model, topology, pool_factory, spin_us, timeout)
         self.cpus = tuple(self.topology.cpus if cpus is None else cpus)
-        self.pool = self._make_pool(self.cpus)
+        # owned by the run thread: a close while it is stuck in a call leaves the pool to it
+        self.pool = self._make_pool(self.cpus, self._THREAD)
 
     def run(self, frames, *, timeout=None):
+        """Process ``frames`` and return ``(outputs, RunStats)`` (see `Pipeline.run`)."""
         self._check_open()
+        self._raise_if_failed()
         frames = as_frames(frames, getattr(self.model, "input_shape", None))
         if not frames:
             raise ValueError("no frames to process")
-        return run_in_thread(lambda: self._loop(frames), self.cpus, name="asymo-kernel-level")
-
-    def _loop(self, frames):
-        W = len(self.model.layers)
+        timeout = self.timeout if timeout is None else timeout
+        if any(t.is_alive() for t in self._threads):
+            raise PipelineError("the kernel-level runtime is already running frames")
+        self._threads = []
+        results = queue.Queue()
+        t = threading.Thread(target=self._loop, args=(frames, results), name=self._THREAD,
+                             daemon=True)
         outs, t_start, t_out = [], [], []
-        busy = 0.0
-        for f in frames:
-            t0 = time.perf_counter()
-            outs.append(self.model.run_layers(f, 0, W - 1, pool=self.pool))
-            t1 = time.perf_counter()
-            busy += t1 - t0
-            t_start.append(t0)
-            t_out.append(t1)
+        with self._close_on_error():
+            self._threads.append(t)
+            t.start()
+            for _ in frames:
+                y, t0, t1 = self._await(results, timeout)
+                outs.append(y)
+                t_start.append(t0)
+                t_out.append(t1)
+            t.join()
+        busy = sum(b - a for a, b in zip(t_start, t_out))
         return np.concatenate(outs, axis=0), _stats(len(outs), t_start[0], t_out, t_start,
                                                     [busy], 1)
+
+    def _loop(self, frames, results):
+        try:
+            _pin_current_thread(self.cpus)
+            W = len(self.model.layers)
+            for seq, f in enumerate(frames):
+                if self._stop.is_set():
+                    return
+                try:
+                    t0 = time.perf_counter()
+                    y = self.model.run_layers(f, 0, W - 1, pool=self.pool)
+                    results.put((y, t0, time.perf_counter()))
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    self._fail(exc, f"the kernel-level run (cpus {list(self.cpus)}) on "
+                                    f"frame {seq}")
+                    return
+        finally:
+            self._thread_exit(threading.current_thread().name)
 
 
 class ParallelFrames(_Base):
