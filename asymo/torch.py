@@ -5,8 +5,9 @@
 >>> y = fast(torch.randn(8, 3, 224, 224))     # a tensor in, a tensor out
 
 ``compile`` exports the module through torch's ONNX exporter in memory on the first call
-(and again for a new per-image input shape), plans it with :func:`asymo.from_torch`, and
-runs later calls on asymo's pool. The weights are copied at export: after changing the
+(and again for each new input shape, the batch size included, as ``torch.compile`` with
+``dynamic=False`` recompiles: a module may compute from the batch size), plans it with
+:func:`asymo.from_torch`, and runs later calls on asymo's pool. The weights are copied at export: after changing the
 module's parameters call :meth:`CompiledModule.refresh`. asymo is inference-only: inputs that
 require grad are detached, outputs have no autograd history.
 
@@ -89,17 +90,52 @@ class CompiledModule:
 
     def model_for(self, *inputs):
         """The :class:`asymo.models.GraphModel` used for inputs like these."""
-        from asymo.models.torch_loader import from_torch
+        return self._entry(inputs)[0]
 
-        key = tuple((tuple(t.shape[1:]), str(t.dtype)) for t in inputs)
-        m = self._models.get(key)
-        if m is None:
+    def _entry(self, inputs):
+        """``(model, output structure)`` for inputs of these shapes: exported, planned and
+        checked against the module on the first inputs of each shape."""
+        # the whole shape, batch included, as torch.compile(dynamic=False): what a module
+        # computes from the batch size (x.reshape(1, -1), x / x.shape[0]) is a constant in
+        # the exported graph, right only for the batch it was exported at
+        key = tuple((tuple(t.shape), str(t.dtype)) for t in inputs)
+        entry = self._models.get(key)
+        if entry is None:
             with self._lock:
-                m = self._models.get(key)
-                if m is None:
-                    example = tuple(t.detach()[:1] for t in inputs)
-                    m = self._models[key] = from_torch(self.module, example, pool=self.pool)
-        return m
+                entry = self._models.get(key)
+                if entry is None:
+                    entry = self._models[key] = self._export(tuple(t.detach() for t in inputs))
+        return entry
+
+    def _export(self, example):
+        from asymo.models.torch_loader import eval_mode, from_torch
+
+        model = from_torch(self.module, example, pool=self.pool)
+        with eval_mode(self.module):
+            expected = self.module(*example)
+        leaves, structure = _flatten(expected)
+        with torch_threads(self.threads):
+            got = model(*example)
+        got = got if isinstance(got, tuple) else (got,)
+        shape = [tuple(t.shape) for t in example]
+        # torch's ONNX exporter does not always write what the module computes (an
+        # AdaptiveAvgPool2d on an unbatched (C, H, W) input exports as a GlobalAveragePool
+        # over W alone): the first result of each shape is checked against the module's
+        if len(got) != len(leaves) or any(tuple(g.shape) != tuple(e.shape)
+                                           for g, e in zip(got, leaves)):
+            raise RuntimeError(
+                f"asymo.torch.compile: the ONNX export of {type(self.module).__name__} does "
+                f"not compute what the module does for inputs of shape {shape}: outputs "
+                f"{[tuple(g.shape) for g in got]}, the module's "
+                f"{[tuple(e.shape) for e in leaves]} (torch's exporter)")
+        for i, (g, e) in enumerate(zip(got, leaves)):
+            err = _relative_error(g, e)
+            if err > CHECK_RTOL:
+                raise RuntimeError(
+                    f"asymo.torch.compile: output {i} of {type(self.module).__name__}'s export "
+                    f"differs from the module's for inputs of shape {shape}: max |asymo - "
+                    f"torch| / max |torch| = {err:.2g} (over {CHECK_RTOL:g})")
+        return model, structure
 
     def __call__(self, *inputs):
         if not inputs or not all(isinstance(t, _torch.Tensor) for t in inputs):
@@ -108,9 +144,65 @@ class CompiledModule:
             if t.dim() < 1 or t.shape[0] < 1:
                 raise ValueError(f"asymo.torch.compile: inputs need a non-empty batch "
                                  f"dimension, got shape {tuple(t.shape)}")
-        model = self.model_for(*inputs)
+        model, structure = self._entry(inputs)
         with torch_threads(self.threads):
-            return model(*inputs)
+            outs = model(*inputs)
+        return _unflatten(structure, iter(outs if isinstance(outs, tuple) else (outs,)))
+
+
+#: Largest max |asymo - torch| / max |torch| accepted when `compile` checks an export.
+CHECK_RTOL = 1e-3
+
+
+def _relative_error(got, expected):
+    """max |got - expected| / max |expected| over the entries finite in both (NaN and
+    infinity must sit where the module's are)."""
+    g = got.detach().double()
+    e = expected.detach().double()
+    fin = _torch.isfinite(e)
+    if not _torch.equal(fin, _torch.isfinite(g)) or \
+            not _torch.equal(e[~fin].nan_to_num(0.0), g[~fin].nan_to_num(0.0)):
+        return float("inf")
+    if not bool(fin.any()):
+        return 0.0
+    scale = float(e[fin].abs().max())
+    diff = float((g[fin] - e[fin]).abs().max())
+    return diff / scale if scale > 0 else diff
+
+
+def _flatten(value):
+    """The tensors of a module's output in the exporter's order, and the structure around
+    them (tuples, lists, dicts and named tuples; other values stay as the module gave them)."""
+    leaves = []
+
+    def walk(v):
+        if isinstance(v, _torch.Tensor):
+            leaves.append(v)
+            return ("tensor",)
+        if isinstance(v, tuple) and hasattr(v, "_fields"):
+            return ("namedtuple", type(v), [walk(x) for x in v])
+        if isinstance(v, (tuple, list)):
+            return (type(v).__name__, [walk(x) for x in v])
+        if isinstance(v, dict):
+            return ("dict", type(v), [(k, walk(x)) for k, x in v.items()])
+        return ("constant", v)
+
+    return leaves, walk(value)
+
+
+def _unflatten(structure, tensors):
+    kind = structure[0]
+    if kind == "tensor":
+        return next(tensors)
+    if kind == "namedtuple":
+        return structure[1](*(_unflatten(s, tensors) for s in structure[2]))
+    if kind == "tuple":
+        return tuple(_unflatten(s, tensors) for s in structure[1])
+    if kind == "list":
+        return [_unflatten(s, tensors) for s in structure[1]]
+    if kind == "dict":
+        return structure[1]((k, _unflatten(s, tensors)) for k, s in structure[2])
+    return structure[1]
 
 
 def compile(module, *, pool=None, threads=1):  # noqa: A001 - the torch.compile spelling

@@ -202,3 +202,64 @@ def test_average_pool_excluding_asymmetric_padding(size, kernel, stride, pads, c
     same = _model([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3],
                                     strides=[2, 2], auto_pad="SAME_UPPER")], [1, 3, 8, 8])
     _against_ort(same, RNG.standard_normal((1, 3, 8, 8)).astype(np.float32))
+
+
+@pytest.mark.parametrize("nodes, inits, message", [
+    ([helper.make_node("Relu", [], ["y"])], (), "has 0 input.*Relu takes 1"),
+    ([helper.make_node("Add", ["x"], ["y"])], (), "has 1 input.*Add takes 2"),
+    ([helper.make_node("Conv", ["", "w"], ["y"])],
+     (("w", np.ones((4, 3, 3, 3), np.float32)),), "input 0 .* is required but empty"),
+    ([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", ""], ["y"])], (),
+     "input 1 .* is required but empty"),
+    ([helper.make_node("Reshape", ["x", "s"], ["y"])],
+     (("s", np.array([[1, 3, 8, 8]], np.int64)),), "shape must be a 1-D integer tensor"),
+    ([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.INT32)], (), "Cast.*int32"),
+], ids=["no-input", "one-input-add", "empty-conv-input", "empty-mul-input", "2-d-shape",
+        "cast-to-int"])
+def test_malformed_nodes_are_load_errors_naming_them(nodes, inits, message):
+    with pytest.raises(OnnxError, match=message):
+        asymo.from_onnx(_model(nodes, [1, 3, 8, 8], inits, opset=17))
+
+
+def test_a_cast_to_float_of_an_activation_runs_as_the_identity():
+    x = RNG.standard_normal((1, 3, 5, 5)).astype(np.float32)
+    _against_ort(_model([helper.make_node("Relu", ["x"], ["r"]),
+                         helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT)],
+                        [1, 3, 5, 5], opset=17), x)
+
+
+def test_sigmoid_of_large_negative_inputs_warns_nothing():
+    import warnings
+
+    x = np.array([-1000.0, -100.0, 0.0, 100.0], np.float32).reshape(1, 4, 1, 1)
+    m = asymo.from_onnx(_model([helper.make_node("Sigmoid", ["x"], ["y"])], [1, 4, 1, 1]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = m(x)
+    np.testing.assert_allclose(y.ravel(), [0.0, 0.0, 0.5, 1.0], atol=1e-7)
+
+
+@pytest.mark.parametrize("case", ["softmax-opset-11", "lrn-even-size"])
+def test_the_torch_runner_follows_onnx_semantics(case):
+    """The torch column of `asymo bench MODEL.onnx` runs the graph node by node in torch:
+    Softmax before opset 13 over the flattened dimensions from axis on, and LRN's window of
+    an even size one channel later than torch's local_response_norm."""
+    pytest.importorskip("torch")
+    from asymo.models.torch_graph import TorchGraphRunner
+
+    x = RNG.standard_normal((1, 4, 3, 3)).astype(np.float32)
+    if case == "softmax-opset-11":
+        model = _model([helper.make_node("Softmax", ["x"], ["y"], axis=1)], [1, 4, 3, 3],
+                       opset=11)
+    else:
+        model = _model([helper.make_node("LRN", ["x"], ["y"], size=2, alpha=0.5)],
+                       [1, 4, 3, 3])
+    if case == "softmax-opset-11":
+        ref = _against_ort(model, x)
+    else:  # ONNX Runtime refuses even sizes; the spec's window, in float64
+        sq = x.astype(np.float64) ** 2
+        s = np.stack([sq[:, max(0, c - 0):c + 2].sum(1) for c in range(4)], 1)
+        ref = x / (1.0 + 0.5 / 2 * s) ** 0.75
+        np.testing.assert_allclose(asymo.from_onnx(model)(x), ref, rtol=1e-5, atol=1e-6)
+    got = TorchGraphRunner(asymo.from_onnx(model))(x)
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-5, atol=1e-6)

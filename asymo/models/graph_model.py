@@ -42,6 +42,7 @@ from asymo.ops import blocked as _blocked
 from asymo.ops.conv import (BoundConv2d, PackedConvWeight, conv_path, kernel_isa,
                              rows_form_small_plane)
 from asymo.ops.packed import PackedMatVec
+from asymo.ops.tensors import torch_of
 from asymo.plan.split_cost import emulated_period
 from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.memory import CACHE_LINE, empty_aligned
@@ -687,8 +688,11 @@ def _unary_runner(n, V, C, g):
         return lambda pool: np.tanh(x, out=y)
 
     def sigmoid(src, dst):
-        np.negative(src, out=dst)
-        np.exp(dst, out=dst)
+        # exp(-x) overflows to inf below about -88, and 1 / (1 + inf) is the right 0: no
+        # warning for it, as torch gives none
+        with np.errstate(over="ignore"):
+            np.negative(src, out=dst)
+            np.exp(dst, out=dst)
         dst += 1
         np.reciprocal(dst, out=dst)
 
@@ -1620,7 +1624,7 @@ class GraphModel(spec.LayerChain):
     def _as_input(self, x, info):
         torch_in = False
         if not isinstance(x, np.ndarray):
-            if type(x).__module__.startswith("torch"):
+            if torch_of(x) is not None:
                 torch_in = True
                 if x.dtype.is_floating_point and str(x.dtype) != "torch.float32":
                     raise TypeError(f"{self.name}: input {info.name!r} must be float32, got "

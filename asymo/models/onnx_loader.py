@@ -245,6 +245,30 @@ def _static_shapes(model):
     return out
 
 
+def _check_arity(pn, opset, nname, where):
+    """A node's inputs and outputs against its operator's schema at ``opset``: counts in
+    range, no required input left empty (an empty name marks an omitted optional one)."""
+    from onnx import defs
+
+    try:
+        schema = defs.get_schema(pn.op_type, opset, pn.domain or "")
+    except Exception:  # noqa: BLE001 - an operator unknown here is reported as unsupported
+        return
+    what = f"from_onnx: {where}: node {nname!r} ({pn.op_type}, opset {opset})"
+    for kind, names, lo, hi, formal in (
+            ("input", pn.input, schema.min_input, schema.max_input, schema.inputs),
+            ("output", pn.output, schema.min_output, schema.max_output, schema.outputs)):
+        if not lo <= len(names) <= hi:
+            want = f"{lo}" if lo == hi else f"{lo} to {hi}" if hi < 2 ** 31 - 1 else f"{lo} or more"
+            raise OnnxError(f"{what} has {len(names)} {kind}(s); {pn.op_type} takes {want}")
+        for k, t in enumerate(names):
+            if t or not formal:
+                continue
+            param = formal[min(k, len(formal) - 1)]
+            if param.option != defs.OpSchema.FormalParameterOption.Optional:
+                raise OnnxError(f"{what}: {kind} {k} ({param.name}) is required but empty")
+
+
 def graph_from_onnx(model, *, name=None, where="the model"):
     """The :class:`Graph` of an ``onnx.ModelProto`` (see the module docstring)."""
     g = model.graph
@@ -267,6 +291,7 @@ def graph_from_onnx(model, *, name=None, where="the model"):
         if pn.domain not in ("", "ai.onnx"):
             unsupported.append((pn.op_type, nname, f"domain {pn.domain!r}"))
             continue
+        _check_arity(pn, opset, nname, where)
         attrs = {a.name: _attr_value(a, nname, pn.op_type) for a in pn.attribute}
         node = Node(nname, pn.op_type, tuple(pn.input), tuple(pn.output), attrs)
         if pn.op_type == "Constant":
@@ -290,6 +315,21 @@ def graph_from_onnx(model, *, name=None, where="the model"):
             v = shape[int(attrs.get("start", 0)):attrs.get("end", None)]
             v.setflags(write=False)
             inits[node.outputs[0]] = v
+            continue
+        if pn.op_type == "Cast" and node.inputs[0] not in inits:
+            # activations are float32: a Cast to float32 (torch's x.float()) is the identity
+            if attrs.get("to") == 1:  # TensorProto.FLOAT
+                nodes.append(Node(nname, "Identity", node.inputs[:1], node.outputs, {}))
+                continue
+            from onnx import helper
+
+            to = attrs.get("to")
+            try:
+                to = helper.tensor_dtype_to_np_dtype(to)
+            except Exception:  # noqa: BLE001 - an undefined type number
+                pass
+            unsupported.append((pn.op_type, nname, f"opset {opset}, to {to}: asymo runs "
+                                "float32 activations"))
             continue
         if pn.op_type not in SUPPORTED_OPS:
             unsupported.append((pn.op_type, nname, f"opset {opset}"))

@@ -38,6 +38,16 @@ def _const(graph, name, what, node):
                          ) from None
 
 
+def _const_vector(graph, name, what, node):
+    """A constant input that ONNX defines as a 1-D integer tensor (shape, axes, pads,
+    starts, ...), checked: anything else is a clear error, not a NumPy one."""
+    v = _const(graph, name, what, node)
+    if v.ndim != 1 or not (np.issubdtype(v.dtype, np.integer) or v.size == 0):
+        raise GraphError(f"node {node.name!r} ({node.op}): {what} must be a 1-D integer "
+                         f"tensor, got {v.dtype} of shape {v.shape}")
+    return v.astype(np.int64)
+
+
 def conv_pads(node, in_hw, kernel, strides, dilations):
     """``(top, left, bottom, right)`` pads of a Conv / pooling node, ``auto_pad`` resolved."""
     auto = node.attrs.get("auto_pad", "NOTSET")
@@ -235,7 +245,7 @@ def split_sizes(g, n, s):
     ax = _axis(n, len(x), default=0)
     outs = [o for o in n.outputs]
     if len(n.inputs) > 1 and n.inputs[1]:
-        sizes = ints(_const(g, n.inputs[1], "split", n))
+        sizes = ints(_const_vector(g, n.inputs[1], "split", n))
     elif "split" in n.attrs:
         sizes = ints(n.attrs["split"])
     else:
@@ -262,11 +272,11 @@ def slice_spec(g, n, s):
         axes = n.attrs.get("axes", range(len(starts)))
         steps = [1] * len(starts)
     else:
-        starts = _const(g, n.inputs[1], "starts", n)
-        ends = _const(g, n.inputs[2], "ends", n)
-        axes = (_const(g, n.inputs[3], "axes", n) if len(n.inputs) > 3 and n.inputs[3]
+        starts = _const_vector(g, n.inputs[1], "starts", n)
+        ends = _const_vector(g, n.inputs[2], "ends", n)
+        axes = (_const_vector(g, n.inputs[3], "axes", n) if len(n.inputs) > 3 and n.inputs[3]
                 else range(len(starts)))
-        steps = (_const(g, n.inputs[4], "steps", n) if len(n.inputs) > 4 and n.inputs[4]
+        steps = (_const_vector(g, n.inputs[4], "steps", n) if len(n.inputs) > 4 and n.inputs[4]
                  else [1] * len(starts))
     out = []
     for a, b, e, st in zip(axes, starts, ends, steps):
@@ -305,7 +315,7 @@ def _transpose(g, n, s):
 
 def reshape_target(g, n, s, batch):
     x = s[n.inputs[0]]
-    target = list(ints(_const(g, n.inputs[1], "shape", n)))
+    target = list(ints(_const_vector(g, n.inputs[1], "shape", n)))
     if not int(n.attrs.get("allowzero", 0)):
         target = [x[i] if v == 0 and i < len(x) else v for i, v in enumerate(target)]
     if target.count(-1) > 1:
@@ -349,7 +359,7 @@ def _flatten(g, n, s):
 def _squeeze(g, n, s):
     x = s[n.inputs[0]]
     axes = (n.attrs.get("axes") if "axes" in n.attrs else
-            (_const(g, n.inputs[1], "axes", n) if len(n.inputs) > 1 and n.inputs[1] else None))
+            (_const_vector(g, n.inputs[1], "axes", n) if len(n.inputs) > 1 and n.inputs[1] else None))
     if axes is None:
         # ONNX squeezes every axis of size 1, the batch's too (at batch 1), where asymo keeps
         # the batch dimension: an answer of another shape, so not run
@@ -366,7 +376,7 @@ def _squeeze(g, n, s):
 
 def _unsqueeze(g, n, s):
     x = s[n.inputs[0]]
-    axes = (n.attrs.get("axes") if "axes" in n.attrs else _const(g, n.inputs[1], "axes", n))
+    axes = (n.attrs.get("axes") if "axes" in n.attrs else _const_vector(g, n.inputs[1], "axes", n))
     rank = len(x) + len(axes)
     axes = sorted(int(a) % rank for a in axes)
     if 0 in axes:
@@ -385,11 +395,11 @@ def pad_amounts(g, n, s):
         pads = ints(n.attrs["pads"])
         value = float(n.attrs.get("value", 0.0))
     else:
-        pads = ints(_const(g, n.inputs[1], "pads", n))
+        pads = ints(_const_vector(g, n.inputs[1], "pads", n))
         value = (float(_const(g, n.inputs[2], "constant_value", n).reshape(-1)[0])
                  if len(n.inputs) > 2 and n.inputs[2] else 0.0)
     if len(n.inputs) > 3 and n.inputs[3]:
-        axes = [int(a) % len(x) for a in _const(g, n.inputs[3], "axes", n)]
+        axes = [int(a) % len(x) for a in _const_vector(g, n.inputs[3], "axes", n)]
     else:
         axes = list(range(len(x)))
     if len(pads) != 2 * len(axes):
@@ -433,7 +443,7 @@ def reduce_axes(g, n, s):
     if "axes" in n.attrs:
         axes = n.attrs["axes"]
     elif len(n.inputs) > 1 and n.inputs[1]:
-        axes = _const(g, n.inputs[1], "axes", n)
+        axes = _const_vector(g, n.inputs[1], "axes", n)
     else:
         axes = ()
     if len(axes) == 0:  # no axes: every axis, or none with noop_with_empty_axes (opset 18)

@@ -123,10 +123,21 @@ class TorchGraphRunner:
                     y = F.pad(ins[0], flat, mode=mode,
                               value=value if mode == "constant" else None)
                 elif op == "Softmax":
-                    y = torch.softmax(ins[0], dim=int(a.get("axis", -1 if g.opset >= 13 else 1)))
+                    x = ins[0]
+                    if g.opset >= 13:
+                        y = torch.softmax(x, dim=int(a.get("axis", -1)))
+                    else:  # before opset 13: over the dimensions from axis on, flattened
+                        axis = int(a.get("axis", 1)) % x.dim()
+                        y = torch.softmax(x.flatten(axis), dim=axis).reshape(x.shape)
                 elif op == "LRN":
-                    y = F.local_response_norm(ins[0], int(a["size"]), a.get("alpha", 1e-4),
-                                              a.get("beta", 0.75), a.get("bias", 1.0))
+                    # ONNX's window over channels is [c - (size - 1) // 2, c + size // 2];
+                    # torch's local_response_norm puts an even size's extra channel in front
+                    x, size = ins[0], int(a["size"])
+                    front = (size - 1) // 2
+                    sq = F.pad(x.pow(2).unsqueeze(1), (0, 0, 0, 0, front, size - 1 - front))
+                    avg = F.avg_pool3d(sq, (size, 1, 1), stride=1).squeeze(1)
+                    y = x / (avg * a.get("alpha", 1e-4) + a.get("bias", 1.0)) \
+                        ** a.get("beta", 0.75)
                 elif op == "ReduceMean":
                     axes, keep = reduce_axes(g, n, allshapes)
                     y = ins[0].mean(dim=axes, keepdim=keep)

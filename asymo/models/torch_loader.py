@@ -9,13 +9,35 @@ restored afterwards.
 """
 from __future__ import annotations
 
+import contextlib
 import io
+import threading
 import warnings
 
-__all__ = ["from_torch", "export_onnx_bytes", "DEFAULT_OPSET"]
+__all__ = ["from_torch", "export_onnx_bytes", "eval_mode", "DEFAULT_OPSET"]
 
 #: ONNX opset used for the export (HardSwish needs 14; torch's exporter supports up to 20).
 DEFAULT_OPSET = 17
+
+# torch's TorchScript exporter keeps global state (two exports at once fail), and a module's
+# training flag is one attribute: exports and eval-mode runs of modules take turns
+_EXPORT_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def eval_mode(module):
+    """``module`` in eval mode without gradients inside the block, its ``training`` flag
+    restored after; one such block at a time in the process (exports included)."""
+    import torch
+
+    with _EXPORT_LOCK:
+        was_training = module.training
+        try:
+            module.eval()
+            with torch.no_grad():
+                yield module
+        finally:
+            module.train(was_training)
 
 
 def export_onnx_bytes(module, example_inputs, *, opset=DEFAULT_OPSET):
@@ -33,11 +55,9 @@ def export_onnx_bytes(module, example_inputs, *, opset=DEFAULT_OPSET):
     for t in example_inputs:
         if t.dtype != torch.float32:
             raise TypeError(f"from_torch: example inputs must be float32, got {t.dtype}")
-    was_training = module.training
     buf = io.BytesIO()
     try:
-        module.eval()
-        with torch.no_grad(), warnings.catch_warnings():
+        with eval_mode(module), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice
             torch.onnx.export(module, tuple(t.detach() for t in example_inputs), buf,
                               dynamo=False, opset_version=int(opset),
@@ -48,8 +68,6 @@ def export_onnx_bytes(module, example_inputs, *, opset=DEFAULT_OPSET):
     except Exception as e:  # noqa: BLE001 - the exporter raises many types
         raise ValueError(f"from_torch: torch's ONNX exporter failed on "
                          f"{type(module).__name__}: {e}") from e
-    finally:
-        module.train(was_training)
     return buf.getvalue()
 
 
@@ -62,7 +80,10 @@ def from_torch(module, example_inputs, *, name=None, opset=DEFAULT_OPSET, pool=N
     module : torch.nn.Module
         The network; its weights are copied (later changes to the module are not seen).
     example_inputs : torch.Tensor or tuple of torch.Tensor
-        Float32 NCHW inputs fixing the shapes (the batch size may differ at call time).
+        Float32 NCHW inputs fixing the shapes. The batch size may differ at call time,
+        unless the module computes from it (``x.reshape(1, -1)``, ``x / x.shape[0]``): the
+        export fixes such values at the example's batch (`asymo.torch.compile` exports
+        once per input shape instead).
     name : str, optional
         The model's name (default: the module's class name).
     opset : int

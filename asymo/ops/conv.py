@@ -55,6 +55,7 @@ import weakref
 import numpy as np
 
 from asymo.ops import winograd as _winograd
+from asymo.ops.tensors import as_array, out_array, tensor_result, torch_of
 from asymo.ops.winograd import PackedConvWeight, prepack_conv
 from asymo.plan import gemm as _gemm_plans
 from asymo.plan import split_cost as _split_cost
@@ -322,46 +323,13 @@ def _ptr(a):
     return ffi.cast("void *", a.ctypes.data)
 
 
-def _torch_of(*arrays):
-    """The torch module when any of ``arrays`` is a torch tensor (torch stays optional:
-    imported only when a tensor is passed)."""
-    for a in arrays:
-        if a is not None and type(a).__module__.startswith("torch"):
-            import torch
-
-            if isinstance(a, torch.Tensor):
-                return torch
-    return None
-
-
-def _tensor_as_array(torch, a, what, name):
-    """A NumPy view of a CPU tensor (detached: asymo is inference-only, no gradients)."""
-    if a is None or not isinstance(a, torch.Tensor):
-        return a
-    if a.device.type != "cpu":
-        raise TypeError(f"{what}: {name} is on {a.device}; asymo runs on the CPU")
-    if a.dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"{what}: {name} must be float32 or float64, got {a.dtype}")
-    return a.detach().resolve_conj().numpy()
-
-
 def _conv2d_torch(torch, x, weight, bias, stride, padding, dilation, groups, activation,
                   residual, out, pool):
-    args = [_tensor_as_array(torch, a, "conv2d", n) for a, n in
+    args = [as_array(torch, a, "conv2d", n) for a, n in
             ((x, "input"), (weight, "weight"), (bias, "bias"), (residual, "residual"))]
     res = conv2d(*args[:3], stride, padding, dilation, groups, activation=activation,
-                 residual=args[3], out=out if isinstance(out, np.ndarray) else None, pool=pool)
-    return _tensor_result(torch, res, out)
-
-
-def _tensor_result(torch, res, out):
-    """A drop-in's NumPy result ``res`` for a tensor call: copied into the caller's tensor
-    ``out``, or a tensor sharing its memory."""
-    if isinstance(out, torch.Tensor):
-        with torch.no_grad():
-            out.copy_(torch.as_tensor(res))
-        return out
-    return torch.as_tensor(res)
+                 residual=args[3], out=out_array(torch, out, "conv2d"), pool=pool)
+    return tensor_result(torch, res, out)
 
 
 def _even_blocks(n, nblocks):
@@ -420,7 +388,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
         if y is not None:
             return y
     else:
-        torch = _torch_of(x, weight, bias, residual, out)
+        torch = torch_of(x, weight, bias, residual, out)
         if torch is not None:
             return _conv2d_torch(torch, x, weight, bias, stride, padding, dilation, groups,
                                  activation, residual, out, pool)

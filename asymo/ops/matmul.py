@@ -30,6 +30,7 @@ from asymo.plan import gemm as _plans
 from asymo.plan.matmul import plan_for_matmul as _plan_for_matmul
 from asymo.ops.matmul_fast import matmul as _fast_matmul
 from asymo.ops.packed import PackedOperand, prepack
+from asymo.ops.tensors import as_array, out_array, tensor_result, torch_of
 
 __all__ = ["matmul", "gemm", "prepack", "PackedOperand", "BACKENDS", "BACKEND_ENV_VAR"]
 
@@ -248,7 +249,7 @@ def _matmul_general(a, b, out, backend, pool):
         if res is not None:
             return res
     if type(a) is not np.ndarray or type(b) is not np.ndarray:
-        torch = _torch_of(a, b, out)
+        torch = torch_of(a, b, out)
         if torch is not None:
             return _matmul_torch(torch, a, b, out, backend, pool)
     backend = _check_backend(backend)
@@ -305,36 +306,13 @@ def _matmul_general(a, b, out, backend, pool):
     return res[()] if scalar else res
 
 
-def _torch_of(*arrays):
-    """The torch module when any of ``arrays`` is a torch tensor (torch stays optional)."""
-    for x in arrays:
-        if x is not None and type(x).__module__.startswith("torch"):
-            import torch
-
-            if isinstance(x, torch.Tensor):
-                return torch
-    return None
-
-
 def _matmul_torch(torch, a, b, out, backend, pool):
-    """``matmul`` on tensors: CPU float32 / float64 tensors are read without a copy (detached:
-    asymo is inference-only) and the result comes back as a tensor."""
-    def arr(x, name):
-        if not isinstance(x, torch.Tensor):
-            return x
-        if x.device.type != "cpu":
-            raise TypeError(f"matmul: {name} is on {x.device}; asymo runs on the CPU")
-        if x.dtype in (torch.bfloat16,):
-            raise TypeError(f"matmul: {name} has dtype {x.dtype}, which NumPy cannot hold")
-        return x.detach().resolve_conj().numpy()
-
-    res = matmul(arr(a, "a"), arr(b, "b"), out=out if isinstance(out, np.ndarray) else None,
-                 backend=backend, pool=pool)
-    if isinstance(out, torch.Tensor):
-        with torch.no_grad():
-            out.copy_(torch.as_tensor(res))
-        return out
-    return torch.as_tensor(res)
+    """``matmul`` on tensors: CPU tensors are read without a copy (detached: asymo is
+    inference-only) and the result comes back as a tensor (see `asymo.ops.tensors`)."""
+    res = matmul(*(as_array(torch, x, "matmul", n, floats_only=False)
+                   for x, n in ((a, "a"), (b, "b"))),
+                 out=out_array(torch, out, "matmul"), backend=backend, pool=pool)
+    return tensor_result(torch, res, out)
 
 
 def _matmul_packed(a, b, out, backend, pool):

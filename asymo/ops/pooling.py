@@ -8,8 +8,8 @@ import weakref
 
 import numpy as np
 
-from asymo.ops.conv import (CALL_CACHE_SIZE, _geometry, _int_pair, _pair, _ptr, _tensor_as_array,
-                             _tensor_result, _torch_of, remember_call)
+from asymo.ops.conv import CALL_CACHE_SIZE, _geometry, _int_pair, _pair, _ptr, remember_call
+from asymo.ops.tensors import as_array, out_array, tensor_result, torch_of
 from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.memory import empty_result
 from asymo.runtime.partition import even_block_size as _even_block_size
@@ -213,7 +213,7 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     if not (type(dilation) is int and dilation == 1) and \
             _pair(dilation, "dilation", 1, "max_pool2d") != (1, 1):
         raise ValueError(f"max_pool2d: dilation {dilation!r} is not supported (only 1)")
-    torch = _torch_of(x, out)
+    torch = torch_of(x, out)
     if torch is not None:
         return _pool2d_torch(torch, "max", x, kernel_size, stride, padding, ceil_mode, True,
                              out, pool)
@@ -225,7 +225,7 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False,
     """Average pooling over the last two axes of a (N, C, H, W) or (C, H, W) array, with the
     arguments of ``torch.nn.functional.avg_pool2d`` in its order (no ``divisor_override``).
     A torch tensor in gives a torch tensor out."""
-    torch = _torch_of(x, out)
+    torch = torch_of(x, out)
     if torch is not None:
         return _pool2d_torch(torch, "avg", x, kernel_size, stride, padding, ceil_mode,
                              count_include_pad, out, pool)
@@ -236,10 +236,10 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False,
 def _pool2d_torch(torch, kind, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                   out, pool):
     what = f"{kind}_pool2d"
-    xa = _tensor_as_array(torch, x, what, "input")
+    xa = as_array(torch, x, what, "input")
     res = _pool2d(kind, xa, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                  out if isinstance(out, np.ndarray) else None, pool)
-    return _tensor_result(torch, res, out)
+                  out_array(torch, out, what), pool)
+    return tensor_result(torch, res, out)
 
 
 def bind_pool2d(kind, x, kernel_size, stride=None, padding=0, ceil_mode=False,
