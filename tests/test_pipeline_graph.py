@@ -553,3 +553,22 @@ def test_stages_around_a_pool_onnx_shape_inference_gets_wrong(tmp_path, kind):
         with plan_runtime(g, stages) as p:
             y, _ = p.run(x.numpy())
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
+
+
+@needs_ort
+def test_baselines_leave_out_a_runtime_that_cannot_run_the_model(tmp_path):
+    """The torch executor covers fewer operators than asymo and ONNX Runtime (HardSwish
+    here): `--compare` leaves its baseline out with the reason instead of failing."""
+    torch = pytest.importorskip("torch")
+    from asymo.hw.topology import parse_spec
+    from asymo.models.torch_loader import export_onnx_bytes
+    from asymo.pipeline.compare import runtime_baselines
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Hardswish()).eval()
+    path = tmp_path / "hs.onnx"
+    path.write_bytes(export_onnx_bytes(net, (torch.randn(1, 3, 8, 8),)))
+    skipped = {}
+    base = runtime_baselines(CutGraph(str(path)), parse_spec(f"big:{CPUS[0]}@1.0"),
+                             np.zeros((2, 3, 8, 8), np.float32), pause=0.0, skipped=skipped)
+    assert set(base) == {"ort@all", "ort@fast"}
+    assert "HardSwish" in skipped["torch"]

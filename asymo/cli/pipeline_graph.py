@@ -70,8 +70,10 @@ def run_graph(args):
     base = {}
     if args.compare:
         progress("measuring ONNX Runtime and torch on all cores and on the fast core alone")
-        base = runtime_baselines(graph, top, frames)
+        skipped = {}
+        base = runtime_baselines(graph, top, frames, skipped=skipped)
         result["baselines"] = base
+        result["skipped_baselines"] = skipped
         ort = [v["throughput"] for k, v in base.items() if k.startswith("ort@")]
         if ort:
             result["speedup_vs_best_ort"] = st.throughput / max(ort)
@@ -98,6 +100,8 @@ def run_graph(args):
              "torch@all": "torch all cores", "torch@fast": "torch fast core"}
     for k, v in base.items():
         print(f"{names.get(k, k):<16}{v['throughput']:10.2f}{1e3 * v['latency_s']:12.2f}")
+    for rt, why in result.get("skipped_baselines", {}).items():
+        print(f"{rt + ' (not run)':<16}  {why}")
     if "speedup_vs_best_ort" in result:
         print(f"pipeline / best ONNX Runtime: {result['speedup_vs_best_ort']:.2f}x "
               "(higher is better)")

@@ -62,10 +62,13 @@ def _torch(graph, cpus, frames):
         ex.close()
 
 
-def runtime_baselines(graph, topology, frames, *, runtimes=BASELINE_RUNTIMES, pause=0.3):
+def runtime_baselines(graph, topology, frames, *, runtimes=BASELINE_RUNTIMES, pause=0.3,
+                      skipped=None):
     """``{"ort@all": {"throughput", "latency_s"}, "ort@fast": ..., "torch@all": ...}``.
 
-    ``frames``: float32 array ``(F, C, H, W)``; runtimes not installed are left out.
+    ``frames``: float32 array ``(F, C, H, W)``; runtimes not installed are left out, and so
+    are runtimes that cannot run the model (the torch executor's operators do not cover it,
+    ONNX Runtime refuses it): their one-line reasons go into the dict ``skipped`` when given.
     """
     have = available_executors()
     allc = tuple(sorted(topology.cpus))
@@ -78,5 +81,10 @@ def runtime_baselines(graph, topology, frames, *, runtimes=BASELINE_RUNTIMES, pa
         fn = _ort if rt == "ort" else _torch
         for label, cpus in (("all", allc), ("fast", fast)):
             time.sleep(pause)
-            out[f"{rt}@{label}"] = run_in_thread(lambda: fn(graph, cpus, items), cpus)
+            try:
+                out[f"{rt}@{label}"] = run_in_thread(lambda: fn(graph, cpus, items), cpus)
+            except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is left out
+                if skipped is not None:
+                    skipped[rt] = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                break
     return out
