@@ -123,3 +123,72 @@ def test_bench_model_reports_backup_tasks_on_pools_of_several_clusters(small_onn
     assert "backup tasks:" in format_table(res)
     res = compare(m, x, compare=(), repeats=1, min_time=0.005, pause=0.0, progress=False)
     assert res["asymo_backups"] is None and "backup tasks:" not in format_table(res)
+
+
+def _onnx_file(path, nodes, inputs, outputs, inits=()):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def _vi(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def test_run_bad_input_output_and_batch_are_one_line_errors(small_onnx, tmp_path, monkeypatch):
+    # these were FileNotFoundError / _ArrayMemoryError tracebacks
+    with pytest.raises(SystemExit, match="cannot read --input .*No such file"):
+        main(["run", str(small_onnx), "--input", str(tmp_path / "missing.npy")])
+    # the output path is checked before the model is even loaded (it failed after the run)
+    import asymo.cli.run as run_mod
+
+    monkeypatch.setattr(run_mod, "load_onnx", lambda p: pytest.fail("loaded before --output"))
+    with pytest.raises(SystemExit, match="--output .*does not exist"):
+        main(["run", str(small_onnx), "--output", str(tmp_path / "no" / "y.npy")])
+    monkeypatch.undo()
+    with pytest.raises(SystemExit, match="--batch 1000000000000: .*does not fit in memory"):
+        main(["run", str(small_onnx), "--repeats", "0", "--batch", str(10 ** 12)])
+
+
+def test_run_report_of_an_unbatched_input_and_of_one_score_per_image(small_onnx, tmp_path,
+                                                                     capsys):
+    x = np.random.default_rng(1).standard_normal((3, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(small_onnx), "--input", str(tmp_path / "x.npy"), "--repeats", "0",
+                 "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    np.save(tmp_path / "x1.npy", x[None])
+    assert main(["run", str(small_onnx), "--input", str(tmp_path / "x1.npy"), "--repeats",
+                 "0", "--json"]) == 0
+    batched = json.loads(capsys.readouterr().out)
+    # one image without the batch dimension: not 3 images (C was taken for the batch), and
+    # the top-5 of its 10 classes (it listed one entry)
+    assert one["unbatched"] and one["images"] == 1 and one["output_shape"] == [10]
+    assert one["gflop"] == pytest.approx(batched["gflop"])
+    assert len(one["top5"]) == 5 and one["top5"] == batched["top5"]
+    assert main(["run", str(small_onnx), "--input", str(tmp_path / "x.npy"), "--repeats",
+                 "0"]) == 0
+    assert "one image, no batch dimension" in capsys.readouterr().out
+    # an output of one number per image has no top-5
+    p = _onnx_file(tmp_path / "mean.onnx",
+                   [helper.make_node("GlobalAveragePool", ["x"], ["g"]),
+                    helper.make_node("Flatten", ["g"], ["y"])],
+                   [_vi("x", ["N", 1, 4, 4])], [_vi("y", None)])
+    assert main(["run", str(p), "--repeats", "0", "--batch", "2", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["output_shape"] == [2, 1] and res["top5"] is None
+    assert main(["run", str(p), "--repeats", "0"]) == 0
+    assert "top-5" not in capsys.readouterr().out
+
+
+def test_run_json_with_nan_outputs_is_valid_json(small_onnx, tmp_path, capsys):
+    np.save(tmp_path / "nan.npy", np.full((1, 3, 16, 16), np.nan, np.float32))
+    assert main(["run", str(small_onnx), "--input", str(tmp_path / "nan.npy"), "--repeats",
+                 "0", "--json"]) == 0
+    text = capsys.readouterr().out
+
+    def refuse(token):
+        raise ValueError(f"non-standard JSON constant {token}")
+    res = json.loads(text, parse_constant=refuse)  # bare NaN tokens were printed
+    assert [score for _, score in res["top5"]] == [None] * 5
+    assert "written as null" in res["json_note"]
