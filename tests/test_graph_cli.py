@@ -192,3 +192,26 @@ def test_run_json_with_nan_outputs_is_valid_json(small_onnx, tmp_path, capsys):
     res = json.loads(text, parse_constant=refuse)  # bare NaN tokens were printed
     assert [score for _, score in res["top5"]] == [None] * 5
     assert "written as null" in res["json_note"]
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--json", "/nonexistent-asymo/x.json"], "--json .*does not exist"),
+    (["--plot", "/nonexistent-asymo/x.png"], "--plot .*does not exist"),
+    (["--plot", "b.xyz"], "unknown image format 'xyz'"),
+    (["--emulate", "100000:0.5"], "--emulate 100000:0.5: cpu 100000 is not in this process"),
+    (["--min-time", "inf"], "--min-time: must be a positive number of seconds"),
+    (["--min-time", "nan"], "--min-time: must be a positive number of seconds"),
+])
+def test_bench_model_bad_options_fail_before_the_run(small_onnx, monkeypatch, capsys, argv,
+                                                      msg):
+    import re
+
+    import asymo.cli.bench_model as bm
+
+    # these failed after the whole benchmark, or with tracebacks
+    monkeypatch.setattr(bm, "compare", lambda *a, **k: pytest.fail("benchmark ran"))
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", str(small_onnx), "--no-progress", *argv])
+    text = exc.value.code if isinstance(exc.value.code, str) else capsys.readouterr().err
+    assert exc.value.code != 0 and re.search(msg, text), text
+    assert "Traceback" not in text
