@@ -215,3 +215,79 @@ def test_bench_model_bad_options_fail_before_the_run(small_onnx, monkeypatch, ca
     text = exc.value.code if isinstance(exc.value.code, str) else capsys.readouterr().err
     assert exc.value.code != 0 and re.search(msg, text), text
     assert "Traceback" not in text
+
+
+def test_bench_model_reports_a_library_that_cannot_run_the_model(tmp_path):
+    pytest.importorskip("onnxruntime")
+    import asymo
+    from asymo.cli.bench_model import compare, format_table
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.2).astype(np.float32),
+                                "w")
+    # a static batch of 1 (torch.onnx.export's default) run with a batch of 2: asymo runs
+    # it, ONNX Runtime refuses the input at its first call
+    static = _onnx_file(tmp_path / "static.onnx", [helper.make_node("Conv", ["x", "w"], ["y"])],
+                        [_vi("x", [1, 3, 6, 6])], [_vi("y", [1, 4, 4, 4])], [w])
+    # an LRN of even size: asymo runs it, ONNX Runtime refuses to load it
+    lrn = _onnx_file(tmp_path / "lrn.onnx", [helper.make_node("LRN", ["x"], ["y"], size=2)],
+                     [_vi("x", [1, 3, 4, 4])], [_vi("y", [1, 3, 4, 4])])
+    for path, batch, why in ((static, 2, "invalid dimensions"), (lrn, 1, "size_ % 2")):
+        m = asymo.from_onnx(str(path))
+        x = rng.standard_normal((batch,) + m.input_shape).astype(np.float32)
+        res = compare(m, x, compare=("ort",), onnx_bytes=path.read_bytes(), repeats=1,
+                      min_time=0.001, pause=0.0, progress=False)
+        assert set(res["failed"]) == {"ort", "ort 1 core"} and why in res["failed"]["ort"]
+        assert "asymo" in res["seconds"] and "ort" not in res["seconds"]
+        assert res["best_other"] is None
+        text = format_table(res)
+        assert "failed" in text and text.count("ort did not run the model: ") == 1
+        assert "\n" not in res["failed"]["ort"]
+
+
+def test_bench_model_says_when_outputs_differ(small_onnx):
+    import asymo
+    from asymo.cli.bench_model import AGREE_RTOL, compare, format_table
+
+    m = asymo.from_onnx(str(small_onnx))
+    x = np.random.default_rng(0).standard_normal((1,) + m.input_shape).astype(np.float32)
+    res = compare(m, x, compare=(), repeats=1, min_time=0.001, pause=0.0, progress=False)
+    assert res["agreement_rtol"] == AGREE_RTOL == 1e-3
+    assert f"outputs agree within {AGREE_RTOL:g}" in format_table(res)
+    # 2.5 was printed as "outputs agree: ... = 2.5e+00"
+    for bad, shown in ((2.5, "torch 2.5e+00"), (float("nan"), "torch nan"),
+                       (None, "torch (another number or size of outputs)")):
+        res["max_rel_diff_vs_asymo"] = {"asymo 1 core": 0.0, "torch": bad}
+        text = format_table(res)
+        assert "outputs agree" not in text
+        assert "outputs DIFFER from asymo's by more than 0.001" in text and shown in text
+
+
+def test_bench_model_two_outputs_and_two_inputs(tmp_path, capsys):
+    import asymo
+    from asymo.cli.bench_model import compare
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.2).astype(np.float32),
+                                "w")
+    two_out = _onnx_file(tmp_path / "two_out.onnx",
+                         [helper.make_node("Conv", ["x", "w"], ["c"]),
+                          helper.make_node("GlobalAveragePool", ["c"], ["p"]),
+                          helper.make_node("Flatten", ["p"], ["y1"]),
+                          helper.make_node("Relu", ["c"], ["y2"])],
+                         [_vi("x", ["N", 3, 6, 6])], [_vi("y1", None), _vi("y2", None)], [w])
+    m = asymo.from_onnx(str(two_out))
+    x = rng.standard_normal((1,) + m.input_shape).astype(np.float32)
+    have_ort = __import__("importlib").util.find_spec("onnxruntime") is not None
+    # both outputs are compared (this was a ValueError traceback, np.asarray of the tuple)
+    res = compare(m, x, compare=("ort",), onnx_bytes=two_out.read_bytes(), repeats=1,
+                  min_time=0.001, pause=0.0, progress=False)
+    assert res["output_shapes"] == [[1, 4], [1, 4, 4, 4]] and res["output_shape"] == [1, 4]
+    if have_ort:
+        assert res["max_rel_diff_vs_asymo"]["ort"] < 1e-5
+    two_in = _onnx_file(tmp_path / "two_in.onnx", [helper.make_node("Add", ["x", "z"], ["y"])],
+                        [_vi("x", ["N", 3, 4, 4]), _vi("z", ["N", 3, 4, 4])],
+                        [_vi("y", None)])
+    # `asymo run`'s one line (a TypeError traceback from the timed rounds)
+    with pytest.raises(SystemExit, match=r"asymo bench: .*expected 2 input\(s\)"):
+        main(["bench", str(two_in), "--no-progress", "--repeats", "1"])
