@@ -81,6 +81,7 @@ def test_simulate_three_clusters_with_overheads(tmp_path, capsys):
     (["--simulate", "sd845", "--sim-corun", "1.5"], "(0, 1]"),
     (["--sim-calibration", "c.json"], "read by --validate-sim"),
     (["--simulate", "sd845", "--calibrate-sim", "c.json"], "cannot be combined"),
+    (["--simulate", "sd845", "--plot", "k.xyz"], "unknown image format 'xyz'"),
 ])
 def test_bad_arguments_exit_2_with_a_message(capsys, argv, msg):
     rc, _, err = _run(capsys, *argv)

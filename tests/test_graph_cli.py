@@ -123,3 +123,171 @@ def test_bench_model_reports_backup_tasks_on_pools_of_several_clusters(small_onn
     assert "backup tasks:" in format_table(res)
     res = compare(m, x, compare=(), repeats=1, min_time=0.005, pause=0.0, progress=False)
     assert res["asymo_backups"] is None and "backup tasks:" not in format_table(res)
+
+
+def _onnx_file(path, nodes, inputs, outputs, inits=()):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def _vi(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def test_run_bad_input_output_and_batch_are_one_line_errors(small_onnx, tmp_path, monkeypatch):
+    # these were FileNotFoundError / _ArrayMemoryError tracebacks
+    with pytest.raises(SystemExit, match="cannot read --input .*No such file"):
+        main(["run", str(small_onnx), "--input", str(tmp_path / "missing.npy")])
+    # the output path is checked before the model is even loaded (it failed after the run)
+    import asymo.cli.run as run_mod
+
+    monkeypatch.setattr(run_mod, "load_onnx", lambda p: pytest.fail("loaded before --output"))
+    with pytest.raises(SystemExit, match="--output .*does not exist"):
+        main(["run", str(small_onnx), "--output", str(tmp_path / "no" / "y.npy")])
+    monkeypatch.undo()
+    with pytest.raises(SystemExit, match="--batch 1000000000000: .*does not fit in memory"):
+        main(["run", str(small_onnx), "--repeats", "0", "--batch", str(10 ** 12)])
+
+
+def test_run_report_of_an_unbatched_input_and_of_one_score_per_image(small_onnx, tmp_path,
+                                                                     capsys):
+    x = np.random.default_rng(1).standard_normal((3, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(small_onnx), "--input", str(tmp_path / "x.npy"), "--repeats", "0",
+                 "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    np.save(tmp_path / "x1.npy", x[None])
+    assert main(["run", str(small_onnx), "--input", str(tmp_path / "x1.npy"), "--repeats",
+                 "0", "--json"]) == 0
+    batched = json.loads(capsys.readouterr().out)
+    # one image without the batch dimension: not 3 images (C was taken for the batch), and
+    # the top-5 of its 10 classes (it listed one entry)
+    assert one["unbatched"] and one["images"] == 1 and one["output_shape"] == [10]
+    assert one["gflop"] == pytest.approx(batched["gflop"])
+    assert len(one["top5"]) == 5 and one["top5"] == batched["top5"]
+    assert main(["run", str(small_onnx), "--input", str(tmp_path / "x.npy"), "--repeats",
+                 "0"]) == 0
+    assert "one image, no batch dimension" in capsys.readouterr().out
+    # an output of one number per image has no top-5
+    p = _onnx_file(tmp_path / "mean.onnx",
+                   [helper.make_node("GlobalAveragePool", ["x"], ["g"]),
+                    helper.make_node("Flatten", ["g"], ["y"])],
+                   [_vi("x", ["N", 1, 4, 4])], [_vi("y", None)])
+    assert main(["run", str(p), "--repeats", "0", "--batch", "2", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["output_shape"] == [2, 1] and res["top5"] is None
+    assert main(["run", str(p), "--repeats", "0"]) == 0
+    assert "top-5" not in capsys.readouterr().out
+
+
+def test_run_json_with_nan_outputs_is_valid_json(small_onnx, tmp_path, capsys):
+    np.save(tmp_path / "nan.npy", np.full((1, 3, 16, 16), np.nan, np.float32))
+    assert main(["run", str(small_onnx), "--input", str(tmp_path / "nan.npy"), "--repeats",
+                 "0", "--json"]) == 0
+    text = capsys.readouterr().out
+
+    def refuse(token):
+        raise ValueError(f"non-standard JSON constant {token}")
+    res = json.loads(text, parse_constant=refuse)  # bare NaN tokens were printed
+    assert [score for _, score in res["top5"]] == [None] * 5
+    assert "written as null" in res["json_note"]
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--json", "/nonexistent-asymo/x.json"], "--json .*does not exist"),
+    (["--plot", "/nonexistent-asymo/x.png"], "--plot .*does not exist"),
+    (["--plot", "b.xyz"], "unknown image format 'xyz'"),
+    (["--emulate", "100000:0.5"], "--emulate 100000:0.5: cpu 100000 is not in this process"),
+    (["--min-time", "inf"], "--min-time: must be a positive number of seconds"),
+    (["--min-time", "nan"], "--min-time: must be a positive number of seconds"),
+])
+def test_bench_model_bad_options_fail_before_the_run(small_onnx, monkeypatch, capsys, argv,
+                                                      msg):
+    import re
+
+    import asymo.cli.bench_model as bm
+
+    # these failed after the whole benchmark, or with tracebacks
+    monkeypatch.setattr(bm, "compare", lambda *a, **k: pytest.fail("benchmark ran"))
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", str(small_onnx), "--no-progress", *argv])
+    text = exc.value.code if isinstance(exc.value.code, str) else capsys.readouterr().err
+    assert exc.value.code != 0 and re.search(msg, text), text
+    assert "Traceback" not in text
+
+
+def test_bench_model_reports_a_library_that_cannot_run_the_model(tmp_path):
+    pytest.importorskip("onnxruntime")
+    import asymo
+    from asymo.cli.bench_model import compare, format_table
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.2).astype(np.float32),
+                                "w")
+    # a static batch of 1 (torch.onnx.export's default) run with a batch of 2: asymo runs
+    # it, ONNX Runtime refuses the input at its first call
+    static = _onnx_file(tmp_path / "static.onnx", [helper.make_node("Conv", ["x", "w"], ["y"])],
+                        [_vi("x", [1, 3, 6, 6])], [_vi("y", [1, 4, 4, 4])], [w])
+    # an LRN of even size: asymo runs it, ONNX Runtime refuses to load it
+    lrn = _onnx_file(tmp_path / "lrn.onnx", [helper.make_node("LRN", ["x"], ["y"], size=2)],
+                     [_vi("x", [1, 3, 4, 4])], [_vi("y", [1, 3, 4, 4])])
+    for path, batch, why in ((static, 2, "invalid dimensions"), (lrn, 1, "size_ % 2")):
+        m = asymo.from_onnx(str(path))
+        x = rng.standard_normal((batch,) + m.input_shape).astype(np.float32)
+        res = compare(m, x, compare=("ort",), onnx_bytes=path.read_bytes(), repeats=1,
+                      min_time=0.001, pause=0.0, progress=False)
+        assert set(res["failed"]) == {"ort", "ort 1 core"} and why in res["failed"]["ort"]
+        assert "asymo" in res["seconds"] and "ort" not in res["seconds"]
+        assert res["best_other"] is None
+        text = format_table(res)
+        assert "failed" in text and text.count("ort did not run the model: ") == 1
+        assert "\n" not in res["failed"]["ort"]
+
+
+def test_bench_model_says_when_outputs_differ(small_onnx):
+    import asymo
+    from asymo.cli.bench_model import AGREE_RTOL, compare, format_table
+
+    m = asymo.from_onnx(str(small_onnx))
+    x = np.random.default_rng(0).standard_normal((1,) + m.input_shape).astype(np.float32)
+    res = compare(m, x, compare=(), repeats=1, min_time=0.001, pause=0.0, progress=False)
+    assert res["agreement_rtol"] == AGREE_RTOL == 1e-3
+    assert f"outputs agree within {AGREE_RTOL:g}" in format_table(res)
+    # 2.5 was printed as "outputs agree: ... = 2.5e+00"
+    for bad, shown in ((2.5, "torch 2.5e+00"), (float("nan"), "torch nan"),
+                       (None, "torch (another number or size of outputs)")):
+        res["max_rel_diff_vs_asymo"] = {"asymo 1 core": 0.0, "torch": bad}
+        text = format_table(res)
+        assert "outputs agree" not in text
+        assert "outputs DIFFER from asymo's by more than 0.001" in text and shown in text
+
+
+def test_bench_model_two_outputs_and_two_inputs(tmp_path, capsys):
+    import asymo
+    from asymo.cli.bench_model import compare
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.2).astype(np.float32),
+                                "w")
+    two_out = _onnx_file(tmp_path / "two_out.onnx",
+                         [helper.make_node("Conv", ["x", "w"], ["c"]),
+                          helper.make_node("GlobalAveragePool", ["c"], ["p"]),
+                          helper.make_node("Flatten", ["p"], ["y1"]),
+                          helper.make_node("Relu", ["c"], ["y2"])],
+                         [_vi("x", ["N", 3, 6, 6])], [_vi("y1", None), _vi("y2", None)], [w])
+    m = asymo.from_onnx(str(two_out))
+    x = rng.standard_normal((1,) + m.input_shape).astype(np.float32)
+    have_ort = __import__("importlib").util.find_spec("onnxruntime") is not None
+    # both outputs are compared (this was a ValueError traceback, np.asarray of the tuple)
+    res = compare(m, x, compare=("ort",), onnx_bytes=two_out.read_bytes(), repeats=1,
+                  min_time=0.001, pause=0.0, progress=False)
+    assert res["output_shapes"] == [[1, 4], [1, 4, 4, 4]] and res["output_shape"] == [1, 4]
+    if have_ort:
+        assert res["max_rel_diff_vs_asymo"]["ort"] < 1e-5
+    two_in = _onnx_file(tmp_path / "two_in.onnx", [helper.make_node("Add", ["x", "z"], ["y"])],
+                        [_vi("x", ["N", 3, 4, 4]), _vi("z", ["N", 3, 4, 4])],
+                        [_vi("y", None)])
+    # `asymo run`'s one line (a TypeError traceback from the timed rounds)
+    with pytest.raises(SystemExit, match=r"asymo bench: .*expected 2 input\(s\)"):
+        main(["bench", str(two_in), "--no-progress", "--repeats", "1"])

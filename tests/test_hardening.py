@@ -205,3 +205,12 @@ def test_emulated_topology_validates_speeds_and_cpus():
     assert t.emulated == {} and t.nclusters == 1
     t = emulated_topology({np.int64(1): 0.5}, base=base, cpus=[0, 1])
     assert t.emulated == {1: 0.5} and t.to_spec() == "c0:0@1,c0-emu0.5:1@0.5"
+
+
+def test_pipeline_cli_emulate_refused_by_the_emulator_is_a_clear_error(capsys):
+    # a cpu outside the affinity mask: a ValueError traceback from Emulation.start()
+    cpu = max(os.sched_getaffinity(0)) + 1000
+    rc, err = _cli(capsys, "pipeline", "alexnet", "--emulate", f"{cpu}:0.5", "--frames", "1")
+    assert rc == 2
+    assert f"asymo pipeline: error: --emulate {cpu}:0.5: cpu {cpu} is not in" in err
+    assert "Traceback" not in err

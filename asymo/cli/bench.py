@@ -7,9 +7,11 @@ CPU, or both compared (``--validate-sim``). Wrap measured runs in
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
+
+from asymo.cli.options import (check_output, check_plot, emulation, finite_json,
+                                positive_seconds, start_emulation, stop_emulation)
 
 BENCHES = ["scaling", "model"]
 
@@ -55,7 +57,7 @@ def _register_model(bsub):
     p.add_argument("--batch", type=int, default=1, metavar="N", help="batch size (default 1)")
     p.add_argument("--repeats", type=int, default=5, metavar="N",
                    help="interleaved rounds; the median is reported (default 5)")
-    p.add_argument("--min-time", type=float, default=0.3, metavar="SEC",
+    p.add_argument("--min-time", type=positive_seconds, default=0.3, metavar="SEC",
                    help="seconds of back-to-back calls per library per round (default 0.3)")
     p.add_argument("--json", default=None, metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", default=None, metavar="FILE", help="write a bar chart (PNG/SVG)")
@@ -64,31 +66,31 @@ def _register_model(bsub):
 
 
 def _run_model(args):
-    import numpy as np
-
     from asymo.cli.bench_model import LIBRARIES, compare, format_table, plot
-    from asymo.cli.run import load_onnx
+    from asymo.cli.run import first_call, load_onnx, random_input
 
     bad = [c for c in args.compare if c not in LIBRARIES]
     if bad:
-        raise SystemExit(f"asymo bench: --compare takes {', '.join(LIBRARIES)}, got {bad}")
-    if args.batch < 1 or args.repeats < 1 or not args.min_time > 0:
-        raise SystemExit("asymo bench: --batch and --repeats must be >= 1, --min-time > 0")
+        raise SystemExit(f"asymo bench: error: --compare takes {', '.join(LIBRARIES)}, "
+                         f"got {bad}")
+    if args.batch < 1 or args.repeats < 1:
+        raise SystemExit("asymo bench: error: --batch and --repeats must be >= 1")
+    try:
+        # checked now, not when the results are written: the run takes a while
+        if args.json is not None:
+            check_output(args.json, "--json")
+        if args.plot is not None:
+            check_plot(args.plot)
+    except ValueError as exc:
+        raise SystemExit(f"asymo bench: error: {exc}") from None
     model, t_load = load_onnx(args.model)
     with open(args.model, "rb") as f:
         data = f.read()
-    x = np.random.default_rng(0).standard_normal(
-        (args.batch,) + model.input_shape).astype(np.float32)
-    emu = contextlib.nullcontext(None)
-    if args.emulate:
-        from asymo.lab import emulate
-        from asymo.lab.scaling import parse_emulate
-        try:
-            speeds = parse_emulate(args.emulate)
-        except ValueError as exc:
-            raise SystemExit(f"asymo bench: --emulate: {exc}") from None
-        emu = emulate.slow_cores(speeds, period=emulate.DEFAULT_PERIOD)
-    with emu:
+    x = random_input(model, args.batch, "asymo bench")
+    # the call `asymo run` makes: a model asymo cannot run on one random input (several
+    # inputs, ...) is refused in its words now, not by a traceback from the timed rounds
+    first_call(model, x, "asymo bench")
+    with emulation(args.emulate, "asymo bench"):
         res = compare(model, x, compare=args.compare, onnx_bytes=data,
                       emulation=(f"{args.emulate} (emulator, speed only: the slowed core keeps "
                                  "its caches)" if args.emulate else None),
@@ -97,11 +99,19 @@ def _run_model(args):
     res["load_s"] = t_load
     print(format_table(res))
     print(f"load (file to planned model): {t_load * 1e3:.0f} ms")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=2)
-    if args.plot:
-        plot(res, args.plot)
+    try:
+        if args.json:
+            doc, nonfinite = finite_json(res)
+            if nonfinite:
+                doc["json_note"] = (f"{nonfinite} non-finite number(s) (not a number, "
+                                    "infinite) written as null")
+            with open(args.json, "w") as f:
+                json.dump(doc, f, indent=2, allow_nan=False)
+        if args.plot:
+            plot(res, args.plot)
+    except OSError as exc:  # the path was checked before the run; this is what changed since
+        raise SystemExit(f"asymo bench: error: cannot write {exc.filename or 'output'}: "
+                         f"{exc.strerror or exc}") from None
     return 0
 
 
@@ -258,18 +268,6 @@ def _check_policies(names, simulate):
                              f"({', '.join(POOL_POLICIES)}) and numpy (a static equal split)")
 
 
-def _check_output(path, option):
-    """Fail before the run, not after it, when ``path`` cannot be written."""
-    import os
-    if os.path.isdir(path):
-        raise ValueError(f"{option} {path}: is a directory; give a file name")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise ValueError(f"{option} {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise ValueError(f"{option} {path}: directory {parent} is not writable")
-
-
 def _sim_target(text):
     """A preset name, or a topology spec ('big:0-3@1.0,little:4-7@0.45') to simulate."""
     from asymo.lab.sim.presets import get_preset
@@ -297,15 +295,12 @@ def run_scaling(args):
         if args.simulate and (args.validate_sim or args.emulate):
             raise ValueError("--simulate does not measure: it cannot be combined with "
                              "--validate-sim or --emulate")
-        for option, path in (("--json", args.json), ("--plot", args.plot),
-                             ("--calibrate-sim", args.calibrate_sim)):
+        # checked now, not when the results are written: the run may take minutes
+        for option, path in (("--json", args.json), ("--calibrate-sim", args.calibrate_sim)):
             if path is not None:
-                _check_output(path, option)
-        if args.plot:
-            try:
-                import matplotlib  # noqa: F401  (checked now: the run may take minutes)
-            except ImportError:
-                raise ValueError("--plot needs matplotlib (pip install matplotlib)") from None
+                check_output(path, option)
+        if args.plot is not None:
+            check_plot(args.plot)
         if args.policies is not None:
             _check_policies(args.policies, simulate=bool(args.simulate))
         names = args.workload or _default_workloads()
@@ -361,12 +356,11 @@ def run_scaling(args):
     else:
         from asymo.lab.sim import calibrate as simcal
         try:
-            emu = _start_emulation(emulate, period)
-        except (ValueError, TypeError, RuntimeError) as exc:   # EmulationError included
-            print(f"asymo bench scaling: error: --emulate {args.emulate}: {exc}",
-                  file=sys.stderr)
+            emu = start_emulation(args.emulate, period)
+        except ValueError as exc:   # says which --emulate, and why the emulator refused it
+            print(f"asymo bench scaling: error: {exc}", file=sys.stderr)
             return 2
-        with _emulation(emu):
+        try:
             t = topo.detect(override=args.topology)
             cal = None
             if args.sim_calibration:
@@ -393,6 +387,8 @@ def run_scaling(args):
                                              emulator_period=period if emulate else None)
             if args.validate_sim:
                 scaling.validate_sim(result, calibration=cal, emulator_period=period)
+        finally:
+            stop_emulation(emu)
     print(result.table())
     try:
         if args.json:
@@ -407,29 +403,3 @@ def run_scaling(args):
               f"{exc.strerror or exc}", file=sys.stderr)
         return 1
     return 0
-
-
-def _start_emulation(spec, period=None):
-    """The running emulation for ``--emulate`` (None without it). A spec the emulator refuses
-    (a cpu outside the affinity mask, a period out of range, no SCHED_FIFO) raises
-    ValueError / EmulationError (a RuntimeError) here, before anything is measured."""
-    if not spec:
-        return None
-    try:
-        from asymo.lab.emulate import slow_cores
-    except ImportError:
-        raise RuntimeError("--emulate needs asymo.lab.emulate, which is not in this build") from None
-    kw = {} if period is None else {"period": period}
-    emu = slow_cores(spec, **kw)
-    emu.start()
-    return emu
-
-
-@contextlib.contextmanager
-def _emulation(emu):
-    """Stop ``emu`` (from :func:`_start_emulation`) on every way out of the block."""
-    try:
-        yield
-    finally:
-        if emu is not None:
-            emu.stop()

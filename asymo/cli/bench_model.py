@@ -45,16 +45,31 @@ LIBRARIES = ("ort", "torch")
 #: round trip reads 50-90 ns or 310-360 ns, the write's ratio about 1.6-2x in both, and a
 #: third state doubles both writes, 8.9 -> 17-18 us, at a ratio of 2x)
 SLOW_TRANSFER_FACTOR = 1.6
+#: another library's outputs agree with asymo's when max |other - asymo| / max |asymo| over
+#: every output is at most this: float32 kernels summing in another order differ by ~1e-6,
+#: a wrong operator by far more
+AGREE_RTOL = 1e-3
+#: a failing library's reason is cut to this many characters (ONNX Runtime's messages can
+#: name every node of the graph)
+REASON_CHARS = 300
 
 
 class Contender:
     """One library in one configuration: ``call()`` is timed; ``enter()`` / ``leave()`` set
-    and restore its threads and pinning around a round (outside the timed loop)."""
+    and restore its threads and pinning around a round (outside the timed loop).
+    ``other``: another library than asymo, whose failure to run the model is reported as a
+    result of the benchmark (asymo's own failure is an error)."""
 
-    def __init__(self, name, call, enter=None, leave=None, note=""):
-        self.name, self.call, self.note = name, call, note
+    def __init__(self, name, call, enter=None, leave=None, note="", other=False):
+        self.name, self.call, self.note, self.other = name, call, note, other
         self.enter = enter or (lambda: None)
         self.leave = leave or (lambda: None)
+
+
+def _reason(exc):
+    """An exception as one line of at most REASON_CHARS characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 3] + "..."
 
 
 def _pin_enter(cpu, state):
@@ -77,7 +92,9 @@ def machine_description(pool, emulation):
 
 
 def _contenders(model, x, compare, pool, single_pool, fast_cpu, onnx_bytes, torch_module,
-                threads):
+                threads, failed):
+    """The contenders for ``compare``; the libraries that cannot even load the model go to
+    ``failed`` (name -> one-line reason) instead."""
     out = [Contender("asymo", lambda: model(x, pool=pool), note=f"{pool.nworkers} workers")]
     if single_pool is not None:
         st = {}
@@ -95,20 +112,38 @@ def _contenders(model, x, compare, pool, single_pool, fast_cpu, onnx_bytes, torc
                 so.intra_op_num_threads = n
                 so.inter_op_num_threads = 1
                 so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+                # a model it refuses is reported in the table, with ORT's reason: not also
+                # in ORT's own log on stderr
+                so.log_severity_level = 4
                 return ort.InferenceSession(onnx_bytes, so, providers=["CPUExecutionProvider"])
-            s_all, s_one = session(threads), session(1)
-            iname = s_all.get_inputs()[0].name
-            out.append(Contender("ort", lambda: s_all.run(None, {iname: x}),
-                                 note=f"{threads} intra-op threads"))
-            st = {}
-            e, lv = _pin_enter(fast_cpu, st)
-            out.append(Contender("ort 1 core", lambda: s_one.run(None, {iname: x}), e, lv,
-                                 note=f"1 thread pinned to cpu {fast_cpu}"))
+            try:
+                s_all, s_one = session(threads), session(1)
+            # any error: ONNX Runtime refuses models asymo runs (an LRN of even size, ...),
+            # which is that library not running the model, not a failed benchmark
+            except Exception as exc:
+                failed["ort"] = failed["ort 1 core"] = _reason(exc)
+            else:
+                iname = s_all.get_inputs()[0].name
+                out.append(Contender("ort", lambda: s_all.run(None, {iname: x}),
+                                     note=f"{threads} intra-op threads", other=True))
+                st = {}
+                e, lv = _pin_enter(fast_cpu, st)
+                out.append(Contender("ort 1 core", lambda: s_one.run(None, {iname: x}), e, lv,
+                                     note=f"1 thread pinned to cpu {fast_cpu}", other=True))
     if "torch" in compare:
         try:
             import torch
         except ImportError:
             torch = None
+        runner = None
+        if torch is not None and torch_module is None:
+            from asymo.models.torch_graph import TorchGraphRunner
+
+            try:
+                runner = TorchGraphRunner(model)
+            except Exception as exc:  # as ONNX Runtime's above: torch does not run the model
+                failed["torch"] = failed["torch 1 core"] = _reason(exc)
+                torch = None
         if torch is not None:
             if torch_module is not None:
                 xt = torch.from_numpy(x)
@@ -118,10 +153,6 @@ def _contenders(model, x, compare, pool, single_pool, fast_cpu, onnx_bytes, torc
                         return torch_module(xt)
                 what = "nn.Module"
             else:
-                from asymo.models.torch_graph import TorchGraphRunner
-
-                runner = TorchGraphRunner(model)
-
                 def run_torch():
                     return runner(x)
                 what = "same graph, torch eager ops"
@@ -141,29 +172,51 @@ def _contenders(model, x, compare, pool, single_pool, fast_cpu, onnx_bytes, torc
                 if "aff" in state:
                     os.sched_setaffinity(0, state.pop("aff"))
             out.append(Contender("torch", run_torch, t_enter(threads), t_leave,
-                                 note=f"{threads} threads, {what}"))
+                                 note=f"{threads} threads, {what}", other=True))
             out.append(Contender("torch 1 core", run_torch, t_enter(1, fast_cpu), t_leave,
-                                 note=f"1 thread pinned to cpu {fast_cpu}, {what}"))
+                                 note=f"1 thread pinned to cpu {fast_cpu}, {what}",
+                                 other=True))
     return out
 
 
-def _measure(contenders, repeats, min_time, pause, progress, probe=None):
+def _call(c, failed):
+    """``c.call()`` between ``c.enter()`` and ``c.leave()``; when another library than asymo
+    fails (ONNX Runtime refusing a batch its file fixes, ...), None, with the reason in
+    ``failed``."""
+    c.enter()
+    try:
+        return c.call()
+    except Exception as exc:  # any error of another library: it did not run the model
+        if not c.other:
+            raise
+        failed[c.name] = _reason(exc)
+        return None
+    finally:
+        c.leave()
+
+
+def _measure(contenders, repeats, min_time, pause, progress, probe=None, failed=None):
     """Medians and samples per contender; with ``probe`` (a callable), also its readings
-    before each repeat and after the last (one more than ``repeats``)."""
+    before each repeat and after the last (one more than ``repeats``). Another library whose
+    warm-up call fails is left out of the rounds, with its reason in ``failed``."""
+    failed = {} if failed is None else failed
     inner = {}
     for c in contenders:
+        if _call(c, failed) is None and c.name in failed:  # warm-up: plans, arenas, sessions
+            continue
         c.enter()
         try:
-            c.call()  # warm-up: plans, arenas, sessions
             t0 = time.perf_counter()
             c.call()
             dt = max(time.perf_counter() - t0, 1e-6)
         finally:
             c.leave()
-        inner[c.name] = max(1, int(min_time / dt))
+        # capped: a huge --min-time over a fast call must not overflow int()
+        inner[c.name] = max(1, int(min(min_time / dt, 1e12)))
         time.sleep(pause)
         if progress is not None:
             progress.update(1)
+    contenders = [c for c in contenders if c.name in inner]
     samples = {c.name: [] for c in contenders}
     readings = []
     for r in range(repeats):
@@ -260,10 +313,16 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
 
     Returns a dict: the machine, per contender the median seconds per call and the samples,
     and the ratios ``other / asymo`` (> 1: asymo faster), including against the best of the
-    other libraries on all cores or one core (``best_other``)."""
+    other libraries on all cores or one core (``best_other``); ``failed``, the contenders of
+    another library that could not load or run the model (name -> one-line reason; they are
+    left out of the figures); ``max_rel_diff_vs_asymo``, per contender the largest
+    ``max |other - asymo| / max |asymo|`` over every output (None: outputs of another number
+    or size), which agrees within ``agreement_rtol``; ``output_shapes``, one per output
+    (``output_shape``: the first's)."""
     import asymo
     from asymo.hw.topology import Cluster, Topology
 
+    failed = {}
     own_pool = pool is None
     pool = asymo.Pool() if own_pool else pool
     fast = pool.topology.clusters[0]
@@ -276,7 +335,7 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
     bar = None
     try:
         cons = _contenders(model, x, tuple(compare), pool, single, fast_cpu, onnx_bytes,
-                           torch_module, threads)
+                           torch_module, threads, failed)
         if progress:
             try:
                 from tqdm import tqdm
@@ -309,25 +368,22 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
             return call()
         cons[0].call = counted
         pool.reset_stats()
-        med, samples, readings = _measure(cons, repeats, min_time, pause, bar, probe)
+        med, samples, readings = _measure(cons, repeats, min_time, pause, bar, probe,
+                                          failed)
         cons[0].call = call
         backups = _backups(pool, calls[0])
         # (a decided choice is checked again during the rounds: GraphModel's _Choice.observe)
         clusters_end = (model.chosen_clusters(pool, x.shape[0]) if clusters is not None
                         else None)
-        # check the results agree (a wrong answer is no benchmark)
-        ref = np.asarray(model(x, pool=pool))
-        scale = max(float(np.abs(ref).max()), 1e-30)
+        # check the results agree (a wrong answer is no benchmark), every output
+        refs = _outputs(model(x, pool=pool))
         diffs = {}
         for c in cons:
-            c.enter()
-            try:
-                y = c.call()
-            finally:
-                c.leave()
-            y = y[0] if isinstance(y, (list, tuple)) else y
-            y = y.numpy() if hasattr(y, "numpy") else np.asarray(y)
-            diffs[c.name] = float(np.abs(y.reshape(ref.shape) - ref).max() / scale)
+            if c.name in failed:
+                continue
+            y = _call(c, failed)
+            if c.name not in failed:
+                diffs[c.name] = _rel_diff(_outputs(y), refs)
         notes = {c.name: c.note for c in cons}
     finally:
         if bar is not None:
@@ -344,14 +400,69 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
                   f"{pause:g} s pause between libraries, threads and pinning set outside "
                   "the timed loops",
         "seconds": med, "samples": samples, "notes": notes, **_versus(med),
-        "output_shape": list(ref.shape),
-        "max_rel_diff_vs_asymo": diffs,
+        "output_shape": list(refs[0].shape),
+        "output_shapes": [list(r.shape) for r in refs],
+        "max_rel_diff_vs_asymo": diffs, "agreement_rtol": AGREE_RTOL,
+        "failed": failed,
         "asymo_clusters": clusters,
         "asymo_clusters_end": clusters_end,
         "asymo_backups": backups,
         "transfer": (_transfer_summary(cpus, readings, samples, emulated=emulation is not None)
                      if readings else None),
     }
+
+
+def _outputs(y):
+    """A library's result (an array or tensor, or a tuple or list of them: one per model
+    output) as a list of NumPy arrays."""
+    ys = list(y) if isinstance(y, (list, tuple)) else [y]
+    return [v.numpy() if hasattr(v, "numpy") else np.asarray(v) for v in ys]
+
+
+def _rel_diff(ys, refs):
+    """max |y - ref| / max |ref|, the largest over the outputs (NaN if any is NaN); None when
+    the outputs cannot be compared (another count of outputs, or of elements)."""
+    if len(ys) != len(refs):
+        return None
+    worst = 0.0
+    for y, ref in zip(ys, refs):
+        if y.size != ref.size:
+            return None
+        if not ref.size:
+            continue
+        scale = max(float(np.abs(ref).max()), 1e-30)
+        d = float(np.abs(y.reshape(ref.shape).astype(np.float64) - ref).max()) / scale
+        if not d <= worst:  # keeps a NaN, where max() would drop it
+            worst = d
+    return worst
+
+
+def _agreement_lines(r, indent):
+    """The lines saying whether the other libraries' outputs agree with asymo's (within the
+    result's ``agreement_rtol``) and which libraries did not run the model."""
+    lines = []
+    failed = r.get("failed") or {}
+    for k, why in failed.items():
+        base = k[:-len(" 1 core")] if k.endswith(" 1 core") else None
+        if base is not None and failed.get(base) == why:
+            continue  # said once, for the library on all cores
+        lines.append(f"{indent}{k} did not run the model: {why}")
+    diffs = r.get("max_rel_diff_vs_asymo") or {}
+    if not diffs:
+        return lines
+    tol = r.get("agreement_rtol", AGREE_RTOL)
+    differ = {k: v for k, v in diffs.items() if not (v is not None and v <= tol)}
+    if differ:
+        what = ", ".join(f"{k} {v:.1e}" if v is not None
+                         else f"{k} (another number or size of outputs)"
+                         for k, v in differ.items())
+        lines.append(f"{indent}outputs DIFFER from asymo's by more than {tol:g} (max |other - "
+                     f"asymo| / max |asymo|): {what}")
+    else:
+        worst = max(diffs.values())
+        lines.append(f"{indent}outputs agree within {tol:g}: max |other - asymo| / "
+                     f"max |asymo| = {worst:.1e}")
+    return lines
 
 
 def _backups(pool, calls):
@@ -376,7 +487,7 @@ def format_table(results):
         results = [results]
     names = []
     for r in results:
-        for k in r["seconds"]:
+        for k in list(r["seconds"]) + list(r.get("failed") or {}):
             if k not in names:
                 names.append(k)
     m = results[0]["machine"]
@@ -393,14 +504,14 @@ def format_table(results):
         row = f"{r['model']:<18}{r['gflop']:>6.2f}"
         for n in names:
             v = r["seconds"].get(n)
-            row += f"{v * 1e3:>14.2f}" if v else f"{'-':>14}"
+            failed = n in (r.get("failed") or {})
+            row += f"{v * 1e3:>14.2f}" if v else f"{'failed' if failed else '-':>14}"
         if r["best_other"]:
             row += f"{r['vs_best_other']:>8.2f}x {r['best_other']}"
         lines.append(row)
         ratios = "  ".join(f"{k} {v:.2f}x" for k, v in r["ratio"].items())
         lines.append(f"{'':<18}{ratios}")
-        worst = max((v for k, v in r.get("max_rel_diff_vs_asymo", {}).items()), default=0.0)
-        lines.append(f"{'':<18}outputs agree: max |other - asymo| / max |asymo| = {worst:.1e}")
+        lines.extend(_agreement_lines(r, " " * 18))
         cl = r.get("asymo_clusters") or {}
         if cl.get("all_s") and cl.get("fastest_s"):
             where = {"all": "on all clusters", "fastest": "on the fastest cluster alone",

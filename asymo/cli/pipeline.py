@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 
 import numpy as np
 
+from asymo.cli.options import emulation, positive_seconds
 from asymo.cli.pipeline_common import add_model_args, load_model, make_plan, positive_int
 
 
@@ -43,28 +43,9 @@ def register(sub):
 
 
 def run(args):
-    if args.emulate:
-        speeds = parse_emulate(args.emulate)
-        from asymo.lab.emulate import slow_cores  # the emulator is only loaded when asked for
-
-        with slow_cores(speeds):
-            return _run(args)
-    return _run(args)
-
-
-def parse_emulate(text):
-    """``"1:0.5,2:0.33"`` -> ``{1: 0.5, 2: 0.33}``."""
-    out = {}
-    for part in str(text).split(","):
-        try:
-            cpu, speed = part.split(":")
-            out[int(cpu)] = float(speed)
-        except ValueError:
-            raise SystemExit(f"asymo: --emulate takes CPU:SPEED pairs like 1:0.5, got "
-                             f"{text!r}") from None
-        if not 0 < out[int(cpu)] <= 1:
-            raise SystemExit(f"asymo: --emulate speed must be in (0, 1], got {speed}")
-    return out
+    # the emulator is only loaded when asked for; a spec it refuses is one line, before planning
+    with emulation(args.emulate, "asymo pipeline"):
+        return _run(args)
 
 
 def _run(args):
@@ -173,13 +154,6 @@ def non_negative_int(text):
     v = int(text)
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
-
-
-def positive_seconds(text):
-    v = float(text)
-    if not (v > 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return v
 
 

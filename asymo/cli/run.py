@@ -36,10 +36,15 @@ def register(sub):
 
 
 def load_input(path):
+    """The ``--input`` array; an unreadable file becomes a one-line exit message."""
     import os
     import stat
 
-    st = os.stat(path)
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise SystemExit(f"asymo run: cannot read --input {path!r}: "
+                         f"{exc.strerror or exc}") from None
     if not stat.S_ISREG(st.st_mode):
         raise SystemExit(f"asymo run: --input {path!r} is not a regular file")
     if st.st_size > MAX_INPUT_BYTES:
@@ -48,6 +53,43 @@ def load_input(path):
         return np.load(path, allow_pickle=False)
     except (ValueError, OSError) as exc:
         raise SystemExit(f"asymo run: cannot read --input {path!r}: {exc}") from None
+
+
+def random_input(model, batch, prog):
+    """A random normal float32 batch of ``batch`` inputs of ``model``.
+
+    Parameters
+    ----------
+    model : GraphModel
+    batch : int
+        The batch size (``--batch``).
+    prog : str
+        The subcommand for the message, e.g. ``"asymo run"``.
+
+    Raises
+    ------
+    SystemExit
+        The batch does not fit in memory (a one-line message, not NumPy's traceback).
+    """
+    shape = (batch,) + tuple(model.input_shape)
+    try:
+        return np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    except MemoryError:
+        nbytes = 4 * batch * int(np.prod(model.input_shape, dtype=np.float64))
+        raise SystemExit(f"{prog}: error: --batch {batch}: a random input of shape {shape} "
+                         f"({nbytes / 2**30:.3g} GiB) does not fit in memory") from None
+
+
+def first_call(model, x, prog):
+    """``model(x)``, with what asymo refuses to run (several inputs, a wrong shape or dtype,
+    no memory for the batch) as a one-line exit message."""
+    try:
+        return model(x)
+    except (TypeError, ValueError) as exc:
+        raise SystemExit(f"{prog}: {exc}") from None
+    except MemoryError:
+        raise SystemExit(f"{prog}: error: a batch of {x.shape[0]} does not fit in memory "
+                         f"(input {tuple(x.shape)})") from None
 
 
 def load_onnx(path):
@@ -63,20 +105,36 @@ def load_onnx(path):
     return m, time.perf_counter() - t0
 
 
+def top_classes(y, unbatched, k=5):
+    """``[[class, score], ...]``: the ``k`` best classes of the first image, or None when the
+    output is not ``(N, classes)`` with several classes (an unbatched input's output is
+    ``(classes,)``): a top-k of a feature map or of one score per image means nothing."""
+    scores = np.asarray(y)
+    if unbatched:
+        scores = scores[None]
+    if scores.ndim != 2 or scores.shape[1] < 2:
+        return None
+    first = scores[0]
+    return [[int(i), float(first[i])] for i in np.argsort(first)[::-1][:k]]
+
+
 def run(args):
+    from asymo.cli.options import check_output, finite_json
+
     if args.batch < 1 or args.repeats < 0:
         raise SystemExit("asymo run: --batch must be >= 1 and --repeats >= 0")
+    if args.output is not None:
+        try:  # before the model is loaded and run, not after
+            check_output(args.output, "--output")
+        except ValueError as exc:
+            raise SystemExit(f"asymo run: error: {exc}") from None
     t_start = time.perf_counter()
     model, t_load = load_onnx(args.model)
     if args.input:
         x = load_input(args.input)
     else:
-        x = np.random.default_rng(0).standard_normal(
-            (args.batch,) + model.input_shape).astype(np.float32)
-    try:
-        y = model(x)
-    except (TypeError, ValueError) as exc:
-        raise SystemExit(f"asymo run: {exc}") from None
+        x = random_input(model, args.batch, "asymo run")
+    y = first_call(model, x, "asymo run")
     t_first = time.perf_counter() - t_start
     times = []
     for _ in range(args.repeats):
@@ -85,28 +143,41 @@ def run(args):
         times.append(time.perf_counter() - t0)
     y0 = y[0] if isinstance(y, tuple) else y
     if args.output:
-        np.save(args.output, y0)
-    flat = np.asarray(y0[0]).reshape(-1)
-    top = np.argsort(flat)[::-1][:5]
+        try:
+            np.save(args.output, y0)
+        except OSError as exc:  # the path was checked before the run; this changed since
+            raise SystemExit(f"asymo run: error: cannot write --output {args.output}: "
+                             f"{exc.strerror or exc}") from None
+    # the model accepts one image without the batch dimension (GraphModel._as_input): its
+    # first dimension is then a channel, not the batch
+    unbatched = x.ndim == len(model.input_shape)
+    images = 1 if unbatched else x.shape[0]
+    top = top_classes(y0, unbatched)
     from asymo.runtime.pool import get_pool
 
     pool = model.pool if model.pool is not None else get_pool()
-    plan = model.plan(x.shape[0], backups=pool.nclusters > 1)  # the arena its calls used
+    plan = model.plan(images, backups=pool.nclusters > 1)  # the arena its calls used
     paths = collections.Counter(k.split(":", 1)[1] for k in plan.kernels.values()
                                 if k.startswith("conv2d:"))
-    res = {"model": model.name, "input_shape": list(x.shape), "output_shape": list(y0.shape),
+    res = {"model": model.name, "input_shape": list(x.shape), "unbatched": unbatched,
+           "images": images, "output_shape": list(y0.shape),
            "load_s": t_load, "first_result_s": t_first,
            "median_s": statistics.median(times) if times else None,
            "nodes": len(model.source_graph.nodes), "planned_nodes": len(model.graph.nodes),
            "rewrites": len(model.rewrites), "arena_bytes": plan.arena_bytes,
-           "gflop": model.flops * x.shape[0] / 1e9, "conv_paths": dict(paths),
-           "top5": [[int(i), float(flat[i])] for i in top]}
+           "gflop": model.flops * images / 1e9, "conv_paths": dict(paths),
+           "top5": top}
     if args.json:
-        print(json.dumps(res, indent=2))
+        doc, nonfinite = finite_json(res)
+        if nonfinite:
+            doc["json_note"] = (f"{nonfinite} non-finite number(s) (not a number, "
+                                "infinite) written as null")
+        print(json.dumps(doc, indent=2, allow_nan=False))
         return 0
     out = sys.stdout
-    print(f"{model.name}: input {tuple(x.shape)} -> output {tuple(y0.shape)}, "
-          f"{res['gflop']:.3f} GFLOP", file=out)
+    print(f"{model.name}: input {tuple(x.shape)}"
+          + (" (one image, no batch dimension)" if unbatched else "")
+          + f" -> output {tuple(y0.shape)}, {res['gflop']:.3f} GFLOP", file=out)
     print(f"graph: {res['nodes']} nodes, {res['planned_nodes']} after planning "
           f"({res['rewrites']} rewrites), arena {plan.arena_bytes / 1e6:.2f} MB "
           f"(one buffer per tensor: {plan.naive_bytes / 1e6:.2f} MB)", file=out)
@@ -117,5 +188,6 @@ def run(args):
     if times:
         print(f"median latency {statistics.median(times) * 1e3:.2f} ms over {len(times)} calls",
               file=out)
-    print("top-5 of image 0: " + ", ".join(f"{i} ({v:.3g})" for i, v in res["top5"]), file=out)
+    if top is not None:
+        print("top-5 of image 0: " + ", ".join(f"{i} ({v:.3g})" for i, v in top), file=out)
     return 0
