@@ -214,3 +214,13 @@ def test_pipeline_cli_emulate_refused_by_the_emulator_is_a_clear_error(capsys):
     assert rc == 2
     assert f"asymo pipeline: error: --emulate {cpu}:0.5: cpu {cpu} is not in" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("args", [("--frames", "100000000000"),
+                                  ("--warmup", "100000000000", "--frames", "2")])
+def test_pipeline_cli_frames_that_cannot_fit_are_a_clear_error(capsys, args):
+    # the frames are made before the run: a NumPy MemoryError traceback before
+    rc, err = _cli(capsys, "pipeline", "squeezenet", *args)
+    assert rc == 1
+    assert "asymo pipeline: error:" in err and "GiB, more than the" in err
+    assert "Traceback" not in err

@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+
+import numpy as np
 import os
 import sys
 
 __all__ = ["check_output", "check_plot", "positive_seconds", "start_emulation",
-           "stop_emulation", "emulation", "finite_json"]
+           "stop_emulation", "emulation", "finite_json", "random_frames"]
 
 
 def check_output(path, option):
@@ -174,3 +176,22 @@ def finite_json(obj):
             return [walk(u) for u in v]
         return v
     return walk(obj), count
+
+
+#: The most memory (bytes) a command's frames may take: they are made before the run.
+MAX_FRAME_BYTES = 4 << 30
+
+
+def random_frames(rng, counts, shape):
+    """Standard-normal float32 frames of ``shape``, one array per ``(option, count)`` in
+    ``counts``; a total over :data:`MAX_FRAME_BYTES` is a ValueError naming the options
+    (checked before anything is allocated)."""
+    per = 4 * math.prod(int(d) for d in shape)
+    total = per * sum(max(0, int(n)) for _, n in counts)
+    if total > MAX_FRAME_BYTES:
+        what = " and ".join(f"{opt} {n}" for opt, n in counts)
+        raise ValueError(f"{what} frames of {tuple(shape)} would take "
+                         f"{total / 2**30:.1f} GiB, more than the "
+                         f"{MAX_FRAME_BYTES / 2**30:.0f} GiB allowed")
+    return [rng.standard_normal((max(0, int(n)),) + tuple(shape), dtype=np.float32)
+            for _, n in counts]

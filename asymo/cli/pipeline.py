@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from asymo.cli.options import emulation, positive_seconds
+from asymo.cli.options import emulation, positive_seconds, random_frames
 from asymo.cli.pipeline_common import add_model_args, load_model, make_plan, positive_int
 
 
@@ -70,11 +70,13 @@ def _run(args):
                              "this process cannot run on; `asymo pipeline` runs on this "
                              "machine (use `asymo plan` for another one)")
     model = load_model(args)
+    try:
+        frames, warm = random_frames(np.random.default_rng(0),
+                                     [("--frames", args.frames), ("--warmup", args.warmup)],
+                                     model.input_shape)
+    except ValueError as exc:
+        raise SystemExit(f"asymo pipeline: error: {exc}") from None
     plan, top = make_plan(model, args, this_machine=True)
-    rng = np.random.default_rng(0)
-    frames = rng.standard_normal((args.frames,) + tuple(model.input_shape), dtype=np.float32)
-    warm = rng.standard_normal((max(0, args.warmup),) + tuple(model.input_shape),
-                               dtype=np.float32)
     model.materialize()
     result = {"model": model.name, "topology": top.to_spec(),
               "emulated": {str(k): v for k, v in top.emulated.items()},

@@ -18,6 +18,7 @@ def run_graph(args):
     from asymo.pipeline.graphcut import CutGraph
     from asymo.pipeline.runtime import PipelineError
     from asymo.pipeline.stages import open_plan
+    from asymo.cli.options import random_frames
 
     if args.image_size is not None:
         raise SystemExit("asymo: --image-size does not apply to an ONNX model (its input "
@@ -40,13 +41,16 @@ def run_graph(args):
             print(f"  .. {msg}", file=sys.stderr, flush=True)
 
     try:
+        frames, = random_frames(np.random.default_rng(0), [("--frames", args.frames)],
+                                graph.input_shape)
+    except ValueError as exc:
+        raise SystemExit(f"asymo pipeline: error: {exc}") from None
+    try:
         plan = plan_graph_pipeline(graph, top, executors=kinds, objective=args.objective,
                                    transfer_k=args.transfer_k or None, progress=progress,
                                    timeout=args.timeout, parallel=not args.stages_only)
     except ValueError as exc:
         raise SystemExit(f"asymo: cannot plan {graph.name}: {exc}") from None
-    rng = np.random.default_rng(0)
-    frames = rng.standard_normal((args.frames,) + tuple(graph.input_shape), dtype=np.float32)
     warm = frames[:max(1, min(args.warmup, args.frames))]
     progress(f"running {args.frames} frames through {plan.describe()}")
     try:

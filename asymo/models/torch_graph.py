@@ -17,7 +17,8 @@ __all__ = ["TorchGraphRunner"]
 
 
 class TorchGraphRunner:
-    """``runner(x)`` runs ``model.graph`` (a GraphModel's planned graph) on torch."""
+    """``runner(x)`` runs ``model.graph`` (a GraphModel's planned graph) on torch: one array
+    per graph output, a tuple when there are several (as the model gives them)."""
 
     def __init__(self, model):
         import torch
@@ -144,7 +145,8 @@ class TorchGraphRunner:
                 else:  # pragma: no cover - SUPPORTED_OPS are all handled above
                     raise NotImplementedError(op)
                 env[n.outputs[0]] = y
-            return env[g.outputs[0]].numpy()
+            outs = tuple(env[t].numpy() for t in g.outputs)
+            return outs[0] if len(outs) == 1 else outs
 
 
 def _act(F, y, act):
