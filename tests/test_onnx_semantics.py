@@ -263,3 +263,20 @@ def test_the_torch_runner_follows_onnx_semantics(case):
         np.testing.assert_allclose(asymo.from_onnx(model)(x), ref, rtol=1e-5, atol=1e-6)
     got = TorchGraphRunner(asymo.from_onnx(model))(x)
     np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_the_torch_runner_gives_every_output():
+    pytest.importorskip("torch")
+    from asymo.models.torch_graph import TorchGraphRunner
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["a"]),
+                           helper.make_node("Sigmoid", ["x"], ["b"])], "t",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 3])],
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("b", TensorProto.FLOAT, None)])
+    m = asymo.from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    x = RNG.standard_normal((2, 2, 3, 3)).astype(np.float32)
+    got, ref = TorchGraphRunner(m)(x), m(x)
+    assert isinstance(got, tuple) and len(got) == 2
+    for a, b in zip(got, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
