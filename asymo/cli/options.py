@@ -178,8 +178,8 @@ def finite_json(obj):
     return walk(obj), count
 
 
-#: The most memory (bytes) a command's frames may take: they are made before the run.
-MAX_FRAME_BYTES = 4 << 30
+#: The most memory (bytes) a command's random inputs may take: they are made before the run.
+MAX_FRAME_BYTES = 8 << 30
 
 
 def random_frames(rng, counts, shape):
@@ -188,10 +188,15 @@ def random_frames(rng, counts, shape):
     (checked before anything is allocated)."""
     per = 4 * math.prod(int(d) for d in shape)
     total = per * sum(max(0, int(n)) for _, n in counts)
+    what = " and ".join(f"{opt} {n}" for opt, n in counts)
     if total > MAX_FRAME_BYTES:
-        what = " and ".join(f"{opt} {n}" for opt, n in counts)
-        raise ValueError(f"{what} frames of {tuple(shape)} would take "
+        raise ValueError(f"{what} inputs of shape {tuple(shape)} would take "
                          f"{total / 2**30:.1f} GiB, more than the "
                          f"{MAX_FRAME_BYTES / 2**30:.0f} GiB allowed")
-    return [rng.standard_normal((max(0, int(n)),) + tuple(shape), dtype=np.float32)
-            for _, n in counts]
+    try:
+        return [rng.standard_normal((max(0, int(n)),) + tuple(shape), dtype=np.float32)
+                for _, n in counts]
+    except MemoryError:
+        raise ValueError(f"{what} inputs of shape "
+                         f"{tuple(shape)} ({total / 2**30:.3g} GiB) do not fit in "
+                         "memory") from None

@@ -56,28 +56,16 @@ def load_input(path):
 
 
 def random_input(model, batch, prog):
-    """A random normal float32 batch of ``batch`` inputs of ``model``.
+    """A random normal float32 batch of ``batch`` inputs of ``model``; one that does not fit
+    in memory is a one-line exit message naming ``prog`` (the subcommand), not NumPy's
+    traceback."""
+    from asymo.cli.options import random_frames
 
-    Parameters
-    ----------
-    model : GraphModel
-    batch : int
-        The batch size (``--batch``).
-    prog : str
-        The subcommand for the message, e.g. ``"asymo run"``.
-
-    Raises
-    ------
-    SystemExit
-        The batch does not fit in memory (a one-line message, not NumPy's traceback).
-    """
-    shape = (batch,) + tuple(model.input_shape)
     try:
-        return np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    except MemoryError:
-        nbytes = 4 * batch * int(np.prod(model.input_shape, dtype=np.float64))
-        raise SystemExit(f"{prog}: error: --batch {batch}: a random input of shape {shape} "
-                         f"({nbytes / 2**30:.3g} GiB) does not fit in memory") from None
+        x, = random_frames(np.random.default_rng(0), [("--batch", batch)], model.input_shape)
+    except ValueError as exc:
+        raise SystemExit(f"{prog}: error: {exc}") from None
+    return x
 
 
 def first_call(model, x, prog):
