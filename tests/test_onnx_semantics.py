@@ -280,3 +280,24 @@ def test_the_torch_runner_gives_every_output():
     assert isinstance(got, tuple) and len(got) == 2
     for a, b in zip(got, ref):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("case", ["conv-bias", "gemm-c", "reduce-axes"])
+def test_inconsistent_parameters_are_load_errors(case):
+    """Mutated models whose parameters do not fit their operator failed at the first call
+    with NumPy's broadcasting message (or ran nothing useful)."""
+    if case == "conv-bias":
+        model = _model([helper.make_node("Conv", ["x", "w", "b"], ["y"])], [1, 3, 5, 5],
+                       (("w", np.ones((4, 3, 3, 3), np.float32)), ("b", np.ones(5, np.float32))))
+        message = "bias of shape \\(5,\\) does not fit"
+    elif case == "gemm-c":
+        model = _model([helper.make_node("Flatten", ["x"], ["f"]),
+                        helper.make_node("Gemm", ["f", "w", "c"], ["y"], transB=1)], [1, 3, 2, 2],
+                       (("w", np.ones((10, 12), np.float32)), ("c", np.ones(9, np.float32))))
+        message = "C of shape \\(9,\\) does not broadcast"
+    else:
+        model = _model([helper.make_node("ReduceMean", ["x"], ["y"], axes=[2, 2])],
+                       [1, 3, 5, 5], opset=13)
+        message = "appears twice"
+    with pytest.raises(OnnxError, match=message):
+        asymo.from_onnx(model)

@@ -122,6 +122,9 @@ def _conv(g, n, s):
         raise GraphError(f"node {n.name!r} (Conv): input with {x[1]} channels does not fit "
                          f"weight {tuple(w)} with group={group}")
     attrs = dict(n.attrs)
+    if len(n.inputs) > 2 and n.inputs[2] and tuple(s[n.inputs[2]]) != (w[0],):
+        raise GraphError(f"node {n.name!r} (Conv): bias of shape {tuple(s[n.inputs[2]])} does "
+                         f"not fit weight {tuple(w)} (expected ({w[0]},))")
     if "kernel_shape" in attrs and ints(attrs["kernel_shape"]) != tuple(w[2:]):
         raise GraphError(f"node {n.name!r} (Conv): kernel_shape {ints(attrs['kernel_shape'])} "
                          f"differs from the weight's {tuple(w[2:])}")
@@ -177,6 +180,15 @@ def _gemm(g, n, s):
     if k != k2:
         raise GraphError(f"node {n.name!r} (Gemm): inner dimensions differ: {a} and {b} "
                          f"(transA={n.attrs.get('transA', 0)}, transB={n.attrs.get('transB', 0)})")
+    if len(n.inputs) > 2 and n.inputs[2]:
+        c = tuple(s[n.inputs[2]])
+        try:  # C broadcasts to the result, one way
+            ok = len(c) <= 2 and np.broadcast_shapes(c, (m, nn)) == (m, nn)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise GraphError(f"node {n.name!r} (Gemm): C of shape {c} does not broadcast to the "
+                             f"result's {(m, nn)}")
     return [(m, nn)]
 
 
@@ -448,7 +460,12 @@ def reduce_axes(g, n, s):
         axes = ()
     if len(axes) == 0:  # no axes: every axis, or none with noop_with_empty_axes (opset 18)
         axes = () if n.attrs.get("noop_with_empty_axes", 0) else range(len(x))
+    if any(not -len(x) <= int(a) < len(x) for a in axes):
+        raise GraphError(f"node {n.name!r} ({n.op}): axes {list(axes)} out of range for an "
+                         f"input of rank {len(x)}")
     axes = tuple(sorted(int(a) % len(x) for a in axes))
+    if len(set(axes)) != len(axes):
+        raise GraphError(f"node {n.name!r} ({n.op}): an axis appears twice in {list(axes)}")
     if 0 in axes:
         raise GraphError(f"node {n.name!r} ({n.op}): reducing over the batch dimension is not "
                          "supported")
