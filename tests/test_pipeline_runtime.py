@@ -195,6 +195,27 @@ def test_kernel_level_times_out_on_a_stuck_frame():
 
 
 @two_cpus
+def test_one_run_at_a_time_for_the_baselines():
+    """Two runs at once of one runtime would share its queues: the second is refused, as
+    Pipeline refuses a second stream (ParallelFrames' stalled until their timeouts)."""
+    ev = threading.Event()
+    for make in (lambda m: ParallelFrames(m, topology=TOP, timeout=30),
+                 lambda m: KernelLevel(m, topology=TOP, timeout=30)):
+        ev.clear()
+        r = make(SleepModel([0.0] * 2, block=ev))
+        first = threading.Thread(target=r.run, args=(frames(2),))
+        first.start()
+        time.sleep(0.2)
+        with pytest.raises(PipelineError, match="already running"):
+            r.run(frames(2))
+        ev.set()
+        first.join(10)
+        y, _ = r.run(frames(2))  # and runs again after
+        np.testing.assert_array_equal(y, expect(2, 2))
+        r.close()
+
+
+@two_cpus
 def test_close_on_exit_paths_and_reuse():
     m = SleepModel([0.0] * 3)
     with pytest.raises(RuntimeError, match="boom"):

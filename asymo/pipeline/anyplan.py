@@ -142,7 +142,8 @@ def measure_segment_times(graph, topology, *, executors=None, window=0.01, progr
                     cpus, cancel=cancel)
             for cpus in _whole_cpu_sets(topology):
                 whole[(kind, cpus)] = run_in_thread(
-                    lambda: _whole_on(graph, kind, cpus, x0, topology, window), cpus)
+                    lambda: _whole_on(graph, kind, cpus, x0, topology, window, cancel), cpus,
+                    cancel=cancel)
         except ValueError as exc:  # the executor lacks an operator of this graph
             skipped[kind] = str(exc)
             continue
@@ -169,7 +170,9 @@ def _segments_on(graph, kind, cpus, x0, topology, window, cancel):
     return out
 
 
-def _whole_on(graph, kind, cpus, x0, topology, window):
+def _whole_on(graph, kind, cpus, x0, topology, window, cancel):
+    if cancel.is_set():
+        raise KeyboardInterrupt("measurement cancelled")
     ex = make_executor(kind, graph, 0, len(graph) - 1, cpus, topology=topology)
     try:
         return _time(lambda: ex.run(x0), window=max(window, 0.05))

@@ -13,6 +13,7 @@ loop. Throughput is frames / time of the timed loop, latency the median per fram
 """
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -25,11 +26,13 @@ __all__ = ["runtime_baselines", "BASELINE_RUNTIMES"]
 BASELINE_RUNTIMES = ("ort", "torch")
 
 
-def _loop(fn, frames):
+def _loop(fn, frames, cancel):
     fn(frames[0])  # warm-up
     ts = []
     t_all = time.perf_counter()
     for f in frames:
+        if cancel.is_set():  # Ctrl-C in the caller (run_in_thread)
+            raise KeyboardInterrupt("measurement cancelled")
         t0 = time.perf_counter()
         fn(f)
         ts.append(time.perf_counter() - t0)
@@ -37,7 +40,7 @@ def _loop(fn, frames):
     return {"throughput": len(frames) / wall, "latency_s": float(np.median(ts))}
 
 
-def _ort(graph, cpus, frames):
+def _ort(graph, cpus, frames, cancel):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -46,17 +49,17 @@ def _ort(graph, cpus, frames):
     s = ort.InferenceSession(graph.proto.SerializeToString(), so,
                              providers=["CPUExecutionProvider"])
     name = graph.input_name
-    return _loop(lambda f: s.run(None, {name: f}), frames)  # the session ends with the call
+    return _loop(lambda f: s.run(None, {name: f}), frames, cancel)  # the session ends here
 
 
-def _torch(graph, cpus, frames):
+def _torch(graph, cpus, frames, cancel):
     import torch
 
     ex = TorchExecutor(graph, 0, len(graph) - 1, cpus)
     old = torch.get_num_threads()
     try:
         torch.set_num_threads(len(cpus))
-        return _loop(lambda f: ex.run(f), frames)
+        return _loop(lambda f: ex.run(f), frames, cancel)
     finally:
         torch.set_num_threads(old)
         ex.close()
@@ -75,6 +78,7 @@ def runtime_baselines(graph, topology, frames, *, runtimes=BASELINE_RUNTIMES, pa
     fast = (topology.clusters[0].cpus[0],)
     items = [np.ascontiguousarray(frames[i:i + 1]) for i in range(len(frames))]
     out = {}
+    cancel = threading.Event()
     for rt in runtimes:
         if rt not in have:
             continue
@@ -82,7 +86,8 @@ def runtime_baselines(graph, topology, frames, *, runtimes=BASELINE_RUNTIMES, pa
         for label, cpus in (("all", allc), ("fast", fast)):
             time.sleep(pause)
             try:
-                out[f"{rt}@{label}"] = run_in_thread(lambda: fn(graph, cpus, items), cpus)
+                out[f"{rt}@{label}"] = run_in_thread(lambda: fn(graph, cpus, items, cancel),
+                                                     cpus, cancel=cancel)
             except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is left out
                 if skipped is not None:
                     skipped[rt] = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -172,7 +172,10 @@ def run_in_thread(fn, cpus, *, name="asymo-measure", cancel=None):
     caller's own affinity is left alone). Returns its result or raises its exception.
 
     If the caller is interrupted (Ctrl-C) while waiting, ``cancel`` (a ``threading.Event``
-    that ``fn`` polls) is set and the thread is given a few seconds to stop."""
+    that ``fn`` polls) is set and the thread is waited for until it stops (a second Ctrl-C
+    stops waiting): a thread left inside a library's native code (an ONNX Runtime session)
+    while the interpreter exits aborts the process. Without ``cancel`` it is given a few
+    seconds."""
     box = {}
 
     def body():
@@ -190,9 +193,12 @@ def run_in_thread(fn, cpus, *, name="asymo-measure", cancel=None):
     try:
         t.join()
     except BaseException:
-        if cancel is not None:
+        if cancel is None:
+            t.join(5.0)
+        else:
             cancel.set()
-        t.join(5.0)
+            while t.is_alive():
+                t.join(0.5)
         raise
     if "error" in box:
         raise box["error"]
@@ -252,6 +258,7 @@ class _Base:
         self._failed = threading.Event()
         self._error = None
         self._error_lock = threading.Lock()
+        self._run_lock = threading.Lock()  # one run at a time: frames of two would mix
 
     def _make_pool(self, cpus, owner=None):
         pool = self._pool_factory(sub_topology(self.topology, cpus), self._spin_us)
@@ -447,7 +454,6 @@ class Pipeline(_Base):
         self._queues = [queue.Queue(maxsize=int(queue_depth)) for _ in range(self.nstages + 1)]
         self._busy = [0.0] * self.nstages
         self._t_start = {}
-        self._run_lock = threading.Lock()
         try:
             self.pools = [self._make_pool(cpus, f"asymo-pipeline-stage{i}")
                           for i, cpus in enumerate(self.stage_cpus)]
@@ -626,22 +632,25 @@ class KernelLevel(_Base):
         if not frames:
             raise ValueError("no frames to process")
         timeout = self.timeout if timeout is None else timeout
-        if any(t.is_alive() for t in self._threads):
+        if not self._run_lock.acquire(blocking=False):
             raise PipelineError("the kernel-level runtime is already running frames")
-        self._threads = []
-        results = queue.Queue()
-        t = threading.Thread(target=self._loop, args=(frames, results), name=self._THREAD,
-                             daemon=True)
-        outs, t_start, t_out = [], [], []
-        with self._close_on_error():
-            self._threads.append(t)
-            t.start()
-            for _ in frames:
-                y, t0, t1 = self._await(results, timeout)
-                outs.append(y)
-                t_start.append(t0)
-                t_out.append(t1)
-            t.join()
+        try:
+            self._threads = []
+            results = queue.Queue()
+            t = threading.Thread(target=self._loop, args=(frames, results),
+                                 name=self._THREAD, daemon=True)
+            outs, t_start, t_out = [], [], []
+            with self._close_on_error():
+                self._threads.append(t)
+                t.start()
+                for _ in frames:
+                    y, t0, t1 = self._await(results, timeout)
+                    outs.append(y)
+                    t_start.append(t0)
+                    t_out.append(t1)
+                t.join()
+        finally:
+            self._run_lock.release()
         busy = sum(b - a for a, b in zip(t_start, t_out))
         return np.concatenate(outs, axis=0), _stats(len(outs), t_start[0], t_out, t_start,
                                                     [busy], 1)
@@ -775,6 +784,14 @@ class ParallelFrames(_Base):
         if not frames:
             raise ValueError("no frames to process")
         timeout = self.timeout if timeout is None else timeout
+        if not self._run_lock.acquire(blocking=False):
+            raise PipelineError("the parallel-frames runtime is already running frames")
+        try:
+            return self._run(frames, timeout)
+        finally:
+            self._run_lock.release()
+
+    def _run(self, frames, timeout):
         self._busy = [0.0] * len(self.groups)
         self._t_done = [[] for _ in self.groups]
         self._t_start = {}
