@@ -572,3 +572,35 @@ def test_baselines_leave_out_a_runtime_that_cannot_run_the_model(tmp_path):
                              np.zeros((2, 3, 8, 8), np.float32), pause=0.0, skipped=skipped)
     assert set(base) == {"ort@all", "ort@fast"}
     assert "HardSwish" in skipped["torch"]
+
+
+def test_models_the_pipeline_cannot_plan_or_run_say_why(tmp_path):
+    """Two outputs (`asymo plan`, `--measured`, a file not named .onnx: GraphError
+    tracebacks before), a model of element-wise layers only (planned at an infinite rate
+    before) and a non-image model (refused over frames the user never passed before)."""
+    import asymo
+    from asymo.cli import main
+    from asymo.pipeline.plan import plan_pipeline
+    from asymo.pipeline.runtime import as_frames
+
+    two = helper.make_graph([helper.make_node("Relu", ["x"], ["a"]),
+                             helper.make_node("Sigmoid", ["x"], ["b"])], "two",
+                            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                            [helper.make_tensor_value_info("a", TensorProto.FLOAT, None),
+                             helper.make_tensor_value_info("b", TensorProto.FLOAT, None)])
+    path = tmp_path / "two.bin"
+    onnx.save(helper.make_model(two, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    for argv in (["plan", str(path)], ["plan", str(path), "--measured"],
+                 ["pipeline", str(path), "--frames", "1"]):
+        with pytest.raises(SystemExit, match="one input and one output"):
+            main(argv)
+    relu = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                             [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = asymo.from_onnx(helper.make_model(relu, opset_imports=[helper.make_opsetid("", 13)]))
+    with pytest.raises(ValueError, match="predicts no time"):
+        plan_pipeline(m)
+    frames = as_frames(np.zeros((3, 16), np.float32), (16,))
+    assert [f.shape for f in frames] == [(1, 16)] * 3
+    with pytest.raises(ValueError, match=r"\(F, 16,\) array"):
+        as_frames(np.zeros((3, 4, 4), np.float32), (16,))

@@ -36,7 +36,14 @@ def load_model(args):
             raise SystemExit("asymo: --image-size applies to zoo models; an ONNX model has "
                              "its own input shape")
         from asymo.cli.run import load_onnx
-        return load_onnx(args.model)[0]
+        model = load_onnx(args.model)[0]
+        g = model.graph
+        if len(g.inputs) != 1 or len(g.outputs) != 1:
+            # a pipeline passes one tensor from stage to stage
+            raise SystemExit(f"asymo: a pipeline needs a model with one input and one output; "
+                             f"{args.model} has {len(g.inputs)} input(s) and "
+                             f"{len(g.outputs)} output(s)")
+        return model
     if args.model not in zoo.names():
         raise SystemExit(f"asymo: unknown model {args.model!r}; choose from "
                          f"{', '.join(zoo.names())}")

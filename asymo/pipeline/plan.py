@@ -197,6 +197,13 @@ def plan_pipeline(model, topology=None, *, objective="throughput", method="optim
     if table.nlayers != len(model.layers):
         raise ValueError(f"the time table has {table.nlayers} layers, the model "
                          f"{len(model.layers)}")
+    if not np.any(np.asarray(table.times) > 0):
+        # the time model leaves element-wise work out (negligible beside convolutions):
+        # a model of nothing else would be planned at an infinite rate
+        raise ValueError(f"the time model predicts no time for any layer of {model.name} "
+                         "(it counts convolutions, matrix products and pooling, not "
+                         "element-wise operators): measure the layers instead "
+                         "(`--measured`, asymo.pipeline.calibrate.measure_layer_times)")
     if power is None:
         power, energy_source = default_power(topology, with_source=True)
     else:

@@ -129,24 +129,27 @@ def sub_topology(topology, cpus, name=None):
 
 
 def as_frames(frames, input_shape=None):
-    """Frames as a list of float32 C-contiguous ``(1, C, H, W)`` arrays.
+    """Frames as a list of float32 C-contiguous ``(1,) + input_shape`` arrays.
 
-    ``frames``: an array ``(F, C, H, W)`` or an iterable of ``(C, H, W)`` / ``(1, C, H, W)``.
+    ``frames``: an array ``(F,) + input_shape`` or an iterable of ``input_shape`` /
+    ``(1,) + input_shape`` arrays; without ``input_shape``, of images ``(C, H, W)``.
     """
+    rank = 3 if input_shape is None else len(input_shape)
+    one = ("C, H, W" if input_shape is None
+           else ", ".join(str(int(d)) for d in input_shape) + ("," if rank == 1 else ""))
     if isinstance(frames, np.ndarray):
-        if frames.ndim != 4:
-            raise ValueError(f"frames must be a (F, C, H, W) array, got shape {frames.shape}")
+        if frames.ndim != rank + 1:
+            raise ValueError(f"frames must be an (F, {one}) array, got shape {frames.shape}")
         items = [frames[i:i + 1] for i in range(frames.shape[0])]
     else:
         items = list(frames)
     out = []
     for i, f in enumerate(items):
         a = np.asarray(f)
-        if a.ndim == 3:
+        if a.ndim == rank:
             a = a[None]
-        if a.ndim != 4 or a.shape[0] != 1:
-            raise ValueError(f"frame {i} has shape {a.shape}; expected (C, H, W) or "
-                             "(1, C, H, W)")
+        if a.ndim != rank + 1 or a.shape[0] != 1:
+            raise ValueError(f"frame {i} has shape {a.shape}; expected ({one}) or (1, {one})")
         if input_shape is not None and tuple(a.shape[1:]) != tuple(input_shape):
             raise ValueError(f"frame {i} has shape {tuple(a.shape[1:])}, the model takes "
                              f"{tuple(input_shape)}")
