@@ -27,6 +27,7 @@ asymo does not use (or 1) rather than per call.
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 
 import torch as _torch
@@ -108,6 +109,7 @@ class CompiledModule:
         return entry
 
     def _export(self, example):
+        from asymo.models.reference import relative_error
         from asymo.models.torch_loader import eval_mode, from_torch
 
         model = from_torch(self.module, example, pool=self.pool)
@@ -129,7 +131,7 @@ class CompiledModule:
                 f"{[tuple(g.shape) for g in got]}, the module's "
                 f"{[tuple(e.shape) for e in leaves]} (torch's exporter)")
         for i, (g, e) in enumerate(zip(got, leaves)):
-            err = _relative_error(g, e)
+            err = relative_error(g.detach().numpy(), e.detach().double().numpy())
             if err > CHECK_RTOL:
                 raise RuntimeError(
                     f"asymo.torch.compile: output {i} of {type(self.module).__name__}'s export "
@@ -154,22 +156,6 @@ class CompiledModule:
 CHECK_RTOL = 1e-3
 
 
-def _relative_error(got, expected):
-    """max |got - expected| / max |expected| over the entries finite in both (NaN and
-    infinity must sit where the module's are)."""
-    g = got.detach().double()
-    e = expected.detach().double()
-    fin = _torch.isfinite(e)
-    if not _torch.equal(fin, _torch.isfinite(g)) or \
-            not _torch.equal(e[~fin].nan_to_num(0.0), g[~fin].nan_to_num(0.0)):
-        return float("inf")
-    if not bool(fin.any()):
-        return 0.0
-    scale = float(e[fin].abs().max())
-    diff = float((g[fin] - e[fin]).abs().max())
-    return diff / scale if scale > 0 else diff
-
-
 def _flatten(value):
     """The tensors of a module's output in the exporter's order, and the structure around
     them (tuples, lists, dicts and named tuples; other values stay as the module gave them)."""
@@ -184,7 +170,11 @@ def _flatten(value):
         if isinstance(v, (tuple, list)):
             return (type(v).__name__, [walk(x) for x in v])
         if isinstance(v, dict):
-            return ("dict", type(v), [(k, walk(x)) for k, x in v.items()])
+            # rebuilt from a copy of the module's dict (its type, a defaultdict's factory),
+            # emptied: the structure keeps no tensor of the export's run alive
+            empty = copy.copy(v)
+            empty.clear()
+            return ("dict", empty, [(k, walk(x)) for k, x in v.items()])
         return ("constant", v)
 
     return leaves, walk(value)
@@ -201,7 +191,10 @@ def _unflatten(structure, tensors):
     if kind == "list":
         return [_unflatten(s, tensors) for s in structure[1]]
     if kind == "dict":
-        return structure[1]((k, _unflatten(s, tensors)) for k, s in structure[2])
+        out = copy.copy(structure[1])
+        for k, s in structure[2]:
+            out[k] = _unflatten(s, tensors)
+        return out
     return structure[1]
 
 

@@ -122,6 +122,17 @@ def test_compile_keeps_the_modules_output_structure():
     with torch.no_grad():
         ref = m(x)
     assert isinstance(got, dict) and list(got) == ["logits", "parts"]
+    import collections
+
+    class Counts(torch.nn.Module):
+        def forward(self, x):
+            d = collections.defaultdict(list)
+            d["a"] = torch.relu(x)
+            return d
+
+    got2 = at.compile(Counts())(x)
+    assert type(got2) is collections.defaultdict and got2.default_factory is list
+    np.testing.assert_allclose(got2["a"].numpy(), torch.relu(x).numpy())
     assert isinstance(got["parts"], list) and isinstance(got["parts"][1], tuple)
     for g, r in ((got["logits"], ref["logits"]), (got["parts"][0], ref["parts"][0]),
                  (got["parts"][1][0], ref["parts"][1][0]), (got["parts"][1][1], ref["parts"][1][1])):

@@ -228,6 +228,25 @@ def test_a_cast_to_float_of_an_activation_runs_as_the_identity():
                         [1, 3, 5, 5], opset=17), x)
 
 
+def test_division_by_zero_warns_nothing_and_nan_agrees_with_nan():
+    import warnings
+
+    from asymo.cli.bench_model import _rel_diff
+
+    x = np.array([-1.0, 0.0, 2.0, 0.0], np.float32).reshape(1, 4, 1, 1)
+    m = asymo.from_onnx(_model([helper.make_node("Relu", ["x"], ["r"]),
+                                helper.make_node("Div", ["r", "r"], ["y"])], [1, 4, 1, 1]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = m(x)
+    assert np.isnan(y.ravel()[[0, 1, 3]]).all() and y.ravel()[2] == 1.0
+    # asymo bench's agreement: NaN where the other library has NaN agrees
+    assert _rel_diff([y.copy()], [y]) == 0.0
+    other = y.copy()
+    other.ravel()[0] = 1.0
+    assert _rel_diff([other], [y]) == float("inf")
+
+
 def test_sigmoid_of_large_negative_inputs_warns_nothing():
     import warnings
 

@@ -420,21 +420,15 @@ def _outputs(y):
 
 
 def _rel_diff(ys, refs):
-    """max |y - ref| / max |ref|, the largest over the outputs (NaN if any is NaN); None when
-    the outputs cannot be compared (another count of outputs, or of elements)."""
-    if len(ys) != len(refs):
+    """The largest `asymo.models.reference.relative_error` over the outputs (NaN and
+    infinity must sit where asymo's are); None when the outputs cannot be compared (another
+    count of outputs, or of elements)."""
+    from asymo.models.reference import relative_error
+
+    if len(ys) != len(refs) or any(y.size != ref.size for y, ref in zip(ys, refs)):
         return None
-    worst = 0.0
-    for y, ref in zip(ys, refs):
-        if y.size != ref.size:
-            return None
-        if not ref.size:
-            continue
-        scale = max(float(np.abs(ref).max()), 1e-30)
-        d = float(np.abs(y.reshape(ref.shape).astype(np.float64) - ref).max()) / scale
-        if not d <= worst:  # keeps a NaN, where max() would drop it
-            worst = d
-    return worst
+    return max((relative_error(y.reshape(ref.shape), ref) for y, ref in zip(ys, refs)
+                if ref.size), default=0.0)
 
 
 def _agreement_lines(r, indent):

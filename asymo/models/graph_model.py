@@ -729,7 +729,13 @@ def _binary_runner(n, V, C, g):
     a = V[n.inputs[0]] if n.inputs[0] in V else np.asarray(C[n.inputs[0]], np.float32)
     b = V[n.inputs[1]] if n.inputs[1] in V else np.asarray(C[n.inputs[1]], np.float32)
     y = V[n.outputs[0]]
-    return lambda pool: f(a, b, out=y)
+    if n.op != "Div":
+        return lambda pool: f(a, b, out=y)
+
+    def div(pool):
+        with np.errstate(divide="ignore", invalid="ignore"):  # inf and NaN, as torch: silent
+            f(a, b, out=y)
+    return div
 
 
 def _bn_runner(n, V, C, g):

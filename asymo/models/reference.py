@@ -11,7 +11,29 @@ import numpy as np
 from asymo.models.spec import Conv, Linear, LRN, Pool, Flatten, Softmax
 
 __all__ = ["conv2d", "linear", "max_pool2d", "avg_pool2d", "pool2d", "lrn", "softmax",
-           "activate", "Ops", "forward"]
+           "activate", "Ops", "forward", "relative_error"]
+
+
+def relative_error(got, expected):
+    """``max |got - expected| / max |expected|`` over the entries finite in ``expected``, in
+    float64; infinite when the shapes differ or a NaN or infinity of ``expected`` is not
+    matched in ``got`` (the same value at the same place), 0.0 when nothing is finite.
+
+    How asymo's results are compared with another library's (`asymo bench`, the checks of
+    `asymo.torch.compile`): a NaN where the other library has one is agreement."""
+    g = np.asarray(got, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    if g.shape != e.shape:
+        return float("inf")
+    fin = np.isfinite(e)
+    if not np.array_equal(fin, np.isfinite(g)) or \
+            not np.array_equal(e[~fin], g[~fin], equal_nan=True):
+        return float("inf")
+    if not fin.any():
+        return 0.0
+    scale = float(np.abs(e[fin]).max())
+    diff = float(np.abs(g[fin] - e[fin]).max())
+    return diff / scale if scale > 0 else diff
 
 
 def _pair(v):
