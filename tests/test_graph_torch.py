@@ -80,13 +80,15 @@ def test_torch_threads_restored_on_error():
 
 
 class _Fn(torch.nn.Module):
-    def __init__(self, fn):
+    """``fn`` of a convolution's output (``fn(conv, x)`` with ``on_input``)."""
+
+    def __init__(self, fn, cin=2, cout=2, kernel=1, on_input=False):
         super().__init__()
-        self.conv = torch.nn.Conv2d(2, 2, 1)
-        self.fn = fn
+        self.conv = torch.nn.Conv2d(cin, cout, kernel)
+        self.fn, self.on_input = fn, on_input
 
     def forward(self, x):
-        return self.fn(self.conv(x))
+        return self.fn(self.conv, x) if self.on_input else self.fn(self.conv(x))
 
 
 @pytest.mark.parametrize("fn", [lambda x: x.reshape(1, -1), lambda x: x / x.shape[0],
@@ -107,16 +109,8 @@ def test_compile_follows_modules_that_compute_from_the_batch_size(fn):
 
 
 def test_compile_keeps_the_modules_output_structure():
-    class Heads(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 4, 3)
-
-        def forward(self, x):
-            y = self.conv(x)
-            return {"logits": y, "parts": [torch.relu(y), (y * 2, torch.sigmoid(y))]}
-
-    m = Heads().eval()
+    m = _Fn(lambda y: {"logits": y, "parts": [torch.relu(y), (y * 2, torch.sigmoid(y))]},
+            3, 4, 3).eval()
     x = torch.randn(2, 3, 8, 8)
     got = at.compile(m)(x)
     with torch.no_grad():
@@ -215,15 +209,7 @@ def test_out_tensors_are_written_through_numpys_checks():
 
 
 def test_a_cast_to_float32_is_the_identity():
-    class Floats(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 4, 3)
-
-        def forward(self, x):
-            return self.conv(x.float()).to(torch.float32)
-
-    m = Floats().eval()
+    m = _Fn(lambda conv, x: conv(x.float()).to(torch.float32), 3, 4, 3, on_input=True).eval()
     x = torch.randn(2, 3, 8, 8)
     with torch.no_grad():
         ref = m(x)
