@@ -320,3 +320,25 @@ def test_inconsistent_parameters_are_load_errors(case):
         message = "appears twice"
     with pytest.raises(OnnxError, match=message):
         asymo.from_onnx(model)
+
+
+@pytest.mark.parametrize("op, size, kernel, stride, pads, extra", [
+    ("MaxPool", (5, 5), 6, 6, (0, 0, 0, 0), {}),
+    ("MaxPool", (5, 12), 6, 6, (0, 0, 0, 0), {}),
+    ("MaxPool", (3, 3), 3, 2, (0, 0, 1, 1), {}),
+    ("AveragePool", (2, 2), 3, 3, (0, 0, 0, 0), {"count_include_pad": 0}),
+    ("AveragePool", (4, 5), 5, 2, (0, 0, 0, 0), {"count_include_pad": 0}),
+])
+def test_floor_mode_windows_longer_than_the_input_by_less_than_a_stride(op, size, kernel,
+                                                                         stride, pads, extra):
+    """torch's exporter writes an AdaptiveMaxPool2d after a ceil-mode pool as a window larger
+    than its input (its shape rule against the operator's); ONNX Runtime takes one window,
+    clipped to the input (these were refused at load)."""
+    x = RNG.standard_normal((1, 2) + size).astype(np.float32)
+    _against_ort(_model([helper.make_node(op, ["x"], ["y"], kernel_shape=[kernel, kernel],
+                                          strides=[stride, stride], pads=list(pads), **extra)],
+                        [1, 2, *size]), x)
+    with pytest.raises(OnnxError, match="larger than the input"):  # ambiguous: refused
+        asymo.from_onnx(_model([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[5, 5],
+                                                 strides=[2, 2], count_include_pad=1)],
+                               [1, 2, 4, 4]))

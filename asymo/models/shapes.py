@@ -86,7 +86,22 @@ def pool_geometry(node, in_hw):
     pads = conv_pads(node, in_hw, kernel, strides, dil)
     if min(pads) < 0:
         raise GraphError(f"node {node.name!r} ({node.op}): negative pads {pads}")
-    return kernel, strides, pads, dil, bool(node.attrs.get("ceil_mode", 0))
+    ceil = bool(node.attrs.get("ceil_mode", 0))
+    if not ceil and (node.op == "MaxPool" or (node.op == "AveragePool" and not
+                                             node.attrs.get("count_include_pad", 0))):
+        # a floor-mode window longer than its padded input by less than a stride: ONNX
+        # Runtime counts trunc((in + pads - k) / s) + 1 = 1 window, clipped to the input
+        # (torch's exporter writes such pools for an AdaptiveMaxPool2d after a ceil-mode
+        # pool). Ceil mode gives that window, and where every other axis divides evenly
+        # the same windows as floor mode. (Not for an average counting the padding: ONNX
+        # Runtime then divides by the whole window, torch by the part over the padded
+        # input.)
+        spans = [in_hw[i] + pads[i] + pads[i + 2] - dil[i] * (kernel[i] - 1) - 1
+                 for i in (0, 1)]
+        if any(sp < 0 for sp in spans) and all(-st < sp < 0 or (sp >= 0 and sp % st == 0)
+                                               for sp, st in zip(spans, strides)):
+            ceil = True
+    return kernel, strides, pads, dil, ceil
 
 
 def spatial_out(size, k, s, p0, p1, d, ceil):
