@@ -6,7 +6,8 @@
 
 ``compile`` exports the module through torch's ONNX exporter in memory on the first call
 (and again for each new input shape, the batch size included, as ``torch.compile`` with
-``dynamic=False`` recompiles: a module may compute from the batch size), plans it with
+``dynamic=False`` recompiles: a module may compute from the batch size; the last
+:data:`MAX_SHAPES` shapes are kept), plans it with
 :func:`asymo.from_torch`, and runs later calls on asymo's pool. The weights are copied at export: after changing the
 module's parameters call :meth:`CompiledModule.refresh`. asymo is inference-only: inputs that
 require grad are detached, outputs have no autograd history.
@@ -105,7 +106,12 @@ class CompiledModule:
             with self._lock:
                 entry = self._models.get(key)
                 if entry is None:
-                    entry = self._models[key] = self._export(tuple(t.detach() for t in inputs))
+                    entry = self._export(tuple(t.detach() for t in inputs))
+                    if len(self._models) >= MAX_SHAPES:
+                        # each shape keeps its own planned model and packed weights: the
+                        # oldest goes (it is exported again if it comes back)
+                        self._models.pop(next(iter(self._models)))
+                    self._models[key] = entry
         return entry
 
     def _export(self, example):
@@ -151,6 +157,9 @@ class CompiledModule:
             outs = model(*inputs)
         return _unflatten(structure, iter(outs if isinstance(outs, tuple) else (outs,)))
 
+
+#: Input shapes a compiled module keeps exported (as torch.compile's cache size limit).
+MAX_SHAPES = 8
 
 #: Largest max |asymo - torch| / max |torch| accepted when `compile` checks an export.
 CHECK_RTOL = 1e-3

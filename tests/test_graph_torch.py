@@ -66,6 +66,11 @@ def test_compile_runs_module_and_restores_threads():
     assert len(fast._models) == 1
     fast(torch.randn(3, 3, 32, 32))          # another batch size: exported again (a module
     assert len(fast._models) == 2            # may compute from the batch size)
+    small = at.compile(_Fn(torch.relu))
+    for n in range(1, at.MAX_SHAPES + 3):    # at most MAX_SHAPES kept, the oldest dropped
+        small(torch.randn(n, 2, 3, 3))
+    assert len(small._models) == at.MAX_SHAPES
+    assert [k[0][0][0] for k in small._models] == list(range(3, at.MAX_SHAPES + 3))
     with pytest.raises(TypeError):
         fast(np.zeros((1, 3, 32, 32), np.float32))
 
