@@ -7,10 +7,11 @@
 ``compile`` exports the module through torch's ONNX exporter in memory on the first call
 (and again for each new input shape, the batch size included, as ``torch.compile`` with
 ``dynamic=False`` recompiles: a module may compute from the batch size; the last
-:data:`MAX_SHAPES` shapes are kept), plans it with
-:func:`asymo.from_torch`, and runs later calls on asymo's pool. The weights are copied at export: after changing the
-module's parameters call :meth:`CompiledModule.refresh`. asymo is inference-only: inputs that
-require grad are detached, outputs have no autograd history.
+:data:`MAX_SHAPES` shapes are kept), checks the export's first result against the module's,
+plans it with :func:`asymo.from_torch`, and runs later calls on asymo's pool, giving back the
+module's output structure. The weights are copied at export: after changing the module's
+parameters call :meth:`CompiledModule.refresh`. asymo is inference-only: inputs that require
+grad are detached, outputs have no autograd history.
 
 ``asymo.conv2d`` and ``asymo.matmul`` take and return tensors too (``conv2d`` and ``matmul``
 here are the same functions with torch's argument names), so ``F.conv2d = asymo.conv2d``
