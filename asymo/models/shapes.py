@@ -386,7 +386,8 @@ def _flatten(g, n, s):
 def _squeeze(g, n, s):
     x = s[n.inputs[0]]
     axes = (n.attrs.get("axes") if "axes" in n.attrs else
-            (_const_vector(g, n.inputs[1], "axes", n) if len(n.inputs) > 1 and n.inputs[1] else None))
+            (_const_vector(g, n.inputs[1], "axes", n) if len(n.inputs) > 1 and n.inputs[1]
+             else None))
     if axes is None:
         # ONNX squeezes every axis of size 1, the batch's too (at batch 1), where asymo keeps
         # the batch dimension: an answer of another shape, so not run
