@@ -676,3 +676,40 @@ def test_inline_jobs_run_in_the_calling_thread_in_order():
         assert len(seen) == 5
     finally:
         pool.close()
+
+
+def test_argument_checks_from_a_second_differential_run():
+    """Each of these was accepted: a cffi task taking a double (garbage task numbers), a
+    ctypes function of another signature, fence job numbers that are not job numbers."""
+    import ctypes
+
+    p = get_pool()
+    bad = ffi.cast("void(*)(double, void *)", COUNT)
+    with pytest.raises(TypeError, match="expected void"):
+        p.parallel_for(bad, 4)
+    with pytest.raises(TypeError, match="ctypes function"):
+        p.parallel_for(ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_double)(lambda x: 0), 4)
+    for job in (-1, 1.5, "x", 1 << 64, True):
+        with pytest.raises(ValueError, match="job number"):
+            p.fence(job)
+    assert p.fence(0) >= 0
+
+
+def test_the_default_pool_serves_the_process_not_the_thread_that_built_it():
+    """Built first from a thread pinned to one core (a pipeline stage, a pool worker), the
+    default pool had one worker for the whole process."""
+    allowed = os.sched_getaffinity(0)
+    box = {}
+
+    def pinned():
+        os.sched_setaffinity(0, {max(allowed)})
+        reset_default_pool()
+        box["n"] = get_pool().nworkers
+
+    t = threading.Thread(target=pinned)
+    t.start()
+    t.join()
+    try:
+        assert box["n"] == len(allowed) == get_pool().nworkers
+    finally:
+        reset_default_pool()

@@ -595,3 +595,15 @@ def test_parse_cpulist_rejects(text):
 def test_dict_round_trip(name):
     t = detect_quiet(fixture(name))
     assert topo.Topology.from_dict(json.loads(json.dumps(t.to_dict()))) == t
+
+
+@pytest.mark.parametrize("cpus, message", [((0, 0), "lists a cpu twice"),
+                                           ((-1,), "not a cpu number"),
+                                           ((1 << 31,), "not a cpu number"),
+                                           ((True,), "not a cpu number")])
+def test_topologies_built_directly_are_checked(cpus, message):
+    # a pool of two workers pinned to cpu 0, a worker on cpu -1, cffi's OverflowError before
+    with pytest.raises(topo.TopologyError, match=message):
+        topo.Topology(clusters=(topo.Cluster(name="a", cpus=cpus, capacity=1.0),))
+    with pytest.raises(topo.TopologyError, match="not a cpu number"):
+        topo.parse_spec("x:0@1,y:2147483648@0.5")

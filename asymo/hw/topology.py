@@ -39,6 +39,7 @@ into ``Topology.emulated``.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 import statistics
 import warnings
@@ -57,6 +58,8 @@ ENV_VAR = "ASYMO_TOPOLOGY"
 EMULATED_ENV_VAR = "ASYMO_EMULATED"
 # The sysfs root whose cpus this process runs on; any other root describes another machine.
 LIVE_SYSFS = "/sys"
+#: cpu numbers a topology may name: [0, MAX_CPU) (Linux's NR_CPUS is at most 8192)
+MAX_CPU = 1 << 15
 
 class TopologyError(ValueError):
     """A topology description (override string, JSON, sysfs root) is unusable."""
@@ -161,6 +164,14 @@ class Topology:
         for c in self.clusters:
             if not c.cpus:
                 raise TopologyError(f"cluster {c.name!r} has no cpus")
+            for cpu in c.cpus:
+                # (Linux numbers cpus below its NR_CPUS, at most 8192)
+                if not isinstance(cpu, numbers.Integral) or isinstance(cpu, bool) or \
+                        not 0 <= cpu < MAX_CPU:
+                    raise TopologyError(f"cluster {c.name!r}: cpu {cpu!r} is not a cpu number "
+                                        f"in [0, {MAX_CPU})")
+            if len(set(c.cpus)) != len(c.cpus):
+                raise TopologyError(f"cluster {c.name!r} lists a cpu twice: {list(c.cpus)}")
             dup = seen.intersection(c.cpus)
             if dup:
                 raise TopologyError(f"cpu {sorted(dup)[0]} appears in two clusters")
@@ -587,8 +598,11 @@ def _restrict_override(topology, allowed, warn):
 
 
 def _affinity():
+    """The cpus the process may run on: its main thread's mask, not the calling thread's (a
+    pipeline stage or a pool worker is pinned to one core, and the default pool it may build
+    serves the whole process)."""
     try:
-        return set(os.sched_getaffinity(0))
+        return set(os.sched_getaffinity(os.getpid()))
     except (AttributeError, OSError):  # pragma: no cover - non-Linux
         return set(range(os.cpu_count() or 1))
 

@@ -131,8 +131,10 @@ def _as_task_fn(fn):
         ft = t = ffi.typeof(fn)  # cffi's ctype of a function pointer has kind "function"
         if t.kind != "function":
             raise TypeError(f"fn is a cffi {t.cname!r}, not a function pointer; {hint}")
+        # (the task number is a 64-bit integer: a double of the same size gets garbage)
         if (ft.result.kind != "void" or len(ft.args) != 2 or ft.args[0].kind != "primitive"
-                or ffi.sizeof(ft.args[0]) != 8 or ft.args[1].kind != "pointer"):
+                or ffi.sizeof(ft.args[0]) != 8 or ft.args[1].kind != "pointer"
+                or ft.args[0].cname in ("double", "float")):
             raise TypeError(f"fn has C type {t.cname!r}; expected void(*)(int64_t, void *)")
         if fn == ffi.NULL:
             raise ValueError("fn is a NULL function pointer")
@@ -153,6 +155,15 @@ def _as_task_fn(fn):
         return ffi.cast("asymo_task_fn", fn)  # a function of asymo's own C core
     elif hasattr(fn, "_objects") and hasattr(fn, "argtypes"):  # a ctypes function pointer
         import ctypes
+        args = getattr(fn, "argtypes", None)
+        ints64 = {t for t in (ctypes.c_int64, ctypes.c_uint64, ctypes.c_longlong,
+                              ctypes.c_ulonglong, ctypes.c_long, ctypes.c_ulong, ctypes.c_ssize_t,
+                              ctypes.c_size_t) if ctypes.sizeof(t) == 8}
+        if args is not None and (len(args) != 2 or args[0] not in ints64 or not (
+                args[1] is ctypes.c_void_p or hasattr(args[1], "_type_") and
+                issubclass(args[1], ctypes._Pointer))) or getattr(fn, "restype", None) not in (None,):
+            raise TypeError(f"fn is a ctypes function of argtypes {args} and restype "
+                            f"{getattr(fn, 'restype', None)}; expected void(*)(int64_t, void *)")
         fn = ctypes.cast(fn, ctypes.c_void_p).value or 0
     if _is_integral(fn):
         if fn == 0:
@@ -639,6 +650,9 @@ class Pool:
         The model runner calls it between nodes, so a late copy never meets memory that is
         reused (docs/pool.md, "Backup tasks").
         """
+        if job is not None and (not _is_integral(job) or not 0 <= job < EVERY_JOB):
+            raise ValueError(f"fence: job must be a job number (an int >= 0) or None, not "
+                             f"{job!r}")
         return int(self._call(lib.asymo_pool_fence, EVERY_JOB if job is None else int(job)))
 
     def reset_stats(self):
