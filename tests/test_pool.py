@@ -713,3 +713,18 @@ def test_the_default_pool_serves_the_process_not_the_thread_that_built_it():
         assert box["n"] == len(allowed) == get_pool().nworkers
     finally:
         reset_default_pool()
+
+
+def test_threadpool_limits_gives_back_each_pools_own_limit():
+    """Leaving a threadpoolctl block reset every pool to its full width, lifting a cap set
+    with `pool.limit`; a limit wider than every pool did so too."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    with make_pool("big:0@1.0,little:1@0.5", "asymo") as p, \
+            make_pool("big:0@1.0,little:1@0.5", "asymo") as q:
+        p.limit = 1
+        with threadpoolctl.threadpool_limits(64):
+            assert (p.limit, q.limit) == (1, 2)
+        assert (p.limit, q.limit) == (1, 2)
+        with threadpoolctl.threadpool_limits(1):
+            assert (p.limit, q.limit) == (1, 1)
+        assert (p.limit, q.limit) == (1, 2)

@@ -795,6 +795,9 @@ _destroy_hooks = []
 _task_fn_cache = {}  # id(fn) -> (fn, C function pointer)
 _live_pools = weakref.WeakSet()
 _global_limit = None  # threadpoolctl's cap, applied to every pool
+# each open pool's own `limit` when the cap began, restored when it ends (weak: a pool
+# dropped meanwhile is forgotten)
+_limits_before_cap = weakref.WeakKeyDictionary()
 
 _default_lock = threading.Lock()
 _default_pool = None
@@ -956,13 +959,23 @@ def set_thread_limit(limit):
     pools = [p for p in list(_live_pools) if not p.closed]
     widest = max([p.nworkers for p in pools] + [_machine_cpus()])
     # threadpoolctl restores by setting what get_thread_limit read: the full width, no cap
-    _global_limit = None if limit is None or limit >= widest else int(limit)
+    new = None if limit is None or limit >= widest else int(limit)
+    if new is None and _global_limit is None:
+        return  # no cap before or after: each pool keeps its own `limit`
+    if _global_limit is None:  # a cap begins: each pool's own limit comes back when it ends
+        _limits_before_cap.clear()
+        _limits_before_cap.update((pool, pool.limit) for pool in pools)
+    _global_limit = new
     for pool in pools:
         try:
-            pool.limit = pool.nworkers if _global_limit is None else min(_global_limit,
-                                                                         pool.nworkers)
+            if new is None:
+                pool.limit = _limits_before_cap.get(pool, pool.nworkers)
+            else:
+                pool.limit = min(new, _limits_before_cap.get(pool, pool.nworkers))
         except ValueError:  # closed meanwhile
             pass
+    if new is None:
+        _limits_before_cap.clear()
 
 
 def _machine_cpus():
