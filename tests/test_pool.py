@@ -728,3 +728,33 @@ def test_threadpool_limits_gives_back_each_pools_own_limit():
         with threadpoolctl.threadpool_limits(1):
             assert (p.limit, q.limit) == (1, 1)
         assert (p.limit, q.limit) == (1, 2)
+
+
+def test_pools_dropped_inside_a_task_stop_their_threads_soon():
+    """A pool whose last reference goes inside a task is destroyed later, off the worker:
+    its threads lived on until some other pool was destroyed (ten dropped pools left twenty
+    threads); now the next pool, job or default-pool request on an ordinary thread ends them."""
+    import gc
+
+    def nthreads():
+        return len(os.listdir("/proc/self/task"))
+
+    outer = make_pool("x:0-1@1", "asymo")
+    box = {}
+
+    @ffi.callback("void(int64_t, void *)")
+    def drop(i, c):
+        if i == 0:
+            box.pop("q", None)
+            gc.collect()
+
+    try:
+        base = nthreads()
+        for _ in range(5):
+            box["q"] = make_pool("x:0-1@1", "asymo")
+            outer.parallel_for(drop, 1)
+        get_pool()
+        time.sleep(0.2)
+        assert nthreads() <= base + 2  # (the default pool's workers may start meanwhile)
+    finally:
+        outer.close()

@@ -240,6 +240,8 @@ class Pool:
 
     def __init__(self, topology=None, policy="asymo", *, spin_us=None, submit_spin_us=None,
                  queue=None):
+        if _deferred:
+            _drain_deferred()
         if topology is None:
             topology = detect()
         elif isinstance(topology, str):
@@ -543,6 +545,8 @@ class Pool:
         exception raised by a Python ``ffi.callback`` task cannot propagate (cffi prints it and
         the task counts as done): prefer Numba or C kernels.
         """
+        if _deferred:  # pools dropped on a worker: their threads stop here
+            _drain_deferred()
         hit = _task_fn_cache.get(id(fn))
         if hit is not None and hit[0] is fn:
             cfn = hit[1]
@@ -780,8 +784,20 @@ def _destroy_handle(handle):
     for hook in _destroy_hooks:
         hook(handle, True)
     lib.asymo_pool_destroy(handle)
+    _drain_deferred()
+
+
+def _drain_deferred():
+    """Destroy the pools whose last reference went on a pool worker (`_destroy_handle`), from
+    an ordinary thread: when another pool is destroyed, a pool is made or the default pool
+    is asked for (their worker threads lived on until then)."""
+    if not _deferred or lib.asymo_pool_current() != ffi.NULL:
+        return
     while _deferred:
-        handle = _deferred.pop()
+        try:
+            handle = _deferred.pop()
+        except IndexError:  # another thread took the last one
+            return
         for hook in _destroy_hooks:
             hook(handle, True)
         lib.asymo_pool_destroy(handle)
@@ -826,6 +842,8 @@ def get_pool():
     global _default_pool, _default_built_for
     pool = _default_pool
     key = _default_key()
+    if _deferred:
+        _drain_deferred()
     if pool is not None and not pool.closed and key == _default_built_for:
         return pool
     old = None
