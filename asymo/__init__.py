@@ -1,7 +1,8 @@
 """asymo: make deep-learning inference use all the cores of a heterogeneous CPU.
 
 The public API is ``__all__``; everything else lives in the layered subpackages, imported on
-first use so that ``import asymo`` stays cheap:
+first use so that ``import asymo`` stays cheap (it loads the C core and registers asymo's
+pools with threadpoolctl, ``asymo.runtime.threadpoolctl_support``, and nothing else):
 
 ``asymo.hw``        machine facts (topology, sysfs, cpu load, environment)
 ``asymo.profile``   the calibration profile (plain data, file IO)
@@ -15,6 +16,9 @@ first use so that ``import asymo`` stays cheap:
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+# threadpoolctl caps asymo's pools from the start (its controller; loads the C core)
+from asymo.runtime import threadpoolctl_support as _threadpoolctl_support  # noqa: E402,F401
 
 __all__ = [
     "matmul", "prepack", "conv2d", "prepack_conv", "PackedConvWeight", "max_pool2d",

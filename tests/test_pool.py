@@ -758,3 +758,21 @@ def test_pools_dropped_inside_a_task_stop_their_threads_soon():
         assert nthreads() <= base + 2  # (the default pool's workers may start meanwhile)
     finally:
         outer.close()
+
+
+def test_threadpool_limits_caps_asymo_before_its_first_call():
+    """threadpoolctl finds a library among the loaded ones: before `import asymo` loaded the
+    C core and registered the controller, a first matmul inside threadpool_limits(1) ran on
+    every worker."""
+    code = textwrap.dedent("""
+        import numpy as np, asymo
+        from threadpoolctl import threadpool_limits
+        with threadpool_limits(1):
+            asymo.matmul(np.ones((256, 256), np.float32), np.ones((256, 256), np.float32))
+            p = asymo.get_pool()
+            print(p.limit, sum(w["tasks_run"] for w in p.stats()["workers"][1:]))
+        print(asymo.get_pool().limit)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120).stdout.split("\n")
+    assert out[0] == "1 0" and out[1] == str(NCPU), out

@@ -1014,45 +1014,6 @@ def get_thread_limit():
     return max([p.nworkers for p in list(_live_pools) if not p.closed] + [_machine_cpus()])
 
 
-def _register_threadpoolctl():
-    try:
-        import threadpoolctl
-    except ImportError:  # pragma: no cover - a declared dependency
-        return
-    if not hasattr(threadpoolctl, "register") or not hasattr(threadpoolctl, "LibController"):
-        return  # threadpoolctl < 3.5 has no plug-in controllers
-
-    class AsymoPoolController(threadpoolctl.LibController):
-        """threadpoolctl view of asymo's pools (``user_api="asymo"``)."""
-
-        user_api = "asymo"
-        internal_api = "asymo"
-        filename_prefixes = ("_native",)
-        check_symbols = ("asymo_pool_create", "asymo_pool_set_limit")
-
-        def get_num_threads(self):
-            return get_thread_limit()
-
-        def set_num_threads(self, num_threads):
-            set_thread_limit(num_threads)
-
-        def get_version(self):
-            from asymo import __version__
-            return __version__
-
-        def set_additional_attributes(self):
-            pool = _default_pool
-            self.policy = pool.policy if pool is not None else (
-                os.environ.get(POLICY_ENV_VAR) or "asymo")
-
-    if not any(getattr(c, "user_api", None) == "asymo"
-               for c in getattr(threadpoolctl, "_ALL_CONTROLLERS", [])):
-        threadpoolctl.register(AsymoPoolController)
-
-
-_register_threadpoolctl()
-
-
 @atexit.register
 def _close_all_at_exit():
     for pool in list(_live_pools):
