@@ -224,3 +224,27 @@ def test_pipeline_cli_frames_that_cannot_fit_are_a_clear_error(capsys, args):
     assert rc == 1
     assert "asymo pipeline: error:" in err and "GiB, more than the" in err
     assert "Traceback" not in err
+
+
+def test_attribute_and_trace_readers_take_regular_files_only(tmp_path):
+    """A FIFO in a fake sysfs tree hung `asymo info` and `asymo dvfs status`, /dev/zero behind
+    an attribute or a power trace read until memory ran out, non-UTF-8 bytes were a
+    UnicodeDecodeError traceback, and a cpu list could name millions of cpus."""
+    from asymo.dvfs.meters import CsvTraceMeter
+    from asymo.hw.sysfs import SysfsError, SysfsReader, parse_cpulist, read_attribute
+
+    fifo = tmp_path / "online"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero"
+    zero.symlink_to("/dev/zero")
+    binary = tmp_path / "label"
+    binary.write_bytes(b"\xff\xfe")
+    for p in (fifo, zero, binary, tmp_path):
+        assert read_attribute(str(p)) is None
+    with pytest.raises(SysfsError, match="online"):
+        SysfsReader(str(tmp_path)).read("online")
+    for p in (fifo, zero, tmp_path):
+        with pytest.raises((OSError, ValueError)):
+            CsvTraceMeter(str(p)).read_trace()
+    with pytest.raises(ValueError, match="beyond"):
+        parse_cpulist("0-40000")

@@ -66,6 +66,7 @@ from typing import Optional
 
 from asymo.dvfs import _guardian
 from asymo.hw import rundir as _rundir
+from asymo.hw.sysfs import read_attribute
 from asymo.hw.topology import Cluster, Topology, parse_cpulist
 
 __all__ = ["CpuFreq", "CpuFreqError", "CpuFreqPermissionError", "PolicyInfo", "FrequencyChange",
@@ -214,14 +215,7 @@ def _unregister(cf):
 
 # --------------------------------------------------------------------------------------------
 
-def _read(path):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError:
-        return None
+_read = read_attribute
 
 
 def _read_int(path):

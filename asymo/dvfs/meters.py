@@ -25,6 +25,7 @@ Meters, in the order ``detect_meter`` tries them:
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 import re
@@ -32,6 +33,12 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+from asymo.hw.files import read_regular_file
+from asymo.hw.sysfs import ATTRIBUTE_BYTES, read_attribute
+
+#: the largest power trace read (bytes): hours of samples at 1 kHz
+MAX_TRACE_BYTES = 256 << 20
 
 __all__ = ["MeterReading", "Meter", "MeterUnavailable", "RaplMeter", "HwmonMeter",
            "CallableMeter", "CsvTraceMeter", "PowerModelMeter", "detect_meter",
@@ -440,8 +447,12 @@ class CsvTraceMeter(Meter):
 
     def read_trace(self):
         """``(times, values, kind)`` with kind ``"power"`` (W) or ``"energy"`` (J)."""
-        with open(self.path, newline="") as f:
-            rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith("#")]
+        try:  # a regular file of bounded size: /dev/zero or a FIFO would never end
+            text = read_regular_file(self.path, MAX_TRACE_BYTES).decode()
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{self.path}: not a text file ({exc.reason})") from None
+        rows = [r for r in csv.reader(io.StringIO(text, newline=""))
+                if r and not r[0].lstrip().startswith("#")]
         if not rows:
             raise ValueError(f"{self.path}: empty trace (expected a header row such as "
                              "'timestamp,power_w')")
@@ -622,10 +633,11 @@ def detect_meter(sysfs_root="/sys", topology=None, *, power_model=None, cpufreq=
 
 
 def _read_text(path, strict=False):
+    """A sysfs / hwmon attribute's text; None (``strict``: the error) when it cannot be read
+    as one (missing, not a regular file, not text)."""
+    if not strict:
+        return read_attribute(path)
     try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        if strict:
-            raise
-        return None
+        return read_regular_file(path, ATTRIBUTE_BYTES).decode().strip()
+    except ValueError as exc:  # over the size, not text (UnicodeDecodeError)
+        raise OSError(f"{path}: {exc}") from None

@@ -29,6 +29,9 @@ import re
 import struct
 from dataclasses import dataclass
 
+from asymo.hw.files import read_regular_file
+from asymo.hw.sysfs import ATTRIBUTE_BYTES, read_attribute
+
 __all__ = ["ClusterPower", "PowerModel", "read_opp_table", "DEFAULT_V_MIN", "DEFAULT_V_MAX",
            "DEFAULT_CORE_DYNAMIC_W", "DEFAULT_STATIC_W_PER_CORE", "DEFAULT_MIN_FREQ_FRACTION",
            "DEFAULT_MAX_FREQ_KHZ"]
@@ -225,19 +228,14 @@ def _freq_range(cluster, cpufreq):
     return int(lo), int(hi)
 
 
-def _read(path):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
+_read = read_attribute
 
 
 def _read_bytes(path):
+    """A device-tree property's bytes, or None (see `asymo.hw.sysfs.read_attribute`)."""
     try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
+        return read_regular_file(path, ATTRIBUTE_BYTES)
+    except (OSError, ValueError):
         return None
 
 

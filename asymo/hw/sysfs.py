@@ -27,11 +27,18 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from asymo.hw.files import read_regular_file
+
 __all__ = ["SysfsError", "SysfsReader", "CpufreqPolicy", "CacheInfo", "HYBRID_PMUS",
            "parse_cpulist", "format_cpulist", "parse_size"]
 
 # Intel hybrid PMU directories, fastest core type first.
 HYBRID_PMUS = ("cpu_core", "cpu_atom", "cpu_lowpower")
+#: cpu numbers are below this (Linux's NR_CPUS is at most 8192): a cpu list or topology naming
+#: more is not this machine's
+MAX_CPU = 1 << 15
+#: the most bytes read of one sysfs attribute (they are a page at most)
+ATTRIBUTE_BYTES = 1 << 16
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)\s*$", re.I)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -42,6 +49,16 @@ class SysfsError(ValueError):
 
 
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+
+
+def read_attribute(path):
+    """The stripped text of the sysfs-style attribute file ``path``, or None when it cannot
+    be read as one: missing, not a regular file (a FIFO or device planted in a fake tree must
+    not block or flood the reader), over `ATTRIBUTE_BYTES`, not UTF-8."""
+    try:
+        return read_regular_file(path, ATTRIBUTE_BYTES).decode().strip()
+    except (OSError, ValueError):  # (UnicodeDecodeError is a ValueError)
+        return None
 
 
 def parse_cpulist(text, sep=","):
@@ -61,8 +78,8 @@ def parse_cpulist(text, sep=","):
         hi = int(m.group(2)) if m.group(2) is not None else lo
         if hi < lo:
             raise ValueError(f"bad cpu range {part!r} in {text!r}")
-        if hi - lo >= 1 << 16:
-            raise ValueError(f"cpu range {part!r} in {text!r} is implausibly large")
+        if hi >= MAX_CPU:
+            raise ValueError(f"cpu {hi} in {text!r} is beyond the {MAX_CPU} cpus Linux numbers")
         cpus.update(range(lo, hi + 1))
     return tuple(sorted(cpus))
 
@@ -129,15 +146,13 @@ class SysfsReader:
     def read(self, rel):
         """Text of ``rel`` stripped, or None when the file does not exist."""
         path = self._path(rel)
-        try:
-            with open(path, "rb") as f:
-                data = f.read(1 << 16)
-        except FileNotFoundError:
+        try:  # a FIFO or device planted in a fake tree must not block or flood the reader
+            data = read_regular_file(path, ATTRIBUTE_BYTES)
+        except (FileNotFoundError, NotADirectoryError):
             return None
-        except NotADirectoryError:
-            return None
-        except OSError as exc:
-            raise SysfsError(f"{rel}: cannot read ({exc.strerror or exc})") from None
+        except (OSError, ValueError) as exc:
+            raise SysfsError(f"{rel}: cannot read ({getattr(exc, 'strerror', None) or exc})"
+                             ) from None
         try:
             return data.decode("ascii").strip()
         except UnicodeDecodeError:

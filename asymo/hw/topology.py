@@ -46,7 +46,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
-from asymo.hw.sysfs import (HYBRID_PMUS, SysfsError, SysfsReader, format_cpulist,
+from asymo.hw.sysfs import (HYBRID_PMUS, MAX_CPU, SysfsError, SysfsReader, format_cpulist,
                           parse_cpulist)
 
 __all__ = [
@@ -58,8 +58,6 @@ ENV_VAR = "ASYMO_TOPOLOGY"
 EMULATED_ENV_VAR = "ASYMO_EMULATED"
 # The sysfs root whose cpus this process runs on; any other root describes another machine.
 LIVE_SYSFS = "/sys"
-#: cpu numbers a topology may name: [0, MAX_CPU) (Linux's NR_CPUS is at most 8192)
-MAX_CPU = 1 << 15
 
 class TopologyError(ValueError):
     """A topology description (override string, JSON, sysfs root) is unusable."""
