@@ -108,6 +108,10 @@ def _parse_shapes(text):
 def run_plan(args):
     from asymo.dvfs import CpuFreq, frequency_plan
     t = _topology(args)
+    if args.model is not None and not args.model.strip():
+        print("asymo dvfs plan: --model is empty; give a zoo model name (asymo models) or "
+              "--shapes", file=sys.stderr)
+        return 2
     if args.model:
         try:
             from asymo import models

@@ -52,7 +52,7 @@ def holder_alive(holder):
         pid, start = int(holder[0]), holder[1]
     except (TypeError, ValueError, IndexError):
         return False
-    if pid <= 0:
+    if not 0 < pid < 1 << 22:  # Linux's pid_max is at most 2**22: no such process
         return False
     try:
         os.kill(pid, 0)

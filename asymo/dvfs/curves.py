@@ -89,6 +89,11 @@ class BenchCurve:
             if not (math.isfinite(t) and t > 0 and math.isfinite(p) and p >= 0):
                 raise CurveFormatError(f"{self.kind} curve: times must be > 0 and powers >= 0 "
                                        f"and finite (got {t}, {p})")
+        if min(self.freqs_khz) <= 0:
+            raise CurveFormatError(f"{self.kind} curve: frequencies must be > 0 kHz")
+        if self.reuse is not None and not (math.isfinite(self.reuse) and self.reuse > 0):
+            raise CurveFormatError(f"{self.kind} curve: reuse must be > 0 and finite, got "
+                                   f"{self.reuse}")
 
     @property
     def fmax_khz(self):
@@ -128,7 +133,7 @@ class BenchCurve:
                        measured_time=bool(d.get("measured_time", False)),
                        measured_energy=bool(d.get("measured_energy", False)),
                        energy_source=str(d.get("energy_source", "")))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # (int(inf))
             if isinstance(exc, CurveFormatError):
                 raise
             raise CurveFormatError(f"malformed benchmark curve: {exc!r}") from None
@@ -143,6 +148,12 @@ class ClusterCurves:
     compute: BenchCurve
     memory: BenchCurve
     itemsize: int = 4
+
+    def __post_init__(self):
+        # (the bytes of an element: a matmul's traffic is elements x itemsize)
+        if self.itemsize not in (1, 2, 4, 8, 16):
+            raise CurveFormatError(f"cluster {self.cluster!r}: itemsize must be 1, 2, 4, 8 or "
+                                   f"16 bytes, got {self.itemsize}")
 
     @property
     def source(self):
@@ -201,7 +212,7 @@ class ClusterCurves:
                        compute=BenchCurve.from_dict(d["compute"]),
                        memory=BenchCurve.from_dict(d["memory"]),
                        itemsize=int(d.get("itemsize", 4)))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # (int(inf))
             if isinstance(exc, CurveFormatError):
                 raise
             raise CurveFormatError(f"malformed cluster curves: {exc!r}") from None

@@ -163,20 +163,36 @@ def profile_summary(topology, path=None):
         except ValueError as exc:
             out["gemm"] = {"usable": False, "reason": str(exc)}
             return out
-        out["gemm"] = {
-            "usable": True, "set": g.get("set"), "created": g.get("created"),
-            "isa": g.get("isa"), "dtype": g.get("dtype"), "split": g.get("split"),
-            "duration_s": g.get("duration_s"),
-            "clusters": [{"name": c["name"], "model": c.get("model_name"),
-                          "r2": c["models"][c["model_name"]]["cv"]["r2"],
-                          "r2_table2": c["models"][BASELINE]["cv"]["r2"],
-                          "regret": c["models"][c["model_name"]]["regret"]["median"],
-                          "median_gap": c["models"][c["model_name"]]["gap"]["median"],
-                          "median_gap_table2": c["models"][BASELINE]["gap"]["median"],
-                          "capability_gflops": c.get("capability_gflops")}
-                         for c in g["clusters"]],
-        }
+        try:
+            out["gemm"] = _gemm_summary(g)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            # parse_section checks what the planner reads; the figures shown here are only
+            # the calibration's report on itself
+            out["gemm"] = {"usable": True, "figures": f"malformed ({type(exc).__name__}: {exc})"}
     return out
+
+
+def _gemm_summary(g):
+    """The GEMM section's quality figures for `profile_summary` (numbers checked)."""
+    def num(v):
+        if v is not None and not isinstance(v, (int, float)):
+            raise TypeError(f"{v!r} is not a number")
+        return v
+
+    return {
+        "usable": True, "set": g.get("set"), "created": g.get("created"),
+        "isa": g.get("isa"), "dtype": g.get("dtype"), "duration_s": g.get("duration_s"),
+        "split": {str(k): [float(x) for x in v] for k, v in (g.get("split") or {}).items()},
+        "clusters": [{"name": str(c["name"]), "model": str(c.get("model_name")),
+                      "r2": float(c["models"][c["model_name"]]["cv"]["r2"]),
+                      "r2_table2": float(c["models"][BASELINE]["cv"]["r2"]),
+                      "regret": num(c["models"][c["model_name"]]["regret"]["median"]),
+                      "median_gap": num(c["models"][c["model_name"]]["gap"]["median"]),
+                      "median_gap_table2": num(c["models"][BASELINE]["gap"]["median"]),
+                      "capability_gflops": {k: float(v) for k, v in
+                                            (c.get("capability_gflops") or {}).items()}}
+                     for c in g["clusters"]],
+    }
 
 
 def render_profile_summary(s):
@@ -194,6 +210,9 @@ def render_profile_summary(s):
         return "\n".join(lines)
     if not g["usable"]:
         lines.append(f"  GEMM calibration unusable ({g['reason']}): default plans")
+        return "\n".join(lines)
+    if "figures" in g:
+        lines.append(f"  GEMM calibration in use; its quality figures are {g['figures']}")
         return "\n".join(lines)
     split = "; ".join(f"{k.upper()} " + ":".join(f"{x:.2f}" for x in v)
                       for k, v in (g.get("split") or {}).items())
