@@ -287,3 +287,22 @@ def test_a_profiles_malformed_quality_figures_do_not_break_asymo_info():
                                    "sections": ["gemm"],
                                    "gemm": {"usable": True, "figures": "malformed (x)"}})
     assert "quality figures are malformed" in text
+
+
+def test_calibrate_checks_its_profile_path_and_partial_file_first(capsys, tmp_path):
+    """A directory or a path in a missing directory as --profile failed after the whole
+    measurement (and the missing directories were made); a partial file of the wrong JSON
+    types was resumed from (AttributeError tracebacks)."""
+    from asymo.calibrate.gemm import _valid_clusters
+
+    rc, err = _cli(capsys, "calibrate", "--quick", "--no-progress", "--profile", str(tmp_path))
+    assert rc == 2 and "not a regular file" in err
+    missing = tmp_path / "no" / "such" / "p.json"
+    rc, err = _cli(capsys, "calibrate", "--quick", "--no-progress", "--profile", str(missing))
+    assert rc == 2 and "does not exist" in err and not (tmp_path / "no").exists()
+    good = {"big": {"train": {"64x64x64": {"8,8,8": 1e-4}}, "held_out": {}, "confirm": {},
+                    "load": []}}
+    assert _valid_clusters(good)
+    for bad in ([], {"big": []}, {"big": {"train": []}}, {"big": {"train": {"s": []}}},
+                {"big": {"train": {"s": {"b": "fast"}}}}, {"big": {"load": {}}}):
+        assert not _valid_clusters(bad)

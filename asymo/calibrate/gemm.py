@@ -257,6 +257,25 @@ def _write_json(path, data):
         raise
 
 
+def _valid_clusters(clusters):
+    """Whether a partial file's ``clusters`` has the shape `_State` writes: per cluster, per
+    phase, per size, per blocks a number of seconds (and a ``load`` list); anything else
+    (a hand-edited or damaged file) is not resumed from."""
+    if not isinstance(clusters, dict):
+        return False
+    for cl in clusters.values():
+        if not isinstance(cl, dict) or not isinstance(cl.get("load", []), list):
+            return False
+        for phase in ("train", "held_out", "confirm"):
+            sizes = cl.get(phase, {})
+            if not isinstance(sizes, dict) or not all(
+                    isinstance(per, dict) and all(isinstance(v, (int, float)) and
+                                                  not isinstance(v, bool) for v in per.values())
+                    for per in sizes.values()):
+                return False
+    return True
+
+
 class _State:
     """The measurements so far, keyed by cluster, phase, size and blocks."""
 
@@ -273,7 +292,7 @@ class _State:
         except (OSError, ValueError):
             return False
         if (not isinstance(data, dict) or data.get("format") != _PARTIAL_FORMAT
-                or data.get("ident") != self.ident or not isinstance(data.get("clusters"), dict)):
+                or data.get("ident") != self.ident or not _valid_clusters(data.get("clusters"))):
             return False
         self.data = data
         self.resumed = sum(len(v) for cl in data["clusters"].values()
