@@ -86,9 +86,12 @@ def run(args):
     if args.profile is not None:
         # a path the user gave is checked before minutes of measuring, not when saving (its
         # directory is not made: a mistyped one should not appear)
-        problem = _unwritable(path)
-        if problem:
-            print(f"asymo calibrate: error: --profile {path}: {problem}", file=sys.stderr)
+        from asymo.cli.options import check_output
+
+        try:
+            check_output(path, "--profile")
+        except ValueError as exc:
+            print(f"asymo calibrate: error: {exc}", file=sys.stderr)
             return 2
     print(f"asymo calibrate: {set_name} set on topology {t.to_spec()}"
           + (f" (emulated: {dict(sorted(t.emulated.items()))})" if t.emulated else "")
@@ -125,22 +128,3 @@ def run(args):
             print(format_calibration(energy))
         print(f"saved to {section.get('path', path)}")
     return 0
-
-
-def _unwritable(path):
-    """Why the profile cannot be written at ``path`` (None when it can): tried with a
-    temporary file beside it, as saving does."""
-    import tempfile
-
-    if os.path.lexists(path) and not os.path.isfile(path):
-        return "exists and is not a regular file"
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        return f"directory {parent} does not exist"
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".profile-check-", dir=parent)
-    except OSError as exc:
-        return f"cannot write in {parent} ({exc.strerror or exc})"
-    os.close(fd)
-    os.unlink(tmp)
-    return None

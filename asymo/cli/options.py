@@ -33,15 +33,27 @@ def check_output(path, option):
     Raises
     ------
     ValueError
-        ``path`` is a directory, or its directory is missing or not writable.
+        ``path`` exists and is not a regular file, or its directory is missing or nothing
+        can be created in it (tried with a temporary file, as the writers do: ``os.access``
+        says yes to root in /proc).
     """
+    import tempfile
+
     if os.path.isdir(path):
-        raise ValueError(f"{option} {path}: is a directory; give a file name")
+        raise ValueError(f"{option} {path}: is a directory, not a regular file; give a file "
+                         "name")
+    if os.path.lexists(path) and not os.path.isfile(path):
+        raise ValueError(f"{option} {path}: exists and is not a regular file")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise ValueError(f"{option} {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise ValueError(f"{option} {path}: directory {parent} is not writable")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".asymo-check-", dir=parent)
+    except OSError as exc:
+        raise ValueError(f"{option} {path}: cannot write in {parent} "
+                         f"({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(tmp)
 
 
 def check_plot(path, option="--plot"):

@@ -215,11 +215,9 @@ def _unregister(cf):
 
 # --------------------------------------------------------------------------------------------
 
-_read = read_attribute
-
 
 def _read_int(path):
-    text = _read(path)
+    text = read_attribute(path)
     if text is None:
         return None
     try:
@@ -418,7 +416,7 @@ class CpuFreq:
         for n in sorted((n for n in names if re.fullmatch(r"policy\d+", n)),
                         key=lambda n: int(n[6:])):
             path = os.path.join(base, n)
-            text = _read(os.path.join(path, "related_cpus")) or _read(
+            text = read_attribute(os.path.join(path, "related_cpus")) or read_attribute(
                 os.path.join(path, "affected_cpus"))
             cpus = _parse_cpus(text)
             if cpus:
@@ -436,8 +434,9 @@ class CpuFreq:
                 candidates = [os.path.join(self.sysfs_root, CPUFREQ_DIR, named)]
             path = next((c for c in candidates if os.path.isdir(c)), candidates[-1])
             if os.path.isdir(path):
-                cpus = _parse_cpus(_read(os.path.join(path, "related_cpus")) or _read(
-                    os.path.join(path, "affected_cpus"))) or tuple(cluster.cpus)
+                cpus = _parse_cpus(read_attribute(os.path.join(path, "related_cpus"))
+                                   or read_attribute(os.path.join(path, "affected_cpus"))
+                                   ) or tuple(cluster.cpus)
                 return [_Policy(os.path.realpath(path), cpus)]
         wanted = set(cluster.cpus)
         found = [p for p in self._all_policies() if wanted.intersection(p.cpus)]
@@ -447,7 +446,7 @@ class CpuFreq:
             if os.path.isdir(path):
                 real = os.path.realpath(path)
                 if all(p.path != real for p in found):
-                    cpus = _parse_cpus(_read(os.path.join(real, "related_cpus"))) or (cpu,)
+                    cpus = _parse_cpus(read_attribute(os.path.join(real, "related_cpus"))) or (cpu,)
                     found.append(_Policy(real, cpus))
         for p in found:
             p.path = os.path.realpath(p.path)
@@ -475,9 +474,9 @@ class CpuFreq:
 
     def _policy_info(self, pol):
         f = pol.file
-        governor = _read(f(_GOV))
-        govs = tuple((_read(f("scaling_available_governors")) or "").split())
-        listed = _read(f("scaling_available_frequencies"))
+        governor = read_attribute(f(_GOV))
+        govs = tuple((read_attribute(f("scaling_available_governors")) or "").split())
+        listed = read_attribute(f("scaling_available_frequencies"))
         freqs = ()
         if listed:
             try:
@@ -517,7 +516,7 @@ class CpuFreq:
             except CpuFreqError as exc:
                 method, reason, error = None, str(exc.strerror or exc), exc.errno
         return PolicyInfo(path=pol.path, cpus=tuple(pol.cpus),
-                          driver=_read(f("scaling_driver")), governor=governor,
+                          driver=read_attribute(f("scaling_driver")), governor=governor,
                           available_governors=govs, frequencies_khz=freqs,
                           frequencies_listed=bool(listed), cpuinfo_min_khz=cmin,
                           cpuinfo_max_khz=cmax, scaling_min_khz=smin, scaling_max_khz=smax,
@@ -625,11 +624,11 @@ class CpuFreq:
 
     def _snapshot(self, path, names):
         snap = {}
-        gov = _read(os.path.join(path, _GOV))
+        gov = read_attribute(os.path.join(path, _GOV))
         for name in names:
             if name == _SPEED and gov != "userspace":
                 continue  # reads "<unsupported>" under other governors: nothing to put back
-            value = _read(os.path.join(path, name))
+            value = read_attribute(os.path.join(path, name))
             if value is not None:
                 snap[name] = value
         return snap
@@ -652,7 +651,7 @@ class CpuFreq:
                     continue
                 for k in [k for k in orig if not os.path.exists(os.path.join(path, k))]:
                     del orig[k]  # vanished: nothing left to restore there
-                if all(_read(os.path.join(path, k)) == str(v) for k, v in orig.items()):
+                if all(read_attribute(os.path.join(path, k)) == str(v) for k, v in orig.items()):
                     del self._original[path]
                     if path in self._records:
                         # back to our originals (a rollback, an undo): leave the shared record;
@@ -682,7 +681,7 @@ class CpuFreq:
             steps.append((_SPEED, state[_SPEED]))
         for name, value in steps:
             fpath = os.path.join(path, name)
-            if _read(fpath) == str(value):
+            if read_attribute(fpath) == str(value):
                 continue
             try:
                 self._write(fpath, value)

@@ -228,9 +228,6 @@ def _freq_range(cluster, cpufreq):
     return int(lo), int(hi)
 
 
-_read = read_attribute
-
-
 def _read_bytes(path):
     """A device-tree property's bytes, or None (see `asymo.hw.sysfs.read_attribute`)."""
     try:
@@ -251,10 +248,10 @@ def read_opp_debugfs(sysfs_root, cpu):
         if not n.startswith("opp:"):
             continue
         d = os.path.join(base, n)
-        if _read(os.path.join(d, "available")) in ("N", "0"):
+        if read_attribute(os.path.join(d, "available")) in ("N", "0"):
             continue
-        rate = _read(os.path.join(d, "rate_hz")) or n[4:]
-        uv = _read(os.path.join(d, "supply-0", "u_volt_target")) or _read(
+        rate = read_attribute(os.path.join(d, "rate_hz")) or n[4:]
+        uv = read_attribute(os.path.join(d, "supply-0", "u_volt_target")) or read_attribute(
             os.path.join(d, "u_volt_target"))
         try:
             hz, uv = int(rate), int(uv)

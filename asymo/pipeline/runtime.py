@@ -328,6 +328,17 @@ class _Base:
                                 "flight cannot reach a later run")
         self.close(timeout=0.5, warn=False)
 
+    @contextlib.contextmanager
+    def _one_run(self, what):
+        """Hold the run lock for a run (``what``: the runtime, for the refusal): frames of
+        two runs at once would share the queues."""
+        if not self._run_lock.acquire(blocking=False):
+            raise PipelineError(f"{what} is already running frames")
+        try:
+            yield
+        finally:
+            self._run_lock.release()
+
     def _check_open(self):
         if self._closed:
             why = getattr(self, "_closed_why", None)
@@ -570,8 +581,7 @@ class Pipeline(_Base):
                 # a failed, timed-out or abandoned stream may leave frames in flight (fed
                 # ones included): shut everything down without waiting for a stage that may
                 # be stuck (it closes its pool when it returns)
-                self._close_after_run(error if error is not None or not self._failed.is_set()
-                                      else self._error)
+                self._close_after_run(error if error is not None else self._error)
 
     def run(self, frames, *, timeout=None):
         """Process ``frames`` and return ``(outputs, RunStats)``; outputs stacked in order.
@@ -635,9 +645,7 @@ class KernelLevel(_Base):
         if not frames:
             raise ValueError("no frames to process")
         timeout = self.timeout if timeout is None else timeout
-        if not self._run_lock.acquire(blocking=False):
-            raise PipelineError("the kernel-level runtime is already running frames")
-        try:
+        with self._one_run("the kernel-level runtime"):
             self._threads = []
             results = queue.Queue()
             t = threading.Thread(target=self._loop, args=(frames, results),
@@ -652,8 +660,6 @@ class KernelLevel(_Base):
                     t_start.append(t0)
                     t_out.append(t1)
                 t.join()
-        finally:
-            self._run_lock.release()
         busy = sum(b - a for a, b in zip(t_start, t_out))
         return np.concatenate(outs, axis=0), _stats(len(outs), t_start[0], t_out, t_start,
                                                     [busy], 1)
@@ -787,12 +793,8 @@ class ParallelFrames(_Base):
         if not frames:
             raise ValueError("no frames to process")
         timeout = self.timeout if timeout is None else timeout
-        if not self._run_lock.acquire(blocking=False):
-            raise PipelineError("the parallel-frames runtime is already running frames")
-        try:
+        with self._one_run("the parallel-frames runtime"):
             return self._run(frames, timeout)
-        finally:
-            self._run_lock.release()
 
     def _run(self, frames, timeout):
         self._busy = [0.0] * len(self.groups)
