@@ -135,6 +135,18 @@ def test_rows_form_on_avx2_only_where_it_ran_faster():
         assert pw.form == conv_mod.lib.ASYMO_POINTWISE_ROWS and pw.panel_rows == 16
         assert conv_mod._pointwise_job((1, 32, 8, 8), (24, 32, 1, 1), f32, one, none, one, 1,
                                        None, False).panel_rows == 24
+        # a network's 3x3 layers of few input channels (cold weights) stay on Winograd here
+        # (ROWS_OVER_WINOGRAD_CHANNELS_COLD_AVX2; the AVX-512 rows form takes them)
+        for c, k, hw in ((16, 64, 55), (32, 128, 27)):
+            assert conv_mod.conv_path((1, c, hw, hw), (k, c, 3, 3), padding=1,
+                                      activation="relu", cold_weights=True) == "winograd F(4x4)"
+        limit = conv_mod.ROWS_OVER_WINOGRAD_CHANNELS_COLD
+        try:
+            conv_mod.ROWS_OVER_WINOGRAD_CHANNELS_COLD_AVX2 = limit
+            assert conv_mod.conv_path((1, 16, 55, 55), (64, 16, 3, 3), padding=1,
+                                      activation="relu", cold_weights=True) == "rows"
+        finally:
+            conv_mod.ROWS_OVER_WINOGRAD_CHANNELS_COLD_AVX2 = 0
 
 
 @needs_avx512

@@ -197,6 +197,10 @@ ROWS_OVER_WINOGRAD_WIDTH_COLD = 13
 # through L2, and lost most where the host halves a core's cache bandwidth (SqueezeNet's
 # 16- and 32-channel 3x3 layers). Measured: docs/tuning.md.
 ROWS_OVER_WINOGRAD_CHANNELS_COLD = 32
+# ... where the convolution kernels run AVX2: their rows form's narrower panels
+# (POINTWISE_ROWS_PANELS_AVX2) read each input value for fewer output channels, and Winograd
+# ran those layers faster in networks (SqueezeNet on a Zen 3: docs/tuning.md)
+ROWS_OVER_WINOGRAD_CHANNELS_COLD_AVX2 = 0
 # ... the padded copy in tasks of about this many bytes (not tuned: a copy is a few percent
 # of its layer)
 ROWS_COPY_TASK_BYTES = 32 << 10
@@ -572,9 +576,11 @@ def _conv_path(xshape, wshape, dtype, stride, pads, dilation, groups, activation
     tile = _winograd_tile(xshape, wshape, dtype, stride, pads, dilation, groups)
     rows = _rows_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation)
     narrow = ROWS_OVER_WINOGRAD_WIDTH_COLD if cold_weights else ROWS_OVER_WINOGRAD_WIDTH
+    few = (ROWS_OVER_WINOGRAD_CHANNELS_COLD if kernel_isa() == "avx512"
+           else ROWS_OVER_WINOGRAD_CHANNELS_COLD_AVX2)
     if tile and rows is not None and (rows.geom.out_w <= narrow or (
-            cold_weights and cin_g <= ROWS_OVER_WINOGRAD_CHANNELS_COLD)):
-        tile = 0  # (ROWS_OVER_WINOGRAD_WIDTH[_COLD], ROWS_OVER_WINOGRAD_CHANNELS_COLD)
+            cold_weights and cin_g <= few)):
+        tile = 0  # (ROWS_OVER_WINOGRAD_WIDTH[_COLD], ROWS_OVER_WINOGRAD_CHANNELS_COLD[_AVX2])
     if cin_g == 1 and groups == c:
         return "depthwise", None
     if (job := _direct_job(xshape, wshape, dtype, stride, pads, dilation, groups, activation,
@@ -1657,7 +1663,8 @@ def _plan_settings():
             POINTWISE_ROWS_ANY_PLANE_CHANNELS, POINTWISE_MAX_OUT_CHANNELS,
             POINTWISE_MAX_WEIGHT_BYTES, POINTWISE_MAX_RUN_WASTE, ROWS, ROWS_MIN_TILE,
             ROWS_OVER_WINOGRAD_WIDTH, ROWS_OVER_WINOGRAD_WIDTH_COLD,
-            ROWS_OVER_WINOGRAD_CHANNELS_COLD, ROWS_COPY_TASK_BYTES, ROWS_COPY_BANDS,
+            ROWS_OVER_WINOGRAD_CHANNELS_COLD, ROWS_OVER_WINOGRAD_CHANNELS_COLD_AVX2,
+            ROWS_COPY_TASK_BYTES, ROWS_COPY_BANDS,
             NCHWC, NCHWC_MAX_WEIGHT_RATIO, TASKS_PER_WORKER, TASK_IDLE,
             _split_cost.emulated_period())
 
