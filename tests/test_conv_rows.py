@@ -140,13 +140,13 @@ def test_rows_form_on_avx2_only_where_it_ran_faster():
         for c, k, hw in ((16, 64, 55), (32, 128, 27)):
             assert conv_mod.conv_path((1, c, hw, hw), (k, c, 3, 3), padding=1,
                                       activation="relu", cold_weights=True) == "winograd F(4x4)"
-        limit = conv_mod.ROWS_OVER_WINOGRAD_CHANNELS_COLD
+        saved = conv_mod.ROWS_OVER_WINOGRAD_CHANNELS_COLD_AVX2
         try:
-            conv_mod.ROWS_OVER_WINOGRAD_CHANNELS_COLD_AVX2 = limit
+            conv_mod.ROWS_OVER_WINOGRAD_CHANNELS_COLD_AVX2 = 32
             assert conv_mod.conv_path((1, 16, 55, 55), (64, 16, 3, 3), padding=1,
                                       activation="relu", cold_weights=True) == "rows"
         finally:
-            conv_mod.ROWS_OVER_WINOGRAD_CHANNELS_COLD_AVX2 = 0
+            conv_mod.ROWS_OVER_WINOGRAD_CHANNELS_COLD_AVX2 = saved
 
 
 @needs_avx512
