@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from asymo.cli.options import (check_output, check_plot, emulation, finite_json,
+from asymo.cli.options import (check_output, check_plot, emulation, json_text,
                                 positive_seconds, start_emulation, stop_emulation)
 
 BENCHES = ["scaling", "model"]
@@ -101,12 +101,8 @@ def _run_model(args):
     print(f"load (file to planned model): {t_load * 1e3:.0f} ms")
     try:
         if args.json:
-            doc, nonfinite = finite_json(res)
-            if nonfinite:
-                doc["json_note"] = (f"{nonfinite} non-finite number(s) (not a number, "
-                                    "infinite) written as null")
             with open(args.json, "w") as f:
-                json.dump(doc, f, indent=2, allow_nan=False)
+                f.write(json_text(res))
         if args.plot:
             plot(res, args.plot)
     except OSError as exc:  # the path was checked before the run; this is what changed since

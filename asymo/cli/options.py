@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
-
-import numpy as np
 import os
 import sys
 
+import numpy as np
+
 __all__ = ["check_output", "check_plot", "positive_seconds", "start_emulation",
-           "stop_emulation", "emulation", "finite_json", "random_frames"]
+           "stop_emulation", "emulation", "finite_json", "json_text", "random_frames"]
 
 
 def check_output(path, option):
@@ -188,6 +189,16 @@ def finite_json(obj):
             return [walk(u) for u in v]
         return v
     return walk(obj), count
+
+
+def json_text(obj, indent=2):
+    """``obj`` as JSON that strict parsers accept: :func:`finite_json`'s copy, with a
+    ``json_note`` saying how many non-finite numbers were written as null (a dict's only)."""
+    doc, nonfinite = finite_json(obj)
+    if nonfinite and isinstance(doc, dict):
+        doc["json_note"] = (f"{nonfinite} non-finite number(s) (not a number, infinite) "
+                            "written as null")
+    return json.dumps(doc, indent=indent, allow_nan=False)
 
 
 #: The most memory (bytes) a command's random inputs may take: they are made before the run.

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import collections
-import json
 import statistics
 import sys
 import time
@@ -107,7 +106,7 @@ def top_classes(y, unbatched, k=5):
 
 
 def run(args):
-    from asymo.cli.options import check_output, finite_json
+    from asymo.cli.options import check_output, json_text
 
     if args.batch < 1 or args.repeats < 0:
         raise SystemExit("asymo run: --batch must be >= 1 and --repeats >= 0")
@@ -156,11 +155,7 @@ def run(args):
            "gflop": model.flops * images / 1e9, "conv_paths": dict(paths),
            "top5": top}
     if args.json:
-        doc, nonfinite = finite_json(res)
-        if nonfinite:
-            doc["json_note"] = (f"{nonfinite} non-finite number(s) (not a number, "
-                                "infinite) written as null")
-        print(json.dumps(doc, indent=2, allow_nan=False))
+        print(json_text(res))
         return 0
     out = sys.stdout
     print(f"{model.name}: input {tuple(x.shape)}"

@@ -549,39 +549,35 @@ class Pipeline(_Base):
         self._check_open()
         frames = as_frames(frames, getattr(self.model, "input_shape", None))
         timeout = self.timeout if timeout is None else timeout
-        if not self._run_lock.acquire(blocking=False):
-            raise PipelineError("the pipeline is already running a stream")
-        feeder = None
-        done, error = False, None
-        try:
-            self._raise_if_failed()
-            self._busy = [0.0] * self.nstages
-            self._t_start = {}
+        with self._one_run("the pipeline"):
+            done, error = False, None
+            try:
+                self._raise_if_failed()
+                self._busy = [0.0] * self.nstages
+                self._t_start = {}
 
-            def feed():
-                for seq, f in enumerate(frames):
-                    if not self._put(self._queues[0], (seq, f, 0)):
-                        return
+                def feed():
+                    for seq, f in enumerate(frames):
+                        if not self._put(self._queues[0], (seq, f, 0)):
+                            return
 
-            feeder = threading.Thread(target=feed, name="asymo-pipeline-feeder", daemon=True)
-            feeder.start()
-            for expect in range(len(frames)):
-                item = self._await(self._queues[-1], timeout)
-                seq, x, nxt = item
-                if seq != expect or nxt != self.nlayers:  # pragma: no cover - invariant
-                    raise PipelineError(f"frame {seq} arrived for {expect} (layer {nxt})")
-                yield seq, x
-            done = True
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            self._run_lock.release()
-            if not done or self._failed.is_set():
-                # a failed, timed-out or abandoned stream may leave frames in flight (fed
-                # ones included): shut everything down without waiting for a stage that may
-                # be stuck (it closes its pool when it returns)
-                self._close_after_run(error if error is not None else self._error)
+                threading.Thread(target=feed, name="asymo-pipeline-feeder", daemon=True).start()
+                for expect in range(len(frames)):
+                    item = self._await(self._queues[-1], timeout)
+                    seq, x, nxt = item
+                    if seq != expect or nxt != self.nlayers:  # pragma: no cover - invariant
+                        raise PipelineError(f"frame {seq} arrived for {expect} (layer {nxt})")
+                    yield seq, x
+                done = True
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                if not done or self._failed.is_set():
+                    # a failed, timed-out or abandoned stream may leave frames in flight (fed
+                    # ones included): shut everything down without waiting for a stage that
+                    # may be stuck (it closes its pool when it returns)
+                    self._close_after_run(error if error is not None else self._error)
 
     def run(self, frames, *, timeout=None):
         """Process ``frames`` and return ``(outputs, RunStats)``; outputs stacked in order.
