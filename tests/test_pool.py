@@ -728,6 +728,13 @@ def test_threadpool_limits_gives_back_each_pools_own_limit():
         with threadpoolctl.threadpool_limits(1):
             assert (p.limit, q.limit) == (1, 1)
         assert (p.limit, q.limit) == (1, 2)
+        # a limit set during a cap: the cap still holds, and the new limit is the pool's own
+        # when it ends (it went over the cap, and was lost when the cap ended)
+        with threadpoolctl.threadpool_limits(1):
+            p.limit = 2
+            q.limit = 1
+            assert (p.limit, q.limit) == (1, 1)
+        assert (p.limit, q.limit) == (2, 1)
 
 
 def test_pools_dropped_inside_a_task_stop_their_threads_soon():

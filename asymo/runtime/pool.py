@@ -296,6 +296,7 @@ class Pool:
             self.submit_spin_us = submit_spin_us
         if not env_caller_helps:
             lib.asymo_pool_set_caller_helps(handle, 0)
+        self._own_limit = len(cpus)  # `limit` as set on this pool; threadpoolctl's cap apart
         if _global_limit is not None:
             lib.asymo_pool_set_limit(handle, min(_global_limit, len(cpus)))
         unpinned = [s.cpu for s in self._raw_stats() if s.cpu >= 0 and not s.pinned]
@@ -371,7 +372,9 @@ class Pool:
 
     @property
     def limit(self):
-        """Number of workers that take tasks (threadpoolctl's cap); the rest stay idle."""
+        """Number of workers that take tasks; the rest stay idle. Setting it sets this pool's
+        own limit; threadpoolctl's cap (`set_thread_limit`), while one is on, lowers what
+        takes effect, and when it ends the pool's own limit does again."""
         return self._call(lib.asymo_pool_get_limit)
 
     @limit.setter
@@ -381,7 +384,13 @@ class Pool:
             value = self.nworkers
         if not _is_integral(value) or value < 1:
             raise ValueError(f"limit must be a positive integer or None, not {value!r}")
-        self._call(lib.asymo_pool_set_limit, int(min(value, self.nworkers)))
+        self._own_limit = int(min(value, self.nworkers))
+        self._apply_limit()
+
+    def _apply_limit(self):
+        """Set the C pool's limit: this pool's own, under threadpoolctl's cap."""
+        cap = self.nworkers if _global_limit is None else _global_limit
+        self._call(lib.asymo_pool_set_limit, min(self._own_limit, cap))
 
     @property
     def spin_us(self):
@@ -810,10 +819,7 @@ _tls = threading.local()  # .held: {pool: times this thread holds it}
 _destroy_hooks = []
 _task_fn_cache = {}  # id(fn) -> (fn, C function pointer)
 _live_pools = weakref.WeakSet()
-_global_limit = None  # threadpoolctl's cap, applied to every pool
-# each open pool's own `limit` when the cap began, restored when it ends (weak: a pool
-# dropped meanwhile is forgotten)
-_limits_before_cap = weakref.WeakKeyDictionary()
+_global_limit = None  # threadpoolctl's cap, applied to every pool (under its own limit)
 
 _default_lock = threading.Lock()
 _default_pool = None
@@ -980,20 +986,12 @@ def set_thread_limit(limit):
     new = None if limit is None or limit >= widest else int(limit)
     if new is None and _global_limit is None:
         return  # no cap before or after: each pool keeps its own `limit`
-    if _global_limit is None:  # a cap begins: each pool's own limit comes back when it ends
-        _limits_before_cap.clear()
-        _limits_before_cap.update((pool, pool.limit) for pool in pools)
     _global_limit = new
     for pool in pools:
         try:
-            if new is None:
-                pool.limit = _limits_before_cap.get(pool, pool.nworkers)
-            else:
-                pool.limit = min(new, _limits_before_cap.get(pool, pool.nworkers))
+            pool._apply_limit()  # its own limit, under the cap (none: its own again)
         except ValueError:  # closed meanwhile
             pass
-    if new is None:
-        _limits_before_cap.clear()
 
 
 def _machine_cpus():
