@@ -688,11 +688,10 @@ def _unary_runner(n, V, C, g):
         return lambda pool: np.tanh(x, out=y)
 
     def sigmoid(src, dst):
-        # exp(-x) overflows to inf below about -88, and 1 / (1 + inf) is the right 0: no
-        # warning for it, as torch gives none
-        with np.errstate(over="ignore"):
-            np.negative(src, out=dst)
-            np.exp(dst, out=dst)
+        # exp(-x) overflows to inf below about -88, and 1 / (1 + inf) is the right 0 (no
+        # warning: `_Instance.run` silences NumPy's floating-point warnings)
+        np.negative(src, out=dst)
+        np.exp(dst, out=dst)
         dst += 1
         np.reciprocal(dst, out=dst)
 
@@ -729,13 +728,7 @@ def _binary_runner(n, V, C, g):
     a = V[n.inputs[0]] if n.inputs[0] in V else np.asarray(C[n.inputs[0]], np.float32)
     b = V[n.inputs[1]] if n.inputs[1] in V else np.asarray(C[n.inputs[1]], np.float32)
     y = V[n.outputs[0]]
-    if n.op != "Div":
-        return lambda pool: f(a, b, out=y)
-
-    def div(pool):
-        with np.errstate(divide="ignore", invalid="ignore"):  # inf and NaN, as torch: silent
-            f(a, b, out=y)
-    return div
+    return lambda pool: f(a, b, out=y)  # (x / 0: inf or NaN, silently, see `_Instance.run`)
 
 
 def _bn_runner(n, V, C, g):
@@ -1175,9 +1168,13 @@ class _Instance:
         pool) the nodes ``on_fastest`` marks (None: every node) run there; ``times`` (a list,
         one entry per node) gets each node's seconds added."""
         # held for the whole run: the bound steps call the pools' C handles directly; the
-        # caller (the glue between jobs, and a helper in each) on the fastest cluster
+        # caller (the glue between jobs, and a helper in each) on the fastest cluster. The
+        # NumPy steps give inf and NaN where the values lead there (a sigmoid's exp(-x) past
+        # float32, x / 0) without a warning, as torch and ONNX Runtime do: set once per run,
+        # not per node
         with hold(pool) as pool, caller_on_fastest(pool), \
-                (hold(fastest) if fastest is not None else nullcontext()) as fast:
+                (hold(fastest) if fastest is not None else nullcontext()) as fast, \
+                np.errstate(over="ignore", divide="ignore", invalid="ignore"):
             bound = self._binding(pool if fastest is None else fast)
             steps = bound[1]
             if fastest is not None and on_fastest is not None:
