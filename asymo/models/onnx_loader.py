@@ -11,7 +11,6 @@ file, a non-float32 input or an unsupported operator raise :class:`OnnxError` (a
 from __future__ import annotations
 
 import os
-import stat
 
 import numpy as np
 
@@ -35,23 +34,20 @@ class OnnxError(GraphError):
 
 
 def _read_file(path, max_bytes):
+    """The file's bytes (`asymo.hw.files.read_regular_file`), its refusals as OnnxError."""
+    from asymo.hw.files import NotRegularFileError, read_regular_file
+
     path = os.fspath(path)
     try:
-        st = os.stat(path)
+        data = read_regular_file(path, max_bytes)
     except FileNotFoundError:
         raise FileNotFoundError(f"from_onnx: no such file: {path!r}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise OnnxError(f"from_onnx: {path!r} is not a regular file")
-    if st.st_size > max_bytes:
-        raise OnnxError(f"from_onnx: {path!r} is {st.st_size} bytes, more than the limit of "
-                        f"{max_bytes} (pass max_bytes= to raise it)")
-    if st.st_size == 0:
+    except NotRegularFileError as exc:
+        raise OnnxError(f"from_onnx: {exc}") from None
+    except ValueError as exc:
+        raise OnnxError(f"from_onnx: {exc} (pass max_bytes= to raise the limit)") from None
+    if not data:
         raise OnnxError(f"from_onnx: {path!r} is empty")
-    with open(path, "rb") as f:
-        data = f.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise OnnxError(f"from_onnx: {path!r} grew past the limit of {max_bytes} bytes while "
-                        "being read")
     return data
 
 
