@@ -37,7 +37,8 @@ import numpy as np
 from asymo.models import spec
 from asymo.models.graph import GraphError
 from asymo.models.graph_plan import optimize
-from asymo.models.shapes import infer_shapes, ints, pad_amounts, slice_spec, split_sizes
+from asymo.models.shapes import (infer_shapes, ints, pad_amounts, slice_spec, softmax_axis,
+                                 split_sizes)
 from asymo.ops import blocked as _blocked
 from asymo.ops.conv import (BoundConv2d, PackedConvWeight, conv_path, kernel_isa,
                              rows_form_small_plane)
@@ -832,8 +833,8 @@ def _pad_runner(n, V, C, g, shapes):
 
 def _softmax_runner(n, V, C, g):
     x, y = V[n.inputs[0]], V[n.outputs[0]]
-    ax = int(n.attrs.get("axis", -1 if g.opset >= 13 else 1)) % x.ndim
-    if g.opset < 13 and ax != x.ndim - 1:
+    ax, flattened = softmax_axis(g, n, x.ndim)
+    if flattened and ax != x.ndim - 1:
         x2 = x.reshape(math.prod(x.shape[:ax]), -1)
         y2 = y.reshape(x2.shape)
         ax2 = 1

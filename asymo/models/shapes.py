@@ -452,9 +452,17 @@ def _pad(g, n, s):
     return [tuple(d + b + e for d, (b, e) in zip(x, amounts))]
 
 
+def softmax_axis(g, n, rank):
+    """``(axis, flattened)`` of Softmax node ``n`` over an input of ``rank`` dimensions:
+    from opset 13 one axis (default -1); before it, the dimensions from ``axis`` on
+    (default 1), flattened into one (``flattened`` True)."""
+    old = g.opset < 13
+    return _axis(n, rank, default=1 if old else -1), old
+
+
 def _softmax(g, n, s):
     x = s[n.inputs[0]]
-    _axis(n, len(x), default=-1 if g.opset >= 13 else 1)
+    softmax_axis(g, n, len(x))
     return [x]
 
 

@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 
-from asymo.models.shapes import (infer_shapes, pad_amounts, reduce_axes, slice_spec,
+from asymo.models.shapes import (infer_shapes, pad_amounts, reduce_axes, slice_spec, softmax_axis,
                                  split_sizes)
 
 __all__ = ["TorchGraphRunner"]
@@ -125,11 +125,11 @@ class TorchGraphRunner:
                               value=value if mode == "constant" else None)
                 elif op == "Softmax":
                     x = ins[0]
-                    if g.opset >= 13:
-                        y = torch.softmax(x, dim=int(a.get("axis", -1)))
-                    else:  # before opset 13: over the dimensions from axis on, flattened
-                        axis = int(a.get("axis", 1)) % x.dim()
+                    axis, flattened = softmax_axis(g, n, x.dim())
+                    if flattened:  # before opset 13: the dimensions from axis on, as one
                         y = torch.softmax(x.flatten(axis), dim=axis).reshape(x.shape)
+                    else:
+                        y = torch.softmax(x, dim=axis)
                 elif op == "LRN":
                     # ONNX's window over channels is [c - (size - 1) // 2, c + size // 2];
                     # torch's local_response_norm puts an even size's extra channel in front
