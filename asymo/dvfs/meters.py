@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from asymo.hw.files import read_regular_file
-from asymo.hw.sysfs import ATTRIBUTE_BYTES, read_attribute
+from asymo.hw.sysfs import read_attribute
 
 #: the largest power trace read (bytes): hours of samples at 1 kHz
 MAX_TRACE_BYTES = 256 << 20
@@ -216,12 +216,12 @@ class RaplMeter(Meter):
         self._zones = []
         for n in names:
             d = os.path.join(base, n)
-            label = _read_text(os.path.join(d, "name")) or n
+            label = read_attribute(os.path.join(d, "name")) or n
             if zones is not None and n not in zones and label not in zones:
                 continue
             try:
-                rng = int(_read_text(os.path.join(d, "max_energy_range_uj"), strict=True))
-                raw = int(_read_text(os.path.join(d, "energy_uj"), strict=True))
+                rng = int(read_attribute(os.path.join(d, "max_energy_range_uj"), strict=True))
+                raw = int(read_attribute(os.path.join(d, "energy_uj"), strict=True))
             except PermissionError:
                 raise MeterUnavailable(
                     f"{d}/energy_uj is readable by root only (Linux >= 5.10); run as root "
@@ -240,7 +240,7 @@ class RaplMeter(Meter):
         with self._lock:
             total = 0
             for z in self._zones:
-                raw = int(_read_text(os.path.join(z["path"], "energy_uj"), strict=True))
+                raw = int(read_attribute(os.path.join(z["path"], "energy_uj"), strict=True))
                 delta = raw - z["last"]
                 if delta < 0:
                     delta = z["range"] - z["last"] + raw
@@ -299,7 +299,7 @@ class HwmonMeter(Meter):
         self._paths = paths
         for p in paths:
             try:
-                int(_read_text(p, strict=True))
+                int(read_attribute(p, strict=True))
             except PermissionError:
                 raise MeterUnavailable(f"hwmon sensor {p} is not readable by this "
                                        "process") from None
@@ -323,14 +323,14 @@ class HwmonMeter(Meter):
                 inputs = sorted(f for f in files if re.fullmatch(rf"{kind}\d+_input", f))
                 if not inputs:
                     continue
-                labels = {f: _read_text(os.path.join(d, f.replace("_input", "_label"))) or ""
+                labels = {f: read_attribute(os.path.join(d, f.replace("_input", "_label"))) or ""
                           for f in inputs}
                 totals = [f for f in inputs if _SUMMARY.search(labels[f])]
                 return [os.path.join(d, f) for f in (totals or inputs)]
         raise MeterUnavailable(f"no hwmon energy*_input or power*_input under {base}")
 
     def _read_sum(self):
-        return sum(int(_read_text(p, strict=True)) for p in self._paths)
+        return sum(int(read_attribute(p, strict=True)) for p in self._paths)
 
     def start(self):
         if self.kind == "energy":
@@ -630,14 +630,3 @@ def detect_meter(sysfs_root="/sys", topology=None, *, power_model=None, cpufreq=
         from asymo.dvfs.power_model import PowerModel
         power_model = PowerModel.from_system(topology, sysfs_root, cpufreq=cpufreq)
     return PowerModelMeter(power_model, topology, cpufreq=cpufreq, procfs_root=procfs_root)
-
-
-def _read_text(path, strict=False):
-    """A sysfs / hwmon attribute's text; None (``strict``: the error) when it cannot be read
-    as one (missing, not a regular file, not text)."""
-    if not strict:
-        return read_attribute(path)
-    try:
-        return read_regular_file(path, ATTRIBUTE_BYTES).decode().strip()
-    except ValueError as exc:  # over the size, not text (UnicodeDecodeError)
-        raise OSError(f"{path}: {exc}") from None

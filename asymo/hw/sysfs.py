@@ -51,13 +51,20 @@ class SysfsError(ValueError):
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 
 
-def read_attribute(path):
+def read_attribute(path, *, strict=False):
     """The stripped text of the sysfs-style attribute file ``path``, or None when it cannot
     be read as one: missing, not a regular file (a FIFO or device planted in a fake tree must
-    not block or flood the reader), over `ATTRIBUTE_BYTES`, not UTF-8."""
+    not block or flood the reader), over `ATTRIBUTE_BYTES`, not UTF-8. ``strict``: raise
+    ``OSError`` saying why instead of returning None."""
     try:
         return read_regular_file(path, ATTRIBUTE_BYTES).decode().strip()
-    except (OSError, ValueError):  # (UnicodeDecodeError is a ValueError)
+    except OSError:
+        if strict:
+            raise
+        return None
+    except ValueError as exc:  # over the size, not text (UnicodeDecodeError)
+        if strict:
+            raise OSError(f"{path}: {exc}") from None
         return None
 
 
