@@ -156,12 +156,18 @@ def _as_task_fn(fn):
     elif hasattr(fn, "_objects") and hasattr(fn, "argtypes"):  # a ctypes function pointer
         import ctypes
         args = getattr(fn, "argtypes", None)
-        ints64 = {t for t in (ctypes.c_int64, ctypes.c_uint64, ctypes.c_longlong,
-                              ctypes.c_ulonglong, ctypes.c_long, ctypes.c_ulong, ctypes.c_ssize_t,
-                              ctypes.c_size_t) if ctypes.sizeof(t) == 8}
-        if args is not None and (len(args) != 2 or args[0] not in ints64 or not (
-                args[1] is ctypes.c_void_p or hasattr(args[1], "_type_") and
-                issubclass(args[1], ctypes._Pointer))) or getattr(fn, "restype", None) not in (None,):
+
+        def int64(t):  # a 64-bit integer type (c_int64, c_size_t, ... are aliases of these)
+            return getattr(t, "_type_", None) in ("q", "Q", "l", "L") and ctypes.sizeof(t) == 8
+
+        def pointer(t):
+            return t is ctypes.c_void_p or (isinstance(t, type)
+                                            and issubclass(t, ctypes._Pointer))
+
+        # (no argtypes: an unprototyped function, taken at its word)
+        prototyped_ok = args is None or (len(args) == 2 and int64(args[0])
+                                         and pointer(args[1]))
+        if not prototyped_ok or getattr(fn, "restype", None) is not None:
             raise TypeError(f"fn is a ctypes function of argtypes {args} and restype "
                             f"{getattr(fn, 'restype', None)}; expected void(*)(int64_t, void *)")
         fn = ctypes.cast(fn, ctypes.c_void_p).value or 0
@@ -790,10 +796,15 @@ def _destroy_handle(handle):
             hook(handle, False)
         _deferred.append(handle)
         return
+    _destroy_now(handle)
+    _drain_deferred()
+
+
+def _destroy_now(handle):
+    """Run the destroy hooks (waiting for the calls using ``handle``), then destroy it."""
     for hook in _destroy_hooks:
         hook(handle, True)
     lib.asymo_pool_destroy(handle)
-    _drain_deferred()
 
 
 def _drain_deferred():
@@ -807,9 +818,7 @@ def _drain_deferred():
             handle = _deferred.pop()
         except IndexError:  # another thread took the last one
             return
-        for hook in _destroy_hooks:
-            hook(handle, True)
-        lib.asymo_pool_destroy(handle)
+        _destroy_now(handle)
 
 
 _deferred = []
