@@ -1,8 +1,9 @@
 """asymo: make deep-learning inference use all the cores of a heterogeneous CPU.
 
 The public API is ``__all__``; everything else lives in the layered subpackages, imported on
-first use so that ``import asymo`` stays cheap (it loads the C core and registers asymo's
-pools with threadpoolctl, ``asymo.runtime.threadpoolctl_support``, and nothing else):
+first use, so that ``import asymo`` only loads the C core and registers asymo's pools with
+threadpoolctl (``asymo.runtime.threadpoolctl_support``; importing threadpoolctl is most of
+its 35-45 ms, the price of ``threadpool_limits`` capping asymo before its first call):
 
 ``asymo.hw``        machine facts (topology, sysfs, cpu load, environment)
 ``asymo.profile``   the calibration profile (plain data, file IO)
