@@ -56,6 +56,7 @@ def main(argv=None):
     import asymo
     from asymo.cli.bench_model import compare, format_table, plot
     from asymo.models import torchvision_defs as tv
+    from asymo.models.reference import relative_error
     from asymo.models.torch_loader import export_onnx_bytes
 
     names = args.networks.split(",") if args.networks else list(tv.BENCH_NETWORKS)
@@ -72,7 +73,7 @@ def main(argv=None):
             t_load = time.perf_counter() - t0
             with torch.inference_mode():
                 ref = net(torch.from_numpy(x)).numpy()
-            err = float(np.abs(model(x) - ref).max() / max(np.abs(ref).max(), 1e-30))
+            err = relative_error(model(x), ref)
             r = compare(model, x, compare=args.compare.split(","), onnx_bytes=data,
                         torch_module=net,
                         emulation=(f"{emu} [speed only: the slowed core keeps its caches]"

@@ -119,6 +119,7 @@ def network_demo(name, *, size=224, repeats=3, min_time=0.2):
         return None
     import asymo
     from asymo.cli.bench_model import compare, format_table
+    from asymo.models.reference import relative_error
     from asymo.models.torch_loader import export_onnx_bytes
 
     net = tv.build(name)
@@ -130,7 +131,7 @@ def network_demo(name, *, size=224, repeats=3, min_time=0.2):
     t_load = time.perf_counter() - t0
     with torch.inference_mode():
         ref = net(torch.from_numpy(x)).numpy()
-    err = float(np.abs(y - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+    err = relative_error(y, ref)
     topo = asymo.get_pool().topology
     emu = ", ".join(f"cpu{c} at {s:g}" for c, s in sorted(topo.emulated.items()))
     print(f"\nnetwork {name} ({size}x{size}, batch 1): ONNX to first result "
