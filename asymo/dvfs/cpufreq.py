@@ -446,7 +446,8 @@ class CpuFreq:
             if os.path.isdir(path):
                 real = os.path.realpath(path)
                 if all(p.path != real for p in found):
-                    cpus = _parse_cpus(read_attribute(os.path.join(real, "related_cpus"))) or (cpu,)
+                    cpus = (_parse_cpus(read_attribute(os.path.join(real, "related_cpus")))
+                            or (cpu,))
                     found.append(_Policy(real, cpus))
         for p in found:
             p.path = os.path.realpath(p.path)

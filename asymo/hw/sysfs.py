@@ -62,9 +62,10 @@ def read_attribute(path, *, strict=False):
         if strict:
             raise
         return None
-    except ValueError as exc:  # over the size, not text (UnicodeDecodeError)
+    except ValueError as exc:  # over the size, or not text (UnicodeDecodeError)
         if strict:
-            raise OSError(f"{path}: {exc}") from None
+            why = "not text" if isinstance(exc, UnicodeDecodeError) else exc
+            raise OSError(f"{path}: {why}") from None
         return None
 
 
@@ -152,18 +153,12 @@ class SysfsReader:
 
     def read(self, rel):
         """Text of ``rel`` stripped, or None when the file does not exist."""
-        path = self._path(rel)
-        try:  # a FIFO or device planted in a fake tree must not block or flood the reader
-            data = read_regular_file(path, ATTRIBUTE_BYTES)
+        try:
+            return read_attribute(self._path(rel), strict=True)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        except (OSError, ValueError) as exc:
-            raise SysfsError(f"{rel}: cannot read ({getattr(exc, 'strerror', None) or exc})"
-                             ) from None
-        try:
-            return data.decode("ascii").strip()
-        except UnicodeDecodeError:
-            raise SysfsError(f"{rel}: not text") from None
+        except OSError as exc:
+            raise SysfsError(f"{rel}: cannot read ({exc.strerror or exc})") from None
 
     def read_int(self, rel, *, positive=True):
         """Integer in ``rel``, or None when absent; SysfsError when it is not one."""
