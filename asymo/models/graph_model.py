@@ -1130,13 +1130,11 @@ class _Instance:
         self.batch = plan.batch
         self.overlap = plan.overlap
         self.siblings = plan.siblings
-        # each flow's nodes' (input, shortcut or None, output), by the tensor whose storage
-        # each uses
-        key = plan.aliases.get
-        self.flows = [(f, [(key(n.inputs[0], n.inputs[0]),
-                            key(n.inputs[3], n.inputs[3]) if len(n.inputs) > 3 and
-                            n.inputs[3] else None, key(n.outputs[0], n.outputs[0]))
-                           for n in (graph.nodes[i] for i in f)]) for f in plan.flows]
+        # each flow's nodes' (input, shortcut or None, output): blocked tensors, none sharing
+        # its storage (`_blocked_tensors`)
+        self.flows = [(f, [(n.inputs[0], n.inputs[3] if len(n.inputs) > 3 and n.inputs[3]
+                            else None, n.outputs[0]) for n in (graph.nodes[i] for i in f)])
+                      for f in plan.flows]
         C = graph.initializers
         self.steps = []
         self._bindings = {}  # (id(pool), limit, emulator period) -> _binding's entry

@@ -272,14 +272,14 @@ def flow_call(pool, layers, redo_us=None):
             deps.append(sorted(d))
         writer[wkey] = [(lo, hi, first + t) for t, (lo, hi) in enumerate(wiv)]
         first += ntasks
-    order, counts = [], []
+    order, totals = [], []
     for c in range(len(shares[0])):
         n = 0
         for i, share in enumerate(shares):
             lo = int(parts[i].lo) + sum(share[:c])
             order.extend(range(lo, lo + share[c]))
             n += share[c]
-        counts.append(n)
+        totals.append(n)
     starts = [0]
     for d in deps:
         starts.append(starts[-1] + len(d))
@@ -292,7 +292,7 @@ def flow_call(pool, layers, redo_us=None):
         "nlayers": len(layers), "layers": parts, "ntasks": first, "order": c_order,
         "dep_start": c_starts, "deps": c_deps, "state": c_state,
         "redo_ns": int(redo * 1000)})
-    c_counts = ffi.NULL if pool.nclusters == 1 else ffi.new("int64_t[]", counts)
+    c_counts = ffi.NULL if pool.nclusters == 1 else ffi.new("int64_t[]", totals)
     keep = [job, parts, c_order, c_starts, c_deps, c_state, c_counts, layers]
     calls = [tasks_call(pool, _FLOW_RESET, job, 1, None, True),
              (lib.asymo_pool_run, (pool._handle, _FLOW_TASK, job, first, c_counts, flags))]
