@@ -5,7 +5,6 @@ layers run so (`_flow_groups`, their arena, their outputs)."""
 import os
 import threading
 import time
-import warnings
 
 import numpy as np
 import pytest
@@ -13,31 +12,14 @@ import pytest
 import asymo
 import asymo.lab.emulate as E
 import asymo.models.graph_model as gm
-from asymo.hw.topology import Cluster, Topology
-from asymo.models.graph_model import _Instance
 from asymo.ops import blocked
 from asymo.runtime.ffi import ffi, lib
-from asymo.runtime.pool import EVERY_JOB, Pool, hold
+from asymo.runtime.pool import EVERY_JOB, hold
 from asymo.runtime.tasks import flow_call, tasks_call
+from _pools import CPUS, make_pool, topologies
 
-CPUS = sorted(os.sched_getaffinity(0))
 needs2 = pytest.mark.skipif(len(CPUS) < 2, reason="needs 2 usable cpus")
 STALL_S = 1.0
-
-
-def make_pool(topology):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # unpinned workers on small machines
-        return Pool(topology)
-
-
-def topologies():
-    a, b = CPUS[0], CPUS[-1]
-    return [Topology(clusters=(Cluster("c0", (a,)),)),
-            Topology(clusters=(Cluster("c0", (a, b)),)),
-            Topology(clusters=(Cluster("big", (a,)), Cluster("little", (b,), capacity=0.5))),
-            Topology(clusters=(Cluster("big", (a, b)), Cluster("little", (a + 1000, b + 1000),
-                                                                capacity=0.5)))]
 
 
 class Recorder:
