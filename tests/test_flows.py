@@ -48,7 +48,7 @@ class Recorder:
                     self.stalled = (layer, t)
                 self.starts[layer][t].append(self.seq)
                 self.seq += 1
-            time.sleep(STALL_S if stall else 0.0002)
+            time.sleep(STALL_S if stall else 0.0005)
             with self.lock:
                 self.ends[layer][t].append(self.seq)
                 self.seq += 1
@@ -110,7 +110,7 @@ def test_a_task_a_stopped_slower_worker_holds_is_run_again():
     # again once it needs it (or as the pool's backup at the end) and the flow returns; the
     # late copy ends behind the fence, and every task still ran after what it reads.
     with make_pool(topologies()[2]) as pool:
-        rec = Recorder(4, 6, stall=True)
+        rec = Recorder(4, 8, stall=True)
         calls, keep = flow_call(pool, rec.layers(pool), redo_us=50)
         t0 = time.perf_counter()
         submit(pool, calls)
@@ -124,6 +124,20 @@ def test_a_task_a_stopped_slower_worker_holds_is_run_again():
                 assert rec.ends[lay][u], (lay, u)
                 for dl, du in rec.deps(lay, u):
                     assert min(rec.ends[dl][du]) < min(rec.starts[lay][u])
+
+
+@needs2
+def test_a_pool_with_backups_off_runs_no_task_twice():
+    # asymo_pool_set_backup(factor 0): the flow waits for the stopped worker, as any job does
+    with make_pool(topologies()[2]) as pool:
+        assert lib.asymo_pool_set_backup(pool._handle, 0, 0) == lib.ASYMO_OK
+        rec = Recorder(4, 8, stall=True)
+        calls, keep = flow_call(pool, rec.layers(pool), redo_us=50)
+        t0 = time.perf_counter()
+        submit(pool, calls)
+        assert rec.stalled is not None and time.perf_counter() - t0 >= STALL_S * 0.9
+        lib.asymo_pool_fence(pool._handle, EVERY_JOB)
+        assert all(len(runs) == 1 for layer in rec.starts for runs in layer)
 
 
 def test_flow_call_refuses_what_does_not_fit():

@@ -229,7 +229,6 @@ def bind_blocked_conv(x, packed, bias, residual, y, *, stride, pads, activation,
     return calls, keep
 
 
-
 def task_footprint(call):
     """What each task of a `bind_blocked_conv` layer's call touches, for running it in a flow
     (`asymo.runtime.tasks.flow_call`): ``(writes, reads_x, reads_residual)``, each a list of

@@ -25,13 +25,13 @@ static void flow_run(const asymo_flow_job *f, int64_t id)
  * else by whoever had, or again here once a slower cluster's worker has held it redo_ns (a
  * stopped core). Recursion follows dependencies into earlier layers only, so it is at most a
  * flow's layers deep. */
-static void flow_ensure(const asymo_flow_job *f, int64_t id, int32_t cluster)
+static void flow_ensure(const asymo_flow_job *f, int64_t id, int32_t cluster, int64_t redo_ns)
 {
     _Atomic int32_t *s = (_Atomic int32_t *)&f->state[id];
     if (atomic_load_explicit(s, memory_order_acquire) == FLOW_DONE)
         return;
     for (int32_t k = f->dep_start[id]; k < f->dep_start[id + 1]; k++)
-        flow_ensure(f, f->deps[k], cluster);
+        flow_ensure(f, f->deps[k], cluster, redo_ns);
     int32_t expected = FLOW_IDLE;
     if (!atomic_compare_exchange_strong_explicit(s, &expected, FLOW_RUNNING + cluster,
                                                  memory_order_acq_rel,
@@ -41,7 +41,7 @@ static void flow_ensure(const asymo_flow_job *f, int64_t id, int32_t cluster)
             const int32_t v = atomic_load_explicit(s, memory_order_acquire);
             if (v == FLOW_DONE)
                 return;
-            if (v - FLOW_RUNNING > cluster && now_ns() - t0 >= f->redo_ns)
+            if (v - FLOW_RUNNING > cluster && now_ns() - t0 >= redo_ns)
                 break; /* a slower core holds it: run it again */
             cpu_relax();
         }
@@ -54,7 +54,11 @@ void asymo_flow_task(int64_t task, void *ctx)
 {
     const asymo_flow_job *f = (const asymo_flow_job *)ctx;
     const int cluster = asymo_pool_current_cluster();
-    flow_ensure(f, f->order[task], cluster < 0 ? 0 : cluster);
+    /* a pool whose backups are off (asymo_pool_set_backup) runs nothing twice */
+    const asymo_pool *pool = asymo_pool_current();
+    const int64_t redo_ns =
+        pool && asymo_pool_get_backup_factor(pool) <= 0 ? INT64_MAX : f->redo_ns;
+    flow_ensure(f, f->order[task], cluster < 0 ? 0 : cluster, redo_ns);
 }
 
 void asymo_flow_reset_task(int64_t task, void *ctx)

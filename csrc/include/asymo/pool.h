@@ -250,9 +250,10 @@ void asymo_multi_task(int64_t task, void *ctx);
  * cluster can be dealt its part of every layer; flow task i waits for the flow tasks
  * deps[dep_start[i] .. dep_start[i + 1]), all of earlier layers. A worker that needs a task
  * nobody has begun runs it itself (its dependencies first); one that a worker of a slower
- * cluster has held for redo_ns it runs again, as ASYMO_RUN_BACKUP does: every task must write
- * the same values however often it runs, and no task may write memory that another task of
- * the flow reads or writes. state[0 .. ntasks) must be zero when the job starts
+ * cluster has held for redo_ns it runs again (unless the pool's backups are off,
+ * asymo_pool_set_backup), as ASYMO_RUN_BACKUP does: every task must write the same values
+ * however often it runs, and no task may write memory that another task of the flow reads or
+ * writes. state[0 .. ntasks) must be zero when the job starts
  * (asymo_flow_reset_task). Run it with asymo_pool_run(pool, asymo_flow_task, &flow, ntasks,
  * counts, flags). */
 typedef struct {
