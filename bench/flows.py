@@ -9,8 +9,9 @@ variant, its ratio to the last one per process, and their median:
 
     flock /tmp/asymo-bench.lock python3 bench/flows.py --emulate 1:0.5 --processes 8
 
-Prints the machine, the pool, the emulation and each process's medians; ratios > 1: faster
-than the last variant. The emulator changes speed only: the slowed core keeps its caches.
+Prints the machine, the pool, the emulation and each process's medians, with the tasks each
+variant ran twice a call (the pool's backups and the flows' own runs again); ratios > 1:
+faster than the last variant. The emulator changes speed only: the slowed core keeps its caches.
 """
 from __future__ import annotations
 
@@ -77,7 +78,19 @@ def one_process(args):
                     models[name](x)
                     ts.append(time.perf_counter() - t0)
                 times[name].append(statistics.median(ts))
+        # what each variant ran twice: the pool's backups and the flows' own runs again
+        again = {}
+        for name, m in models.items():
+            if name == "fast core alone":
+                continue
+            pool.reset_stats()
+            before = m._flow_counts()[0]
+            for _ in range(args.calls):
+                m(x)
+            backups = sum(w["tasks_backup"] for w in pool.stats()["workers"])
+            again[name] = (backups + m._flow_counts()[0] - before) / args.calls
         out = {"medians_ms": {k: statistics.median(v) * 1e3 for k, v in times.items()},
+               "run_again_per_call": again,
                "plans": {k: {"flows": n, "arena_mb": b / 2**20} for k, (n, b) in info.items()}}
         if args.describe:
             out["machine"] = machine_lines(pool, emu, "not used")
@@ -122,8 +135,11 @@ def main(argv=None):
         runs.append(run)
         med = run["medians_ms"]
         base = med[f"flows of {args.flows.split(',')[-1]}"]
-        print(f"process {i + 1}: " + " | ".join(f"{k} {v:.2f} ms x{base / v:.3f}"
-                                                  for k, v in med.items()), flush=True)
+        again = run["run_again_per_call"]
+        print(f"process {i + 1}: " + " | ".join(
+            f"{k} {v:.2f} ms x{base / v:.3f}"
+            + (f" ({again[k]:.1f} tasks run again a call)" if k in again else "")
+            for k, v in med.items()), flush=True)
     base_key = f"flows of {args.flows.split(',')[-1]}"
     ratios = {k: statistics.median(r["medians_ms"][base_key] / r["medians_ms"][k] for r in runs)
               for k in runs[0]["medians_ms"]}

@@ -1138,6 +1138,7 @@ class _Instance:
         C = graph.initializers
         self.steps = []
         self._bindings = {}  # (id(pool), limit, emulator period) -> _binding's entry
+        self.flow_counts = []  # the FlowCounts of every flow bound so far
         self._mixed = (None, None)  # ((whole, fastest, placement), steps): the last mix
         for n in graph.nodes:
             if n.op in ALIAS_OPS or plan.kernels[n.name].startswith("view"):
@@ -1208,7 +1209,7 @@ class _Instance:
                      for fn in self.steps]
             merged = _merge_siblings(self.siblings, steps, pool)
             if pool.nclusters > 1:
-                merged.update(_merge_flows(self.flows, steps, pool))
+                merged.update(_merge_flows(self.flows, steps, pool, self.flow_counts))
             fenced = None
             if self.fence_until is not None and pool.nclusters > 1:
                 fenced = _program(steps, merged, pool, self.fence_until)
@@ -1339,10 +1340,11 @@ def _merge_siblings(groups, steps, pool):
     return merged
 
 
-def _merge_flows(flows, steps, pool):
+def _merge_flows(flows, steps, pool, counts):
     """{first node: (last node, call)} for the flows (`_Instance.flows`) whose bound steps are
     each one blocked-layout job (`asymo.ops.blocked.task_footprint`): a `BoundConv2d` running
-    them as one flow (`flow_call`). A flow with another step keeps its nodes apart."""
+    them as one flow (`flow_call`), its `FlowCounts` appended to ``counts``. A flow with
+    another step keeps its nodes apart."""
     merged = {}
     for nodes, tensors in flows:
         layers = []
@@ -1359,6 +1361,7 @@ def _merge_flows(flows, steps, pool):
             made = flow_call(pool, layers)
             if made is not None:
                 calls, keep = made
+                counts.append(keep[0])
                 merged[nodes[0]] = (nodes[-1], BoundConv2d(calls, [keep] + [steps[i] for i in
                                                                             nodes]))
     return merged
@@ -1636,6 +1639,14 @@ class GraphModel(spec.LayerChain):
                 p = self._blocked_weights[name] = _blocked.PackedBlockedWeight(
                     kind, self.graph.initializers[name])
         return p
+
+    def _flow_counts(self):
+        """``(runs_again, late_copies)`` summed over the flows of the instances not in use
+        (`asymo.runtime.tasks.FlowCounts`): what the flows ran twice so far."""
+        with self._lock:
+            counts = [c for insts in self._free.values() for inst in insts
+                      for c in inst.flow_counts]
+        return (sum(c.runs_again for c in counts), sum(c.late_copies for c in counts))
 
     def _release(self, inst):
         with self._lock:

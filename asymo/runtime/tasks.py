@@ -227,6 +227,26 @@ def merged_call(pool, calls):
     return (lib.asymo_pool_run, (pool._handle, _MULTI_TASK, multi, first, counts, flags)), keep
 
 
+class FlowCounts:
+    """What a flow (`flow_call`) ran twice, counted since it was made: ``runs_again``, tasks a
+    worker ran again because a slower cluster's worker held them, and ``late_copies``, copies
+    that ended after another copy of the same task had. The pool's ``tasks_backup`` and
+    ``tasks_superseded`` (`Pool.stats`) count only its own backups of the flow's pool tasks."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, counts):
+        self._c = counts
+
+    @property
+    def runs_again(self):
+        return int(self._c[0])
+
+    @property
+    def late_copies(self):
+        return int(self._c[1])
+
+
 def flow_call(pool, layers, redo_us=None):
     """Dependent jobs run as one pool job, a flow (``asymo_flow_task``): a task of a later job
     waits only for the tasks of earlier ones whose output it reads, so no worker waits at a
@@ -245,7 +265,7 @@ def flow_call(pool, layers, redo_us=None):
     order; ``keep`` must outlive them), or None when the jobs do not fit one (not jobs on
     ``pool``, an inline job, a job without per-cluster counts on a pool of several clusters,
     fewer than two jobs). The flow backs tasks up (``ASYMO_RUN_BACKUP``) only if every job
-    did."""
+    did. ``keep[0]`` is the flow's `FlowCounts`."""
     if len(layers) < 2:
         return None
     parts = ffi.new("asymo_job_part[]", len(layers))
@@ -287,13 +307,14 @@ def flow_call(pool, layers, redo_us=None):
     c_starts = ffi.new("int32_t[]", starts)
     c_deps = ffi.new("int32_t[]", [k for d in deps for k in d] or [0])
     c_state = ffi.new("int32_t[]", first)
+    again = ffi.new("int64_t[2]")
     redo = FLOW_REDO_US if redo_us is None else redo_us
     job = ffi.new("asymo_flow_job *", {
         "nlayers": len(layers), "layers": parts, "ntasks": first, "order": c_order,
         "dep_start": c_starts, "deps": c_deps, "state": c_state,
-        "redo_ns": int(redo * 1000)})
+        "redo_ns": int(redo * 1000), "counts": again})
     c_counts = ffi.NULL if pool.nclusters == 1 else ffi.new("int64_t[]", totals)
-    keep = [job, parts, c_order, c_starts, c_deps, c_state, c_counts, layers]
+    keep = [FlowCounts(again), job, parts, c_order, c_starts, c_deps, c_state, c_counts, layers]
     calls = [tasks_call(pool, _FLOW_RESET, job, 1, None, True),
              (lib.asymo_pool_run, (pool._handle, _FLOW_TASK, job, first, c_counts, flags))]
     return calls, keep

@@ -33,6 +33,7 @@ static void flow_ensure(const asymo_flow_job *f, int64_t id, int32_t cluster, in
     for (int32_t k = f->dep_start[id]; k < f->dep_start[id + 1]; k++)
         flow_ensure(f, f->deps[k], cluster, redo_ns);
     int32_t expected = FLOW_IDLE;
+    int again = 0;
     if (!atomic_compare_exchange_strong_explicit(s, &expected, FLOW_RUNNING + cluster,
                                                  memory_order_acq_rel,
                                                  memory_order_acquire)) {
@@ -45,9 +46,14 @@ static void flow_ensure(const asymo_flow_job *f, int64_t id, int32_t cluster, in
                 break; /* a slower core holds it: run it again */
             cpu_relax();
         }
+        again = 1;
     }
     flow_run(f, id);
-    atomic_store_explicit(s, FLOW_DONE, memory_order_release);
+    const int32_t before = atomic_exchange_explicit(s, FLOW_DONE, memory_order_acq_rel);
+    if (f->counts && again)
+        atomic_fetch_add_explicit((_Atomic int64_t *)&f->counts[0], 1, memory_order_relaxed);
+    if (f->counts && before == FLOW_DONE)
+        atomic_fetch_add_explicit((_Atomic int64_t *)&f->counts[1], 1, memory_order_relaxed);
 }
 
 void asymo_flow_task(int64_t task, void *ctx)

@@ -268,6 +268,10 @@ typedef struct {
                                          a worker of cluster c */
     int64_t redo_ns;                  /* how long a task held by a slower cluster's worker
                                          is waited for before it is run again */
+    int64_t *counts;                  /* NULL, or counts[0] += tasks run again, counts[1] +=
+                                         copies that ended after another copy had (the
+                                         pool's tasks_backup and tasks_superseded count only
+                                         its own backups of the flow's pool tasks) */
 } asymo_flow_job;
 void asymo_flow_task(int64_t task, void *ctx);
 /* Zeroes the state of the flow ctx points to (one task: a job of its own before the flow's). */
