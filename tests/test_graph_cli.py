@@ -125,34 +125,6 @@ def test_bench_model_reports_backup_tasks_on_pools_of_several_clusters(small_onn
     assert res["asymo_backups"] is None and "backup tasks:" not in format_table(res)
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 usable cpus")
-def test_bench_model_counts_what_flows_run_again():
-    import warnings
-
-    import asymo
-    from asymo.cli.bench_model import compare, format_table
-
-    m = asymo.models.get_graph("mobilenet_v1", image_size=64)
-    x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
-    cpus = sorted(os.sched_getaffinity(0))[:2]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        two = asymo.Pool(f"big:{cpus[0]}@1.0,little:{cpus[1]}@0.5")
-    with two:
-        m.cluster_choice = "all"
-        res = compare(m, x, compare=(), pool=two, repeats=1, min_time=0.005, pause=0.0,
-                      progress=False)
-    if not m.plan(1, backups=True).flows:
-        pytest.skip("no blocked kernels here: no flows")
-    bk = res["asymo_backups"]
-    # the flows' own counts, per call (no core stops here: few or none)
-    assert bk["flow_runs_again_per_call"] >= 0 and bk["flow_late_copies_per_call"] >= 0
-    assert m._flow_counts()[0] >= bk["flow_runs_again_per_call"] * bk["calls"]
-    bk["flow_runs_again_per_call"], bk["flow_late_copies_per_call"] = 1.5, 0.5
-    assert ("inside its flows 1.5 tasks run again, 0.5 late copies (measured over asymo's "
-            in format_table(res))
-
-
 def _onnx_file(path, nodes, inputs, outputs, inits=()):
     g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))

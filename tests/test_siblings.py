@@ -1,6 +1,9 @@
 """Sibling convolutions as one pool job: asymo_multi_task's mapping of task ids to parts
 (`asymo.runtime.tasks.merged_call`), the planner's groups (`_sibling_groups`) and their
 arena, and models whose groups run merged giving the same outputs as node by node."""
+import os
+import warnings
+
 import numpy as np
 import pytest
 
@@ -8,16 +11,32 @@ import asymo
 import asymo.models.graph_model as gm
 from asymo.hw.topology import Cluster, Topology
 from asymo.runtime.ffi import ffi, lib
-from asymo.runtime.pool import hold
+from asymo.runtime.pool import Pool, hold
 from asymo.runtime.tasks import merged_call, tasks_call
-from _pools import CPUS, make_pool, topologies
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+CPUS = sorted(os.sched_getaffinity(0))
 needs2 = pytest.mark.skipif(len(CPUS) < 2, reason="needs 2 usable cpus")
 COUNT = ffi.addressof(lib, "asymo_task_count")
 RNG = np.random.default_rng(0)
+
+
+def make_pool(topology):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # unpinned workers on small machines
+        return Pool(topology)
+
+
+def topologies():
+    a, b = CPUS[0], CPUS[-1]
+    return [Topology(clusters=(Cluster("c0", (a,)),)),
+            Topology(clusters=(Cluster("c0", (a, b)),)),
+            Topology(clusters=(Cluster("big", (a,)), Cluster("little", (b,), capacity=0.5))),
+            # four workers (two unpinned on a 2-cpu machine), two per cluster
+            Topology(clusters=(Cluster("big", (a, b)), Cluster("little", (a + 1000, b + 1000),
+                                                                capacity=0.5)))]
 
 
 def _count_calls(pool, sizes, flags=0):

@@ -368,15 +368,10 @@ def compare(model, x, *, compare=LIBRARIES, onnx_bytes=None, torch_module=None, 
             return call()
         cons[0].call = counted
         pool.reset_stats()
-        flows0 = model._flow_counts() if hasattr(model, "_flow_counts") else None
         med, samples, readings = _measure(cons, repeats, min_time, pause, bar, probe,
                                           failed)
         cons[0].call = call
         backups = _backups(pool, calls[0])
-        if backups is not None and flows0 is not None:
-            again, late = (b - a for a, b in zip(flows0, model._flow_counts()))
-            backups.update(flow_runs_again_per_call=again / calls[0],
-                           flow_late_copies_per_call=late / calls[0])
         # (a decided choice is checked again during the rounds: GraphModel's _Choice.observe)
         clusters_end = (model.chosen_clusters(pool, x.shape[0]) if clusters is not None
                         else None)
@@ -524,12 +519,9 @@ def format_table(results):
                          f"{cl['fastest_s'] * 1e3:.2f} ms{mix})")
         bk = r.get("asymo_backups")
         if bk:
-            flows = (f"; inside its flows {bk['flow_runs_again_per_call']:.1f} tasks run "
-                     f"again, {bk['flow_late_copies_per_call']:.1f} late copies"
-                     if bk.get("flow_runs_again_per_call") else "")
             lines.append(f"{'':<18}backup tasks: {bk['backups_per_call']:.1f} per call run "
-                         f"again on the fast core, {bk['superseded_per_call']:.1f} late copies"
-                         f"{flows} (measured over asymo's {bk['calls']} calls)")
+                         f"again on the fast core, {bk['superseded_per_call']:.1f} late copies "
+                         f"(measured over asymo's {bk['calls']} calls)")
         tr = r.get("transfer")
         if tr and tr.get("emulated"):
             a, b = tr["cpus"]

@@ -48,7 +48,7 @@ from asymo.plan.split_cost import emulated_period
 from asymo.runtime.ffi import ffi, lib
 from asymo.runtime.memory import CACHE_LINE, empty_aligned
 from asymo.runtime.pool import EVERY_JOB, caller_on_fastest, hold
-from asymo.runtime.tasks import JobSequence, flow_call, merged_call
+from asymo.runtime.tasks import JobSequence, merged_call
 
 __all__ = ["GraphModel", "ExecutionPlan", "ALIAS_OPS", "INPLACE_OPS"]
 
@@ -109,14 +109,6 @@ BLOCKED_LAYOUT = "auto"
 #: slower than in NCHW (docs/conv-and-zoo.md, "The blocked layout").
 BLOCKED_REORDERS_PER_CONV = 0.5
 
-#: On a pool of several clusters, runs of up to this many consecutive convolutions in the
-#: blocked layout (MobileNet's 1x1 and depthwise layers) at batch 1 run as one pool job, a flow
-#: (`asymo.runtime.tasks.flow_call`): a task waits only for the tasks of earlier layers that
-#: wrote the rows it reads, so no core waits at a layer's end for another core's last task
-#: (a slow core's, or a stopped one's). A flow's tensors keep their memory for the whole flow
-#: (a task may run again while later layers run), so a longer flow costs arena. 0 or 1: every
-#: node alone. Measured: docs/tuning.md.
-FLOW_MAX_LAYERS = 16
 #: Adjacent convolutions none of which reads another's result (a fire module's two expand
 #: layers, an inception module's first layers) run as one pool job, up to this many at once:
 #: one submission and one wait instead of several, and each layer's tasks fill the others'
@@ -160,9 +152,7 @@ class ExecutionPlan:
     nodes past its last reader a tensor's memory is kept (a backed-up task's late copy may
     still use it; BACKUP_OVERLAP_NODES on pools of several clusters, else 0); ``siblings``:
     groups of adjacent node indices run as one pool job, longest first (`_sibling_groups`),
-    whose tensors the arena keeps apart for the whole group; ``flows``: runs of adjacent node
-    indices run as one flow on pools of several clusters (`_flow_groups`), whose tensors the
-    arena likewise keeps apart for the whole run."""
+    whose tensors the arena keeps apart for the whole group."""
 
     batch: int
     shapes: dict
@@ -175,7 +165,6 @@ class ExecutionPlan:
     overlap: int = 0
     blocked: dict = field(default_factory=dict)
     siblings: list = field(default_factory=list)
-    flows: list = field(default_factory=list)
 
     def to_dict(self):
         return {"batch": self.batch, "arena_bytes": self.arena_bytes,
@@ -185,7 +174,6 @@ class ExecutionPlan:
                 "slices": {k: list(v) for k, v in self.slices.items()},
                 "blocked": dict(self.blocked),
                 "siblings": [list(g) for g in self.siblings],
-                "flows": [list(f) for f in self.flows],
                 "shapes": {k: list(v) for k, v in self.shapes.items()}}
 
 
@@ -298,24 +286,12 @@ def _plan(graph, batch, overlap=0):
         _residual_in_place(graph, shapes, consts, start, stop, last_use, root, members,
                            birth, slices, blocked, runs_blocked,
                            RESIDUAL_IN_PLACE_BACKUP_FLOPS if overlap else 0)
-    flows = (_flow_groups(graph, consts, runs_blocked, blocked, siblings, root)
-             if overlap and batch == 1 else [])
-    # what a flow's nodes read or write lives for the whole flow: a task may run again while
-    # later layers of the flow run (`asymo.runtime.tasks.flow_call`)
-    span = {}
-    for f in flows:
-        for i in f:
-            for t in list(nodes[i].inputs) + list(nodes[i].outputs):
-                if t and t not in consts:
-                    lo, hi = span.get(root[t], (f[0], f[-1]))
-                    span[root[t]] = (min(lo, f[0]), max(hi, f[-1]))
     # first-fit placement of the roots, largest first (a root's memory kept `overlap` nodes
     # past its last reader, for late copies of backed-up tasks)
     blocks = []
     for r, ms in members.items():
         nbytes = 4 * math.prod(shapes[r])
-        lo, hi = span.get(r, (birth[r], root_death(r)))
-        blocks.append((nbytes, min(birth[r], lo), max(root_death(r), hi) + overlap, r))
+        blocks.append((nbytes, birth[r], root_death(r) + overlap, r))
     blocks.sort(key=lambda b: (-b[0], b[1]))
     placed, offsets = [], {}
     for nbytes, b0, d0, r in blocks:
@@ -345,36 +321,7 @@ def _plan(graph, batch, overlap=0):
             kernels[n.name] = f"conv2d:blocked {runs_blocked[n.name]}"
     naive = sum(4 * math.prod(shapes[t]) for t in root)
     return ExecutionPlan(batch, {t: shapes[t] for t in root}, storage, arena, kernels, naive,
-                         aliases, slices, overlap, blocked, siblings, flows)
-
-
-def _flow_groups(graph, consts, runs_blocked, blocked, siblings, root):
-    """Runs of 2 to FLOW_MAX_LAYERS adjacent nodes to run as one flow on pools of several
-    clusters, as tuples of node indices: convolutions in the blocked layout whose operands
-    are all blocked tensors (a node with a reorder is more than one job), in no sibling group,
-    each writing memory it does not read (a task run again must write the same values)."""
-    grouped = {i for g in siblings for i in g}
-
-    def eligible(i, n):
-        if n.name not in runs_blocked or i in grouped:
-            return False
-        x, y = n.inputs[0], n.outputs[0]
-        r = n.inputs[3] if len(n.inputs) > 3 and n.inputs[3] else None
-        return (all(t in blocked for t in (x, y, r) if t)
-                and root[y] != root[x] and (r is None or root[y] != root[r]))
-
-    flows, run = [], []
-    for i, n in enumerate(graph.nodes):
-        ok = eligible(i, n)
-        if ok and run and run[-1] == i - 1 and len(run) < FLOW_MAX_LAYERS:
-            run.append(i)
-            continue
-        if len(run) >= 2:
-            flows.append(tuple(run))
-        run = [i] if ok else []
-    if len(run) >= 2:
-        flows.append(tuple(run))
-    return flows
+                         aliases, slices, overlap, blocked, siblings)
 
 
 def _sibling_groups(graph, shapes):
@@ -1130,15 +1077,9 @@ class _Instance:
         self.batch = plan.batch
         self.overlap = plan.overlap
         self.siblings = plan.siblings
-        # each flow's nodes' (input, shortcut or None, output): blocked tensors, none sharing
-        # its storage (`_blocked_tensors`)
-        self.flows = [(f, [(n.inputs[0], n.inputs[3] if len(n.inputs) > 3 and n.inputs[3]
-                            else None, n.outputs[0]) for n in (graph.nodes[i] for i in f)])
-                      for f in plan.flows]
         C = graph.initializers
         self.steps = []
         self._bindings = {}  # (id(pool), limit, emulator period) -> _binding's entry
-        self.flow_counts = []  # the FlowCounts of every flow bound so far
         self._mixed = (None, None)  # ((whole, fastest, placement), steps): the last mix
         for n in graph.nodes:
             if n.op in ALIAS_OPS or plan.kernels[n.name].startswith("view"):
@@ -1172,7 +1113,7 @@ class _Instance:
             # the mark of the first step after the whole group (so no fence names a node
             # inside a group but its first)
             end = list(range(len(self.steps)))
-            for group in list(plan.siblings) + list(plan.flows):  # (a flow: one job too)
+            for group in plan.siblings:
                 for k in group:
                     end[k] = max(group)
             self.fence_until = [-1 if j < 0 else later[end[j] + 1] for j in last]
@@ -1208,8 +1149,6 @@ class _Instance:
                      fn.bind(pool) if hasattr(fn, "bind") else partial(fn, pool)
                      for fn in self.steps]
             merged = _merge_siblings(self.siblings, steps, pool)
-            if pool.nclusters > 1:
-                merged.update(_merge_flows(self.flows, steps, pool, self.flow_counts))
             fenced = None
             if self.fence_until is not None and pool.nclusters > 1:
                 fenced = _program(steps, merged, pool, self.fence_until)
@@ -1337,33 +1276,6 @@ def _merge_siblings(groups, steps, pool):
         pre = [c for i in sorted(group) for c in calls[group.index(i)][:-1]]
         merged[min(group)] = (max(group), BoundConv2d(pre + [call],
                                                       [keep] + [steps[i] for i in group]))
-    return merged
-
-
-def _merge_flows(flows, steps, pool, counts):
-    """{first node: (last node, call)} for the flows (`_Instance.flows`) whose bound steps are
-    each one blocked-layout job (`asymo.ops.blocked.task_footprint`): a `BoundConv2d` running
-    them as one flow (`flow_call`), its `FlowCounts` appended to ``counts``. A flow with
-    another step keeps its nodes apart."""
-    merged = {}
-    for nodes, tensors in flows:
-        layers = []
-        for i, (x, r, y) in zip(nodes, tensors):
-            calls = getattr(steps[i], "calls", None)
-            footprint = _blocked.task_footprint(calls[0]) if calls and len(calls) == 1 \
-                else None
-            if footprint is None:
-                break
-            writes, reads_x, reads_r = footprint
-            layers.append((calls[0], (y, writes),
-                           [(x, reads_x)] + ([(r, reads_r)] if r is not None else [])))
-        else:
-            made = flow_call(pool, layers)
-            if made is not None:
-                calls, keep = made
-                counts.append(keep[0])
-                merged[nodes[0]] = (nodes[-1], BoundConv2d(calls, [keep] + [steps[i] for i in
-                                                                            nodes]))
     return merged
 
 
@@ -1639,14 +1551,6 @@ class GraphModel(spec.LayerChain):
                 p = self._blocked_weights[name] = _blocked.PackedBlockedWeight(
                     kind, self.graph.initializers[name])
         return p
-
-    def _flow_counts(self):
-        """``(runs_again, late_copies)`` summed over the flows of the instances not in use
-        (`asymo.runtime.tasks.FlowCounts`): what the flows ran twice so far."""
-        with self._lock:
-            counts = [c for insts in self._free.values() for inst in insts
-                      for c in inst.flow_counts]
-        return (sum(c.runs_again for c in counts), sum(c.late_copies for c in counts))
 
     def _release(self, inst):
         with self._lock:

@@ -22,7 +22,7 @@ from asymo.runtime.tasks import (ACTIVATION_CODES, TASK_IDLE, TASKS_PER_WORKER, 
                                  tasks_call)
 
 __all__ = ["BLOCK", "blocked_kind", "PackedBlockedWeight", "bind_blocked_conv",
-           "bind_reorder", "planar_input_ok", "task_footprint"]
+           "bind_reorder", "planar_input_ok"]
 
 BLOCK = lib.ASYMO_BLOCK
 _REORDER_TASK = task_fn("asymo_reorder_task")
@@ -228,30 +228,3 @@ def bind_blocked_conv(x, packed, bias, residual, y, *, stride, pads, activation,
         keep.append(job)
     return calls, keep
 
-
-def task_footprint(call):
-    """What each task of a `bind_blocked_conv` layer's call touches, for running it in a flow
-    (`asymo.runtime.tasks.flow_call`): ``(writes, reads_x, reads_residual)``, each a list of
-    ``(lo, hi)`` pixel intervals per task (an image's pixels numbered row by row; a task covers
-    those pixels of every channel block it touches, and of the residual where the layer has
-    one), or None for a call that is not such a layer's."""
-    fn, args = call
-    _handle, task, ctx, ntasks, _counts, _flags = args
-    if fn is not lib.asymo_pool_run or task not in (_POINTWISE_TASK, _DEPTHWISE_TASK):
-        return None
-    writes, reads = [], []
-    if task == _POINTWISE_TASK:
-        job = ffi.cast("asymo_pointwise_blocked_job *", ctx)
-        p = ffi.new("int64_t[2]")
-        for t in range(int(ntasks)):
-            lib.asymo_pointwise_blocked_task_pixels(job, t, p, p + 1)
-            writes.append((int(p[0]), int(p[1])))
-        return writes, writes, writes
-    job = ffi.cast("asymo_depthwise_blocked_job *", ctx)
-    rows = ffi.new("int64_t[4]")
-    w, ow = job.geom.width, job.geom.out_w
-    for t in range(int(ntasks)):
-        lib.asymo_depthwise_blocked_task_rows(job, t, rows)
-        writes.append((int(rows[0]) * ow, int(rows[1]) * ow))
-        reads.append((int(rows[2]) * w, int(rows[3]) * w))
-    return writes, reads, writes

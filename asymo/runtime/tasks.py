@@ -13,7 +13,7 @@ import numpy as np
 from asymo.runtime.ffi import ffi, lib
 
 __all__ = ["resolve_pool", "run_tasks", "tasks_call", "run_calls", "BoundJobs", "merged_call",
-           "flow_call", "JobSequence", "task_counts", "workspace",
+           "JobSequence", "task_counts", "workspace",
            "DTYPE_CODES", "ACTIVATION_CODES", "TASKS_PER_WORKER", "TASK_IDLE"]
 
 # gemm.h's ASYMO_DTYPE_* codes (the C kernels use the same values)
@@ -48,12 +48,6 @@ TASK_IDLE = 0.1
 
 
 _MULTI_TASK = ffi.addressof(lib, "asymo_multi_task")
-_FLOW_TASK = ffi.addressof(lib, "asymo_flow_task")
-_FLOW_RESET = ffi.addressof(lib, "asymo_flow_reset_task")
-#: How long a flow's task waits for one it reads that a slower cluster's worker holds before
-#: it runs that task again (`flow_call`; the pool's own backups wait at least as long,
-#: ASYMO_POOL_BACKUP_MIN_NS).
-FLOW_REDO_US = 20
 
 
 def task_counts(pool, ntasks, *, fastest_only=False):
@@ -225,99 +219,6 @@ def merged_call(pool, calls):
     counts = ffi.NULL if pool.nclusters == 1 else ffi.new("int64_t[]", shares)
     keep = [multi, counts, calls]
     return (lib.asymo_pool_run, (pool._handle, _MULTI_TASK, multi, first, counts, flags)), keep
-
-
-class FlowCounts:
-    """What a flow (`flow_call`) ran twice, counted since it was made: ``runs_again``, tasks a
-    worker ran again because a slower cluster's worker held them, and ``late_copies``, copies
-    that ended after another copy of the same task had. The pool's ``tasks_backup`` and
-    ``tasks_superseded`` (`Pool.stats`) count only its own backups of the flow's pool tasks."""
-
-    __slots__ = ("_c",)
-
-    def __init__(self, counts):
-        self._c = counts
-
-    @property
-    def runs_again(self):
-        return int(self._c[0])
-
-    @property
-    def late_copies(self):
-        return int(self._c[1])
-
-
-def flow_call(pool, layers, redo_us=None):
-    """Dependent jobs run as one pool job, a flow (``asymo_flow_task``): a task of a later job
-    waits only for the tasks of earlier ones whose output it reads, so no worker waits at a
-    job's end for another's last task. ``layers``: per job, in order, ``(call, writes,
-    reads)`` -- a `tasks_call` call; ``(key, intervals)``, what each of its tasks writes
-    (``intervals[t] = (lo, hi)`` in units of the key's own, pixels say); and a list of such
-    ``(key, intervals)`` it reads. A task waits for every task of an earlier job that wrote an
-    overlapping interval of a key it reads (keys no job of the flow writes were complete
-    before it). Every task must write the same values however often it runs (a task a slower
-    core holds for ``redo_us`` may be run again), and the keys must name memory no other key
-    shares.
-
-    Each cluster is dealt its share of every job (the job's own per-cluster counts), job after
-    job, so a worker goes on into the next jobs on the part it wrote. Returns ``(calls,
-    keep)``: a job zeroing the flow's state and the flow's job (`tasks_call` calls, to run in
-    order; ``keep`` must outlive them), or None when the jobs do not fit one (not jobs on
-    ``pool``, an inline job, a job without per-cluster counts on a pool of several clusters,
-    fewer than two jobs). The flow backs tasks up (``ASYMO_RUN_BACKUP``) only if every job
-    did. ``keep[0]`` is the flow's `FlowCounts`."""
-    if len(layers) < 2:
-        return None
-    parts = ffi.new("asymo_job_part[]", len(layers))
-    first, flags, shares, writer, deps = 0, ~0, [], {}, []
-    for i, (call, (wkey, wiv), reads) in enumerate(layers):
-        fn, args = call
-        handle, task, ctx, ntasks, counts, fl = args
-        ntasks = int(ntasks)
-        if (not JobSequence.fits(pool, fn, args) or fl & lib.ASYMO_RUN_INLINE
-                or (counts == ffi.NULL and pool.nclusters > 1) or len(wiv) != ntasks
-                or any(len(iv) != ntasks for _k, iv in reads)):
-            return None
-        shares.append([ntasks] if counts == ffi.NULL
-                      else [int(counts[c]) for c in range(pool.nclusters)])
-        parts[i].fn, parts[i].ctx, parts[i].lo = task, ctx, first
-        flags &= int(fl)
-        for t in range(ntasks):
-            d = set()
-            for key, iv in reads:
-                lo, hi = iv[t]
-                for wlo, whi, wid in writer.get(key, ()):
-                    if wlo < hi and lo < whi:
-                        d.add(wid)
-            deps.append(sorted(d))
-        writer[wkey] = [(lo, hi, first + t) for t, (lo, hi) in enumerate(wiv)]
-        first += ntasks
-    order, totals = [], []
-    for c in range(len(shares[0])):
-        n = 0
-        for i, share in enumerate(shares):
-            lo = int(parts[i].lo) + sum(share[:c])
-            order.extend(range(lo, lo + share[c]))
-            n += share[c]
-        totals.append(n)
-    starts = [0]
-    for d in deps:
-        starts.append(starts[-1] + len(d))
-    c_order = ffi.new("int32_t[]", order)
-    c_starts = ffi.new("int32_t[]", starts)
-    c_deps = ffi.new("int32_t[]", [k for d in deps for k in d] or [0])
-    c_state = ffi.new("int32_t[]", first)
-    again = ffi.new("int64_t[2]")
-    redo = FLOW_REDO_US if redo_us is None else redo_us
-    job = ffi.new("asymo_flow_job *", {
-        "nlayers": len(layers), "layers": parts, "ntasks": first, "order": c_order,
-        "dep_start": c_starts, "deps": c_deps, "state": c_state,
-        "redo_ns": int(redo * 1000), "counts": again})
-    c_counts = ffi.NULL if pool.nclusters == 1 else ffi.new("int64_t[]", totals)
-    keep = [FlowCounts(again), job, parts, c_order, c_starts, c_deps, c_state, c_counts, layers]
-    calls = [tasks_call(pool, _FLOW_RESET, job, 1, None, True),
-             (lib.asymo_pool_run, (pool._handle, _FLOW_TASK, job, first, c_counts, flags))]
-    return calls, keep
 
 
 def run_tasks(pool, fn, job, ntasks, counts=None, *, inline=False):

@@ -90,30 +90,6 @@ int64_t asymo_pointwise_blocked_tasks(const asymo_pointwise_blocked_job *job)
     return cdiv(job->pixels, chunk) * cdiv(groups, gpt);
 }
 
-/* Task t's pixels [*c0, *c1) and groups of output blocks [*g0, *g1). */
-static void pw_task_range(const asymo_pointwise_blocked_job *job, int64_t t, int64_t *c0,
-                          int64_t *c1, int64_t *g0, int64_t *g1)
-{
-    const int64_t P = job->pixels;
-    const int64_t groups = asymo_pw_blocked_groups(job->out_channels / 8);
-    const int64_t gpt = job->groups_per_task > 0 ? job->groups_per_task : 1;
-    const int64_t chunk = job->chunk_pixels > 0 ? job->chunk_pixels : P;
-    const int64_t gtasks = cdiv(groups, gpt), ctasks = cdiv(P, chunk);
-    const int64_t ci = job->groups_outer ? t % ctasks : t / gtasks;
-    const int64_t gi = job->groups_outer ? t / ctasks : t % gtasks;
-    *c0 = ci * chunk;
-    *c1 = *c0 + chunk < P ? *c0 + chunk : P;
-    *g0 = gi * gpt;
-    *g1 = *g0 + gpt < groups ? *g0 + gpt : groups;
-}
-
-void asymo_pointwise_blocked_task_pixels(const asymo_pointwise_blocked_job *job, int64_t t,
-                                         int64_t *p0, int64_t *p1)
-{
-    int64_t g0, g1;
-    pw_task_range(job, t, p0, p1, &g0, &g1);
-}
-
 /* Task t: chunk t / gtasks of the pixels, groups [t % gtasks * gpt, ...) of output blocks;
  * inside it the chunk goes in runs of pixels whose input (every input block) stays in L2
  * while each group of the task passes over them, so a group's weights are read once a run
@@ -124,9 +100,15 @@ void asymo_pointwise_blocked_task(int64_t t, void *job_)
 {
 #if defined(__x86_64__)
     const asymo_pointwise_blocked_job *job = (const asymo_pointwise_blocked_job *)job_;
-    const int64_t blocks = job->out_channels / 8;
-    int64_t c0, c1, g0, g1;
-    pw_task_range(job, t, &c0, &c1, &g0, &g1);
+    const int64_t P = job->pixels, blocks = job->out_channels / 8;
+    const int64_t groups = asymo_pw_blocked_groups(blocks);
+    const int64_t gpt = job->groups_per_task > 0 ? job->groups_per_task : 1;
+    const int64_t chunk = job->chunk_pixels > 0 ? job->chunk_pixels : P;
+    const int64_t gtasks = cdiv(groups, gpt), ctasks = cdiv(P, chunk);
+    const int64_t ci = job->groups_outer ? t % ctasks : t / gtasks;
+    const int64_t gi = job->groups_outer ? t / ctasks : t % gtasks;
+    const int64_t c0 = ci * chunk, c1 = c0 + chunk < P ? c0 + chunk : P;
+    const int64_t g0 = gi * gpt, g1 = g0 + gpt < groups ? g0 + gpt : groups;
     /* a run's input: channels x run x 4 bytes in about RUN_BYTES */
     int64_t run = RUN_BYTES / (job->channels * 4) / 12 * 12;
     if (run < 12)
@@ -378,38 +360,16 @@ int64_t asymo_depthwise_blocked_tasks(const asymo_depthwise_blocked_job *job)
     return cdiv(oh, rpt) * cdiv(blocks, bpt);
 }
 
-/* Task t's output rows [*oy0, *oy1) and channel blocks [*b0, *b1). */
-static void dw_task_range(const asymo_depthwise_blocked_job *job, int64_t t, int64_t *oy0,
-                          int64_t *oy1, int64_t *b0, int64_t *b1)
-{
-    const int64_t oh = job->geom.out_h, blocks = job->geom.channels / 8;
-    const int64_t rpt = job->rows_per_task > 0 ? job->rows_per_task : oh;
-    const int64_t bpt = job->blocks_per_task > 0 ? job->blocks_per_task : blocks;
-    const int64_t btasks = cdiv(blocks, bpt);
-    *oy0 = t / btasks * rpt;
-    *oy1 = *oy0 + rpt < oh ? *oy0 + rpt : oh;
-    *b0 = t % btasks * bpt;
-    *b1 = *b0 + bpt < blocks ? *b0 + bpt : blocks;
-}
-
-void asymo_depthwise_blocked_task_rows(const asymo_depthwise_blocked_job *job, int64_t t,
-                                       int64_t rows[4])
-{
-    const asymo_conv_geometry *g = &job->geom;
-    int64_t b0, b1;
-    dw_task_range(job, t, &rows[0], &rows[1], &b0, &b1);
-    const int64_t top = rows[0] * g->stride_h - g->pad_h;
-    const int64_t bottom = (rows[1] - 1) * g->stride_h - g->pad_h + g->kernel_h;
-    rows[2] = top > 0 ? top : 0;
-    rows[3] = bottom < g->height ? bottom : g->height;
-}
-
 void asymo_depthwise_blocked_task(int64_t t, void *job_)
 {
 #if defined(__x86_64__)
     const asymo_depthwise_blocked_job *job = (const asymo_depthwise_blocked_job *)job_;
-    int64_t oy0, oy1, b0, b1;
-    dw_task_range(job, t, &oy0, &oy1, &b0, &b1);
+    const int64_t oh = job->geom.out_h, blocks = job->geom.channels / 8;
+    const int64_t rpt = job->rows_per_task > 0 ? job->rows_per_task : oh;
+    const int64_t bpt = job->blocks_per_task > 0 ? job->blocks_per_task : blocks;
+    const int64_t btasks = cdiv(blocks, bpt);
+    const int64_t oy0 = t / btasks * rpt, oy1 = oy0 + rpt < oh ? oy0 + rpt : oh;
+    const int64_t b0 = t % btasks * bpt, b1 = b0 + bpt < blocks ? b0 + bpt : blocks;
     for (int64_t b = b0; b < b1; b++)
         asymo_depthwise_blocked_avx2(job, b, oy0, oy1);
 #else

@@ -19,7 +19,6 @@
  *   fork.c            the registry of live pools and the fork handlers
  *   tasks.c           diagnostic tasks
  *   multi.c           asymo_multi_task: one job made of parts of others
- *   flow.c            asymo_flow_task: dependent jobs as one, each task waiting for its inputs
  */
 #ifndef ASYMO_POOL_INTERNAL_H
 #define ASYMO_POOL_INTERNAL_H

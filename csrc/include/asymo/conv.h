@@ -371,10 +371,6 @@ void asymo_pointwise_blocked_pack(const float *w, int64_t channels, int64_t out_
                                   float *packed);
 int64_t asymo_pointwise_blocked_tasks(const asymo_pointwise_blocked_job *job);
 void asymo_pointwise_blocked_task(int64_t task, void *job);
-/* The pixels [*p0, *p1) task t writes (of the output blocks it covers) and reads (of every
- * input block, and of the residual). */
-void asymo_pointwise_blocked_task_pixels(const asymo_pointwise_blocked_job *job, int64_t t,
-                                         int64_t *p0, int64_t *p1);
 
 /* A dense convolution (one group, dilation 1, stride 1 or 2, any padding, a kernel of at most 1024
  * taps) through the blocked layout, NCHW -> NCHW, for the layers whose GEMM packs B from the image
@@ -445,10 +441,6 @@ void asymo_depthwise_blocked_pack(const float *w, int64_t channels, float *packe
 int64_t asymo_depthwise_blocked_tasks(const asymo_depthwise_blocked_job *job);
 int asymo_depthwise_blocked_supported(const asymo_depthwise_blocked_job *job);
 void asymo_depthwise_blocked_task(int64_t task, void *job);
-/* rows[0..2): the output rows task t writes (of the channel blocks it covers; the residual's
- * too); rows[2..4): the input rows it reads. */
-void asymo_depthwise_blocked_task_rows(const asymo_depthwise_blocked_job *job, int64_t t,
-                                       int64_t rows[4]);
 
 /* The ISA variant (ASYMO_ISA_*) the convolution, depthwise and pooling kernels run: the best
  * the CPU supports unless set. asymo_conv_set_isa(isa) selects one (isa < 0: back to the

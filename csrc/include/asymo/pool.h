@@ -241,42 +241,6 @@ typedef struct {
 } asymo_multi_job;
 void asymo_multi_task(int64_t task, void *ctx);
 
-/* A flow: consecutive dependent jobs (a network's layers) run as one pool job, so that a task
- * of a later layer waits only for the tasks of earlier layers whose output it reads, not for
- * the whole layer before it: a worker goes on into the next layers on the rows it produced
- * while another is still finishing its part of an earlier one, and nobody waits at a layer's
- * end. The flow's tasks are numbered layer by layer (layer l's task k is flow task
- * layers[l].lo + k, lo ascending from 0); pool task t is flow task order[t], so that each
- * cluster can be dealt its part of every layer; flow task i waits for the flow tasks
- * deps[dep_start[i] .. dep_start[i + 1]), all of earlier layers. A worker that needs a task
- * nobody has begun runs it itself (its dependencies first); one that a worker of a slower
- * cluster has held for redo_ns it runs again (unless the pool's backups are off,
- * asymo_pool_set_backup), as ASYMO_RUN_BACKUP does: every task must write the same values
- * however often it runs, and no task may write memory that another task of the flow reads or
- * writes. state[0 .. ntasks) must be zero when the job starts
- * (asymo_flow_reset_task). Run it with asymo_pool_run(pool, asymo_flow_task, &flow, ntasks,
- * counts, flags). */
-typedef struct {
-    int64_t nlayers;                  /* layers */
-    const asymo_job_part *layers;     /* each layer's task function and context, and (lo)
-                                         the flow number of its first task */
-    int64_t ntasks;                   /* the tasks of all layers */
-    const int32_t *order;             /* pool task -> flow task */
-    const int32_t *dep_start;         /* ntasks + 1 offsets into deps */
-    const int32_t *deps;              /* the flow tasks each task waits for */
-    int32_t *state;                   /* per flow task: 0 not begun, 1 done, 2 + c running on
-                                         a worker of cluster c */
-    int64_t redo_ns;                  /* how long a task held by a slower cluster's worker
-                                         is waited for before it is run again */
-    int64_t *counts;                  /* NULL, or counts[0] += tasks run again, counts[1] +=
-                                         copies that ended after another copy had (the
-                                         pool's tasks_backup and tasks_superseded count only
-                                         its own backups of the flow's pool tasks) */
-} asymo_flow_job;
-void asymo_flow_task(int64_t task, void *ctx);
-/* Zeroes the state of the flow ctx points to (one task: a job of its own before the flow's). */
-void asymo_flow_reset_task(int64_t task, void *ctx);
-
 /* Diagnostic tasks for tests, benchmarks and self-checks. */
 void asymo_task_noop(int64_t task, void *ctx);
 /* Atomically increments ((int32_t *)ctx)[task]. */
