@@ -2,6 +2,7 @@
 bounded time)."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -192,6 +193,23 @@ def test_run_json_with_nan_outputs_is_valid_json(small_onnx, tmp_path, capsys):
     res = json.loads(text, parse_constant=refuse)  # bare NaN tokens were printed
     assert [score for _, score in res["top5"]] == [None] * 5
     assert "written as null" in res["json_note"]
+
+
+def test_every_commands_json_goes_through_one_strict_writer():
+    # json_text: non-finite numbers as null with a note, json.dumps's default= passed on;
+    # no command of the CLI writes JSON any other way
+    import pathlib
+
+    from asymo.cli.options import json_text
+
+    doc = json.loads(json_text({"a": [float("inf"), 1.0], "b": np.float32(1.5)}, default=str))
+    assert doc == {"a": [None, 1.0], "b": "1.5",
+                   "json_note": "1 non-finite number(s) (not a number, infinite) written as null"}
+    assert json.loads(json_text([float("nan")])) == [None]
+    cli = pathlib.Path(__file__).resolve().parent.parent / "asymo" / "cli"
+    direct = [f.name for f in cli.glob("*.py") if f.name != "options.py"
+              and re.search(r"json\.dumps?\(|^\s*import json$", f.read_text(), re.M)]
+    assert direct == []
 
 
 @pytest.mark.parametrize("argv, msg", [

@@ -7,7 +7,6 @@ CPU, or both compared (``--validate-sim``). Wrap measured runs in
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from asymo.cli.options import (check_output, check_plot, emulation, json_text,
@@ -389,7 +388,7 @@ def run_scaling(args):
     try:
         if args.json:
             with open(args.json, "w") as f:
-                json.dump(result.to_dict(), f, indent=1)
+                f.write(json_text(result.to_dict(), indent=1))
             print(f"wrote {args.json}")
         if args.plot:
             result.plot(args.plot)

@@ -7,7 +7,6 @@ and writes both into the profile (``--profile`` / env ASYMO_PROFILE / the XDG ca
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import warnings
@@ -118,10 +117,12 @@ def run(args):
         profile = prof.load_profile(path, t) or prof.Profile.new(t, path)
         energy = calibrate_energy(t, progress=not args.no_progress, profile=profile)
     if args.json:
+        from asymo.cli.options import json_text
+
         out = {"gemm": section}
         if energy is not None:
             out["energy"] = energy
-        print(json.dumps(out, indent=1, default=str))
+        print(json_text(out, indent=1, default=str))
     else:
         print(calibration.format_report(section))
         if energy is not None:

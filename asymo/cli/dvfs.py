@@ -2,9 +2,9 @@
 least-energy frequency plan for a model (AsyMo)."""
 from __future__ import annotations
 
-import json
 import sys
 
+from asymo.cli.options import json_text
 from asymo.hw import topology as topo
 
 
@@ -71,7 +71,7 @@ def run_status(args):
     pm = PowerModel.from_system(t, args.sysfs_root, cpufreq=cf)
     out = {"clusters": clusters, "meters": meters, "power_model": pm.to_dict()}
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(json_text(out))
         return 0
     for name, c in clusters.items():
         freqs = c["frequencies_khz"]
@@ -138,7 +138,7 @@ def run_plan(args):
         raise SystemExit(f"asymo dvfs plan: {exc}") from None
     plan.report.applied_reason = "asymo dvfs plan only predicts; use asymo.frequency_plan()"
     if args.json:
-        print(json.dumps(plan.report.to_dict(), indent=2))
+        print(json_text(plan.report.to_dict()))
     else:
         print(plan.report)
     return 0

@@ -6,11 +6,11 @@ it into the table. To show more (e.g. the active calibration profile), add a key
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import warnings
 
+from asymo.cli.options import json_text
 from asymo.hw import topology as topo
 
 _EPILOG = """\
@@ -162,7 +162,7 @@ def run(args):
     _flush(caught)
     info = build_info(t, args.sysfs_root)
     if args.json:
-        print(json.dumps(info, indent=2))
+        print(json_text(info))
     else:
         print(render_text(info))
     return 0

@@ -1,8 +1,9 @@
 """``asymo models``: the CNN layer zoo, as chains of major layers (Pipe-it Table I)."""
 from __future__ import annotations
 
-import json
 import sys
+
+from asymo.cli.options import json_text
 
 _EPILOG = """\
 Each model is a chain of nodes: a convolution or FC layer with the pooling / LRN / softmax
@@ -49,7 +50,7 @@ def run(args):
                          "table_i_major_count": zoo.TABLE_I_MAJOR_COUNTS[name],
                          "gflop": m.flops / 1e9})
         if args.json:
-            print(json.dumps(rows, indent=2))
+            print(json_text(rows))
             return 0
         print(f"{'model':<13} {'input':<14} {'nodes':>5} {'major':>5} {'GFLOP':>7}")
         for r in rows:
@@ -68,9 +69,9 @@ def run(args):
             print(f"asymo models: {exc}", file=sys.stderr)
             return 2
     if args.json:
-        print(json.dumps({"name": m.name, "input_shape": list(m.input_shape),
-                          "major_count": m.major_count(), "flops": m.flops,
-                          "layers": [layer.describe() for layer in m.layers]}, indent=2))
+        print(json_text({"name": m.name, "input_shape": list(m.input_shape),
+                         "major_count": m.major_count(), "flops": m.flops,
+                         "layers": [layer.describe() for layer in m.layers]}))
     else:
         print(m.summary())
     return 0

@@ -191,14 +191,15 @@ def finite_json(obj):
     return walk(obj), count
 
 
-def json_text(obj, indent=2):
+def json_text(obj, indent=2, default=None):
     """``obj`` as JSON that strict parsers accept: :func:`finite_json`'s copy, with a
-    ``json_note`` saying how many non-finite numbers were written as null (a dict's only)."""
+    ``json_note`` saying how many non-finite numbers were written as null (a dict's only);
+    what every command's ``--json`` writes. ``default``: as ``json.dumps``'s."""
     doc, nonfinite = finite_json(obj)
     if nonfinite and isinstance(doc, dict):
         doc["json_note"] = (f"{nonfinite} non-finite number(s) (not a number, infinite) "
                             "written as null")
-    return json.dumps(doc, indent=indent, allow_nan=False)
+    return json.dumps(doc, indent=indent, allow_nan=False, default=default)
 
 
 #: The most memory (bytes) a command's random inputs may take: they are made before the run.

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 
-from asymo.cli.options import emulation, positive_seconds, random_frames
+from asymo.cli.options import emulation, json_text, positive_seconds, random_frames
 from asymo.cli.pipeline_common import add_model_args, load_model, make_plan, positive_int
 
 
@@ -109,7 +108,7 @@ def _run(args):
     warnings = prediction_warnings(result)
     result["warnings"] = warnings
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json_text(result))
         return 0
     print(f"model {model.name} on {top.to_spec()}"
           + (f" (emulated: {top.emulated})" if top.emulated else ""))

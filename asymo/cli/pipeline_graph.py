@@ -1,7 +1,6 @@
 """``asymo pipeline MODEL.onnx``: plan by measurement, run and compare (issue 18)."""
 from __future__ import annotations
 
-import json
 import sys
 
 import numpy as np
@@ -18,7 +17,7 @@ def run_graph(args):
     from asymo.pipeline.graphcut import CutGraph
     from asymo.pipeline.runtime import PipelineError
     from asymo.pipeline.stages import open_plan
-    from asymo.cli.options import random_frames
+    from asymo.cli.options import json_text, random_frames
 
     if args.image_size is not None:
         raise SystemExit("asymo: --image-size does not apply to an ONNX model (its input "
@@ -82,7 +81,7 @@ def run_graph(args):
         if ort:
             result["speedup_vs_best_ort"] = st.throughput / max(ort)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json_text(result))
         return 0
     print(f"model {graph.name} ({len(graph)} segments) on {top.to_spec()}"
           + (f" (emulated: {top.emulated})" if top.emulated else ""))

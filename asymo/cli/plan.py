@@ -1,9 +1,9 @@
 """``asymo plan``: a layer-level pipeline plan for a zoo model (Pipe-it and successors)."""
 from __future__ import annotations
 
-import json
 import sys
 
+from asymo.cli.options import json_text
 from asymo.cli.pipeline_common import add_model_args, load_model, make_plan
 
 
@@ -33,7 +33,7 @@ def run(args):
     model = load_model(args)
     plan, _ = make_plan(model, args)
     if args.json:
-        print(json.dumps(plan.to_dict(), indent=2))
+        print(json_text(plan.to_dict()))
         return 0
     out = sys.stdout
     print(f"model {plan.model} ({len(model.layers)} layers) on {plan.topology.to_spec()}",

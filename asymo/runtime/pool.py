@@ -303,8 +303,8 @@ class Pool:
         if not env_caller_helps:
             lib.asymo_pool_set_caller_helps(handle, 0)
         self._own_limit = len(cpus)  # `limit` as set on this pool; threadpoolctl's cap apart
-        if _global_limit is not None:
-            lib.asymo_pool_set_limit(handle, min(_global_limit, len(cpus)))
+        if _global_limit is not None:  # a cap on: it holds for new pools too
+            self._apply_limit()
         unpinned = [s.cpu for s in self._raw_stats() if s.cpu >= 0 and not s.pinned]
         if unpinned:
             warnings.warn(
